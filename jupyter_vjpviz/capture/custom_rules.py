@@ -1,0 +1,352 @@
+"""Instrumenting custom_vjp rules through their public fwd/bwd contract.
+
+Each differentiated application of a ``jax.custom_vjp`` runs a shallow clone of
+the user's object whose fwd tags the residuals with a static ``RuleSite`` (the
+primal input avals, paths and call site) and whose bwd compares the rule's
+cotangents with those avals *before* JAX does. The comparison only records; it
+never raises and returns exactly what the rule returned, so JAX's own check (and
+error) is unchanged. It also sees what JAX lets through (silent dtypes).
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import jax
+from jax._src import core
+from jax._src import custom_derivatives as cd
+from jax._src import source_info_util
+from jax._src.state.types import AbstractRef
+
+from . import records
+from .records import ERROR, WARNING, Record, RuleSite
+
+
+class InstrumentedRule:
+  """A callable that JAX cannot tell from the user's rule (name, repr, source)."""
+
+  def __init__(self, rule, call):
+    functools.update_wrapper(self, rule)
+    self._call = call
+
+  def __call__(self, *args, **kwargs):
+    return self._call(*args, **kwargs)
+
+  def __repr__(self):
+    return repr(self.__wrapped__)
+
+
+class TaggedResiduals:
+  """The user's residuals plus the ``RuleSite`` as static pytree aux data."""
+  __slots__ = ("res", "site")
+
+  def __init__(self, res, site):
+    self.res = res
+    self.site = site
+
+
+jax.tree_util.register_pytree_node(
+    TaggedResiduals, lambda t: ((t.res,), t.site),
+    lambda site, children: TaggedResiduals(children[0], site))
+
+
+def uses_hijax(cvjp) -> bool:
+  return bool(jax.config.jax_custom_vjp3 or getattr(cvjp, "generic_batching", False))
+
+
+_clones: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def instrumented(cvjp):
+  """The instrumented clone of ``cvjp``, cached so JAX's trace caches still hit."""
+  if cvjp.fwd is None or cvjp.bwd is None or cvjp.remat_rules is not None:
+    return cvjp
+  key = (cvjp.fwd, cvjp.bwd, cvjp.with_logs, cvjp.with_accums,
+         cvjp.symbolic_zeros, cvjp.nondiff_argnums)
+  cached = _clones.get(cvjp)
+  if cached is not None and cached[0] == key:
+    return cached[1]
+  clone = object.__new__(type(cvjp))
+  clone.__dict__.update(cvjp.__dict__)
+  clone.fwd = InstrumentedRule(cvjp.fwd, functools.partial(_fwd, cvjp))
+  bwd = _bwd_with_accums if cvjp.with_accums else _bwd
+  clone.bwd = InstrumentedRule(cvjp.bwd, functools.partial(bwd, cvjp))
+  _clones[cvjp] = (key, clone)
+  return clone
+
+
+# ------------------------------------------------------------------ forward
+
+def _fwd(cvjp, *args):
+  out_res = cvjp.fwd(*args)
+  site = records.safely(_site, cvjp, args)
+  if site is None:
+    return out_res
+  if not (isinstance(out_res, (tuple, list)) and len(out_res) == 2):
+    records.record(Record(
+        kind="fwd_structure", severity=ERROR, function=site.function,
+        source=site.source, rule=site.fwd_rule, site=site, path="",
+        expected="(primal_out, residuals)",
+        got=_structure(out_res),
+        detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)"))
+    return out_res
+  out, res = out_res
+  for rec in records.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
+    records.record(rec)
+  return type(out_res)((out, TaggedResiduals(res, site)))
+
+
+def _site(cvjp, args) -> RuleSite:
+  diff = tuple(a for i, a in enumerate(args) if i not in cvjp.nondiff_argnums)
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(diff, is_leaf=_is_primal_box)
+  in_avals = tuple(core.typeof(_unbox(x)) for _, x in leaves)
+  call_site, name_stack = _call_site()
+  occurrence = None
+  session = records.current_session()
+  if session is not None and session.entry == "vjp":
+    key = (id(cvjp.fun), call_site, name_stack)
+    session.occurrences[key] += 1
+    occurrence = session.occurrences[key]
+  return RuleSite(
+      function=_name(cvjp.fun), source=_source(cvjp.fun), rule=_name(cvjp.bwd),
+      fwd_rule=_name(cvjp.fwd), rule_source=_source(cvjp.bwd), call_site=call_site,
+      name_stack=name_stack, occurrence=occurrence,
+      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves),
+      in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp))
+
+
+def _call_site() -> tuple[str | None, str]:
+  info = source_info_util.current()
+  frame = source_info_util.user_frame(info.traceback)
+  where = f"{frame.file_name}:{frame.start_line}" if frame else None
+  return where, scope_names(info.name_stack)
+
+
+def scope_names(name_stack) -> str:
+  """``jax.named_scope`` names only, without transform wrappers like ``jvp(...)``."""
+  scopes = getattr(name_stack, "stack", ())
+  return "/".join(s.name for s in scopes if type(s).__name__ == "Scope")
+
+
+_primal_out_avals: dict = {}
+
+
+def _check_fwd_output(cvjp, args, out, site) -> list[Record]:
+  expected = _primal_out(cvjp, args)
+  if expected is None:
+    return []
+  exp_leaves, exp_tree = jax.tree_util.tree_flatten(expected)
+  got_leaves_p, got_tree = jax.tree_util.tree_flatten_with_path(out)
+  base = dict(function=site.function, source=site.source, rule=site.fwd_rule, site=site)
+  if exp_tree != got_tree:
+    return [Record(kind="fwd_structure", severity=ERROR, path="",
+                   expected=str(exp_tree), got=str(got_tree),
+                   detail=f"fwd rule {site.fwd_rule}'s primal output has another "
+                          f"structure than {site.function}'s output", **base)]
+  found = []
+  for (path, leaf), want in zip(got_leaves_p, exp_leaves):
+    got = core.typeof(leaf)
+    if core.typematch(got, want) and got.dtype == want.dtype:
+      continue
+    # Classic custom_vjp never compares fwd with the primal: a dtype change goes
+    # through silently; a shape change surfaces later as a misleading bwd error.
+    silent = not site.hijax and got.shape == want.shape
+    found.append(Record(
+        kind="fwd_type", severity=WARNING if silent else ERROR,
+        path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
+        expected_aval=want, got_aval=got, **base))
+  return found
+
+
+def _primal_out(cvjp, args):
+  """Output avals of the primal function, cached per input types."""
+  try:
+    leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=_is_primal_box)
+    avals = tuple(core.typeof(_unbox(x)) if _is_array(_unbox(x)) else x for x in leaves)
+    key = (cvjp.fun, treedef, avals)
+    hash(key)
+  except Exception:
+    return None
+  if key not in _primal_out_avals:
+    specs = [_spec(a) if isinstance(a, core.AbstractValue) else a for a in avals]
+    records.state.suspended += 1
+    try:
+      shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, specs))
+      _primal_out_avals[key] = jax.tree_util.tree_map(
+          lambda s: core.ShapedArray(s.shape, s.dtype, weak_type=s.weak_type), shapes)
+    except Exception:
+      _primal_out_avals[key] = None
+    finally:
+      records.state.suspended -= 1
+  return _primal_out_avals[key]
+
+
+# ----------------------------------------------------------------- backward
+
+def _bwd(cvjp, *args):
+  *static, tagged, ct = args
+  if not isinstance(tagged, TaggedResiduals):
+    return cvjp.bwd(*args)
+  site = tagged.site
+  records.state.rule_stack.append(site)
+  try:
+    cts = cvjp.bwd(*static, tagged.res, ct)
+  finally:
+    records.state.rule_stack.pop()
+  if records.current_session() is not None:
+    payload = cts
+    if cvjp.with_logs and isinstance(cts, (tuple, list)) and len(cts) == 2:
+      payload = cts[0]
+    for rec in records.safely(compare_cotangents, site, payload, default=[]):
+      records.record(rec)
+  return cts
+
+
+def _bwd_with_accums(cvjp, *args):
+  n_static = len(cvjp.nondiff_argnums)
+  static, (tagged, ct), accums = args[:n_static], args[n_static:n_static + 2], args[n_static + 2:]
+  if not isinstance(tagged, TaggedResiduals):
+    return cvjp.bwd(*args)
+  records.state.rule_stack.append(tagged.site)
+  try:
+    return cvjp.bwd(*static, tagged.res, ct, *accums)
+  finally:
+    records.state.rule_stack.pop()
+
+
+def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
+  """What is wrong with a bwd rule's output for ``site``; ``[]`` if nothing."""
+  n_args = len(site.in_tree.children())
+  base = dict(function=site.function, source=site.source, rule=site.rule, site=site)
+  if isinstance(cts, list) and len(cts) == n_args:
+    cts = tuple(cts)
+  if not isinstance(cts, tuple) or len(cts) != n_args:
+    what = (f"a tuple of length {len(cts)}" if isinstance(cts, (tuple, list))
+            else f"a bare {type(cts).__name__}, not a tuple")
+    return [Record(kind="bwd_structure", severity=ERROR, path="",
+                   expected=site.in_structure, got=_structure(cts),
+                   detail=f"{site.rule} returned {what}; {site.function} takes "
+                          f"{n_args} differentiable argument(s)", **base)]
+  flat = _match_structure(site, cts)
+  if isinstance(flat, Record):
+    return [flat]
+  found = []
+  for i, (path, primal, ct) in enumerate(zip(site.in_paths, site.in_avals, flat)):
+    if ct is None or isinstance(ct, cd.Zero):
+      continue
+    expected = _ct_aval(primal)
+    got = ct.aval if isinstance(ct, cd.SymbolicZero) else core.typeof(ct)
+    if getattr(expected, "dtype", None) == jax.dtypes.float0:
+      continue  # JAX drops cotangents of integer inputs
+    if core.typematch(expected, got) and expected.dtype == got.dtype:
+      continue
+    accepted = _jax_accepts(site, expected, got, ct)
+    kind = "silent_dtype" if accepted and expected.shape == got.shape else "bwd_type"
+    found.append(Record(
+        kind=kind, severity=WARNING if accepted else ERROR, path=path,
+        expected=expected.str_short(), got=got.str_short(), flat_index=i,
+        expected_aval=expected, got_aval=got, **base))
+  return found
+
+
+def _match_structure(site, cts):
+  """Flatten ``cts`` against the expected args tree (None stands for a subtree)."""
+  expected = jax.tree_util.tree_unflatten(
+      site.in_tree, list(range(len(site.in_paths))))
+  flat = [None] * len(site.in_paths)
+
+  def put(ct, idx_tree):
+    for idx in jax.tree_util.tree_leaves(idx_tree):
+      flat[idx] = ct
+  try:
+    jax.tree_util.tree_map(put, cts, expected, is_leaf=lambda x: x is None or _is_zero(x))
+  except (ValueError, TypeError):
+    got = jax.tree_util.tree_structure(cts, is_leaf=_is_zero)
+    path, want, have = _first_difference(expected, cts)
+    return Record(kind="bwd_structure", severity=ERROR, function=site.function,
+                  source=site.source, rule=site.rule, site=site, path=path,
+                  expected=site.in_structure, got=str(got),
+                  detail=f"at {path or 'the top'}: expected {want}, got {have}")
+  return flat
+
+
+def _first_difference(expected, got) -> tuple[str, str, str]:
+  """The first key path where two trees differ, and what each has there."""
+  want = {jax.tree_util.keystr(p): l for p, l in jax.tree_util.tree_leaves_with_path(expected)}
+  have = {jax.tree_util.keystr(p): l for p, l in
+          jax.tree_util.tree_leaves_with_path(got, is_leaf=lambda x: x is None or _is_zero(x))}
+  for path in want:
+    if path not in have and not any(path.startswith(h) and have[h] is None for h in have):
+      return path, "a leaf", "nothing (missing)"
+  for path in have:
+    if path not in want:
+      return path, "nothing", "an extra leaf"
+  return "", str(jax.tree_util.tree_structure(expected)), str(jax.tree_util.tree_structure(got))
+
+
+def _jax_accepts(site, expected, got, ct) -> bool:
+  """JAX's own predicate for this path: does it let ``got`` through?"""
+  if jax.config.jax_disable_bwd_checks:
+    return True
+  exception = getattr(cd, "_temporary_dtype_exception", lambda a, b: False)
+  if site.hijax:
+    return core.typematch(expected, got) or exception(expected, got)
+  return core.typecompat(expected, got) or exception(expected, got)
+
+
+def _ct_aval(primal):
+  if isinstance(primal, AbstractRef):
+    primal = primal.inner_aval
+  return primal.to_ct_aval()
+
+
+def _is_zero(x) -> bool:
+  return isinstance(x, (cd.SymbolicZero, cd.Zero))
+
+
+def _is_primal_box(x) -> bool:
+  return isinstance(x, cd.CustomVJPPrimal)
+
+
+def _unbox(x):
+  return x.value if isinstance(x, cd.CustomVJPPrimal) else x
+
+
+def _is_array(x) -> bool:
+  try:
+    core.typeof(x)
+    return True
+  except Exception:
+    return False
+
+
+def _spec(aval):
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _structure(x) -> str:
+  return str(jax.tree_util.tree_structure(x, is_leaf=_is_zero))
+
+
+def _name(fun) -> str:
+  fun = getattr(fun, "__wrapped__", fun)
+  while isinstance(fun, functools.partial):
+    fun = fun.func
+  return getattr(fun, "__name__", None) or type(fun).__name__
+
+
+def _source(fun) -> str | None:
+  import inspect
+  try:
+    fun = inspect.unwrap(fun)
+    while isinstance(fun, functools.partial):
+      fun = inspect.unwrap(fun.func)
+    return f"{fun.__code__.co_filename}:{fun.__code__.co_firstlineno}"
+  except AttributeError:
+    return None
+
+
+def clear_caches() -> None:
+  _clones.clear()
+  _primal_out_avals.clear()

@@ -1,0 +1,120 @@
+"""The raw facts captured while JAX differentiates: plain data, avals only.
+
+A ``Record`` is one thing that went wrong (or that JAX silently let through) at
+one check site. A ``Session`` collects the records of one entry into JAX's VJP
+machinery (``jax.vjp``, applying its VJP function, or ``with_refs``); the hook
+hands the finished session to the next stage.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any, Callable
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSite:
+  """Where one custom rule was applied: static, hashable, no arrays.
+
+  It travels inside the residuals as pytree aux data, so the backward rule
+  knows which application of the primal it is answering for.
+  """
+  function: str            # primal function __name__
+  source: str | None       # file:line of the primal definition
+  rule: str | None         # bwd rule __name__
+  fwd_rule: str | None
+  rule_source: str | None  # file:line of the bwd rule
+  call_site: str | None    # file:line of the user's call of the primal
+  name_stack: str
+  occurrence: int | None   # n-th application of this primal at this call site
+  in_paths: tuple[str, ...]      # keystr of each differentiable input leaf
+  in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
+  in_tree: Any                   # PyTreeDef of the differentiable args tuple
+  hijax: bool = False
+
+  @property
+  def in_structure(self) -> str:
+    return str(self.in_tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """One mismatch at one check site."""
+  kind: str
+  severity: str
+  function: str | None
+  source: str | None
+  path: str | None
+  expected: str | None
+  got: str | None
+  rule: str | None = None
+  site: RuleSite | None = None
+  flat_index: int | None = None    # index among the rule's (or function's) input leaves
+  expected_aval: Any = None
+  got_aval: Any = None
+  detail: str | None = None        # one line from us, when JAX's own text is poor
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+  """The differentiated function and its primal input avals (no values)."""
+  fun: Callable
+  in_avals: tuple[Any, ...]
+  in_tree: Any
+  name: str
+  source: str | None
+
+
+@dataclasses.dataclass
+class Session:
+  """Records of one entry into the VJP machinery."""
+  entry: str                      # "vjp" | "vjp_call" | "backward"
+  origin: Origin | None
+  records: list[Record] = dataclasses.field(default_factory=list)
+  occurrences: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
+
+
+class _State(threading.local):
+  def __init__(self):
+    self.sessions: list[Session] = []
+    self.suspended = 0            # > 0 while vjpviz itself traces (analysis, check)
+    self.rule_stack: list[RuleSite] = []
+
+
+state = _State()
+
+
+def current_session() -> Session | None:
+  return state.sessions[-1] if state.sessions and not state.suspended else None
+
+
+def record(rec: Record | None) -> None:
+  session = current_session()
+  if session is not None and rec is not None:
+    session.records.append(rec)
+
+
+_reported_failures: set[str] = set()
+
+
+def safely(fn: Callable, *args, default: Any = None) -> Any:
+  """Run vjpviz's own code; if it fails, say so in one line and carry on.
+
+  The user's program must behave exactly as without vjpviz, so nothing of ours
+  may raise into it.
+  """
+  try:
+    return fn(*args)
+  except Exception as e:  # noqa: BLE001 - our bug must not become the user's
+    where = getattr(fn, "__qualname__", repr(fn))
+    if where not in _reported_failures:
+      _reported_failures.add(where)
+      import sys
+      print(f"vjpviz: internal error in {where} ({type(e).__name__}: {e}); "
+            "your code ran as it would without vjpviz.", file=sys.stderr)
+    return default
