@@ -1,0 +1,1 @@
+"""Stage 2: turn captured records into Diagnoses over the forward program's graph."""

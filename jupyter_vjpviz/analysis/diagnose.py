@@ -1,0 +1,53 @@
+"""From a captured session to Diagnoses: merge records, build the graph once, locate."""
+from __future__ import annotations
+
+from ..capture.records import ERROR, Record, Session
+from . import program
+from .diagnosis import Diagnosis
+from .locate import locate, mark_got
+
+
+def diagnose(session: Session, exc: BaseException | None,
+             skip: set | None = None) -> list[Diagnosis]:
+  """Diagnoses for a session, errors first; records whose key is in ``skip`` are dropped."""
+  recs = [r for r in merge(session.records) if skip is None or key(r) not in skip]
+  if not recs:
+    return []
+  graph = program.build(session.origin)
+  message = str(exc) if exc is not None else None
+  out = []
+  for rec in sorted(recs, key=lambda r: r.severity != ERROR):
+    node = locate(graph, rec)
+    site = rec.site
+    out.append(Diagnosis(
+        kind=rec.kind, severity=rec.severity,
+        function=rec.function or (session.origin.name if session.origin else None),
+        rule=rec.rule,
+        source=rec.source or (session.origin.source if session.origin else None),
+        path=rec.path, expected=rec.expected, got=rec.got, message=message, node=node,
+        graph=mark_got(graph, node, rec),
+        rule_source=site.rule_source if site else None,
+        call_site=site.call_site if site else None,
+        name_stack=site.name_stack if site else "", detail=rec.detail,
+        hijax=site.hijax if site else False,
+        expected_aval=rec.expected_aval, got_aval=rec.got_aval))
+  return out
+
+
+def key(rec: Record) -> tuple:
+  """What makes two records the same finding (warnings show once per key)."""
+  return (rec.kind, rec.function, rec.rule, rec.path, rec.expected, rec.got)
+
+
+def merge(recs: list[Record]) -> list[Record]:
+  """Drop repeats, and accumulator echoes of a dtype a custom rule already explains."""
+  seen, out = set(), []
+  explained = {(r.expected, r.got) for r in recs if r.site is not None}
+  for r in recs:
+    if r.site is None and r.kind == "silent_dtype" and (r.expected, r.got) in explained:
+      continue
+    if key(r) in seen:
+      continue
+    seen.add(key(r))
+    out.append(r)
+  return out

@@ -1,0 +1,114 @@
+"""The Diagnosis: what went wrong in a backward pass, where, and how to fix it."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+from .graph import Graph
+
+KINDS = (
+    "bwd_type", "bwd_structure", "fwd_type", "fwd_structure", "accumulator_type",
+    "ref_grad_unbound", "ref_grad_as_value", "grad_ref_type",
+    "vjp_cotangent_type", "vjp_cotangent_structure", "silent_dtype",
+)
+
+_ids = itertools.count(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+  title: str
+  code: str
+  reason: str = ""
+  exact: bool = False      # True: makes the gradient right; False: only type-correct
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+  """One mismatch, with the graph of the forward program around it.
+
+  ``expected``/``got`` are ``aval.str_short()`` strings (or pytree structure
+  strings for the structure kinds); the avals themselves are kept for the fix
+  stage and are never serialised.
+  """
+  kind: str
+  severity: str                      # "error" | "warning"
+  function: str | None
+  rule: str | None
+  source: str | None                 # file:line of the primal definition
+  path: str | None
+  expected: str | None
+  got: str | None
+  message: str | None                # JAX's own text; None for warnings
+  node: str | None = None
+  graph: Graph = dataclasses.field(default_factory=Graph, repr=False)
+  fixes: tuple = ()
+  rule_source: str | None = None
+  call_site: str | None = None
+  name_stack: str = ""
+  detail: str | None = None
+  hijax: bool = False
+  id: str = dataclasses.field(default_factory=lambda: f"d{next(_ids)}")
+  expected_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
+  got_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+  @property
+  def headline(self) -> str:
+    """One sentence in plain words."""
+    who = f"{self.function}'s {'fwd' if self.kind.startswith('fwd') else 'bwd'} rule"
+    where = f" for input {self.path}" if self.path else ""
+    text = {
+        "bwd_type": f"{who} returned {self.got}{where}, which needs {self.expected}",
+        "silent_dtype": f"{who} returned {self.got}{where}, which needs {self.expected}; "
+                        "JAX let it through, so the gradient has the wrong dtype",
+        "bwd_structure": f"{who} returned a cotangent tree of the wrong structure"
+                         f"{' at ' + self.path if self.path else ''}",
+        "fwd_type": f"{who} produced primal output {self.got}{where}, but "
+                    f"{self.function} produces {self.expected}",
+        "fwd_structure": f"{who} returned the wrong structure",
+        "accumulator_type": f"a gradient accumulator for {self.path or 'an input'} of "
+                            f"{self.function or 'the function'} expected {self.expected} "
+                            f"but got {self.got}",
+        "ref_grad_unbound": f"{self.path} of {self.function} is a Ref: its gradient needs a "
+                            "gradient ref bound with with_refs",
+        "ref_grad_as_value": f"{self.path} of {self.function} is a Ref: its gradient can't "
+                             "be returned as a value",
+        "grad_ref_type": f"the gradient ref for {self.path} of {self.function} is "
+                         f"{self.got}, but must be {self.expected}",
+        "vjp_cotangent_type": f"the cotangent passed to {self.function}'s VJP function at "
+                              f"{self.path} is {self.got}, but must be {self.expected}",
+        "vjp_cotangent_structure": f"the cotangent passed to {self.function}'s VJP function "
+                                   "has the wrong tree structure",
+    }.get(self.kind, f"{self.kind}: expected {self.expected}, got {self.got}")
+    if self.rule and self.kind in ("bwd_type", "silent_dtype", "bwd_structure"):
+      text = text.replace(f"{self.function}'s bwd rule", f"{self.function}'s bwd rule {self.rule}", 1)
+    return text + "."
+
+  def to_dict(self) -> dict:
+    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+         if f.name not in ("graph", "fixes", "expected_aval", "got_aval")}
+    d["headline"] = self.headline
+    d["graph"] = self.graph.to_dict()
+    d["fixes"] = [f.to_dict() for f in self.fixes]
+    return d
+
+  # Renderings (the render stage does the work; these are the public spellings).
+  def to_text(self) -> str:
+    from ..render import text
+    return text.render(self)
+
+  def to_dot(self, **view) -> str:
+    from ..render import dot
+    return dot.render(self, **view)
+
+  def to_svg(self, **view) -> str:
+    from ..render import svg
+    return svg.render(self, **view)
+
+  def to_html(self) -> str:
+    from ..render import html
+    return html.render(self)

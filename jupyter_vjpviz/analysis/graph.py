@@ -1,0 +1,62 @@
+"""The forward program as plain data: nodes and aval-labelled edges.
+
+Nothing here holds a jaxpr, a tracer or an array: a Graph can outlive the
+failing call without keeping any device buffer alive.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+  id: str                  # "in0", "out0", "e12", "e12.3" (equation 3 inside e12's sub-jaxpr)
+  kind: str                # "input" | "output" | "eqn"
+  label: str               # primitive, or the custom function's name
+  primitive: str | None = None
+  parent: str | None = None        # id of the equation whose sub-jaxpr holds this node
+  name_stack: str = ""
+  call_site: str | None = None
+  function: str | None = None      # custom rules: the primal function
+  rule: str | None = None          # custom rules: the bwd rule
+  in_avals: tuple[str, ...] = ()
+  out_avals: tuple[str, ...] = ()
+  n_eqns: int = 0                  # equations inside its sub-jaxprs, recursively
+  custom: bool = False
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["in_avals"], d["out_avals"] = list(self.in_avals), list(self.out_avals)
+    return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+  src: str
+  dst: str
+  var: str                 # the jaxpr variable carried
+  primal: str              # its primal aval
+  cotangent: str           # the cotangent aval the backward pass must produce for it
+  cotangent_got: str | None = None   # what the backward pass actually produced, where known
+  position: int = 0        # input position at dst
+
+  @property
+  def mismatch(self) -> bool:
+    return self.cotangent_got is not None and self.cotangent_got != self.cotangent
+
+  def to_dict(self) -> dict:
+    return {**dataclasses.asdict(self), "mismatch": self.mismatch}
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+  nodes: tuple[Node, ...] = ()
+  edges: tuple[Edge, ...] = ()
+  note: str | None = None          # why the graph is empty or partial
+
+  def node(self, node_id: str) -> Node | None:
+    return next((n for n in self.nodes if n.id == node_id), None)
+
+  def to_dict(self) -> dict:
+    return {"nodes": [n.to_dict() for n in self.nodes],
+            "edges": [e.to_dict() for e in self.edges], "note": self.note}

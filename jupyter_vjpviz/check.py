@@ -1,0 +1,101 @@
+"""``vjpviz.check``: a linter for gradients that costs one abstract trace.
+
+It runs ``jax.vjp`` and the backward pass under ``jax.eval_shape`` with the
+hook on, so every custom rule reached, at any depth, is checked (silent dtypes
+included) without a single FLOP, and caches the answer per function and avals.
+"""
+from __future__ import annotations
+
+import weakref
+
+import jax
+import numpy as np
+from jax._src import core
+
+from . import runtime
+from .analysis.diagnosis import Diagnosis
+
+_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def check(fun, *args, argnums=0, **kwargs) -> list[Diagnosis]:
+  specs = jax.tree_util.tree_map(_spec, args)
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  cache_key = _cache_key(nums, specs, kwargs)
+  per_fun = _cached(fun)
+  if per_fun is not None and cache_key is not None and cache_key in per_fun:
+    return list(per_fun[cache_key])
+  found = _run(fun, specs, nums, kwargs)
+  if per_fun is not None and cache_key is not None:
+    per_fun[cache_key] = tuple(found)
+  return found
+
+
+def _run(fun, specs, nums, kwargs) -> list[Diagnosis]:
+  traced = [i for i, a in enumerate(specs) if _all_specs(a)]
+
+  def probe(*traced_args):
+    full = list(specs)
+    for i, a in zip(traced, traced_args):
+      full[i] = a
+
+    def restricted(*dyn):
+      args = list(full)
+      for i, v in zip(nums, dyn):
+        args[i] = v
+      return fun(*args, **kwargs)
+    out, f_vjp = jax.vjp(restricted, *[full[i] for i in nums])
+    return f_vjp(jax.tree_util.tree_map(_unit_cotangent, out))
+
+  was_installed = runtime.installed()
+  runtime.install()
+  try:
+    with runtime.collecting() as found:
+      try:
+        jax.eval_shape(probe, *[specs[i] for i in traced])
+      except Exception:
+        if not found:
+          raise  # the user's own error, not a VJP type problem
+  finally:
+    if not was_installed:
+      runtime.uninstall()
+  return found
+
+
+def _all_specs(tree) -> bool:
+  return all(isinstance(l, jax.ShapeDtypeStruct) for l in jax.tree_util.tree_leaves(tree))
+
+
+def _unit_cotangent(out):
+  aval = core.typeof(out).to_ct_aval()
+  if aval.dtype == jax.dtypes.float0:
+    return np.zeros(aval.shape, jax.dtypes.float0)
+  return jax.numpy.ones(aval.shape, aval.dtype)
+
+
+def _spec(x):
+  if isinstance(x, jax.ShapeDtypeStruct):
+    return x
+  try:
+    aval = core.typeof(x)
+  except TypeError:
+    return x
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _cache_key(nums, specs, kwargs):
+  try:
+    leaves, tree = jax.tree_util.tree_flatten((specs, kwargs))
+    k = (nums, tree, tuple((l.shape, l.dtype, l.weak_type) if isinstance(l, jax.ShapeDtypeStruct)
+                           else l for l in leaves))
+    hash(k)
+    return k
+  except TypeError:
+    return None
+
+
+def _cached(fun):
+  try:
+    return _cache.setdefault(fun, {})
+  except TypeError:
+    return None
