@@ -30,7 +30,7 @@ def diagnose(session: Session, exc: BaseException | None,
         call_site=site.call_site if site else None,
         name_stack=site.name_stack if site else "", detail=rec.detail,
         hijax=site.hijax if site else False,
-        expected_aval=rec.expected_aval, got_aval=rec.got_aval))
+        expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site))
   return out
 
 

@@ -55,6 +55,8 @@ class Diagnosis:
   id: str = dataclasses.field(default_factory=lambda: f"d{next(_ids)}")
   expected_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
   got_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
+  site: Any = dataclasses.field(default=None, repr=False, compare=False)
+  """The capture stage's RuleSite (avals, paths, a weakref to the custom_vjp)."""
 
   @property
   def headline(self) -> str:
@@ -90,7 +92,7 @@ class Diagnosis:
 
   def to_dict(self) -> dict:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-         if f.name not in ("graph", "fixes", "expected_aval", "got_aval")}
+         if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site")}
     d["headline"] = self.headline
     d["graph"] = self.graph.to_dict()
     d["fixes"] = [f.to_dict() for f in self.fixes]

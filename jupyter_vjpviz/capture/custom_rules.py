@@ -113,7 +113,8 @@ def _site(cvjp, args) -> RuleSite:
       fwd_rule=_name(cvjp.fwd), rule_source=_source(cvjp.bwd), call_site=call_site,
       name_stack=name_stack, occurrence=occurrence,
       in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves),
-      in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp))
+      in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
+      owner=weakref.ref(cvjp))
 
 
 def _call_site() -> tuple[str | None, str]:

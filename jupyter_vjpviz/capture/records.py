@@ -35,6 +35,8 @@ class RuleSite:
   in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
   in_tree: Any                   # PyTreeDef of the differentiable args tuple
   hijax: bool = False
+  owner: Any = dataclasses.field(default=None, compare=False, repr=False)
+  """weakref to the user's custom_vjp object, so fixes can be verified against it."""
 
   @property
   def in_structure(self) -> str:
