@@ -9,13 +9,36 @@ from __future__ import annotations
 
 from .analysis.diagnosis import Diagnosis, Fix
 from .check import check
-from .runtime import clear, install, installed, uninstall
+from .runtime import clear, installed
 from . import runtime as _runtime
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
            "diagnoses", "clear", "check", "load_ipython_extension",
            "unload_ipython_extension"]
 __version__ = "0.1.0"
+
+
+def install() -> None:
+  """Watch every VJP from now on; idempotent. In IPython use ``%load_ext vjpviz``."""
+  _runtime.install()
+  if not _in_ipython():
+    from .deliver import console
+    console.install()
+
+
+def uninstall() -> None:
+  """Restore every patched JAX object by identity; idempotent."""
+  from .deliver import console
+  console.uninstall()
+  _runtime.uninstall()
+
+
+def _in_ipython() -> bool:
+  try:
+    from IPython import get_ipython
+  except ImportError:
+    return False
+  return get_ipython() is not None
 
 
 def last() -> Diagnosis | None:

@@ -1,0 +1,26 @@
+const jestJupyterLab = require('@jupyterlab/testutils/lib/jest-config');
+
+// ESM-only packages that babel must transform; '@jupyter/', '@microsoft/' and
+// 'exenv-es6' are reached through @jupyterlab/ui-components.
+const esModules = [
+  '@codemirror',
+  '@jupyter/',
+  '@jupyterlab/',
+  '@microsoft/',
+  'exenv-es6',
+  'lib0',
+  'nanoid',
+  'vscode-ws-jsonrpc',
+  'y-protocols',
+  'y-websocket',
+  'yjs'
+].join('|');
+
+module.exports = {
+  ...jestJupyterLab(__dirname),
+  automock: false,
+  collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/*.d.ts'],
+  roots: ['<rootDir>/src'],
+  testRegex: 'src/.*/.*.spec.ts[x]?$',
+  transformIgnorePatterns: [`/node_modules/(?!${esModules}).+`]
+};

@@ -1,0 +1,47 @@
+"""Diagnoses in a terminal or a plain script: a compact text block on stderr.
+
+Warnings print when they happen; errors print after Python's own traceback
+(through ``sys.excepthook``) so the user's error reads first, unchanged.
+"""
+from __future__ import annotations
+
+import sys
+
+from .. import runtime
+from ..analysis.diagnosis import Diagnosis
+from ..capture.records import ERROR, safely
+
+_original_excepthook = None
+
+
+def install() -> None:
+  global _original_excepthook
+  runtime.add_listener(_on_diagnoses)
+  if _original_excepthook is None:
+    _original_excepthook = sys.excepthook
+    sys.excepthook = _excepthook
+
+
+def uninstall() -> None:
+  global _original_excepthook
+  runtime.remove_listener(_on_diagnoses)
+  if _original_excepthook is not None and sys.excepthook is _excepthook:
+    sys.excepthook = _original_excepthook
+  _original_excepthook = None
+
+
+def report(d: Diagnosis) -> str:
+  from ..render import text
+  return safely(text.render, d, default=None) or f"vjpviz: {d.headline}"
+
+
+def _on_diagnoses(found: list[Diagnosis], exc) -> None:
+  for d in found:
+    if d.severity != ERROR and exc is None:
+      print(report(d), file=sys.stderr)
+
+
+def _excepthook(typ, exc, tb):
+  (_original_excepthook or sys.__excepthook__)(typ, exc, tb)
+  for d in getattr(exc, "__vjpviz__", ()):
+    print(report(d), file=sys.stderr)

@@ -1,0 +1,43 @@
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { Signal } from '@lumino/signaling';
+
+import plugin from '../index';
+import { COMM_TARGET } from '../protocol';
+
+const fakeKernel = () => ({ id: 'k', registerCommTarget: jest.fn() });
+
+describe('jupyter-vjpviz:plugin', () => {
+  it('registers the comm target on every notebook kernel', async () => {
+    const owner = {};
+    const widgetAdded = new Signal<object, unknown>(owner);
+    const kernelChanged = new Signal<object, unknown>(owner);
+    const session: { kernel: ReturnType<typeof fakeKernel> | null } = {
+      kernel: null
+    };
+    const panel = {
+      sessionContext: { session, kernelChanged, ready: Promise.resolve() }
+    };
+    const tracker = { widgetAdded, forEach: () => undefined };
+    jest.spyOn(console, 'log').mockImplementation(() => undefined);
+
+    plugin.activate(
+      {} as JupyterFrontEnd,
+      tracker as unknown as INotebookTracker
+    );
+    expect(console.log).toHaveBeenCalledWith('jupyter-vjpviz is activated');
+
+    widgetAdded.emit(panel);
+    const first = fakeKernel();
+    session.kernel = first;
+    await panel.sessionContext.ready;
+    expect(first.registerCommTarget).toHaveBeenCalledTimes(1);
+    expect(first.registerCommTarget.mock.calls[0][0]).toBe(COMM_TARGET);
+
+    const second = fakeKernel();
+    session.kernel = second;
+    kernelChanged.emit(undefined);
+    expect(second.registerCommTarget).toHaveBeenCalledTimes(1);
+    expect(first.registerCommTarget).toHaveBeenCalledTimes(1);
+  });
+});
