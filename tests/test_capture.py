@@ -1,0 +1,415 @@
+"""Every diagnosis kind from real JAX, on both custom_vjp paths and under transforms."""
+import gc
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import jupyter_vjpviz as vv
+
+
+def custom(primal, bwd, fwd=None, **defvjp_kwargs):
+  f = jax.custom_vjp(primal, **({"nondiff_argnums": defvjp_kwargs.pop("nondiff_argnums")}
+                                if "nondiff_argnums" in defvjp_kwargs else {}))
+  f.defvjp(fwd or (lambda *a: (f(*a), a)), bwd, **defvjp_kwargs)
+  return f
+
+
+def raises(thunk):
+  with pytest.raises(Exception) as info:
+    thunk()
+  return info.value
+
+
+def only(kind):
+  found = [d for d in vv.diagnoses() if d.kind == kind]
+  assert found, [d.kind for d in vv.diagnoses()]
+  return found[0]
+
+
+# ------------------------------------------------------------------ bwd_type
+
+def test_bwd_shape_mismatch_names_rule_path_and_types(path):
+  def softclip_bwd(res, g):
+    x, y = res
+    return (jnp.cos(x)[:2] * g[:2], jnp.sin(x) * g)
+  softclip = custom(lambda x, y: jnp.sin(x) * y, softclip_bwd)
+  x = jnp.ones(3)
+  err = raises(lambda: jax.grad(lambda x, y: softclip(x, y).sum())(x, x))
+  d = vv.last()
+  assert (d.kind, d.severity, d.rule, d.path) == ("bwd_type", "error", "softclip_bwd", "[0]")
+  assert (d.expected, d.got) == ("float32[3]", "float32[2]")
+  assert d.message == str(err)
+  assert d.function == "<lambda>" and d.source.endswith("test_capture.py:" + d.source.split(":")[-1])
+  node = d.graph.node(d.node)
+  assert node.custom and node.rule == "softclip_bwd"
+  bad = [e for e in d.graph.edges if e.mismatch]
+  assert [(e.dst, e.cotangent, e.cotangent_got) for e in bad] == [(d.node, "float32[3]", "float32[2]")]
+
+
+def test_symbolic_zero_of_wrong_type(path):
+  from jax.custom_derivatives import SymbolicZero
+  bwd = lambda res, g: (g, SymbolicZero(jax.core.ShapedArray((2,), jnp.float32)))
+  f = custom(lambda x, y: x * y, bwd)
+  raises(lambda: jax.grad(lambda x, y: f(x, y).sum(), argnums=(0, 1))(jnp.ones(3), jnp.ones(3)))
+  d = only("bwd_type")
+  assert (d.path, d.expected, d.got) == ("[1]", "float32[3]", "float32[2]")
+
+
+def test_dict_argument_path_is_keystr(path):
+  f = custom(lambda p: p["w"] * p["scale"],
+             lambda res, g: ({"w": g, "scale": g.sum()},))
+  raises(lambda: jax.grad(lambda p: f(p).sum())({"w": jnp.ones(3), "scale": jnp.ones(3)}))
+  d = only("bwd_type")
+  assert (d.path, d.expected, d.got) == ("[0]['scale']", "float32[3]", "float32[]")
+
+
+# ------------------------------------------------------------- bwd_structure
+
+@pytest.mark.parametrize("bad_bwd, n_args", [
+    (lambda res, g: g, 1),                    # bare array
+    (lambda res, g: (g,), 2),                 # tuple too short
+    (lambda res, g: (g, g, g), 2),            # tuple too long
+])
+def test_bwd_structure(path, bad_bwd, n_args):
+  f = custom(lambda *xs: sum(xs), bad_bwd)
+  args = [jnp.ones(3)] * n_args
+  raises(lambda: jax.grad(lambda *a: f(*a).sum())(*args))
+  d = only("bwd_structure")
+  assert d.severity == "error" and d.detail
+  assert d.expected == str(jax.tree_util.tree_structure(tuple(args)))
+
+
+def test_bwd_structure_missing_dict_key(path):
+  f = custom(lambda p: p["a"] * p["b"], lambda res, g: ({"a": g},))
+  raises(lambda: jax.grad(lambda p: f(p).sum())({"a": jnp.ones(3), "b": jnp.ones(3)}))
+  d = only("bwd_structure")
+  assert "['b']" in d.path or "['b']" in (d.detail or "")
+
+
+def test_nondiff_argnums_extra_cotangent(hook):
+  f = custom(lambda n, x: x * n, lambda n, res, g: (g, g), nondiff_argnums=(0,))
+  raises(lambda: jax.grad(lambda x: f(2.0, x).sum())(jnp.ones(3)))
+  assert only("bwd_structure").rule == "<lambda>"
+
+
+# ------------------------------------------------------------------- fwd
+
+def test_fwd_not_a_pair(path):
+  f = custom(lambda x: x * 2, lambda r, g: (g,), fwd=lambda x: x * 2)
+  raises(lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3)))
+  assert only("fwd_structure").severity == "error"
+
+
+def test_fwd_output_type_mismatch(path):
+  f = custom(lambda x: x * 2, lambda r, g: (g[:3],), fwd=lambda x: (jnp.concatenate([x, x]), None))
+  try:
+    jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+    jax_raised = False
+  except Exception:
+    jax_raised = True
+  assert jax_raised == (path == "hijax")   # classic never compares fwd with the primal
+  d = only("fwd_type")
+  assert (d.expected, d.got) == ("float32[3]", "float32[6]")
+  assert d.severity == ("error" if jax_raised else "warning")
+
+
+# ------------------------------------------------------------ accumulators
+
+def test_with_refs_accumulator_of_wrong_aval(hook):
+  from jax.experimental.hijax import ShapedArray, ValAccum
+  _, f_vjp = jax.vjp(lambda x, y: jnp.sin(x) * y, jnp.ones(3), jnp.ones(3))
+  raises(lambda: f_vjp.with_refs(ValAccum(ShapedArray((4,), jnp.float32)),
+                                 jax.ad.GradValue())(jnp.ones(3)))
+  d = only("accumulator_type")
+  assert (d.path, d.expected, d.got, d.node) == ("args[0]", "float32[3]", "float32[4]", "in0")
+
+
+def test_defvjp_with_accums_ct_check_names_the_rule(path):
+  @jax.custom_vjp
+  def h(x):
+    return x * 2.
+
+  def h_bwd(res, g, x_acc):
+    x_acc.accum(g[:2] * 2.)
+  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  raises(lambda: jax.grad(lambda x: h(x).sum())(jnp.ones(3)))
+  d = only("accumulator_type")
+  assert (d.rule, d.function, d.expected, d.got) == ("h_bwd", "h", "float32[3]", "float32[2]")
+
+
+def test_hiprim_bwd_wrong_shape(hook):
+  from jax.experimental.hijax import HiPrim
+
+  class Scale(HiPrim):
+    def __init__(self, aval):
+      self.in_avals, self.out_aval, self.params = (aval,), aval, {}
+      super().__init__()
+
+    def expand(self, x):
+      return x * 2.
+
+    def vjp_fwd(self, nzs_in, x):
+      return self(x), None
+
+    def vjp_bwd_retval(self, res, g):
+      return (g[:2] * 2.,)
+  raises(lambda: jax.grad(lambda x: Scale(jax.typeof(x))(x).sum())(jnp.ones(3)))
+  d = only("accumulator_type")
+  assert d.function == "Scale" and (d.expected, d.got) == ("float32[3]", "float32[2]")
+
+
+# ---------------------------------------------------------------- Ref kinds
+
+def _ref_vjp():
+  f = lambda w_ref, x: jnp.sin(w_ref[...] * x)
+  return jax.vjp(f, jax.new_ref(jnp.ones(3)), jnp.arange(3.0))[1]
+
+
+@pytest.mark.parametrize("kind, call, got", [
+    ("ref_grad_unbound", lambda v: v(jnp.ones(3)), "no gradient ref"),
+    ("ref_grad_as_value", lambda v: v.with_refs(jax.ad.GradValue(), jax.ad.GradValue())(jnp.ones(3)),
+     "GradValue()"),
+    ("grad_ref_type", lambda v: v.with_refs(jax.new_ref(jnp.zeros(4)), jax.ad.GradValue())(jnp.ones(3)),
+     "Ref{float32[4]}"),
+])
+def test_ref_kinds(hook, kind, call, got):
+  f_vjp = _ref_vjp()
+  raises(lambda: call(f_vjp))
+  d = only(kind)
+  assert (d.path, d.expected, d.got) == ("args[0]", "Ref{float32[3]}", got)
+
+
+def test_with_refs_and_dont_want_is_clean(hook):
+  f_vjp = _ref_vjp()
+  g = jax.new_ref(jnp.zeros(3))
+  f_vjp.with_refs(g, jax.ad.DontWant())(jnp.ones(3))
+  assert vv.diagnoses() == []
+
+
+# ------------------------------------------------------- f_vjp cotangents
+
+def test_vjp_cotangent_type(hook):
+  _, f_vjp = jax.vjp(lambda x: {"a": x * 2, "b": x}, jnp.ones(3))
+  raises(lambda: f_vjp({"a": jnp.ones(4), "b": jnp.ones(3)}))
+  d = only("vjp_cotangent_type")
+  assert (d.path, d.expected, d.got) == ("out['a']", "float32[3]", "float32[4]")
+
+
+def test_vjp_cotangent_structure(hook):
+  _, f_vjp = jax.vjp(lambda x: {"a": x * 2, "b": x}, jnp.ones(3))
+  raises(lambda: f_vjp({"a": jnp.ones(3)}))
+  assert only("vjp_cotangent_structure").expected.startswith("PyTreeDef")
+
+
+# ------------------------------------------------------------ silent dtype
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.int32, jnp.complex64])
+def test_silent_dtype_warning_when_jax_raises_nothing(path, dtype):
+  f = custom(jnp.sin, lambda x, g: ((jnp.cos(x[0]) * g).astype(dtype),))
+  grad = jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+  assert grad.dtype == dtype            # JAX let it through
+  d = only("silent_dtype")
+  assert (d.severity, d.message, d.expected) == ("warning", None, "float32[3]")
+  assert d.got == f"{jnp.dtype(dtype).name}[3]"
+
+
+def test_dtype_clash_later_names_the_culprit_rule(path):
+  def bf16_bwd(x, g):
+    return ((jnp.cos(x[0]) * g).astype(jnp.bfloat16),)
+  f = custom(jnp.sin, bf16_bwd)
+  err = raises(lambda: jax.grad(lambda x: f(x).sum() + (x * x).sum())(jnp.ones(3)))
+  assert "lax.add" in str(err) or "dtype" in str(err)
+  d = only("silent_dtype")
+  assert d.rule == "bf16_bwd" and d.message == str(err)
+  assert any("bf16_bwd" in n for n in err.__notes__)
+
+
+def test_warning_shown_once_per_rule_and_type(hook):
+  f = custom(jnp.sin, lambda x, g: ((jnp.cos(x[0]) * g).astype(jnp.bfloat16),))
+  for _ in range(3):
+    jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+  assert len(vv.diagnoses()) == 1
+
+
+# ------------------------------------------------------------- transforms
+
+def _bad_gelu():
+  def gelu_bwd(x, g):
+    return (g[..., :1],)
+  return custom(lambda x: x * jax.nn.sigmoid(1.702 * x), gelu_bwd, fwd=lambda x: (x, x))
+
+
+@pytest.mark.parametrize("transform", ["jit", "vmap", "scan", "checkpoint"])
+def test_bwd_type_under_transforms(path, transform):
+  gelu = _bad_gelu()
+  loss = lambda x: gelu(x).sum()
+  x = jnp.ones((2, 3))
+  if transform == "jit":
+    run = lambda: jax.jit(jax.grad(loss))(x)
+  elif transform == "vmap":
+    run = lambda: jax.vmap(jax.grad(loss))(jnp.ones((4, 2, 3)))
+  elif transform == "scan":
+    run = lambda: jax.grad(lambda x: jax.lax.scan(lambda c, _: (gelu(c), None), x, None, 2)[0].sum())(x)
+  else:
+    run = lambda: jax.grad(jax.checkpoint(loss))(x)
+  raises(run)
+  d = only("bwd_type")
+  assert (d.expected, d.got) == ("float32[2,3]", "float32[2,1]")
+  assert d.rule == "gelu_bwd"
+
+
+def test_shard_map_types_carry_varying_axes(hook):
+  mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+  @jax.custom_vjp
+  def scale(x):
+    return x * 2.
+  # psum drops the varying axis: the cotangent comes back invariant.
+  scale.defvjp(lambda x: (scale(x), None), lambda r, g: (jax.lax.psum(g, "dp"),))
+
+  def inner(x):
+    return jax.grad(lambda x: scale(x).sum())(x)
+  run = jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")))
+  raises(lambda: run(jnp.ones((8, 16))))
+  d = vv.last()
+  assert d.kind == "bwd_type" and d.expected == "float32[2,16]{V:dp}"
+  assert d.got == "float32[2,16]"
+
+
+def test_failing_instance_of_a_rule_used_24_times(hook):
+  gelu_calls = []
+
+  def gelu_bwd(x, g):
+    return (g if x.shape[-1] != 5 else g[..., :1],)
+  gelu = custom(lambda x: x * 2., gelu_bwd, fwd=lambda x: (gelu_calls.append(1) or x * 2., x))
+
+  def model(x):
+    for i in range(24):
+      with jax.named_scope(f"layer{i}"):
+        x = gelu(x)
+        if i == 16:
+          x = jnp.concatenate([x, x[:, :2]], axis=1)   # width 3 -> 5 from layer 17 on
+    return x.sum()
+  raises(lambda: jax.grad(model)(jnp.ones((2, 3))))
+  d = vv.last()
+  # The first bwd to run (reverse order) is layer 23's: same call site in all layers.
+  assert d.graph.node(d.node).name_stack == "layer23"
+
+
+# ---------------------------------------------------------------- controls
+
+@pytest.mark.parametrize("bwd", [
+    lambda x, g: (jnp.cos(x[0]) * g,),                   # correct
+    lambda x, g: (None,),                                # None: zero cotangent
+])
+def test_correct_rules_give_no_diagnosis(path, bwd):
+  f = custom(jnp.sin, bwd)
+  jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+  assert vv.diagnoses() == []
+
+
+def test_symbolic_zeros_and_float0_controls(path):
+  from jax.custom_derivatives import SymbolicZero
+  f = jax.custom_vjp(lambda x, n: x * n)
+  f.defvjp(lambda x, n: (f(x.value, n.value), n.value),
+           lambda n, g: (g * n, SymbolicZero(jax.core.ShapedArray((3,), jnp.int32))),
+           symbolic_zeros=True)
+  jax.grad(lambda x, n: f(x, n).sum(), allow_int=True, argnums=(0, 1))(jnp.ones(3), jnp.arange(3))
+  assert [d for d in vv.diagnoses() if d.severity == "error"] == []
+
+
+def test_ordinary_user_exception_gives_no_diagnosis(hook):
+  def boom(x):
+    raise KeyError("mine")
+  with pytest.raises(KeyError):
+    jax.grad(boom)(1.0)
+  assert vv.diagnoses() == []
+
+
+# ------------------------------------------------------ the user's error
+
+def _failing_grad():
+  f = custom(lambda x: x * 2., lambda r, g: (g[:2],))
+  return lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+
+
+def _user_frames(err):
+  return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(err.__traceback__)
+          if "/jax/" not in f.filename and "jupyter_vjpviz" not in f.filename]
+
+
+def test_error_unchanged_type_message_frames(path):
+  run = _failing_grad()
+  vv.uninstall()
+  plain = raises(run)
+  vv.install()
+  hooked = raises(run)
+  assert type(hooked) is type(plain) and str(hooked) == str(plain)
+  assert _user_frames(hooked) == _user_frames(plain)
+  added = [n for n in hooked.__notes__ if n not in getattr(plain, "__notes__", [])]
+  assert len(added) == 1 and added[0].startswith("vjpviz: ") and "\n" not in added[0]
+
+
+def test_uninstall_restores_every_object_by_identity():
+  from jax._src import api, custom_derivatives as cd
+  from jax._src.interpreters import ad
+  watched = [(api, "vjp"), (jax, "vjp"), (api, "_vjp3_bwd"), (api, "_vjp3_callable"),
+             (api, "_vjp_accum"), (ad, "ct_check"), (cd.custom_vjp, "__call__")]
+  before = [getattr(o, n) for o, n in watched]
+  tables = dict(ad.fancy_transposes)
+  vv.install(); vv.install()
+  assert jax.vjp is not before[1]
+  vv.uninstall(); vv.uninstall()
+  assert all(getattr(o, n) is b for (o, n), b in zip(watched, before))
+  assert all(ad.fancy_transposes[k] is v for k, v in tables.items())
+
+
+def test_diagnosis_keeps_no_arrays(hook):
+  x = jnp.ones(1000) * 3.0       # a fresh buffer only this test holds
+  baseline = {id(a) for a in jax.live_arrays()}
+  f = custom(lambda x: x * 2., lambda r, g: (g[:2],))
+  try:
+    jax.grad(lambda x: f(x).sum())(x)
+  except ValueError:
+    pass
+  del x
+  gc.collect()
+  assert vv.last() is not None
+  leftover = [a for a in jax.live_arrays() if a.shape == (1000,)]
+  assert leftover == [], "a diagnosis kept a device buffer alive"
+  assert baseline is not None
+
+
+def test_to_dict_is_json(hook):
+  import json
+  raises(_failing_grad())
+  d = json.loads(json.dumps(vv.last().to_dict()))
+  for k in ("kind", "severity", "function", "rule", "source", "path", "expected", "got",
+            "message", "node", "graph", "fixes"):
+    assert k in d
+  assert {"nodes", "edges"} <= set(d["graph"])
+  assert all({"primal", "cotangent", "cotangent_got"} <= set(e) for e in d["graph"]["edges"])
+
+
+def test_check_is_abstract_and_cached(hook):
+  calls = []
+  f = custom(lambda x: x * 2., lambda r, g: (calls.append(1) or g.astype(jnp.bfloat16),))
+  loss = lambda x: f(x).sum()
+  first = vv.check(loss, np.ones(3, np.float32))
+  assert [d.kind for d in first] == ["silent_dtype"]
+  assert vv.check(loss, np.ones(3, np.float32)) == first and len(calls) == 1
+  assert vv.diagnoses() == []          # check returns, it does not display
+
+
+def test_vjpviz_failure_leaves_user_code_alone(hook, monkeypatch, capsys):
+  from jupyter_vjpviz.analysis import diagnose as diagnose_mod
+  monkeypatch.setattr(diagnose_mod.program, "build", lambda origin: 1 / 0)
+  run = _failing_grad()
+  err = raises(run)
+  assert "ValueError" == type(err).__name__
+  lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("vjpviz:")]
+  assert len(lines) == 1 and "your code ran as it would without vjpviz" in lines[0]
