@@ -209,7 +209,10 @@ def _wrap_ct_check(original):
       if _active():
         records.record(records.safely(_ct_check_record, accum, ct, ERROR))
       raise
-    if (_active() and records.current_session() is not None
+    # JAX skips dtypes here; only rules that push into accumulators themselves
+    # (defvjp_with_accums, hijax primitives) can slip one through, so the hot
+    # path of ordinary accumulation pays one list lookup.
+    if (records.state.rule_stack and _active() and records.current_session() is not None
         and not jax.config.jax_disable_bwd_checks):
       got = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct)
       if getattr(got, "dtype", None) != getattr(accum.aval, "dtype", None):

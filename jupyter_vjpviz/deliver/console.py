@@ -31,8 +31,7 @@ def uninstall() -> None:
 
 
 def report(d: Diagnosis) -> str:
-  from ..render import text
-  return safely(text.render, d, default=None) or f"vjpviz: {d.headline}"
+  return safely(d.to_text, default=None) or f"vjpviz: {d.headline}"
 
 
 def _on_diagnoses(found: list[Diagnosis], exc) -> None:

@@ -9,9 +9,8 @@ MIME_TYPE = "application/vnd.vjpviz.diagnosis+json"
 
 def mimebundle(d: Diagnosis) -> dict:
   """Every representation we can make; a renderer failing drops only its own entry."""
-  from ..render import html, text
-  bundle = {"text/plain": safely(text.render, d, default=None) or d.headline}
-  fragment = safely(html.fragment, d)
+  bundle = {"text/plain": safely(d.to_text, default=None) or f"vjpviz: {d.headline}"}
+  fragment = safely(_html_fragment, d)
   if fragment:
     bundle["text/html"] = fragment
   bundle[MIME_TYPE] = d.to_dict()
@@ -24,3 +23,8 @@ class DiagnosisOutput:
 
   def _repr_mimebundle_(self, include=None, exclude=None):
     return mimebundle(self.diagnosis)
+
+
+def _html_fragment(d: Diagnosis) -> str:
+  from ..render import html
+  return html.fragment(d)

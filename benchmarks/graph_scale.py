@@ -1,0 +1,101 @@
+"""How long vjpviz takes to turn a failing ``jax.grad`` into a displayable graph.
+
+Builds transformer-like stacks (d_model=256, 8 heads, T=64, B=2, FFN=1024, one
+custom_vjp GELU per layer, one layer's bwd rule wrong) and prints, per size:
+cold make_jaxpr, edge table (analysis.program.from_jaxpr), default view, SVG
+render, the node counts of the default view, and the latency ratio
+
+    (grad-raise-to-displayable-diagnosis with vjpviz - plain grad raise) / cold make_jaxpr
+
+which issue 3 wants at most 1.5. Every timed trace uses a fresh function
+object, so JAX's trace caches cannot hide a cold trace.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/graph_scale.py [n_layers ...]
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+
+def _gelu(x):
+  return x * jax.nn.sigmoid(1.702 * x)
+
+
+@jax.custom_vjp
+def gelu(x):
+  return _gelu(x)
+
+
+def _gelu_fwd(x):
+  return _gelu(x), x
+
+
+def _gelu_bwd(x, g):
+  s = jax.nn.sigmoid(1.702 * x)
+  return (g * (s + 1.702 * x * s * (1 - s)),)
+
+
+gelu.defvjp(_gelu_fwd, _gelu_bwd)
+
+
+@jax.custom_vjp
+def gelu_bad(x):
+  return _gelu(x)
+
+
+def _gelu_bad_bwd(x, g):
+  return (g.T,)  # the bug: a transposed cotangent
+
+
+gelu_bad.defvjp(_gelu_fwd, _gelu_bad_bwd)
+
+
+def params(n_layers, d_model=256, ffn=1024, seed=0):
+  k = jax.random.split(jax.random.key(seed), 4)
+  def w(key, shape):
+    return jax.random.normal(key, shape) * shape[0] ** -0.5
+  layer = dict(qkv=w(k[0], (d_model, 3 * d_model)), out=w(k[1], (d_model, d_model)),
+               up=w(k[2], (d_model, ffn)), down=w(k[3], (ffn, d_model)),
+               ln1=jnp.ones(d_model), ln2=jnp.ones(d_model))
+  return [layer] * n_layers
+
+
+def model(n_layers, bad_layer, heads=8):
+  """A fresh loss function (a new object, so nothing about it is cached)."""
+  def layer_norm(x, scale):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * scale
+
+  def attention(p, x):
+    b, t, d = x.shape
+    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
+    q, k, v = (a.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3) for a in (q, k, v))
+    logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(d // heads)
+    mask = jnp.tril(jnp.ones((t, t), bool))
+    att = jax.nn.softmax(jnp.where(mask, logits, -1e9), axis=-1)
+    return (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ p["out"]
+
+  def loss(layers, x):
+    for i, p in enumerate(layers[:n_layers]):
+      with jax.named_scope(f"layer{i}"):
+        with jax.named_scope("attn"):
+          x = x + attention(p, layer_norm(x, p["ln1"]))
+        with jax.named_scope("mlp"):
+          act = gelu_bad if i == bad_layer else gelu
+          x = x + act(layer_norm(x, p["ln2"]) @ p["up"]) @ p["down"]
+    return (x ** 2).mean()
+  return loss
+
+
+def inputs(n_layers, batch=2, seq=64, d_model=256, ffn=1024):
+  x = jax.random.normal(jax.random.key(1), (batch, seq, d_model))
+  return params(n_layers, d_model, ffn), x
+
+
+def bad_layer_for(n_layers):
+  return 30 if n_layers > 30 else n_layers // 2

@@ -1,0 +1,67 @@
+"""``%load_ext vjpviz`` in a real kernel: JAX's own error, then the rich diagnosis."""
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+MIME = "application/vnd.vjpviz.diagnosis+json"
+
+FAILING = """\
+import jax, jax.numpy as jnp
+
+@jax.custom_vjp
+def softclip(x):
+    return jnp.tanh(x)
+
+def softclip_fwd(x):
+    return softclip(x), x
+
+def softclip_bwd(x, g):
+    return (g.T,)          # wrong: float32[3,4] for a float32[4,3] input
+
+softclip.defvjp(softclip_fwd, softclip_bwd)
+jax.grad(lambda x: softclip(x).sum())(jnp.ones((4, 3)))
+"""
+
+
+def run(*cells):
+  nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+  NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+  return nb.cells
+
+
+@pytest.fixture(scope="module")
+def outputs():
+  plain, _, hooked = run(FAILING, "%load_ext vjpviz", FAILING)
+  return plain.outputs, hooked.outputs
+
+
+def test_error_reaches_user_unchanged(outputs):
+  plain, hooked = outputs
+  p_err = next(o for o in plain if o.output_type == "error")
+  h_err = next(o for o in hooked if o.output_type == "error")
+  assert (h_err.ename, h_err.evalue) == (p_err.ename, p_err.evalue)
+  assert "softclip" in h_err.evalue
+
+
+def test_rich_diagnosis_follows_the_traceback(outputs):
+  _, hooked = outputs
+  kinds = [o.output_type for o in hooked]
+  assert kinds.index("error") < kinds.index("display_data")
+  shown = next(o for o in hooked if o.output_type == "display_data")
+  d = shown.data[MIME]
+  assert (d["kind"], d["rule"], d["expected"], d["got"]) == (
+      "bwd_type", "softclip_bwd", "float32[4,3]", "float32[3,4]")
+  assert "softclip_bwd" in shown.data["text/plain"]
+  assert d["node"] and any(n["id"] == d["node"] for n in d["graph"]["nodes"])
+
+
+def test_warning_in_kernel_without_error():
+  (cell,) = run("%load_ext vjpviz\n" + FAILING.replace("(g.T,)", "(g.astype(jnp.bfloat16),)"))[-1:]
+  assert not [o for o in cell.outputs if o.output_type == "error"]
+  shown = [o for o in cell.outputs if o.output_type == "display_data"]
+  assert shown and shown[0].data[MIME]["kind"] == "silent_dtype"
+
+
+def test_unload_restores_plain_behaviour():
+  cells = run("%load_ext vjpviz", "%unload_ext vjpviz", FAILING)
+  assert not [o for o in cells[-1].outputs if o.output_type == "display_data"]
