@@ -19,6 +19,7 @@ def diagnose(session: Session, exc: BaseException | None,
   for rec in sorted(recs, key=lambda r: r.severity != ERROR):
     node = locate(graph, rec)
     site = rec.site
+    argument, primal = _argument(rec, graph.node(node) if node else None)
     out.append(Diagnosis(
         # Whatever the check site expected, if JAX raised nothing it let it through.
         kind=rec.kind, severity=rec.severity if exc is not None else WARNING,
@@ -28,11 +29,21 @@ def diagnose(session: Session, exc: BaseException | None,
         path=rec.path, expected=rec.expected, got=rec.got, message=message, node=node,
         graph=mark_got(graph, node, rec),
         rule_source=site.rule_source if site else None,
-        call_site=site.call_site if site else None,
+        call_site=site.call_site if site else None, argument=argument, primal=primal,
         name_stack=site.name_stack if site else "", detail=rec.detail,
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site))
   return out
+
+
+def _argument(rec: Record, node) -> tuple[str | None, str | None]:
+  """The input the record is about, by the user's name, and its primal aval."""
+  site, i = rec.site, rec.flat_index
+  if site is not None and i is not None and i < len(site.in_names):
+    return site.in_names[i], site.in_avals[i].str_short()
+  if node is not None and node.kind == "input":
+    return node.label, node.out_avals[0]
+  return None, None
 
 
 def key(rec: Record) -> tuple:

@@ -49,6 +49,8 @@ class Diagnosis:
   fixes: tuple = ()
   rule_source: str | None = None
   call_site: str | None = None
+  argument: str | None = None        # the input as the user named it: "x", "p['w']"
+  primal: str | None = None          # that input's primal aval
   name_stack: str = ""
   detail: str | None = None
   hijax: bool = False
@@ -62,15 +64,18 @@ class Diagnosis:
   def headline(self) -> str:
     """One sentence in plain words."""
     who = f"{self.function}'s {'fwd' if self.kind.startswith('fwd') else 'bwd'} rule"
-    where = f" for input {self.path}" if self.path else ""
+    if self.rule and self.kind in ("bwd_type", "silent_dtype", "bwd_structure", "fwd_type"):
+      who += f" {self.rule}"
+    where = (f" for input {self.argument}: {self.primal}" if self.argument and self.primal
+             else f" for input {self.path}" if self.path else "")
     text = {
-        "bwd_type": f"{who} returned {self.got}{where}, which needs {self.expected}",
-        "silent_dtype": f"{who} returned {self.got}{where}, which needs {self.expected}; "
-                        "JAX let it through, so the gradient has the wrong dtype",
+        "bwd_type": f"{who} returned {self.got}{where}; the cotangent must be {self.expected}",
+        "silent_dtype": f"{who} returned {self.got}{where}; JAX let it through, so the "
+                        f"gradient is {self.got} where it should be {self.expected}",
         "bwd_structure": f"{who} returned a cotangent tree of the wrong structure"
                          f"{' at ' + self.path if self.path else ''}",
-        "fwd_type": f"{who} produced primal output {self.got}{where}, but "
-                    f"{self.function} produces {self.expected}",
+        "fwd_type": f"{who} produced primal output {self.got} at {self.path or 'the top'}, "
+                    f"but {self.function} produces {self.expected}",
         "fwd_structure": f"{who} returned the wrong structure",
         "accumulator_type": f"a gradient accumulator for {self.path or 'an input'} of "
                             f"{self.function or 'the function'} expected {self.expected} "
@@ -86,8 +91,6 @@ class Diagnosis:
         "vjp_cotangent_structure": f"the cotangent passed to {self.function}'s VJP function "
                                    "has the wrong tree structure",
     }.get(self.kind, f"{self.kind}: expected {self.expected}, got {self.got}")
-    if self.rule and self.kind in ("bwd_type", "silent_dtype", "bwd_structure"):
-      text = text.replace(f"{self.function}'s bwd rule", f"{self.function}'s bwd rule {self.rule}", 1)
     return text + "."
 
   def to_dict(self) -> dict:

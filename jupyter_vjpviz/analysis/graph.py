@@ -11,7 +11,8 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Node:
   id: str                  # "in0", "out0", "e12", "e12.3" (equation 3 inside e12's sub-jaxpr)
-  kind: str                # "input" | "output" | "eqn"
+  kind: str                # "input" (differentiated) | "static" (an argument not
+                           # differentiated) | "output" | "eqn"
   label: str               # primitive, or the custom function's name
   primitive: str | None = None
   parent: str | None = None        # id of the equation whose sub-jaxpr holds this node

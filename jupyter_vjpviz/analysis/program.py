@@ -9,6 +9,7 @@ whose ``parent`` is the enclosing equation.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 from typing import Any, Iterator
 
@@ -26,12 +27,19 @@ CUSTOM_PRIMITIVES = ("custom_vjp_call", "call_hi_primitive")
 
 
 def trace(origin: Origin) -> core.Jaxpr:
-  """The forward jaxpr of ``origin.fun`` from avals alone (no FLOPs)."""
-  specs = [_spec(a) for a in origin.in_avals]
-  args = jax.tree_util.tree_unflatten(origin.in_tree, specs)
+  """The forward jaxpr of ``origin.fun`` over its array arguments, from avals alone."""
+  arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
+
+  def flat(*values):
+    leaves = list(origin.leaves)
+    for j, v in zip(arrays, values):
+      leaves[j] = v
+    args, kwargs = jax.tree_util.tree_unflatten(origin.tree, leaves)
+    return origin.fun(*args, **kwargs)
+
   records.state.suspended += 1
   try:
-    return jax.make_jaxpr(origin.fun)(*args)
+    return jax.make_jaxpr(flat)(*[_spec(origin.leaves[j]) for j in arrays])
   finally:
     records.state.suspended -= 1
 
@@ -40,20 +48,63 @@ def build(origin: Origin | None) -> Graph:
   if origin is None:
     return Graph(note="the differentiated function was not seen by the hook")
   try:
-    closed = trace(origin)
+    jaxpr = _open(trace(origin))
   except Exception as e:  # noqa: BLE001 - the diagnosis stands without its graph
     return Graph(note=f"could not trace {origin.name} for its graph: {type(e).__name__}: {e}")
-  return from_jaxpr(_open(closed))
+  return from_jaxpr(jaxpr, inputs=_input_nodes(origin))
 
 
-def from_jaxpr(jaxpr: core.Jaxpr) -> Graph:
+def _input_nodes(origin: Origin) -> list[Node]:
+  """One node per array argument leaf, named as the user named it.
+
+  Differentiated leaves get ids ``in0, in1, ...`` in the VJP's input order (the
+  order JAX's own paths like ``args[0]`` count in); the rest are ``static``.
+  """
+  names = _leaf_names(origin)
+  arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
+  nodes = []
+  for j in arrays:
+    aval = (_short(origin.leaves[j]),)
+    if j in origin.diff_leaves:
+      k = origin.diff_leaves.index(j)
+      nodes.append(Node(id=f"in{k}", kind="input", label=names[j], out_avals=aval))
+    else:
+      nodes.append(Node(id=f"arg{j}", kind="static", label=names[j], out_avals=aval))
+  return nodes
+
+
+def _leaf_names(origin: Origin) -> list[str]:
+  params = _positional_names(origin.fun)
+  dummy = jax.tree_util.tree_unflatten(origin.tree, list(range(len(origin.leaves))))
+  names = []
+  for path, _ in jax.tree_util.tree_leaves_with_path(dummy):
+    group, top, rest = path[0].idx, path[1], jax.tree_util.keystr(path[2:])
+    if group == 1:
+      names.append(f"{top.key}{rest}")
+    else:
+      i = top.idx
+      names.append(f"{params[i] if i < len(params) else f'args[{i}]'}{rest}")
+  return names
+
+
+def _positional_names(fun) -> list[str]:
+  try:
+    sig = inspect.signature(fun)
+  except (TypeError, ValueError):
+    return []
+  return [p.name for p in sig.parameters.values()
+          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def from_jaxpr(jaxpr: core.Jaxpr, inputs: list[Node] | None = None) -> Graph:
+  """The graph of ``jaxpr``; ``inputs`` name its invars (default: ``args[i]``)."""
   builder = _Builder()
-  names = jaxpr.debug_info.arg_names if jaxpr.debug_info else None
-  for i, v in enumerate(jaxpr.invars):
-    label = names[i] if names and i < len(names) and names[i] else f"args[{i}]"
-    builder.add_node(Node(id=f"in{i}", kind="input", label=label,
-                          out_avals=(_short(v.aval),)))
-    builder.env[v] = f"in{i}"
+  if inputs is None:
+    inputs = [Node(id=f"in{i}", kind="input", label=f"args[{i}]",
+                   out_avals=(_short(v.aval),)) for i, v in enumerate(jaxpr.invars)]
+  for node, v in zip(inputs, jaxpr.invars):
+    builder.add_node(node)
+    builder.env[v] = node.id
   for v in jaxpr.constvars:
     builder.env[v] = "const"
   builder.walk(jaxpr, parent=None)
@@ -184,6 +235,10 @@ def _ct_short(aval) -> str:
     return inner.to_ct_aval().str_short()
   except Exception:
     return "?"
+
+
+def _is_aval(leaf) -> bool:
+  return isinstance(leaf, core.AbstractValue)
 
 
 def _spec(aval):

@@ -83,15 +83,42 @@ def _wrap_vjp(original, sink):
   return vjp
 
 
-def _origin(fun, primals) -> Origin | None:
+def _origin(fun, primals) -> Origin:
+  user_fun, args, kwargs, diff_args = _unwrap_argnums(fun, primals)
+  paths_leaves, tree = jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))
+  leaves = tuple(_aval_or_value(x) for _, x in paths_leaves)
+  by_arg: dict[int, list[int]] = {}
+  for j, (path, _) in enumerate(paths_leaves):
+    if path[0].idx == 0:
+      by_arg.setdefault(path[1].idx, []).append(j)
+  diff = tuple(j for i in diff_args for j in by_arg.get(i, ()))
+  return Origin(fun=user_fun, leaves=leaves, tree=tree, diff_leaves=diff,
+                name=custom_rules._name(user_fun), source=custom_rules._source(user_fun))
+
+
+def _unwrap_argnums(fun, primals):
+  """See through ``jax.grad``'s argnums wrapper to the user's function and all its args.
+
+  ``argnums_partial2`` closes over the user's ``f``, the other arguments and
+  the kwargs; reading its closure cells costs nothing and gives the graph the
+  whole program with the user's own argument names.
+  """
+  code, cells = getattr(fun, "__code__", None), getattr(fun, "__closure__", None)
+  if code is not None and cells and code.co_name == "f_wrapped":
+    free = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
+    if {"f", "static_args", "dyn_argnums", "kwargs"} <= free.keys():
+      args = list(free["static_args"])
+      for i, x in zip(free["dyn_argnums"], primals):
+        args[i] = x
+      return free["f"], args, dict(free["kwargs"]), tuple(free["dyn_argnums"])
+  return fun, list(primals), {}, tuple(range(len(primals)))
+
+
+def _aval_or_value(x):
   try:
-    leaves, tree = jax.tree_util.tree_flatten(primals)
-    avals = tuple(core.typeof(x) for x in leaves)
-  except Exception:
-    return None
-  name = custom_rules._name(fun)
-  return Origin(fun=fun, in_avals=avals, in_tree=tree, name=name,
-                source=custom_rules._source(fun))
+    return core.typeof(x)
+  except TypeError:
+    return x
 
 
 def _origin_of(jaxpr) -> Origin | None:
@@ -291,6 +318,7 @@ def _hi_site(prim) -> RuleSite | None:
                     rule=f"{name}.{rule}", fwd_rule=f"{name}.vjp_fwd",
                     rule_source=custom_rules._source(getattr(type(prim), rule)),
                     call_site=None, name_stack="", occurrence=None, in_paths=paths,
+                    in_names=tuple(f"args{p}" for p in paths),
                     in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True)
   except Exception:
     return None

@@ -10,6 +10,7 @@ error) is unchanged. It also sees what JAX lets through (silent dtypes).
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from typing import Any
 
@@ -108,13 +109,44 @@ def _site(cvjp, args) -> RuleSite:
     key = (id(cvjp.fun), call_site, name_stack)
     session.occurrences[key] += 1
     occurrence = session.occurrences[key]
+  params = _param_names(cvjp.fun)
+  positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
+  names = tuple(_leaf_name(params, positions, path) for path, _ in leaves)
   return RuleSite(
       function=_name(cvjp.fun), source=_source(cvjp.fun), rule=_name(cvjp.bwd),
       fwd_rule=_name(cvjp.fwd), rule_source=_source(cvjp.bwd), call_site=call_site,
       name_stack=name_stack, occurrence=occurrence,
-      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves),
+      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=names,
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       owner=weakref.ref(cvjp))
+
+
+_param_name_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _param_names(fun) -> tuple[str, ...]:
+  """Positional parameter names of the primal, cached: this runs on every fwd."""
+  try:
+    return _param_name_cache[fun]
+  except (KeyError, TypeError):
+    pass
+  try:
+    sig = inspect.signature(fun)
+    names = tuple(p.name for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+  except (TypeError, ValueError):
+    names = ()
+  try:
+    _param_name_cache[fun] = names
+  except TypeError:
+    pass
+  return names
+
+
+def _leaf_name(params, positions, path) -> str:
+  i = positions[path[0].idx]
+  head = params[i] if i < len(params) else f"args[{i}]"
+  return head + jax.tree_util.keystr(path[1:])
 
 
 def _call_site() -> tuple[str | None, str]:
@@ -338,7 +370,6 @@ def _name(fun) -> str:
 
 
 def _source(fun) -> str | None:
-  import inspect
   try:
     fun = inspect.unwrap(fun)
     while isinstance(fun, functools.partial):

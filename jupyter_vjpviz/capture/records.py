@@ -32,6 +32,7 @@ class RuleSite:
   name_stack: str
   occurrence: int | None   # n-th application of this primal at this call site
   in_paths: tuple[str, ...]      # keystr of each differentiable input leaf
+  in_names: tuple[str, ...]      # the same leaves as the user named them: "x", "p['w']"
   in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
   in_tree: Any                   # PyTreeDef of the differentiable args tuple
   hijax: bool = False
@@ -63,10 +64,17 @@ class Record:
 
 @dataclasses.dataclass(frozen=True)
 class Origin:
-  """The differentiated function and its primal input avals (no values)."""
+  """The user's function and the types of everything it was called with.
+
+  ``leaves`` are the flattened ``(args, kwargs)``: an aval for each array,
+  the value itself for anything else (strings, callables, Python constants).
+  ``diff_leaves`` lists, in the VJP's own input order, which array leaves
+  were differentiated (``jax.grad`` differentiates only some arguments).
+  """
   fun: Callable
-  in_avals: tuple[Any, ...]
-  in_tree: Any
+  leaves: tuple[Any, ...]
+  tree: Any
+  diff_leaves: tuple[int, ...]
   name: str
   source: str | None
 
