@@ -413,3 +413,16 @@ def test_vjpviz_failure_leaves_user_code_alone(hook, monkeypatch, capsys):
   assert "ValueError" == type(err).__name__
   lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("vjpviz:")]
   assert len(lines) == 1 and "your code ran as it would without vjpviz" in lines[0]
+
+
+# ------------------------------------------------------ text as a fallback
+
+def test_text_fallback_when_no_check_site_reported(path, monkeypatch):
+  """A JAX whose check site we don't wrap: the message still yields a diagnosis."""
+  from jupyter_vjpviz.capture import custom_rules
+  monkeypatch.setattr(custom_rules, "compare_cotangents", lambda site, cts: [])
+  f = custom(lambda x: x * 2., lambda r, g: (g[:2],))
+  raises(lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3)))
+  d = vv.last()
+  assert (d.kind, d.expected, d.got) == ("bwd_type", "float32[3]", "float32[2]")
+  assert "JAX's message" in d.detail

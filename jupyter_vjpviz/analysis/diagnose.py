@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..capture.records import ERROR, WARNING, Record, Session
-from . import program
+from . import fallback, program
 from .diagnosis import Diagnosis
 from .locate import locate, mark_got
 
@@ -10,7 +10,10 @@ from .locate import locate, mark_got
 def diagnose(session: Session, exc: BaseException | None,
              skip: set | None = None) -> list[Diagnosis]:
   """Diagnoses for a session, errors first; records whose key is in ``skip`` are dropped."""
-  recs = [r for r in merge(session.records) if skip is None or key(r) not in skip]
+  recs = session.records
+  if not recs and exc is not None:
+    recs = fallback.records_from_text(str(exc))
+  recs = [r for r in merge(recs) if skip is None or key(r) not in skip]
   if not recs:
     return []
   graph = program.build(session.origin)
