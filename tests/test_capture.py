@@ -426,3 +426,15 @@ def test_text_fallback_when_no_check_site_reported(path, monkeypatch):
   d = vv.last()
   assert (d.kind, d.expected, d.got) == ("bwd_type", "float32[3]", "float32[2]")
   assert "JAX's message" in d.detail
+
+
+def test_unsupported_jax_version_says_so_once_and_still_works(monkeypatch, capsys):
+  monkeypatch.setattr(jax, "__version__", "0.99.0")
+  vv.install()
+  try:
+    assert "found 0.99.0" in capsys.readouterr().err
+    raises(_failing_grad())
+    assert vv.last().kind == "bwd_type"
+  finally:
+    vv.uninstall()
+    vv.clear()

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import sys
 
+import jax
 from jax._src import source_info_util, traceback_util
 
 from . import check_sites, custom_rules
@@ -11,12 +13,16 @@ from .patches import PatchSet
 _patches = PatchSet()
 _package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _excluded = False
+SUPPORTED_JAX = "0.12."
 
 
 def install(sink: check_sites.Sink) -> None:
   global _excluded
   if _patches.active:
     return
+  if not jax.__version__.startswith(SUPPORTED_JAX):
+    print(f"vjpviz: built for jax {SUPPORTED_JAX}x, found {jax.__version__}; "
+          "check sites this version lacks are skipped.", file=sys.stderr)
   if not _excluded:
     # Our wrapper frames must look like JAX's own: hidden from filtered
     # tracebacks and never taken for the user's call site.
