@@ -438,3 +438,28 @@ def test_unsupported_jax_version_says_so_once_and_still_works(monkeypatch, capsy
   finally:
     vv.uninstall()
     vv.clear()
+
+
+@pytest.mark.parametrize("wrap", ["plain", "jit_block"])
+def test_only_the_failing_application_is_highlighted(hook, wrap):
+  """One rule applied 24 times from one line, no scopes: only the 6th call's bwd is wrong."""
+  def bwd(x, g):
+    return (g[..., :1] if x.shape[-1] == 7 else g,)
+  rule = custom(lambda x: x * 2., bwd, fwd=lambda x: (x * 2., x))
+  block = (lambda x: rule(x)) if wrap == "plain" else jax.jit(lambda x: rule(x))
+
+  def model(x):
+    for i in range(24):
+      x = block(x)
+      if i == 4:
+        x = jnp.pad(x, ((0, 0), (0, 4)))              # width 3 -> 7 for the 6th call
+      if i == 5:
+        x = x[:, :3]                                  # back to 3 after it
+    return x.sum()
+  raises(lambda: jax.grad(model)(jnp.ones((2, 3))))
+  d = vv.last()
+  failing = d.graph.node(d.node)
+  custom_nodes = [n for n in d.graph.nodes if n.custom]
+  assert len(custom_nodes) == 24
+  assert custom_nodes.index(failing) == 5
+  assert failing.in_avals[-1] == "float32[2,7]"

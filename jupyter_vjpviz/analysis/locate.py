@@ -31,8 +31,10 @@ def locate(graph: Graph, rec: Record) -> str | None:
 def _custom_node(graph: Graph, rec: Record) -> str | None:
   site = rec.site
   candidates = [n for n in graph.nodes if n.custom and n.function == site.function]
+  avals = tuple(a.str_short() for a in site.in_avals)
   for narrow in (lambda n: n.call_site == site.call_site,
-                 lambda n: n.name_stack == site.name_stack):
+                 lambda n: n.name_stack == site.name_stack,
+                 lambda n: n.in_avals[len(n.in_avals) - len(avals):] == avals):
     narrowed = [n for n in candidates if narrow(n)]
     if narrowed:
       candidates = narrowed
