@@ -463,3 +463,16 @@ def test_only_the_failing_application_is_highlighted(hook, wrap):
   assert len(custom_nodes) == 24
   assert custom_nodes.index(failing) == 5
   assert failing.in_avals[-1] == "float32[2,7]"
+
+
+def test_int32_pushed_into_float32_accumulator_is_a_warning(path):
+  @jax.custom_vjp
+  def h(x):
+    return x * 2.
+
+  def h_bwd(r, g, acc):
+    acc.accum(g.astype(jnp.int32))
+  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  assert jax.grad(lambda x: h(x).sum())(jnp.ones(3)).dtype == jnp.int32   # JAX took it
+  d = only("silent_dtype")
+  assert (d.rule, d.argument, d.expected, d.got) == ("h_bwd", "x", "float32[3]", "int32[3]")
