@@ -90,7 +90,7 @@ def test_bwd_structure_missing_dict_key(path):
   assert "['b']" in d.path or "['b']" in (d.detail or "")
 
 
-def test_nondiff_argnums_extra_cotangent(hook):
+def test_nondiff_argnums_extra_cotangent(path):
   f = custom(lambda n, x: x * n, lambda n, res, g: (g, g), nondiff_argnums=(0,))
   raises(lambda: jax.grad(lambda x: f(2.0, x).sum())(jnp.ones(3)))
   assert only("bwd_structure").rule == "<lambda>"
@@ -262,7 +262,7 @@ def test_bwd_type_under_transforms(path, transform):
   assert d.rule == "gelu_bwd"
 
 
-def test_shard_map_types_carry_varying_axes(hook):
+def test_shard_map_types_carry_varying_axes(path):
   mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
 
   @jax.custom_vjp
