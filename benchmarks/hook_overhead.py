@@ -23,7 +23,7 @@ def median_time(fn, repeats: int) -> float:
   return statistics.median(times)
 
 
-def measure(fn, repeats: int, rounds: int = 5) -> tuple[float, float]:
+def measure(fn, repeats: int, rounds: int = 9) -> tuple[float, float]:
   """Interleaved off/on rounds, so drift on a shared machine hits both alike."""
   off, on = [], []
   for _ in range(rounds):

@@ -476,3 +476,29 @@ def test_int32_pushed_into_float32_accumulator_is_a_warning(path):
   assert jax.grad(lambda x: h(x).sum())(jnp.ones(3)).dtype == jnp.int32   # JAX took it
   d = only("silent_dtype")
   assert (d.rule, d.argument, d.expected, d.got) == ("h_bwd", "x", "float32[3]", "int32[3]")
+
+
+def test_generic_batching_rule_is_hijax(hook):
+  def softclip_bwd(x, g):
+    return (g[:2],)
+  f = custom(jnp.sin, softclip_bwd, generic_batching=True)
+  raises(lambda: jax.vmap(jax.grad(lambda x: f(x).sum()))(jnp.ones((4, 3))))
+  d = only("bwd_type")
+  assert d.hijax and (d.rule, d.expected, d.got) == ("softclip_bwd", "float32[3]", "float32[2]")
+
+
+def test_script_prints_report_after_traceback(tmp_path):
+  import subprocess
+  import sys
+  script = tmp_path / "train.py"
+  script.write_text(
+      "import jax, jax.numpy as jnp\nimport jupyter_vjpviz as vv\nvv.install()\n"
+      "f = jax.custom_vjp(lambda x: x * 2.)\n"
+      "def f_bwd(r, g):\n    return (g[:2],)\n"
+      "f.defvjp(lambda x: (f(x), None), f_bwd)\n"
+      "jax.grad(lambda x: f(x).sum())(jnp.ones(3))\n")
+  run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  err = run.stderr
+  assert err.index("Traceback") < err.index("ValueError: Custom VJP bwd rule") < err.rindex("f_bwd")
+  assert "vjpviz: internal error" not in err
