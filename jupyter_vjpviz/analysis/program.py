@@ -9,7 +9,6 @@ whose ``parent`` is the enclosing equation.
 """
 from __future__ import annotations
 
-import inspect
 import itertools
 from typing import Any, Iterator
 
@@ -19,7 +18,7 @@ from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
 from ..capture import records
-from ..capture.custom_rules import scope_names
+from ..capture import names as capture_names
 from ..capture.records import Origin
 from .graph import Edge, Graph, Node
 
@@ -74,7 +73,7 @@ def _input_nodes(origin: Origin) -> list[Node]:
 
 
 def _leaf_names(origin: Origin) -> list[str]:
-  params = _positional_names(origin.fun)
+  params = capture_names.positional_names(origin.fun)
   dummy = jax.tree_util.tree_unflatten(origin.tree, list(range(len(origin.leaves))))
   names = []
   for path, _ in jax.tree_util.tree_leaves_with_path(dummy):
@@ -82,18 +81,8 @@ def _leaf_names(origin: Origin) -> list[str]:
     if group == 1:
       names.append(f"{top.key}{rest}")
     else:
-      i = top.idx
-      names.append(f"{params[i] if i < len(params) else f'args[{i}]'}{rest}")
+      names.append(capture_names.argument_name(params, top.idx, rest))
   return names
-
-
-def _positional_names(fun) -> list[str]:
-  try:
-    sig = inspect.signature(fun)
-  except (TypeError, ValueError):
-    return []
-  return [p.name for p in sig.parameters.values()
-          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def from_jaxpr(jaxpr: core.Jaxpr, inputs: list[Node] | None = None) -> Graph:
@@ -171,7 +160,7 @@ def _eqn_node(eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
   return Node(
       id=nid, kind="eqn", label=function or eqn.primitive.name,
       primitive=eqn.primitive.name, parent=parent,
-      name_stack=scope_names(eqn.source_info.name_stack),
+      name_stack=capture_names.scope_names(eqn.source_info.name_stack),
       call_site=f"{frame.file_name}:{frame.start_line}" if frame else None,
       function=function, rule=rule,
       in_avals=tuple(_short(v.aval) for v in eqn.invars),

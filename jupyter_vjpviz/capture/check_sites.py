@@ -17,9 +17,8 @@ from jax._src import api, core
 from jax._src import custom_derivatives as cd
 from jax._src import traceback_util
 from jax._src.interpreters import ad
-from jax._src.state.types import AbstractRef
 
-from . import custom_rules, records
+from . import custom_rules, names, records
 from .patches import PatchSet
 from .records import ERROR, WARNING, Origin, Record, RuleSite, Session
 
@@ -93,7 +92,7 @@ def _origin(fun, primals) -> Origin:
       by_arg.setdefault(path[1].idx, []).append(j)
   diff = tuple(j for i in diff_args for j in by_arg.get(i, ()))
   return Origin(fun=user_fun, leaves=leaves, tree=tree, diff_leaves=diff,
-                name=custom_rules._name(user_fun), source=custom_rules._source(user_fun))
+                name=names.function_name(user_fun), source=names.function_source(user_fun))
 
 
 def _unwrap_argnums(fun, primals):
@@ -202,8 +201,7 @@ def _wrap_vjp_accum(original):
 
 def _accum_record(jaxpr, in_tree, explicit_refs, idx, v, x) -> Record:
   """Classify a rejected ``with_refs`` entry from what was given for it."""
-  inner = v.aval.inner_aval if isinstance(v.aval, AbstractRef) else v.aval
-  expected = inner.to_ct_aval()
+  expected = custom_rules.ct_aval(v.aval)
   function, source = _function_of(jaxpr)
   path = "args" + _leaf_path(in_tree, idx)
   ref_expected = f"Ref{{{expected.str_short()}}}"
@@ -266,7 +264,7 @@ def _accum_path(site: RuleSite | None, aval) -> str | None:
   if site is None:
     return None
   fits = [p for p, a in zip(site.in_paths, site.in_avals)
-          if custom_rules._ct_aval(a) == aval]
+          if custom_rules.ct_aval(a) == aval]
   return fits[0] if len(fits) == 1 else None
 
 
@@ -314,9 +312,9 @@ def _hi_site(prim) -> RuleSite | None:
         jax.tree_util.tree_unflatten(prim.in_tree, range(prim.in_tree.num_leaves))))
     name = type(prim).__name__
     rule = "vjp_bwd_retval" if "vjp_bwd_retval" in type(prim).__dict__ else "vjp_bwd"
-    return RuleSite(function=name, source=custom_rules._source(type(prim).__init__),
+    return RuleSite(function=name, source=names.function_source(type(prim).__init__),
                     rule=f"{name}.{rule}", fwd_rule=f"{name}.vjp_fwd",
-                    rule_source=custom_rules._source(getattr(type(prim), rule)),
+                    rule_source=names.function_source(getattr(type(prim), rule)),
                     call_site=None, name_stack="", occurrence=None, in_paths=paths,
                     in_names=tuple(f"args{p}" for p in paths),
                     in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True)

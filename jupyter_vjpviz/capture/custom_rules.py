@@ -10,7 +10,6 @@ error) is unchanged. It also sees what JAX lets through (silent dtypes).
 from __future__ import annotations
 
 import functools
-import inspect
 import weakref
 from typing import Any
 
@@ -20,7 +19,7 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import records
+from . import names, records
 from .records import ERROR, WARNING, Record, RuleSite
 
 
@@ -109,57 +108,25 @@ def _site(cvjp, args) -> RuleSite:
     key = (id(cvjp.fun), call_site, name_stack)
     session.occurrences[key] += 1
     occurrence = session.occurrences[key]
-  params = _param_names(cvjp.fun)
+  params = names.positional_names(cvjp.fun)
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
-  names = tuple(_leaf_name(params, positions, path) for path, _ in leaves)
+  in_names = tuple(names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
+                   for p, _ in leaves)
   return RuleSite(
-      function=_name(cvjp.fun), source=_source(cvjp.fun), rule=_name(cvjp.bwd),
-      fwd_rule=_name(cvjp.fwd), rule_source=_source(cvjp.bwd), call_site=call_site,
+      function=names.function_name(cvjp.fun), source=names.function_source(cvjp.fun),
+      rule=names.function_name(cvjp.bwd), fwd_rule=names.function_name(cvjp.fwd),
+      rule_source=names.function_source(cvjp.bwd), call_site=call_site,
       name_stack=name_stack, occurrence=occurrence,
-      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=names,
+      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=in_names,
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       owner=weakref.ref(cvjp))
-
-
-_param_name_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _param_names(fun) -> tuple[str, ...]:
-  """Positional parameter names of the primal, cached: this runs on every fwd."""
-  try:
-    return _param_name_cache[fun]
-  except (KeyError, TypeError):
-    pass
-  try:
-    sig = inspect.signature(fun)
-    names = tuple(p.name for p in sig.parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-  except (TypeError, ValueError):
-    names = ()
-  try:
-    _param_name_cache[fun] = names
-  except TypeError:
-    pass
-  return names
-
-
-def _leaf_name(params, positions, path) -> str:
-  i = positions[path[0].idx]
-  head = params[i] if i < len(params) else f"args[{i}]"
-  return head + jax.tree_util.keystr(path[1:])
 
 
 def _call_site() -> tuple[str | None, str]:
   info = source_info_util.current()
   frame = source_info_util.user_frame(info.traceback)
   where = f"{frame.file_name}:{frame.start_line}" if frame else None
-  return where, scope_names(info.name_stack)
-
-
-def scope_names(name_stack) -> str:
-  """``jax.named_scope`` names only, without transform wrappers like ``jvp(...)``."""
-  scopes = getattr(name_stack, "stack", ())
-  return "/".join(s.name for s in scopes if type(s).__name__ == "Scope")
+  return where, names.scope_names(info.name_stack)
 
 
 _primal_out_avals: dict = {}
@@ -268,7 +235,7 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
   for i, (path, primal, ct) in enumerate(zip(site.in_paths, site.in_avals, flat)):
     if ct is None or isinstance(ct, cd.Zero):
       continue
-    expected = _ct_aval(primal)
+    expected = ct_aval(primal)
     got = ct.aval if isinstance(ct, cd.SymbolicZero) else core.typeof(ct)
     if getattr(expected, "dtype", None) == jax.dtypes.float0:
       continue  # JAX drops cotangents of integer inputs
@@ -328,7 +295,7 @@ def _jax_accepts(site, expected, got, ct) -> bool:
   return core.typecompat(expected, got) or exception(expected, got)
 
 
-def _ct_aval(primal):
+def ct_aval(primal):
   if isinstance(primal, AbstractRef):
     primal = primal.inner_aval
   return primal.to_ct_aval()
@@ -360,23 +327,6 @@ def _spec(aval):
 
 def _structure(x) -> str:
   return str(jax.tree_util.tree_structure(x, is_leaf=_is_zero))
-
-
-def _name(fun) -> str:
-  fun = getattr(fun, "__wrapped__", fun)
-  while isinstance(fun, functools.partial):
-    fun = fun.func
-  return getattr(fun, "__name__", None) or type(fun).__name__
-
-
-def _source(fun) -> str | None:
-  try:
-    fun = inspect.unwrap(fun)
-    while isinstance(fun, functools.partial):
-      fun = inspect.unwrap(fun.func)
-    return f"{fun.__code__.co_filename}:{fun.__code__.co_firstlineno}"
-  except AttributeError:
-    return None
 
 
 def clear_caches() -> None:
