@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from .analysis.diagnosis import Diagnosis, Fix
 from .check import check
+from .fixes.verify import apply_fix, verify_fix
 from .runtime import clear, installed
 from . import runtime as _runtime
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
-           "diagnoses", "clear", "check", "load_ipython_extension",
+           "diagnoses", "clear", "check", "verify_fix", "apply_fix", "load_ipython_extension",
            "unload_ipython_extension"]
 __version__ = "0.1.0"
 

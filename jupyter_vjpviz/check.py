@@ -19,7 +19,7 @@ _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def check(fun, *args, argnums=0, **kwargs) -> list[Diagnosis]:
-  specs = jax.tree_util.tree_map(_spec, args)
+  specs = jax.tree_util.tree_map(spec, args)
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   cache_key = _cache_key(nums, specs, kwargs)
   per_fun = _cached(fun)
@@ -73,7 +73,13 @@ def _unit_cotangent(out):
   return jax.numpy.ones(aval.shape, aval.dtype)
 
 
-def _spec(x):
+def clear_cache() -> None:
+  """Forget every cached answer (a rule was re-registered, so they may be stale)."""
+  _cache.clear()
+
+
+def spec(x):
+  """``x`` as a ShapeDtypeStruct if it is an array; anything else as it is."""
   if isinstance(x, jax.ShapeDtypeStruct):
     return x
   try:

@@ -9,6 +9,7 @@ simply loses that check site.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Callable
 
@@ -270,10 +271,25 @@ def _accum_path(site: RuleSite | None, aval) -> str | None:
 
 # ------------------------------------------------------------- custom rules
 
+_application_observers: list[Callable] = []
+
+
+@contextlib.contextmanager
+def observe_applications(callback: Callable):
+  """Call ``callback(custom_vjp, args, kwargs)`` on every custom_vjp application meanwhile."""
+  _application_observers.append(callback)
+  try:
+    yield
+  finally:
+    _application_observers.remove(callback)
+
+
 def _wrap_custom_vjp_call(original):
   def __call__(self, *args, **kwargs):
     if not _active():
       return original(self, *args, **kwargs)
+    for observe in _application_observers:
+      records.safely(observe, self, args, kwargs)
     return original(custom_rules.instrumented(self), *args, **kwargs)
   __call__.__wrapped__ = original
   return __call__

@@ -1,0 +1,211 @@
+"""``%vjpviz`` and ``%%vjpviz``: the notebook's controls for the debugger.
+
+``%vjpviz?`` shows the usage below (magic_arguments). ``check`` and the cell
+magic are the proactive side: they check custom rules abstractly, so a wrong
+gradient dtype is caught even when JAX raises nothing.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+
+import jax
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from .. import runtime
+from ..analysis.diagnose import key
+from ..capture import hook
+from ..check import check, spec
+from .display import DiagnosisOutput
+
+
+class VjpvizProblems(RuntimeError):
+  """Raised by ``%%vjpviz --strict`` when a checked rule has a problem."""
+
+
+def panel_listening() -> bool:
+  """Whether a JupyterLab panel is connected (the comm module says, once it exists)."""
+  try:
+    from . import comm
+  except ImportError:
+    return False
+  listening = getattr(comm, "listening", None)
+  return bool(listening()) if callable(listening) else False
+
+
+def status() -> str:
+  path = "hijax (jax_custom_vjp3)" if jax.config.jax_custom_vjp3 else "classic"
+  return "\n".join([
+      f"vjpviz: {'installed' if runtime.installed() else 'not installed'}",
+      f"JAX {jax.__version__}, custom_vjp path: {path}",
+      f"diagnoses so far: {len(runtime.history())}",
+      f"panel listening: {'yes' if panel_listening() else 'no'}"])
+
+
+def text_of(d) -> str:
+  """The full text report; the headline while the render stage is unavailable."""
+  try:
+    return d.to_text()
+  except ImportError:
+    return f"[{d.severity}] {d.headline}"
+
+
+_EXPORTS = {"html": lambda d: d.to_html(), "svg": lambda d: d.to_svg(),
+            "json": lambda d: json.dumps(d.to_dict(), indent=1, default=str),
+            "txt": text_of}
+
+
+def export(d, path: str, fmt: str | None = None) -> str:
+  fmt = fmt or path.rsplit(".", 1)[-1].lower()
+  if fmt not in _EXPORTS:
+    raise ValueError(f"unknown export format {fmt!r}; use one of {sorted(_EXPORTS)}")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(_EXPORTS[fmt](d))
+  return path
+
+
+@contextlib.contextmanager
+def applications():
+  """Every custom_vjp applied meanwhile, as (object, argument specs): types only, no arrays."""
+  seen: dict = {}
+
+  def observe(cvjp, args, kwargs):
+    specs = jax.tree_util.tree_map(spec, (args, kwargs))
+    seen.setdefault((id(cvjp), _type_key(specs)), (cvjp, specs))
+  with hook.observe_applications(observe):
+    yield seen
+
+
+def _type_key(specs):
+  leaves, tree = jax.tree_util.tree_flatten(specs)
+  return tree, tuple((l.shape, str(l.dtype)) if isinstance(l, jax.ShapeDtypeStruct) else id(l)
+                     for l in leaves)
+
+
+def check_application(cvjp, specs) -> list:
+  """vjpviz.check on one custom_vjp application, w.r.t. its float array arguments."""
+  args, kwargs = specs
+  nums = tuple(i for i, a in enumerate(args) if i not in cvjp.nondiff_argnums and _floating(a))
+  if not nums:
+    return []
+  return check(lambda *a, **k: cvjp(*a, **k), *args, argnums=nums, **kwargs)
+
+
+def _floating(tree) -> bool:
+  leaves = jax.tree_util.tree_leaves(tree)
+  return bool(leaves) and all(isinstance(l, jax.ShapeDtypeStruct)
+                              and jax.numpy.issubdtype(l.dtype, jax.numpy.inexact)
+                              for l in leaves)
+
+
+def unique(found: list) -> list:
+  seen, out = set(), []
+  for d in found:
+    if key(d) not in seen:
+      seen.add(key(d))
+      out.append(d)
+  return out
+
+
+def summary(n_rules: int, problems: list) -> str:
+  return (f"{n_rules} custom rule{'s' * (n_rules != 1)} checked, "
+          f"{len(problems)} problem{'s' * (len(problems) != 1)}")
+
+
+@magics_class
+class VjpvizMagics(Magics):
+
+  @magic_arguments()
+  @argument("action", nargs="?", default="status",
+            help="status (default) | on | off | clear | last | list | export PATH | check EXPR")
+  @argument("target", nargs="*", help="export: the file to write; check: a call such as "
+                                      "loss(params, batch)")
+  @argument("--format", choices=sorted(_EXPORTS), default=None,
+            help="export format (default: from the file extension)")
+  @argument("--strict", action="store_true",
+            help="cell magic: raise if any custom rule the cell ran has a problem")
+  @line_cell_magic
+  def vjpviz(self, line: str, cell: str | None = None):
+    """Gradient debugger controls; as a cell magic, check every custom rule the cell runs.
+
+    %%vjpviz [--strict] runs the cell with the hook on, re-checks each custom_vjp
+    it applied abstractly (silent dtypes included), prints "N custom rules
+    checked, M problems" and shows each problem.
+    """
+    if cell is not None:
+      return self._cell(parse_argstring(self.vjpviz, line), cell)
+    action, _, rest = line.strip().partition(" ")
+    if action == "check":  # the expression is Python, not shell-style arguments
+      return self._check(rest.strip())
+    args = parse_argstring(self.vjpviz, line)
+    handler = {"status": lambda: print(status()), "on": runtime.install,
+               "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
+               "list": self._list, "export": lambda: self._export(args)}.get(args.action)
+    if handler is None:
+      print(f"vjpviz: unknown action {args.action!r}; see %vjpviz?")
+      return None
+    return handler()
+
+  def _last(self):
+    found = runtime.history()
+    if not found:
+      print("vjpviz: no diagnoses yet")
+      return
+    show(found[-1])
+
+  def _list(self):
+    for d in runtime.history():
+      print(f"{d.id} [{d.severity}] {d.headline}")
+
+  def _export(self, args):
+    found = runtime.history()
+    if not args.target or not found:
+      print("vjpviz: nothing to export" if not found else "usage: %vjpviz export PATH")
+      return
+    print(f"vjpviz: wrote {export(found[-1], args.target[0], args.format)}")
+
+  def _check(self, expr: str) -> list:
+    call = ast.parse(expr, mode="eval").body
+    if not isinstance(call, ast.Call):
+      raise ValueError("usage: %vjpviz check f(args...), e.g. loss(params, batch)")
+    ns = self.shell.user_ns
+    value = lambda node: eval(compile(ast.Expression(node), "<vjpviz check>", "eval"), ns)  # noqa: S307
+    fun = value(call.func)
+    args = [value(a) for a in call.args]
+    kwargs = {k.arg: value(k.value) for k in call.keywords}
+    found = check(fun, *args, **kwargs)
+    print(f"{expr}: {len(found)} problem{'s' * (len(found) != 1)}")
+    for d in found:
+      show(d)
+    return found
+
+  def _cell(self, args, cell: str):
+    was_installed = runtime.installed()
+    runtime.install()
+    try:
+      with runtime.collecting() as found, applications() as applied:
+        self.shell.run_cell(cell)
+      for cvjp, specs in applied.values():
+        found.extend(check_application(cvjp, specs))
+    finally:
+      if not was_installed:
+        runtime.uninstall()
+    problems = unique(found)
+    print(summary(len(applied), problems))
+    for d in problems:
+      show(d)
+    if args.strict and problems:
+      raise VjpvizProblems(summary(len(applied), problems) + ": "
+                           + "; ".join(d.headline for d in problems))
+
+
+def show(d) -> None:
+  """The same rich output %load_ext vjpviz shows after a failing cell."""
+  display(DiagnosisOutput(d))
+
+
+def register(ipython) -> None:
+  ipython.register_magics(VjpvizMagics)

@@ -1,0 +1,96 @@
+"""Shape arithmetic and expression rewrites: from (got, expected) types to new text.
+
+Pure functions: shapes are tuples, expressions are ``ast`` nodes of a
+``RuleSource``. Each rewrite is one the types justify on their own.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+
+from .source import RuleSource
+
+_ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
+
+
+def paren(src: RuleSource, node: ast.expr) -> str:
+  return wrap(src.segment(node))
+
+
+def permutation(got: tuple, want: tuple) -> tuple[int, ...] | None:
+  """Axes ``p`` with ``got[p[i]] == want[i]``; the reversal first (a plain transpose)."""
+  if got == want or sorted(got) != sorted(want):
+    return None
+  reverse = tuple(range(len(got)))[::-1]
+  candidates = itertools.chain([reverse], itertools.permutations(range(len(got))))
+  return next(p for p in candidates if tuple(got[i] for i in p) == want)
+
+
+def transposed(src: RuleSource, node: ast.expr, perm: tuple[int, ...]) -> str:
+  """``node`` transposed; ``A.T @ B`` becomes ``B.T @ A`` rather than ``(A.T @ B).T``."""
+  if len(perm) != 2:
+    return f"{paren(src, node)}.transpose({perm})"
+  if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+    return f"{_t(src, node.right)} @ {_t(src, node.left)}"
+  return f"{paren(src, node)}.T"
+
+
+def _t(src: RuleSource, node: ast.expr) -> str:
+  if isinstance(node, ast.Attribute) and node.attr == "T":
+    return paren(src, node.value)
+  return f"{paren(src, node)}.T"
+
+
+def summed_axes(got: tuple, want: tuple) -> tuple[int, ...] | None:
+  """Axes of ``got`` that broadcasting ``want`` created: leading ones, and 1 -> n ones."""
+  extra = len(got) - len(want)
+  if extra < 0 or got == want:
+    return None
+  axes = list(range(extra))
+  for k, (g, w) in enumerate(zip(got[extra:], want)):
+    if g != w and w != 1:
+      return None
+    if g != w:
+      axes.append(extra + k)
+  return tuple(axes)
+
+
+def summed(src: RuleSource, node: ast.expr, axes: tuple[int, ...], want: tuple) -> str:
+  """``node`` reduced over ``axes`` back to ``want`` (the un-broadcast gradient)."""
+  text = f"{paren(src, node)}.sum(axis={axes[0] if len(axes) == 1 else axes})"
+  leading = axes == tuple(range(len(axes)))
+  return text if leading else f"{text}.reshape({want})"
+
+
+def slices(node: ast.expr) -> list[ast.Subscript]:
+  """The ``x[a:b]``-style subscripts inside ``node`` (not ``res[0]`` indexing)."""
+  def sliced(s):
+    parts = s.elts if isinstance(s, ast.Tuple) else [s]
+    return any(isinstance(p, ast.Slice) for p in parts)
+  return [n for n in ast.walk(node) if isinstance(n, ast.Subscript) and sliced(n.slice)]
+
+
+def unsliced(src: RuleSource, node: ast.expr) -> str:
+  return src.replace([(s, paren(src, s.value)) for s in _outermost(slices(node))], within=node)
+
+
+def _outermost(subs: list[ast.Subscript]) -> list[ast.Subscript]:
+  inner = {id(n) for s in subs for n in ast.walk(s.value)}
+  return [s for s in subs if id(s) not in inner]
+
+
+def wrap(text: str) -> str:
+  """``text`` ready for a method call: parenthesised unless it is an atom."""
+  return text if isinstance(ast.parse(text, mode="eval").body, _ATOMS) else f"({text})"
+
+
+def cast(text: str, dtype_text: str) -> str:
+  return f"{wrap(text)}.astype({dtype_text})"
+
+
+def uncast(src: RuleSource, node: ast.expr) -> str:
+  """``node`` without an outer ``.astype(...)``, which a cast fix replaces."""
+  if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+      and node.func.attr == "astype"):
+    return src.segment(node.func.value)
+  return src.segment(node)

@@ -1,0 +1,119 @@
+"""The user's rule as source text and AST, and edits to it by text span.
+
+Fixes are spliced into the original text (not ``ast.unparse``d) so the user's
+comments and formatting survive everywhere except the expression being fixed.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+import textwrap
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSource:
+  """A ``def`` rule: its dedented text and the parsed ``FunctionDef``."""
+  text: str
+  node: ast.FunctionDef
+
+  @property
+  def params(self) -> list[str]:
+    return [a.arg for a in self.node.args.args]
+
+  def segment(self, node: ast.AST) -> str:
+    return ast.get_source_segment(self.text, node)
+
+  def replace(self, edits: list[tuple[ast.AST, str]], within: ast.AST | None = None) -> str:
+    """The text (of ``within``, else the whole rule) with each node's span replaced.
+
+    Spans must not overlap. ``ast`` columns are UTF-8 byte offsets; rule text
+    is ASCII in practice.
+    """
+    starts = [0]
+    for line in self.text.splitlines(keepends=True):
+      starts.append(starts[-1] + len(line))
+    begin = lambda n: starts[n.lineno - 1] + n.col_offset
+    end = lambda n: starts[n.end_lineno - 1] + n.end_col_offset
+    lo, hi = (begin(within), end(within)) if within is not None else (0, len(self.text))
+    out = self.text[lo:hi]
+    for node, new in sorted(edits, key=lambda e: begin(e[0]), reverse=True):
+      out = out[:begin(node) - lo] + new + out[end(node) - lo:]
+    return out
+
+  def only_return(self) -> ast.Return | None:
+    """The single return statement, when there is exactly one to edit."""
+    found = self.returns()
+    return found[0] if len(found) == 1 else None
+
+  def returns(self) -> list[ast.Return]:
+    """The rule's own return statements (not those of nested functions)."""
+    found = []
+
+    def visit(node):
+      for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Return) and child.value is not None:
+          found.append(child)
+        elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                    ast.ClassDef)):
+          visit(child)
+    visit(self.node)
+    return found
+
+
+def of(fn) -> RuleSource | None:
+  """The source of a rule as a ``def`` (a lambda becomes one), or None without source."""
+  fn = inspect.unwrap(fn)
+  try:
+    text = textwrap.dedent(inspect.getsource(fn))
+    tree = ast.parse(text)
+  except (OSError, TypeError, SyntaxError, IndentationError):
+    return None
+  name = getattr(fn, "__name__", None)
+  node = tree.body[0] if tree.body else None
+  if isinstance(node, ast.FunctionDef) and node.name == name:
+    return RuleSource(text, node)
+  if name == "<lambda>":
+    return _from_lambda(text, tree, fn.__code__)
+  return None
+
+
+def _from_lambda(text: str, tree: ast.AST, code) -> RuleSource | None:
+  """``lambda r, g: e`` as ``def bwd(r, g): return e``, if one lambda there has these args."""
+  params = list(code.co_varnames[:code.co_argcount])
+  found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+           and [a.arg for a in n.args.args] == params]
+  if len(found) != 1:
+    return None
+  body = ast.get_source_segment(text, found[0].body)
+  as_def = f"def rule({', '.join(params)}):\n  return {body}\n"
+  return RuleSource(as_def, ast.parse(as_def).body[0])
+
+
+_KEY = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]|\.(\w+)")
+
+
+def path_keys(path: str | None) -> list:
+  """``"[1]['w']"`` -> ``[1, 'w']``: the keys of a ``jax.tree_util.keystr`` path."""
+  keys = []
+  for index, attr in _KEY.findall(path or ""):
+    keys.append(attr if attr else ast.literal_eval(index))
+  return keys
+
+
+def element(value: ast.expr, keys: list) -> ast.expr | None:
+  """The sub-expression of a returned literal at ``keys`` (None if not literal there)."""
+  for key in keys:
+    if isinstance(value, (ast.Tuple, ast.List)) and isinstance(key, int) \
+        and key < len(value.elts):
+      value = value.elts[key]
+    elif isinstance(value, ast.Dict) and isinstance(key, str):
+      match = [v for k, v in zip(value.keys, value.values)
+               if isinstance(k, ast.Constant) and k.value == key]
+      if not match:
+        return None
+      value = match[0]
+    else:
+      return None
+  return value

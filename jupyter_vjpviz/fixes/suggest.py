@@ -1,0 +1,377 @@
+"""Fix suggestions for a Diagnosis, best first, derived from types and the rule's AST.
+
+Each rule fix is the whole rule with one expression rewritten, so the user reads
+it in their own words. The rewrite is chosen from the expected and produced
+types (``Diagnosis.expected_aval``/``got_aval``, and the abstract output of the
+rule) and the shape of the returned expression; nothing is specific to a
+function. ``exact=True`` marks rewrites the types justify (transpose, swap,
+sum over broadcast axes, remove a shrinking slice, cast, re-wrap); the rest
+only make the types line up and say so in the title.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from typing import Any
+
+import jax
+
+from ..analysis.diagnosis import Diagnosis, Fix
+from ..capture.custom_rules import ct_aval
+from . import calls, exprs, source, verify
+from .source import RuleSource
+
+
+def attach(d: Diagnosis) -> Diagnosis:
+  return dataclasses.replace(d, fixes=tuple(suggestions(d)))
+
+
+def suggestions(d: Diagnosis) -> list[Fix]:
+  owner = d.site.owner() if d.site is not None and d.site.owner is not None else None
+  if owner is None:
+    return calls.suggestions(d)
+  rule = Rule.of(d, owner)
+  if rule is None:
+    return []
+  return _BY_KIND.get(d.kind, lambda r: [])(rule)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """The failing rule: its diagnosis, the user's custom_vjp and the rule's source."""
+  d: Diagnosis
+  owner: Any
+  src: RuleSource
+
+  @classmethod
+  def of(cls, d: Diagnosis, owner) -> Rule | None:
+    src = source.of(owner.fwd if d.kind.startswith("fwd") else owner.bwd)
+    return cls(d, owner, src) if src is not None else None
+
+  def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
+    if not exact:
+      title += " (only type-correct)"
+    return Fix(title, self.src.replace(edits), reason, exact)
+
+  @property
+  def keys(self) -> list:
+    return source.path_keys(self.d.path)
+
+  @property
+  def jnp(self) -> str:
+    """How the rule's module spells ``jax.numpy``."""
+    names = self.globals
+    alias = next((k for k, v in names.items() if v is jax.numpy), None)
+    return alias or "jax.numpy"
+
+  @property
+  def globals(self) -> dict:
+    return getattr(self.owner.bwd, "__globals__", {})
+
+  def zeros(self, aval) -> str:
+    return f"{self.jnp}.zeros({tuple(aval.shape)}, {self.jnp}.{aval.dtype})"
+
+
+# --------------------------------------------------------- cotangent types
+
+def _type_fixes(rule: Rule) -> list[Fix]:
+  """bwd_type, silent_dtype, accumulator_type: rewrite the failing expression."""
+  node = _accum_arg(rule) if rule.d.kind == "accumulator_type" else _returned(rule)
+  fixes = _swaps(rule) if rule.d.kind == "bwd_type" else []
+  if node is not None:
+    fixes += _expression_fixes(rule, node, fallback=not fixes)
+  return fixes
+
+
+def _returned(rule: Rule) -> ast.expr | None:
+  ret = rule.src.only_return()
+  return source.element(ret.value, rule.keys) if ret else None
+
+
+def _accum_arg(rule: Rule) -> ast.expr | None:
+  """``E`` in ``acc.accum(E)``, for the accumulator of the failing input."""
+  site = rule.d.site
+  if rule.d.path not in site.in_paths:
+    return None
+  position = len(rule.owner.nondiff_argnums) + 2 + site.in_paths.index(rule.d.path)
+  if position >= len(rule.src.params):
+    return None
+  acc = rule.src.params[position]
+  found = [n.args[0] for n in ast.walk(rule.src.node)
+           if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+           and n.func.attr == "accum" and isinstance(n.func.value, ast.Name)
+           and n.func.value.id == acc and n.args]
+  return found[0] if len(found) == 1 else None
+
+
+def _expression_fixes(rule: Rule, node: ast.expr, fallback: bool = True) -> list[Fix]:
+  want, got = rule.d.expected_aval, rule.d.got_aval
+  if want is None or got is None:
+    return []
+  reshaped = list(_reshapes(rule.src, node, tuple(got.shape), tuple(want.shape)))
+  if got.shape == want.shape:
+    reshaped.append(("", exprs.uncast(rule.src, node), ""))
+  fixes = []
+  if got.dtype != want.dtype:
+    dtype = _dtype_text(rule, want.dtype)
+    reshaped = [((t + " and " if t else "") + f"cast to {want.dtype}", exprs.cast(text, dtype),
+                 (r + "; " if r else "") + f"the gradient of a {want.dtype} input is {want.dtype}")
+                for t, text, r in reshaped]
+  for title, text, reason in reshaped:
+    fixes.append(rule.fix(title[0].upper() + title[1:], [(node, text)], reason, exact=True))
+  if not fixes and fallback:
+    fixes.append(_generic(rule, node, want, got))
+  return fixes
+
+
+def _reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
+  """(title, new text, reason) for each shape rewrite the two shapes justify."""
+  perm = exprs.permutation(got, want)
+  if perm is not None:
+    yield ("transpose", exprs.transposed(src, node, perm),
+           f"{got} is {want} with its axes permuted: the gradient needs the transposed product")
+  axes = exprs.summed_axes(got, want)
+  if axes is not None:
+    yield (f"sum over the broadcast axes {axes}", exprs.summed(src, node, axes, want),
+           f"the primal {want} was broadcast to {got}: its gradient sums over the broadcast axes")
+  cut = exprs.slices(node)
+  if cut and len(got) == len(want) and all(g <= w for g, w in zip(got, want)):
+    yield ("remove the slice", exprs.unsliced(src, node),
+           f"{src.segment(cut[0])} keeps only part of the gradient, which must be {want}")
+
+
+def _generic(rule: Rule, node: ast.expr, want, got) -> Fix:
+  if math.prod(got.shape) == math.prod(want.shape):
+    text = f"{rule.jnp}.reshape({rule.src.segment(node)}, {tuple(want.shape)})"
+    if got.dtype != want.dtype:
+      text = exprs.cast(text, _dtype_text(rule, want.dtype))
+    return rule.fix(f"Reshape to {want.str_short()}", [(node, text)],
+                    "same number of elements; check that the order is the gradient's", False)
+  return rule.fix(f"Return zeros of type {want.str_short()}", [(node, rule.zeros(want))],
+                  "a placeholder with the right type; the gradient itself is still to write",
+                  False)
+
+
+def _swaps(rule: Rule) -> list[Fix]:
+  """Two returned cotangents that have each other's types: swap them."""
+  ret = rule.src.only_return()
+  if ret is None or not isinstance(ret.value, (ast.Tuple, ast.List)) or len(rule.keys) != 1:
+    return []
+  out, wanted = _rule_output(rule), _expected_args(rule.d.site)
+  i, elts = rule.keys[0], ret.value.elts
+  if not isinstance(out, (tuple, list)) or len(out) != len(wanted) or len(elts) != len(out):
+    return []
+  return [rule.fix(f"Swap outputs {i} and {j}",
+                   [(elts[i], rule.src.segment(elts[j])), (elts[j], rule.src.segment(elts[i]))],
+                   f"output {i} has the type of input {j} and output {j} that of input {i}",
+                   exact=True)
+          for j in range(len(out))
+          if j != i and _types(out[j]) == _types(wanted[i]) and _types(out[i]) == _types(wanted[j])]
+
+
+def _dtype_text(rule: Rule, dtype) -> str:
+  """``x.dtype`` for a primal input the rule can reach with that dtype, else the literal."""
+  for access, aval in _reachable_primals(rule):
+    if aval.dtype == dtype:
+      return f"{access}.dtype"
+  return f"{rule.jnp}.{dtype}"
+
+
+def _reachable_primals(rule: Rule):
+  """(expression in the rule, aval) for each primal input the rule can name."""
+  avals = rule.d.site.in_avals if len(rule.d.site.in_paths) == len(rule.d.site.in_tree.children()) \
+      else ()
+  if rule.d.kind.startswith("fwd"):
+    yield from zip(rule.src.params[len(rule.owner.nondiff_argnums):], avals)
+    return
+  fwd = source.of(rule.owner.fwd)
+  ret = fwd.only_return() if fwd else None
+  if ret is None or not isinstance(ret.value, ast.Tuple) or len(ret.value.elts) != 2:
+    return
+  primals = dict(zip(fwd.params[len(rule.owner.nondiff_argnums):], avals))
+  res = ret.value.elts[1]
+  res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
+  if isinstance(res, ast.Name) and res.id in primals:
+    yield res_param, primals[res.id]
+  elif isinstance(res, ast.Tuple):
+    unpacked = _unpacked(rule.src, res_param, len(res.elts))
+    for m, e in enumerate(res.elts):
+      if isinstance(e, ast.Name) and e.id in primals:
+        yield (unpacked[m] if unpacked else f"{res_param}[{m}]"), primals[e.id]
+
+
+def _unpacked(src: RuleSource, name: str, n: int) -> list[str] | None:
+  """Names in ``a, b = name`` in the rule body, if it unpacks ``name`` that way."""
+  for stmt in src.node.body:
+    if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name)
+        and stmt.value.id == name and isinstance(stmt.targets[0], ast.Tuple)
+        and len(stmt.targets[0].elts) == n
+        and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)):
+      return [e.id for e in stmt.targets[0].elts]
+  return None
+
+
+# --------------------------------------------------------- cotangent trees
+
+def _structure_fixes(rule: Rule) -> list[Fix]:
+  ret = rule.src.only_return()
+  if ret is None:
+    return []
+  out, wanted = _rule_output(rule), _expected_args(rule.d.site)
+  value, n = ret.value, len(wanted)
+  fixes = []
+  if out is not None and not isinstance(out, (tuple, list)) and n == 1:
+    fixes.append(rule.fix("Wrap the cotangent in a tuple", [(value, f"({rule.src.segment(value)},)")],
+                          "a bwd rule returns one cotangent per primal argument, as a tuple", True))
+  elif _nondiff_included(rule, value, n):
+    fixes += _without_nondiff(rule, value)
+  elif isinstance(out, (tuple, list)) and len(out) != n:
+    fixes += _realigned(rule, value, out, wanted)
+  elif isinstance(out, (tuple, list)):
+    fixes += _key_fixes(rule, value, wanted)
+  template = _literal(jax.tree_util.tree_unflatten(
+      rule.d.site.in_tree, [_zeros_or_none(rule, a) for a in rule.d.site.in_avals]))
+  if template is not None:
+    fixes.append(rule.fix("Return zeros of the expected structure", [(value, template)],
+                          f"the structure {rule.d.site.in_structure} with zero gradients", False))
+  return fixes
+
+
+def _nondiff_included(rule: Rule, value: ast.expr, n: int) -> bool:
+  nondiff = rule.owner.nondiff_argnums
+  return bool(nondiff) and isinstance(value, (ast.Tuple, ast.List)) \
+      and len(value.elts) == n + len(nondiff)
+
+
+def _without_nondiff(rule: Rule, value: ast.expr) -> list[Fix]:
+  nondiff = rule.owner.nondiff_argnums
+  kept = [rule.src.segment(e) for m, e in enumerate(value.elts) if m not in nondiff]
+  return [rule.fix("Drop the cotangents of nondiff arguments", [(value, _tuple(kept))],
+                   f"arguments {tuple(nondiff)} are nondiff_argnums: the rule returns "
+                   "cotangents for the others only", True)]
+
+
+def _realigned(rule: Rule, value: ast.expr, out, wanted) -> list[Fix]:
+  """Too few or too many cotangents: keep those matching the inputs by type, None for the rest."""
+  elts = [rule.src.segment(e) for e in value.elts] if isinstance(value, (ast.Tuple, ast.List)) \
+      else [f"{exprs.paren(rule.src, value)}[{m}]" for m in range(len(out))]
+  picked, m = [], 0
+  for want in wanted:
+    if m < len(out) and _types(out[m]) == _types(want):
+      picked.append(elts[m])
+      m += 1
+    else:
+      picked.append("None")
+  if m != len(out):
+    return []
+  return [rule.fix("Add None for the missing inputs", [(value, _tuple(picked))],
+                   "None is a zero cotangent for an input the rule does not differentiate",
+                   False)]
+
+
+def _key_fixes(rule: Rule, value: ast.expr, wanted) -> list[Fix]:
+  """A missing or extra dict key in a returned dict literal."""
+  keys = rule.keys
+  parent = source.element(value, keys[:-1]) if keys else None
+  if not isinstance(parent, ast.Dict) or not isinstance(keys[-1], str):
+    return []
+  present = [k.value for k in parent.keys if isinstance(k, ast.Constant)]
+  if keys[-1] in present:
+    entry = [k for k in parent.keys if isinstance(k, ast.Constant) and k.value == keys[-1]][0]
+    at = parent.keys.index(entry)
+    items = [f"{rule.src.segment(k)}: {rule.src.segment(v)}"
+             for i, (k, v) in enumerate(zip(parent.keys, parent.values)) if i != at]
+    return [rule.fix(f"Remove the extra key {keys[-1]!r}", [(parent, "{" + ", ".join(items) + "}")],
+                     f"the primal argument has no {keys[-1]!r}", False)]
+  aval = rule.d.site.in_avals[rule.d.site.in_paths.index(rule.d.path)] \
+      if rule.d.path in rule.d.site.in_paths else None
+  if aval is None:
+    return []
+  items = [f"{rule.src.segment(k)}: {rule.src.segment(v)}" for k, v in zip(parent.keys, parent.values)]
+  items.append(f"{keys[-1]!r}: {_zeros_or_none(rule, aval)}")
+  return [rule.fix(f"Add the missing key {keys[-1]!r}", [(parent, "{" + ", ".join(items) + "}")],
+                   f"the primal argument has {keys[-1]!r}; its cotangent here is zero", False)]
+
+
+# ------------------------------------------------------------ forward rules
+
+def _fwd_fixes(rule: Rule) -> list[Fix]:
+  """The primal output of fwd: cast it, or compute it with the primal function."""
+  ret = rule.src.only_return()
+  if ret is None:
+    return []
+  value = ret.value
+  call = _primal_call(rule)
+  if not (isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == 2):
+    return [rule.fix("Return (primal output, residuals)",
+                     [(value, f"{call or rule.src.segment(value)}, None")],
+                     "fwd returns a pair; with residuals None the bwd rule gets None", False)]
+  fixes = []
+  want, got = rule.d.expected_aval, rule.d.got_aval
+  node = source.element(value.elts[0], rule.keys)
+  if want is not None and got is not None and got.shape == want.shape and node is not None:
+    fixes.append(rule.fix(f"Cast the primal output to {want.dtype}",
+                          [(node, exprs.cast(exprs.uncast(rule.src, node), _dtype_text(rule, want.dtype)))],
+                          f"{rule.d.function} returns {want.str_short()}", True))
+  if call is not None:
+    fixes.append(rule.fix(f"Compute the primal output with {call}", [(value.elts[0], call)],
+                          "fwd must return exactly what the primal function returns", True))
+  return fixes
+
+
+def _primal_call(rule: Rule) -> str | None:
+  name = next((k for k, v in rule.globals.items() if v is rule.owner), None)
+  return f"{name}({', '.join(rule.src.params)})" if name else None
+
+
+# ------------------------------------------------------------------ helpers
+
+def _rule_output(rule: Rule):
+  try:
+    return verify.rule_output(rule.d)
+  except Exception:  # noqa: BLE001 - a rule that cannot run abstractly gets no type-based fix
+    return None
+
+
+def _expected_args(site) -> tuple:
+  """The cotangent types the rule must return, one subtree per primal argument."""
+  cts = [ct_aval(a) for a in site.in_avals]
+  return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))
+
+
+def _types(tree):
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return treedef, tuple((tuple(l.shape), l.dtype) for l in leaves)
+
+
+def _zeros_or_none(rule: Rule, aval) -> str:
+  ct = ct_aval(aval)
+  return "None" if ct.dtype == jax.dtypes.float0 else rule.zeros(ct)
+
+
+def _tuple(items: list[str]) -> str:
+  return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def _literal(tree) -> str | None:
+  """Python text for a tree of tuples/lists/dicts with code-text leaves."""
+  if isinstance(tree, str):
+    return tree
+  if isinstance(tree, (tuple, list)):
+    items = [_literal(x) for x in tree]
+    if None in items:
+      return None
+    return _tuple(items) if isinstance(tree, tuple) else f"[{', '.join(items)}]"
+  if isinstance(tree, dict):
+    items = {k: _literal(v) for k, v in tree.items()}
+    if None in items.values():
+      return None
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in items.items()) + "}"
+  return None
+
+
+_BY_KIND = {
+    "bwd_type": _type_fixes, "silent_dtype": _type_fixes, "accumulator_type": _type_fixes,
+    "bwd_structure": _structure_fixes, "fwd_type": _fwd_fixes, "fwd_structure": _fwd_fixes,
+}

@@ -1,0 +1,299 @@
+"""Fix suggestions with real JAX: the first fix makes the gradient right (or well-typed).
+
+Rules are defined as notebook cells (source in linecache, no file), so
+``apply_fix`` rebinds them in place, as it would in a kernel.
+"""
+import functools
+import itertools
+import linecache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.fixes import suggest
+from jupyter_vjpviz.fixes.verify import apply_fix, verify_fix
+
+_cells = itertools.count(1)
+
+
+def cell(code: str) -> dict:
+  """Run ``code`` the way IPython runs a cell: source in linecache, no file on disk."""
+  name = f"<ipython-input-{next(_cells)}-vjpviz>"
+  linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+  ns = {"jax": jax, "jnp": jnp, "functools": functools}
+  exec(compile(code, name, "exec"), ns)
+  return ns
+
+
+def first_problem(fun, *args):
+  found = vv.check(fun, *args, argnums=tuple(range(len(args))))
+  assert found, "the broken rule was not diagnosed"
+  return found[0]
+
+
+def fixed_grad(ns, name, args):
+  d = first_problem(ns[name], *args)
+  fix = d.fixes[0]
+  assert verify_fix(d, fix.code) == []
+  assert apply_fix(d, fix.code).applied
+  assert vv.check(ns[name], *args, argnums=tuple(range(len(args)))) == []
+  return d, fix, jax.grad(ns[name], argnums=tuple(range(len(args))))(*args)
+
+
+def assert_grads_equal(got, want):
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), rtol=1e-5)
+
+
+X, W, B, V = jnp.arange(8.).reshape(2, 4) / 8, jnp.arange(12.).reshape(4, 3) / 12, \
+    jnp.arange(4.) / 4, jnp.arange(3.) / 3 + 0.1
+
+EXACT = {
+    "transpose": ("""
+@jax.custom_vjp
+def lin(x, w): return x @ w
+def lin_fwd(x, w): return lin(x, w), (x, w)
+def lin_bwd(res, g):
+  x, w = res
+  return (g @ w.T, g.T @ x)
+lin.defvjp(lin_fwd, lin_bwd)
+def loss(x, w): return jnp.tanh(lin(x, w)).sum()
+""", lambda x, w: jnp.tanh(x @ w).sum(), (X, W), "x.T @ g"),
+    "broadcast_sum": ("""
+@jax.custom_vjp
+def bias(x, b): return x + b
+def bias_fwd(x, b): return bias(x, b), None
+def bias_bwd(res, g): return (g, g)
+bias.defvjp(bias_fwd, bias_bwd)
+def loss(x, b): return jnp.sin(bias(x, b)).sum()
+""", lambda x, b: jnp.sin(x + b).sum(), (X, B), "g.sum(axis=0)"),
+    "swap": ("""
+@jax.custom_vjp
+def two(x, y): return jnp.sin(x).sum() * y.sum()
+def two_fwd(x, y): return two(x, y), (x, y)
+def two_bwd(res, g):
+  x, y = res
+  gx = jnp.cos(x) * y.sum() * g
+  gy = jnp.sin(x).sum() * jnp.ones_like(y) * g
+  return (gy, gx)
+two.defvjp(two_fwd, two_bwd)
+def loss(x, y): return two(x, y)
+""", lambda x, y: jnp.sin(x).sum() * y.sum(), (V, B), "return (gx, gy)"),
+    "slice": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return act(x), x
+def act_bwd(x, g): return (jnp.cos(x)[:2] * g[:2],)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return (act(x) ** 2).sum()
+""", lambda x: (jnp.sin(x) ** 2).sum(), (V,), "jnp.cos(x) * g"),
+    "cast_silent_dtype": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return act(x), x
+def act_bwd(x, g): return ((jnp.cos(x) * g).astype(jnp.bfloat16),)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""", lambda x: jnp.sin(x).sum(), (V,), ".astype(x.dtype)"),
+    "cast_without_primal": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return act(x), jnp.cos(x)
+def act_bwd(c, g): return ((c * g).astype(jnp.bfloat16),)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""", lambda x: jnp.sin(x).sum(), (V,), ".astype(jnp.float32)"),
+    "wrap_tuple": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return act(x), x
+def act_bwd(x, g): return jnp.cos(x) * g
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""", lambda x: jnp.sin(x).sum(), (V,), "(jnp.cos(x) * g,)"),
+    "fwd_primal_output": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return jnp.sin(x)[:2], x
+def act_bwd(x, g): return (jnp.cos(x) * g,)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""", lambda x: jnp.sin(x).sum(), (V,), "act(x), x"),
+    "accumulator_slice": ("""
+@jax.custom_vjp
+def dbl(x): return x * 2.
+def dbl_fwd(x): return dbl(x), None
+def dbl_bwd(res, g, acc): acc.accum(g[:2] * 2.)
+dbl.defvjp_with_accums(dbl_fwd, dbl_bwd)
+def loss(x): return (dbl(x) ** 2).sum()
+""", lambda x: ((x * 2.) ** 2).sum(), (V,), "acc.accum(g * 2.)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXACT))
+def test_exact_fix_gives_plain_autodiff_gradient(case):
+  code, plain, args, expected_text = EXACT[case]
+  ns = cell(code)
+  d, fix, grads = fixed_grad(ns, "loss", args)
+  assert fix.exact and "only type-correct" not in fix.title
+  assert expected_text in fix.code, fix.code
+  assert fix.reason and "\n" not in fix.reason
+  assert_grads_equal(grads, jax.grad(plain, argnums=tuple(range(len(args))))(*args))
+
+
+def test_fwd_dtype_cast_is_first_for_a_dtype_only_mismatch():
+  ns = cell("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return jnp.sin(x).astype(jnp.bfloat16), x
+def act_bwd(x, g): return (jnp.cos(x) * g,)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""")
+  d, fix, grads = fixed_grad(ns, "loss", (V,))
+  assert d.kind == "fwd_type" and "jnp.sin(x).astype(x.dtype)" in fix.code
+  assert_grads_equal(grads, jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
+
+
+TYPE_CORRECT = {
+    "missing_input": ("""
+@jax.custom_vjp
+def mul(x, y): return x * y
+def mul_fwd(x, y): return mul(x, y), (x, y)
+def mul_bwd(res, g): return (res[1] * g,)
+mul.defvjp(mul_fwd, mul_bwd)
+def loss(x, y): return mul(x, y).sum()
+""", (V, V), "(res[1] * g, None)"),
+    "missing_dict_key": ("""
+@jax.custom_vjp
+def prod(p): return p['a'] * p['b']
+def prod_fwd(p): return prod(p), p
+def prod_bwd(p, g): return ({'a': p['b'] * g},)
+prod.defvjp(prod_fwd, prod_bwd)
+def loss(p): return prod(p).sum()
+""", ({"a": V, "b": V},), "'b': jnp.zeros((3,), jnp.float32)"),
+    "unrelated_shape": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return act(x), x
+def act_bwd(x, g): return (jnp.ones(5),)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""", (V,), "jnp.zeros((3,), jnp.float32)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TYPE_CORRECT))
+def test_type_correct_fix_type_checks_and_says_so(case):
+  code, args, expected_text = TYPE_CORRECT[case]
+  ns = cell(code)
+  d, fix, grads = fixed_grad(ns, "loss", args)
+  assert not fix.exact and "only type-correct" in fix.title
+  assert expected_text in fix.code, fix.code
+
+
+def test_nondiff_cotangent_is_dropped():
+  ns = cell("""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def scale(k, x): return k * x
+def scale_fwd(k, x): return scale(k, x), None
+def scale_bwd(k, res, g): return (None, k * g)
+scale.defvjp(scale_fwd, scale_bwd)
+""")
+  loss = lambda x: ns["scale"](3., x).sum()
+  vv.install()
+  try:
+    with pytest.raises(Exception):
+      jax.grad(loss)(V)
+    d = vv.last()
+  finally:
+    vv.uninstall()
+  fix = d.fixes[0]
+  assert d.kind == "bwd_structure" and fix.exact and "return (k * g,)" in fix.code
+  assert apply_fix(d, fix.code, verify=False).applied
+  np.testing.assert_allclose(jax.grad(loss)(V), jnp.full(3, 3.))
+
+
+def test_verify_does_not_touch_the_users_rule():
+  ns = cell(EXACT["transpose"][0])
+  d = first_problem(ns["loss"], X, W)
+  bwd = ns["lin"].bwd
+  assert verify_fix(d, d.fixes[0].code) == []
+  still = verify_fix(d, "def lin_bwd(res, g):\n  x, w = res\n  return (g @ w.T, g.T @ x)\n")
+  assert [p.kind for p in still] == ["bwd_type"]
+  assert ns["lin"].bwd is bwd and first_problem(ns["loss"], X, W).kind == "bwd_type"
+
+
+def test_apply_fix_for_a_file_rule_returns_a_diff_and_writes_nothing(tmp_path):
+  path = tmp_path / "rules.py"
+  text = "import jax\nimport jax.numpy as jnp\n" + EXACT["broadcast_sum"][0]
+  path.write_text(text)
+  ns = {"__name__": "rules"}
+  exec(compile(path.read_text(), str(path), "exec"), ns)
+  d = first_problem(ns["loss"], X, B)
+  result = apply_fix(d, d.fixes[0].code)
+  assert not result.applied and result.path == str(path)
+  assert "-def bias_bwd(res, g): return (g, g)" in result.diff
+  assert "+def bias_bwd(res, g): return (g, g.sum(axis=0))" in result.diff
+  assert path.read_text() == text
+
+
+def test_lambda_rule_gets_a_def_replacement():
+  ns = cell("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+act.defvjp(lambda x: (act(x), x), lambda x, g: (jnp.cos(x) * g).T)
+def loss(x): return act(x).sum()
+""")
+  d, fix, grads = fixed_grad(ns, "loss", (V,))
+  assert fix.code.startswith("def rule(x, g):")
+  assert_grads_equal(grads, jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
+
+
+def _call_diagnosis(fun, primals, call):
+  """The diagnosis of ``call(f_vjp)``, with ``jax.vjp`` taken while the hook is on."""
+  vv.install()
+  vv.clear()
+  try:
+    out, f_vjp = jax.vjp(fun, *primals)
+    with pytest.raises(Exception):
+      call(f_vjp)
+    return vv.last(), out, f_vjp
+  finally:
+    vv.uninstall()
+
+
+def test_ref_fixes_bind_a_gradient_ref_of_the_right_type():
+  f = lambda w_ref, x: jnp.sin(w_ref[...] * x)
+  ct = jnp.ones(3)
+  for bad in (lambda f_vjp: f_vjp(ct),
+              lambda f_vjp: f_vjp.with_refs(jax.ad.GradValue(), jax.ad.GradValue())(ct),
+              lambda f_vjp: f_vjp.with_refs(jax.new_ref(jnp.zeros(4)), jax.ad.GradValue())(ct)):
+    d, out, f_vjp = _call_diagnosis(f, (jax.new_ref(jnp.ones(3)), V), bad)
+    assert d.kind in ("ref_grad_unbound", "ref_grad_as_value", "grad_ref_type")
+    fix = d.fixes[0]
+    assert fix.code.startswith("f_vjp.with_refs(jax.new_ref(jnp.zeros((3,), jnp.float32))")
+    eval(fix.code, {"jax": jax, "jnp": jnp, "f_vjp": f_vjp, "ct": ct})
+    assert any("DontWant" in f.code for f in d.fixes)
+
+
+def test_vjp_cotangent_fixes_match_the_output():
+  d, out, f_vjp = _call_diagnosis(jnp.sin, (V,), lambda f_vjp: f_vjp(jnp.ones(4)))
+  assert d.kind == "vjp_cotangent_type"
+  fix = d.fixes[0]
+  assert fix.code == "f_vjp(jnp.ones_like(out))" and not fix.exact
+  (g,) = eval(fix.code, {"jnp": jnp, "f_vjp": f_vjp, "out": out})
+  assert g.shape == V.shape
+
+
+def test_attach_keeps_the_diagnosis_and_orders_exact_first():
+  ns = cell(EXACT["swap"][0])
+  d = first_problem(ns["loss"], V, B)
+  again = suggest.attach(d)
+  assert again.kind == d.kind and again.fixes == d.fixes
+  exact = [f.exact for f in d.fixes]
+  assert exact == sorted(exact, reverse=True)
