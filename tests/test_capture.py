@@ -275,6 +275,7 @@ def test_shard_map_types_carry_varying_axes(path):
     return jax.grad(lambda x: scale(x).sum())(x)
   run = jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")))
   raises(lambda: run(jnp.ones((8, 16))))
+  assert [d.kind for d in vv.diagnoses()] == ["bwd_type"]
   d = vv.last()
   assert d.kind == "bwd_type" and d.expected == "float32[2,16]{V:dp}"
   assert d.got == "float32[2,16]"

@@ -297,3 +297,30 @@ def test_attach_keeps_the_diagnosis_and_orders_exact_first():
   assert again.kind == d.kind and again.fixes == d.fixes
   exact = [f.exact for f in d.fixes]
   assert exact == sorted(exact, reverse=True)
+
+
+def test_lost_varying_axes_suggest_removing_the_collective():
+  """A bwd rule that psums a per-device cotangent loses {V:dp}; removing psum is the fix."""
+  from jax.sharding import PartitionSpec as P
+  vv.install()
+  vv.clear()
+  try:
+    mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    @jax.custom_vjp
+    def scale(x):
+      return x * 2.
+
+    def scale_bwd(r, g):
+      return (jax.lax.psum(2. * g, "dp"),)
+    scale.defvjp(lambda x: (scale(x), None), scale_bwd)
+    run = jax.jit(jax.shard_map(lambda x: jax.grad(lambda x: scale(x).sum())(x),
+                                mesh=mesh, in_specs=P("dp"), out_specs=P("dp")))
+    with pytest.raises(ValueError):
+      run(jnp.ones((8, 16)))
+    d = vv.last()
+    first = d.fixes[0]
+    assert first.exact and "psum" in first.title and "psum" not in first.code
+    assert vv.verify_fix(d, first.code) == []
+  finally:
+    vv.uninstall()

@@ -94,3 +94,20 @@ def uncast(src: RuleSource, node: ast.expr) -> str:
       and node.func.attr == "astype"):
     return src.segment(node.func.value)
   return src.segment(node)
+
+
+_COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter")
+
+
+def varying(aval) -> frozenset:
+  """The manual mesh axes an aval varies over (``{V:dp}``); empty outside shard_map."""
+  return getattr(getattr(aval, "manual_axis_type", None), "varying", frozenset())
+
+
+def collectives(node: ast.expr) -> list[ast.Call]:
+  """Calls to a cross-device reduction inside ``node``, outermost first."""
+  def name(call):
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+  return [n for n in ast.walk(node)
+          if isinstance(n, ast.Call) and name(n) in _COLLECTIVES and n.args]

@@ -118,10 +118,29 @@ def _expression_fixes(rule: Rule, node: ast.expr, fallback: bool = True) -> list
     reshaped = [((t + " and " if t else "") + f"cast to {want.dtype}", exprs.cast(text, dtype),
                  (r + "; " if r else "") + f"the gradient of a {want.dtype} input is {want.dtype}")
                 for t, text, r in reshaped]
-  for title, text, reason in reshaped:
+  for title, text, reason in (r for r in reshaped if r[0]):
     fixes.append(rule.fix(title[0].upper() + title[1:], [(node, text)], reason, exact=True))
+  fixes += _collective_fixes(rule, node, want, got)
   if not fixes and fallback:
     fixes.append(_generic(rule, node, want, got))
+  return fixes
+
+
+def _collective_fixes(rule: Rule, node: ast.expr, want, got) -> list[Fix]:
+  """Varying manual axes (``{V:dp}``) lost to a collective in the rule: remove or re-vary it."""
+  lost = sorted(exprs.varying(want) - exprs.varying(got))
+  if not lost or want.shape != got.shape:
+    return []
+  fixes = []
+  for call in exprs.collectives(node):
+    inner = rule.src.segment(call.args[0])
+    fixes.append(rule.fix(f"Remove {rule.src.segment(call.func)}", [(call, inner)],
+                          f"the cotangent of an input varying over {lost} varies over them "
+                          "too; JAX's transpose already sums where the primal was invariant",
+                          exact=True))
+    fixes.append(rule.fix(f"Mark the {rule.src.segment(call.func)} result varying again",
+                          [(call, f"jax.lax.pvary({rule.src.segment(call)}, {tuple(lost)})")],
+                          "keeps the reduction and restores the varying axes", exact=False))
   return fixes
 
 

@@ -1,0 +1,130 @@
+"""Renderings of a real diagnosis: text, DOT, SVG, HTML; escaping, layout without dot, deadlines."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.render import html, layout, svg, text, views
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIL = "<img/src=x/onerror=alert(1)>"   # no spaces: JAX's debug_info cuts names at one
+SCOPE = 'blk"{<b>}\\N'       # quotes, braces, a tag and a DOT escape
+
+
+@pytest.fixture(scope="module")
+def d():
+  """A bwd rule returning g.T, on a custom_vjp whose primal is named with HTML."""
+  def primal(x):
+    return x * 2.0
+  primal.__name__ = EVIL
+  evil = jax.custom_vjp(primal)
+  evil.defvjp(lambda x: (evil(x), None), lambda _, g: (g.T,))
+
+  def model(w, x):
+    for i in range(4):
+      with jax.named_scope(f"{SCOPE}{i}"):
+        x = jnp.tanh(x @ w)
+        x = evil(x) if i == 2 else x * 2.0
+    return x.sum()
+  vv.install()
+  vv.clear()
+  try:
+    jax.grad(model)(jnp.ones((4, 4)), jnp.ones((2, 4)))
+  except ValueError:
+    pass
+  found = vv.last()
+  vv.uninstall()
+  vv.clear()
+  assert found is not None and found.node is not None and found.function == EVIL
+  return found
+
+
+def test_text_report_has_the_facts_and_the_failing_edge(d):
+  report = d.to_text()
+  assert report.startswith(f"vjpviz error: {d.headline}")
+  assert "expected  float32[2,4]" in report and "got       float32[4,2]" in report
+  assert f"node {d.node} {EVIL} (custom_vjp_call)" in report
+  assert "P float32[2,4] / CT float32[2,4]  ✖ got float32[4,2]" in report
+  assert text.render(d) == report
+
+
+def test_html_is_standalone_and_escapes_user_names(d):
+  page = d.to_html()
+  assert page.startswith("<!DOCTYPE html>") and "</html>" in page
+  assert EVIL not in page and "<img" not in page and "<script" not in page
+  assert "<b>" not in page and "&lt;img/src=x/onerror=alert(1)&gt;" in page
+  assert set(re.findall(r"https?://[^\s\"']+", page)) <= {
+      "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+  assert "<details><summary>JAX's message</summary><pre>Custom VJP bwd rule" in page
+  assert 'class="node vjpviz-node vjpviz-node-failed"' in page and f'id="{d.node}"' in page
+
+
+def test_fragment_is_the_body_only(d):
+  part = html.fragment(d)
+  assert "<html" not in part and "<head" not in part and part.startswith('<div class="vjpviz"')
+  assert "<svg" in part and "vjpviz-node-failed" in part and EVIL not in part
+
+
+def test_dot_labels_are_literal(d):
+  source = d.to_dot()
+  assert "\\\\N" in source and "<<" not in source   # no HTML-like label, \N stays literal
+  image = d.to_svg()
+  assert "blk&quot;{&lt;b&gt;}\\N2" in image or 'blk"{&lt;b&gt;}\\N2' in image
+
+
+def test_layout_falls_back_to_a_simpler_view_when_slow(d, monkeypatch):
+  real, calls = layout.svg, []
+
+  def slow_once(source, timeout):
+    calls.append(timeout)
+    if len(calls) == 1:
+      raise layout.LayoutTimeout("layout took longer than 1.3 s")
+    return real(source, timeout)
+  monkeypatch.setattr(layout, "svg", slow_once)
+  image = svg.render(d)
+  assert "showing a simpler view" in image and "vjpviz-node-failed" in image
+  assert sum(calls) <= svg.TIMEOUT + 0.1
+
+
+def test_layout_past_the_deadline_is_a_message_not_a_hang(d):
+  view = views.default_view(d.graph, d.node)
+  layout._stop()  # a cold worker can't start in a millisecond
+  t = time.monotonic()
+  image = svg.of_view(view, timeout=0.001)
+  assert time.monotonic() - t < 1.0
+  assert image.startswith("<svg") and "could not lay out the graph" in image
+
+
+def test_layout_needs_no_dot_on_path(tmp_path):
+  script = ("import shutil; from jupyter_vjpviz.render import layout; "
+            "assert shutil.which('dot') is None; print(layout.svg('digraph { a -> b }', 30))")
+  env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+  out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+  assert out.returncode == 0, out.stderr
+  assert "<svg" in out.stdout and "<title>a&#45;&gt;b</title>" in out.stdout
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="no chromium")
+def test_html_export_opens_in_headless_chromium(d, tmp_path):
+  page, shot = tmp_path / "diagnosis.html", tmp_path / "shot.png"
+  page.write_text(d.to_html(), encoding="utf-8")
+  flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1400"]
+  subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                 timeout=120, check=True)
+  assert shot.exists() and shot.stat().st_size > 10_000
+  dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                       timeout=120, check=True).stdout
+  assert re.search(r'<g id="[^"]+" class="node vjpviz-node vjpviz-node-failed">', dom)
+  assert "✖ &lt;img/src=x/onerror=alert(1)&gt;" in dom

@@ -1,0 +1,178 @@
+"""Views of real diagnoses: what the default view shows, and expand/collapse/search.
+
+Each nested case puts a custom_vjp whose bwd returns ``g.T`` inside one kind of
+sub-jaxpr, so the failing node is nested and the view must open its way to it.
+"""
+import contextlib
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.render import dot, svg, views
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+  spec = importlib.util.spec_from_file_location("graph_scale", ROOT / "benchmarks/graph_scale.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _bad():
+  @jax.custom_vjp
+  def bad(x):
+    return x * 2.0
+  bad.defvjp(lambda x: (bad(x), None), lambda _, g: (g.T,))
+  return bad
+
+
+def _shard_map(f):
+  """Replicated specs: the analysis re-traces from unsharded avals, so sharded ones fail."""
+  return jax.shard_map(f, in_specs=P(), out_specs=P())
+
+
+WRAPPERS = {
+    "pjit": jax.jit,
+    "remat": jax.checkpoint,
+    "scan": lambda f: lambda x: jax.lax.scan(lambda c, _: (f(c), None), x, None, length=2)[0],
+    "cond": lambda f: lambda x: jax.lax.cond(x.sum() > 0, f, lambda y: y * 3.0, x),
+    "shard_map": _shard_map,
+}
+
+
+def _diagnose(fun, *args):
+  try:
+    jax.grad(fun)(*args)
+  except Exception:  # noqa: BLE001 - the failure is what we inspect
+    pass
+  d = vv.last()
+  assert d is not None and d.node is not None
+  return d
+
+
+@pytest.fixture(params=sorted(WRAPPERS))
+def nested(request, hook):
+  """A diagnosis whose failing node sits inside a sub-jaxpr, plus an unrelated jitted cos."""
+  wrap, bad = WRAPPERS[request.param], _bad()
+
+  def f(x):
+    y = jax.jit(jnp.cos)(jnp.sin(x))
+    return (wrap(lambda z: bad(z) + 1.0)(y) * 3.0).sum()
+  mesh = jax.make_mesh((4,), ("i",))   # 4 CPU devices: conftest sets XLA_FLAGS
+  with jax.set_mesh(mesh) if request.param == "shard_map" else contextlib.nullcontext():
+    return _diagnose(f, jnp.ones((8, 4)))
+
+
+def _top(graph, node_id):
+  node = graph.node(node_id)
+  while node.parent is not None:
+    node = graph.node(node.parent)
+  return node.id
+
+
+def test_default_view_opens_the_way_to_a_nested_failure(nested):
+  v = views.default_view(nested.graph, nested.node)
+  top = _top(nested.graph, nested.node)
+  assert nested.node != top and nested.node in v.nodes and top in v.nodes
+  other = next(n for n in nested.graph.nodes if n.label == "jit" and n.id != top)
+  inside = [n.id for n in nested.graph.nodes if n.parent == other.id]
+  assert inside and not set(inside) & set(v.nodes)
+  assert all(v.owners[i] == other.id for i in inside)
+  opened = views.expand(v, other.id)
+  assert set(inside) <= set(opened.nodes) and nested.node in opened.nodes
+
+
+def test_collapse_folds_the_failing_sub_jaxpr_into_its_equation(nested):
+  top = _top(nested.graph, nested.node)
+  v = views.collapse(views.default_view(nested.graph, nested.node), top)
+  assert nested.node not in v.nodes and v.owners[nested.node] == top and top in v.nodes
+  drawn = set(v.nodes) | {c.id for c in v.clusters}
+  assert all(e.src in drawn and e.dst in drawn and e.src != e.dst for e in v.edges)
+  assert nested.node in views.expand(v, top).nodes
+
+
+@pytest.fixture(scope="module")
+def deep():
+  """A 48-layer transformer-like stack (small dims), layer 30's GELU bwd wrong."""
+  bench = _bench()
+  params, x = bench.inputs(48, batch=2, seq=4, d_model=16, ffn=32)
+  vv.install()
+  vv.clear()
+  try:
+    yield _diagnose(bench.model(48, 30, heads=2), params, x)
+  finally:
+    vv.uninstall()
+    vv.clear()
+
+
+def test_48_layers_default_view_is_small_and_shows_the_failure(deep):
+  v = views.default_view(deep.graph, deep.node)
+  assert deep.node in v.nodes and deep.graph.node(deep.node).name_stack == "layer30/mlp"
+  assert v.size <= views.BUDGET < len(deep.graph.nodes) / 50
+  groups = {c.label: c.repeat for c in v.clusters if c.kind == "group"}
+  assert groups == {"layer0 … layer29": 30, "layer31 … layer47": 17}
+  assert any(e.mismatch and e.dst == deep.node for e in v.edges)
+  out = next(n.id for n in deep.graph.nodes if n.kind == "output")
+  assert out in v.nodes
+
+
+def test_48_layers_failure_is_highlighted_in_dot_and_svg(deep):
+  source = dot.render(deep)
+  assert f'id={deep.node}' in source and "vjpviz-node-failed" in source
+  image = svg.render(deep)
+  failed = image[image.index('class="node vjpviz-node vjpviz-node-failed"') - 40:]
+  assert f'id="{deep.node}"' in failed[:80]
+  assert "vjpviz-edge-mismatch" in image and "✖" in image
+  assert "P float32[2,4,32] / CT float32[2,4,32]" in image
+
+
+def test_groups_and_scopes_expand_and_collapse(deep):
+  v = views.default_view(deep.graph, deep.node)
+  group = next(c for c in v.clusters if c.kind == "group" and c.repeat == 30)
+  layers = views.expand(v, group.id)
+  scopes = [c for c in layers.clusters if c.id.startswith("scope:layer") and c.kind == "scope"]
+  assert {c.label for c in scopes} >= {f"layer{i}" for i in range(30)}
+  layer3 = views.expand(layers, "scope:layer3")
+  assert {"scope:layer3/attn", "scope:layer3/mlp"} <= {c.id for c in layer3.clusters}
+  assert views.collapse(layer3, "scope:layer3") == layers
+  zone = views.collapse(v, "scope:layer30")
+  held = zone.cluster("scope:layer30")
+  assert held.failing and deep.node not in zone.nodes and zone.owners[deep.node] == held.id
+
+
+def test_search_and_reveal(deep):
+  g = deep.graph
+  assert views.search(g, "GELU_BAD") == [deep.node]
+  hits = views.search(g, "float32[2,4,48]")   # the qkv projection of every layer
+  assert len([h for h in hits if g.node(h).primitive == "dot_general"]) == 48
+  target = next(h for h in views.search(g, "layer7/attn") if g.node(h).primitive == "dot_general")
+  v = views.default_view(g, deep.node)
+  assert target not in v.nodes
+  shown = views.reveal(v, target)
+  assert target in shown.nodes and deep.node in shown.nodes
+
+
+def test_budget_folds_unscoped_programs_into_runs(hook):
+  bad = _bad()
+
+  def f(x):
+    for _ in range(100):
+      x = jnp.sin(x) * 1.5
+    x = bad(x)
+    for _ in range(100):
+      x = jnp.cos(x) + 1.0
+    return x.sum()
+  d = _diagnose(f, jnp.ones((2, 4)))
+  v = views.default_view(d.graph, d.node)
+  assert d.node in v.nodes and v.size <= views.BUDGET + 2
+  runs = [c for c in v.clusters if c.kind == "run"]
+  assert runs and sum(c.n_eqns for c in runs) + len(v.nodes) >= 400
+  opened = views.expand(v, runs[0].id)
+  assert set(runs[0].members) <= set(opened.nodes)
