@@ -1,0 +1,5 @@
+"""The render stage: a Diagnosis (plain data) as a view, DOT, SVG, HTML or text.
+
+It never imports capture or deliver and never traces JAX: it only reads the
+Graph the analysis stage built, so it can run long after the failing call.
+"""

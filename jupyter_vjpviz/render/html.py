@@ -1,0 +1,52 @@
+"""A Diagnosis as HTML: a standalone file (``render``) and an output-cell fragment.
+
+The file must open anywhere, offline and forever, so everything is inline (SVG,
+CSS) and nothing is fetched or scripted. Every string that came from the user's
+program (function, scope, argument names, JAX's message quoting them) is
+escaped here; the SVG's own text was escaped by graphviz.
+"""
+from __future__ import annotations
+
+import html
+
+from . import svg, text
+
+STYLE = """
+.vjpviz { font: 13px/1.4 -apple-system, Helvetica, Arial, sans-serif; color: #222; }
+.vjpviz h2 { font-size: 15px; margin: 0 0 8px; }
+.vjpviz .badge { display: inline-block; padding: 0 6px; border-radius: 3px; color: #fff;
+  background: #D55E00; font-size: 11px; margin-right: 6px; }
+.vjpviz .badge.warning { background: #0072B2; }
+.vjpviz table { border-collapse: collapse; margin: 6px 0; }
+.vjpviz td { padding: 1px 10px 1px 0; vertical-align: top; }
+.vjpviz td:first-child { color: #666; }
+.vjpviz .got { color: #D55E00; font-weight: bold; }
+.vjpviz code, .vjpviz pre { font: 12px Menlo, Consolas, monospace; }
+.vjpviz pre { white-space: pre-wrap; background: #f6f6f6; padding: 6px; margin: 4px 0; }
+.vjpviz .graph { overflow: auto; max-height: 720px; border: 1px solid #ddd; margin-top: 8px; }
+.vjpviz .vjpviz-node-failed path, .vjpviz .vjpviz-node-failed polygon { stroke-width: 4; }
+"""
+
+
+def render(d) -> str:
+  """One standalone HTML file."""
+  title = html.escape(f"vjpviz: {d.headline}")
+  return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+          f"<title>{title}</title></head>\n<body>{fragment(d)}</body></html>\n")
+
+
+def fragment(d) -> str:
+  """The same report without <html>/<head>, for IPython's text/html output."""
+  rows = "".join(
+      f'<tr><td>{html.escape(k)}</td><td{" class=got" if k == "got" else ""}>'
+      f"<code>{html.escape(str(v))}</code></td></tr>"
+      for k, v in text.facts(d) if v)
+  message = (f"<details><summary>JAX's message</summary><pre>{html.escape(d.message)}</pre>"
+             "</details>") if d.message else ""
+  fixes = "".join(f"<details><summary>fix: {html.escape(f.title)}</summary>"
+                  f"<pre>{html.escape(f.code)}</pre>{html.escape(f.reason)}</details>"
+                  for f in d.fixes)
+  return (f'<div class="vjpviz" id="vjpviz-{html.escape(d.id)}"><style>{STYLE}</style>'
+          f'<h2><span class="badge {html.escape(d.severity)}">{html.escape(d.severity)}</span>'
+          f"{html.escape(d.headline)}</h2><table>{rows}</table>{message}{fixes}"
+          f'<div class="graph">{svg.render(d)}</div></div>')

@@ -1,0 +1,52 @@
+"""A Diagnosis as a compact plain-text report: for terminals, logs and text/plain.
+
+It says what a reader needs to act without the graph: the headline, where the
+rule and the call are, expected against got, and the failing node with the
+edges around it (the mismatched one marked).
+"""
+from __future__ import annotations
+
+from ..analysis.graph import Edge, Graph
+
+MAX_EDGES = 8      # per direction around the failing node
+
+
+def render(d) -> str:
+  lines = [f"vjpviz {d.severity}: {d.headline}", ""]
+  lines += [f"  {k:<10}{v}" for k, v in facts(d) if v]
+  lines += _neighbourhood(d.graph, d.node)
+  if d.fixes:
+    lines += ["", "  fixes:"] + [f"    {i}. {f.title}" for i, f in enumerate(d.fixes, 1)]
+  return "\n".join(lines)
+
+
+def facts(d) -> list[tuple[str, str | None]]:
+  """(label, value) rows shared with the HTML table; empty values are skipped by both."""
+  return [("kind", d.kind), ("function", _at(d.function, d.source)),
+          ("bwd rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
+          ("scope", d.name_stack), ("input", d.path), ("expected", d.expected),
+          ("got", d.got)]
+
+
+def edge_text(e: Edge) -> str:
+  mark = f"  ✖ got {e.cotangent_got}" if e.mismatch else ""
+  return f"P {e.primal} / CT {e.cotangent}{mark}"
+
+
+def _at(name: str | None, where: str | None) -> str | None:
+  return f"{name} ({where})" if name and where else name
+
+
+def _neighbourhood(graph: Graph, node_id: str | None) -> list[str]:
+  node = graph.node(node_id) if node_id else None
+  if node is None:
+    return [f"  graph     {graph.note}"] if graph.note else []
+  labels = {n.id: n.label for n in graph.nodes}
+  ins = [e for e in graph.edges if e.dst == node_id][:MAX_EDGES]
+  inside = {n.id for n in graph.nodes if n.parent == node_id}   # its own body's edges
+  outs = [e for e in graph.edges if e.src == node_id and e.dst not in inside][:MAX_EDGES]
+  where = f" in {node.name_stack}" if node.name_stack else ""
+  lines = ["", f"  node {node.id} {node.label} ({node.primitive or node.kind}){where}"]
+  lines += [f"    in   {e.src} {labels.get(e.src, '')} -> {edge_text(e)}" for e in ins]
+  lines += [f"    out  -> {e.dst} {labels.get(e.dst, '')}  {edge_text(e)}" for e in outs]
+  return lines

@@ -1,0 +1,363 @@
+"""Which part of a program's Graph to lay out: the neighbourhood of the failure.
+
+A 48-layer transformer has ~4k equations; dot needs seconds for 2k boxes and a
+person can't read them. A View keeps a few dozen nodes around the failing one
+(its name scope, its inputs, the path to the loss) and folds everything else
+into clusters: by name scope, by sub-jaxpr (a nested equation stands for its
+body until expanded), into runs of unscoped equations once the node budget is
+spent, and identical consecutive scopes (layer0..layer29) into one "x30"
+group. Clusters are ids the panel can expand or collapse; edges between them
+are aggregated. Everything here is pure: plain Graph in, plain View out.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import defaultdict
+from typing import Iterable, Mapping
+
+from ..analysis.graph import Edge, Graph, Node
+
+BUDGET = 60        # laid-out nodes in a default view: dot lays this out in tens of ms
+MAX_NODES = 300    # hard ceiling even for what the user expanded explicitly
+ZONE = 40          # the failing scope is shown whole if it is at most this big
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+  """Graph nodes drawn as one box."""
+  id: str                          # "scope:layer3", "scope:e12:attn", "group:scope:layer0", "run:e5..e9"
+  kind: str                        # "scope" | "group" | "run"
+  label: str
+  members: tuple[str, ...]         # graph node ids folded in (not counting their sub-jaxprs)
+  n_eqns: int                      # equations inside, sub-jaxprs included
+  parent: str | None = None        # the expanded equation whose body holds it
+  inputs: tuple[str, ...] = ()     # distinct primal avals entering / leaving
+  outputs: tuple[str, ...] = ()
+  repeat: int = 1                  # groups: how many identical scopes
+  failing: bool = False            # the failing node is folded in here
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewEdge:
+  """One drawn edge: the graph edges between two drawn boxes."""
+  src: str
+  dst: str
+  edges: tuple[Edge, ...]
+
+  @property
+  def mismatch(self) -> bool:
+    return any(e.mismatch for e in self.edges)
+
+  @property
+  def shown(self) -> Edge:
+    """The edge whose avals the label shows: a mismatched one if any."""
+    return next((e for e in self.edges if e.mismatch), self.edges[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+  failing: str | None
+  nodes: tuple[str, ...]            # visible graph node ids, program order
+  clusters: tuple[Cluster, ...]
+  edges: tuple[ViewEdge, ...]
+  expanded: frozenset = frozenset()
+  collapsed: frozenset = frozenset()
+  budget: int = BUDGET
+  note: str | None = None
+  graph: Graph = dataclasses.field(default_factory=Graph, repr=False, compare=False)
+  owners: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+  """graph node id -> the visible node or cluster id that draws it"""
+  index: Mapping[str, Node] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+  def node(self, node_id: str) -> Node:
+    return self.index[node_id]
+
+  @property
+  def size(self) -> int:
+    """Boxes to lay out."""
+    return len(self.nodes) + len(self.clusters)
+
+  def cluster(self, cluster_id: str) -> Cluster | None:
+    return next((c for c in self.clusters if c.id == cluster_id), None)
+
+
+def default_view(graph: Graph, failing: str | None, expanded: Iterable[str] = frozenset(),
+                 collapsed: Iterable[str] = frozenset(), budget: int = BUDGET) -> View:
+  """The view around ``failing`` with the given clusters or equations opened or closed.
+
+  ``expanded`` holds cluster ids and equation ids (open that sub-jaxpr);
+  ``collapsed`` closes what is open by default (the failing scope, the
+  sub-jaxprs around the failing node).
+  """
+  return _Builder(graph, failing, frozenset(expanded), frozenset(collapsed), budget).view()
+
+
+def expand(view: View, cluster_id: str) -> View:
+  """The same view with one more cluster (or nested equation) opened."""
+  if cluster_id in view.collapsed:   # open by default: undo the collapse
+    return _again(view, view.expanded, view.collapsed - {cluster_id})
+  return _again(view, view.expanded | {cluster_id}, view.collapsed)
+
+
+def collapse(view: View, cluster_id: str) -> View:
+  """The same view with a cluster or equation closed (the failing scope too)."""
+  if cluster_id in view.expanded:
+    return _again(view, view.expanded - {cluster_id}, view.collapsed)
+  return _again(view, view.expanded, view.collapsed | {cluster_id})
+
+
+def reveal(view: View, node_id: str) -> View:
+  """Open clusters until ``node_id`` (say, a search hit) is drawn as itself."""
+  for _ in range(16):  # each step opens one nesting level
+    owner = view.owners.get(node_id, node_id)
+    if owner == node_id or owner in view.expanded:
+      return view
+    view = expand(view, owner)
+  return view
+
+
+def search(graph: Graph, query: str) -> list[str]:
+  """Ids of nodes whose id, name, primitive, scope, call site or an aval contains ``query``."""
+  q = query.strip().lower()
+  if not q:
+    return []
+  return [n.id for n in graph.nodes
+          if any(q in (s or "").lower() for s in
+                 (n.id, n.label, n.primitive, n.function, n.rule, n.name_stack, n.call_site,
+                  *n.in_avals, *n.out_avals))]
+
+
+def _again(view: View, expanded: frozenset, collapsed: frozenset) -> View:
+  return default_view(view.graph, view.failing, expanded, collapsed, view.budget)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split(name_stack: str) -> tuple[str, ...]:
+  return tuple(s for s in name_stack.split("/") if s)
+
+
+def _scope_id(parent: str | None, scope: tuple[str, ...]) -> str:
+  return "scope:" + (f"{parent}:" if parent else "") + "/".join(scope)
+
+
+def _starts(a: tuple, prefix: tuple) -> bool:
+  return a[:len(prefix)] == prefix
+
+
+class _Builder:
+  """One pass per opened nesting level, outermost first, sharing the node budget."""
+
+  def __init__(self, graph, failing, expanded, collapsed, budget):
+    self.graph, self.failing = graph, failing
+    self.expanded, self.collapsed, self.budget = expanded, collapsed, budget
+    self.by_id = {n.id: n for n in graph.nodes}
+    self.scope = {n.id: _split(n.name_stack) for n in graph.nodes}
+    self.order = {n.id: i for i, n in enumerate(graph.nodes)}
+    self.children: dict[str | None, list[Node]] = defaultdict(list)
+    for n in graph.nodes:
+      self.children[n.parent].append(n)
+    self.succs: dict[str, list[str]] = defaultdict(list)
+    self.preds: dict[str, list[str]] = defaultdict(list)
+    for e in graph.edges:
+      self.succs[e.src].append(e.dst)
+      self.preds[e.dst].append(e.src)
+    self.path = []                  # the failing node and the equations around it
+    node = self.by_id.get(failing)
+    while node is not None:
+      self.path.append(node.id)
+      node = self.by_id.get(node.parent)
+    self.owner: dict[str, str] = {}
+    self.visible: list[str] = []
+    self.clusters: dict[str, Cluster] = {}
+
+  def view(self) -> View:
+    self._level(None)
+    for n in self.graph.nodes:   # bodies of closed equations go where their equation went
+      if n.id not in self.owner:
+        self.owner[n.id] = self.owner.get(n.parent, n.parent)
+    edges = self._edges()
+    clusters = _with_boundaries(self.clusters.values(), edges)
+    note = (f"{len(self.visible) + len(clusters)} boxes for {len(self.graph.nodes)} nodes; "
+            f"{len(clusters)} collapsed (expand to see inside)") if clusters else None
+    return View(failing=self.failing, nodes=tuple(sorted(self.visible, key=self.order.get)),
+                clusters=clusters, edges=edges, expanded=self.expanded,
+                collapsed=self.collapsed, budget=self.budget, note=note,
+                graph=self.graph, owners=self.owner, index=self.by_id)
+
+  def _open_eqn(self, node_id: str) -> bool:
+    if node_id in self.collapsed:
+      return False
+    return node_id in self.expanded or node_id in self.path[1:]
+
+  # -- one level: the equations of one (opened) jaxpr --------------------------------------
+
+  def _level(self, parent: str | None) -> None:
+    nodes = self.children.get(parent, [])
+    focus = next((i for i in self.path if self.by_id[i].parent == parent), None)
+    zone = self._zone(nodes, focus)
+    folded: dict[str, list[str]] = defaultdict(list)
+    candidates = []
+    for n in nodes:
+      scope = self._closed_scope(parent, n, zone)
+      if scope is None:
+        candidates.append(n)
+      else:
+        folded[_scope_id(parent, scope)].append(n.id)
+    where = {m: cid for cid, members in folded.items() for m in members}
+    for n in [n for n in candidates if _is_arg(n)]:   # arguments feeding one scope go inside it
+      owners = {where.get(d) for d in self.succs.get(n.id, ())}
+      if len(owners) == 1 and None not in owners:
+        folded[owners.pop()].append(n.id)
+        candidates.remove(n)
+    self._group_scopes(parent, nodes, folded, focus)
+    self._select(parent, nodes, candidates, focus, zone)
+    for n in nodes:
+      if self.owner.get(n.id) == n.id and n.n_eqns and self._open_eqn(n.id):
+        self._level(n.id)
+
+  def _zone(self, nodes, focus) -> tuple[str, ...] | None:
+    """The focus's scope at the shallowest depth with at most ZONE nodes (None: no scope)."""
+    scope = self.scope.get(focus, ())
+    if not scope:
+      return None
+    for depth in range(1, len(scope) + 1):
+      if sum(_starts(self.scope[n.id], scope[:depth]) for n in nodes) <= ZONE:
+        return scope[:depth]
+    return scope
+
+  def _closed_scope(self, parent, node, zone) -> tuple[str, ...] | None:
+    """The outermost closed scope around ``node``; None if all are open."""
+    scope = self.scope[node.id]
+    for depth in range(1, len(scope) + 1):
+      sid = _scope_id(parent, scope[:depth])
+      near = zone is not None and (_starts(zone, scope[:depth]) or _starts(scope, zone))
+      if sid in self.collapsed or not (near or sid in self.expanded):
+        return scope[:depth]
+    return None
+
+  def _group_scopes(self, parent, nodes, folded, focus) -> None:
+    """Scope clusters; consecutive ones with the same structure become one "xN" group."""
+    where = {m: cid for cid, members in folded.items() for m in members}
+    held = where.get(focus)
+    run: list[str] = []
+    done: set[str] = set()
+    for cid in [*dict.fromkeys(where.get(n.id) for n in nodes if n.kind == "eqn"), None]:
+      joins = cid in folded and cid != held
+      if run and not (joins and self._shape(run[-1], folded) == self._shape(cid, folded)):
+        self._add_scopes(run, folded, parent, held)
+        done.update(run)
+        run = []
+      if joins:
+        run.append(cid)
+    for cid in [c for c in folded if c not in done]:   # the one holding the failure, say
+      self._add_scopes([cid], folded, parent, held)
+
+  def _shape(self, cid, folded) -> tuple:
+    """What makes two scopes identical: relative scopes, ops, avals and bodies, in order."""
+    depth = cid.count("/") + 1
+    return (depth, *((self.scope[n.id][depth:], n.label, n.in_avals, n.out_avals, n.n_eqns)
+                     for n in (self.by_id[m] for m in folded[cid]) if n.kind == "eqn"))
+
+  def _add_scopes(self, run, folded, parent, held) -> None:
+    members = tuple(m for cid in run for m in folded[cid])
+    label = run[0].rsplit(":", 1)[-1]
+    gid = f"group:{run[0]}"
+    if len(run) == 1 or gid in self.expanded:
+      for cid in run:
+        self._add(cid, "scope", cid.rsplit(":", 1)[-1], folded[cid], parent, failing=cid == held)
+      return
+    self._add(gid, "group", f"{label} … {run[-1].rsplit(':', 1)[-1]}", members, parent,
+              repeat=len(run))
+
+  def _add(self, cid, kind, label, members, parent, repeat=1, failing=False) -> None:
+    for m in members:
+      self.owner[m] = cid
+    self.clusters[cid] = Cluster(
+        id=cid, kind=kind, label=label, members=tuple(members),
+        n_eqns=sum((self.by_id[m].kind == "eqn") + self.by_id[m].n_eqns for m in members),
+        parent=parent, repeat=repeat, failing=failing)
+
+  def _select(self, parent, nodes, candidates, focus, zone) -> None:
+    """Show candidates by priority within the budget; fold the rest into runs."""
+    near = {focus, *self.preds.get(focus, ()), *self.succs.get(focus, ())}
+    below = self._descendants(focus)
+    forced = self._forced_runs(parent)
+    base = self.order.get(focus, 0)
+
+    def tier(n: Node) -> int:
+      if n.id in near or n.kind == "output":
+        return 0
+      if (zone is not None and _starts(self.scope[n.id], zone)) or self.order[n.id] in forced:
+        return 1
+      if n.id in below or (_is_arg(n) and not near.isdisjoint(self.succs[n.id])):
+        return 2
+      return 3
+
+    ranked = sorted(((tier(n), abs(self.order[n.id] - base), n.id) for n in candidates))
+    room = self.budget - len(self.visible) - len(self.clusters)
+    shown = set()
+    for t, _, nid in ranked:
+      if len(self.visible) + len(shown) >= MAX_NODES or (len(shown) >= room and t > 1):
+        break
+      shown.add(nid)
+    self._runs(parent, nodes, {n.id for n in candidates} - shown, shown)
+
+  def _descendants(self, start) -> set[str]:
+    seen, todo = set(), [start] if start else []
+    while todo:
+      for d in self.succs.get(todo.pop(), ()):
+        if d not in seen:
+          seen.add(d)
+          todo.append(d)
+    return seen
+
+  def _forced_runs(self, parent) -> set[int]:
+    """Program positions inside runs the user expanded ("run:first..last")."""
+    forced = set()
+    for cid in self.expanded:
+      first, _, last = cid.removeprefix("run:").partition("..")
+      if cid.startswith("run:") and first in self.order and last in self.order \
+          and self.by_id[first].parent == parent:
+        forced.update(range(self.order[first], self.order[last] + 1))
+    return forced
+
+  def _runs(self, parent, nodes, hidden, shown) -> None:
+    """Consecutive hidden candidates become one run; a run of one is just shown."""
+    run: list[str] = []
+    for n in [*nodes, None]:
+      if n is not None and n.id in hidden:
+        run.append(n.id)
+        continue
+      if len(run) == 1:
+        shown.add(run[0])
+      elif run:
+        kind = "inputs" if _is_arg(self.by_id[run[0]]) else "eqns"
+        self._add(f"run:{run[0]}..{run[-1]}", "run",
+                  f"{run[0]} … {run[-1]} ({len(run)} {kind})", run, parent)
+      run = []
+    for nid in shown:
+      self.owner[nid] = nid
+    self.visible.extend(shown)
+
+  def _edges(self) -> tuple[ViewEdge, ...]:
+    agg: dict[tuple[str, str], list[Edge]] = {}
+    for e in self.graph.edges:
+      s, d = self.owner.get(e.src, e.src), self.owner.get(e.dst, e.dst)
+      if s != d:
+        agg.setdefault((s, d), []).append(e)
+    return tuple(ViewEdge(s, d, tuple(es)) for (s, d), es in agg.items())
+
+
+def _with_boundaries(clusters, edges) -> tuple[Cluster, ...]:
+  """Each cluster with the distinct avals crossing its boundary, in and out."""
+  ins, outs = defaultdict(dict), defaultdict(dict)
+  for ve in edges:
+    for e in ve.edges:
+      ins[ve.dst][e.primal] = outs[ve.src][e.primal] = None
+  return tuple(dataclasses.replace(c, inputs=tuple(ins[c.id]), outputs=tuple(outs[c.id]))
+               for c in clusters)
+
+
+def _is_arg(node: Node) -> bool:
+  return node.kind in ("input", "static")
