@@ -503,3 +503,26 @@ def test_script_prints_report_after_traceback(tmp_path):
   err = run.stderr
   assert err.index("Traceback") < err.index("ValueError: Custom VJP bwd rule") < err.rindex("f_bwd")
   assert "vjpviz: internal error" not in err
+
+
+def test_name_with_spaces_and_html_is_still_located(hook):
+  def primal(x):
+    return x * 2.
+  primal.__name__ = "<img src=x onerror=alert(1)>"
+  f = custom(primal, lambda r, g: (g[:2],))
+  raises(lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3)))
+  d = vv.last()
+  assert d.function == "<img src=x onerror=alert(1)>" and d.node is not None
+
+
+def test_graph_traces_under_an_explicit_mesh(hook):
+  mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Explicit,))
+  f = custom(lambda x: x * 2., lambda r, g: (g[:1],))
+
+  def loss(x):
+    return jax.shard_map(f, mesh=mesh, in_specs=P("dp"), out_specs=P("dp"))(x).sum()
+  with jax.set_mesh(mesh):
+    x = jax.device_put(jnp.ones((8, 16)), jax.NamedSharding(mesh, P("dp")))
+    raises(lambda: jax.jit(jax.grad(loss))(x))
+  d = vv.last()
+  assert d.graph.note is None and d.graph.node(d.node).custom

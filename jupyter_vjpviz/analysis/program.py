@@ -111,6 +111,8 @@ class _Builder:
     self.env: dict[Any, str] = {}
     self._names: dict[Any, str] = {}
     self._counter = itertools.count()
+    self._avals: dict[Any, tuple[str, str]] = {}
+    self._scopes: dict[Any, str] = {}
 
   def add_node(self, node: Node) -> None:
     self.nodes.append(node)
@@ -121,51 +123,71 @@ class _Builder:
     src = self.env.get(var)
     if src is None or src == "const":
       return
-    aval = var.aval
-    self.edges.append(Edge(src=src, dst=dst, var=self._name(var), primal=_short(aval),
-                           cotangent=_ct_short(aval), position=position))
+    primal, cotangent = self.aval_strings(var.aval)
+    self.edges.append(Edge(src=src, dst=dst, var=self._name(var), primal=primal,
+                           cotangent=cotangent, position=position))
 
-  def walk(self, jaxpr: core.Jaxpr, parent: str | None) -> int:
-    """Add jaxpr's equations; returns how many there are, recursively."""
+  def aval_strings(self, aval) -> tuple[str, str]:
+    """(primal, expected cotangent) as written; memoised, as a model repeats few types."""
+    try:
+      return self._avals[aval]
+    except KeyError:
+      strings = self._avals[aval] = (_short(aval), _ct_short(aval))
+      return strings
+    except TypeError:  # an unhashable aval
+      return _short(aval), _ct_short(aval)
+
+  def walk(self, jaxpr: core.Jaxpr, parent: str | None, prefix: str | None = None) -> int:
+    """Add jaxpr's equations under ``parent``; returns how many there are, recursively.
+
+    Ids are ``prefix.i``; a parent with several sub-jaxprs (cond branches)
+    numbers each branch: ``e3.0.1`` is equation 1 of e3's first branch.
+    """
     total = 0
     for i, eqn in enumerate(jaxpr.eqns):
-      nid = f"{parent}.{i}" if parent else f"e{i}"
+      nid = f"{prefix}.{i}" if prefix else f"e{i}"
       subs = list(sub_jaxprs(eqn))
       index = len(self.nodes)
       self.nodes.append(None)  # placeholder: n_eqns is known after the children
       for k, v in enumerate(eqn.invars):
         self.add_edge(v, nid, k)
       inner = 0
-      for sub in subs:
+      for b, sub in enumerate(subs):
         for v in sub.invars:
           self.env[v] = nid
         for v in sub.constvars:
           self.env[v] = "const"
-        inner += self.walk(sub, parent=nid)
-      self.nodes[index] = _eqn_node(eqn, nid, parent, inner)
+        inner += self.walk(sub, parent=nid, prefix=f"{nid}.{b}" if len(subs) > 1 else nid)
+      self.nodes[index] = self._eqn_node(eqn, nid, parent, inner)
       for v in eqn.outvars:
         self.env[v] = nid
       total += 1 + inner
     return total
 
+  def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
+    function, rule = custom_names(eqn)
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    return Node(
+        id=nid, kind="eqn", label=function or eqn.primitive.name,
+        primitive=eqn.primitive.name, parent=parent,
+        name_stack=self.scopes(eqn.source_info.name_stack),
+        call_site=f"{frame.file_name}:{frame.start_line}" if frame else None,
+        function=function, rule=rule,
+        in_avals=tuple(self.aval_strings(v.aval)[0] for v in eqn.invars),
+        out_avals=tuple(self.aval_strings(v.aval)[0] for v in eqn.outvars),
+        n_eqns=n_eqns, custom=eqn.primitive.name in CUSTOM_PRIMITIVES)
+
+  def scopes(self, name_stack) -> str:
+    try:
+      return self._scopes[name_stack]
+    except KeyError:
+      names = self._scopes[name_stack] = capture_names.scope_names(name_stack)
+      return names
+
   def _name(self, var) -> str:
     if var not in self._names:
       self._names[var] = f"v{next(self._counter)}"
     return self._names[var]
-
-
-def _eqn_node(eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
-  function, rule = custom_names(eqn)
-  frame = source_info_util.user_frame(eqn.source_info.traceback)
-  return Node(
-      id=nid, kind="eqn", label=function or eqn.primitive.name,
-      primitive=eqn.primitive.name, parent=parent,
-      name_stack=capture_names.scope_names(eqn.source_info.name_stack),
-      call_site=f"{frame.file_name}:{frame.start_line}" if frame else None,
-      function=function, rule=rule,
-      in_avals=tuple(_short(v.aval) for v in eqn.invars),
-      out_avals=tuple(_short(v.aval) for v in eqn.outvars),
-      n_eqns=n_eqns, custom=eqn.primitive.name in CUSTOM_PRIMITIVES)
 
 
 def custom_names(eqn) -> tuple[str | None, str | None]:
@@ -200,8 +222,8 @@ def _jaxprs_in(value) -> Iterator[core.Jaxpr]:
     yield _open(value)
   elif type(value).__name__ == "ClosedJaxpr":  # JAX versions that still have it
     yield value.jaxpr
-  elif isinstance(value, (tuple, list)):
-    for v in value:
+  elif isinstance(value, (tuple, list)) and value and not isinstance(value[0], (int, str)):
+    for v in value:  # cond branches; skips axes=(0, 1)-style params cheaply
       yield from _jaxprs_in(v)
 
 
@@ -231,7 +253,11 @@ def _is_aval(leaf) -> bool:
 
 
 def _spec(aval):
+  """A ShapeDtypeStruct for ``aval``, keeping an explicit sharding (shard_map checks it)."""
   if isinstance(aval, AbstractRef):
     inner = aval.inner_aval
     return jax.ShapeDtypeStruct(inner.shape, inner.dtype, is_ref=True)
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+  sharding = getattr(aval, "sharding", None)
+  if sharding is None or getattr(sharding.mesh, "empty", True):
+    sharding = None
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=sharding)
