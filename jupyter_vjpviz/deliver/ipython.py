@@ -20,6 +20,8 @@ def load(ip) -> None:
   runtime.install()
   runtime.add_listener(_queue)
   ip.events.register("post_run_cell", _show)
+  # Start the layout worker now, so the first failing cell does not wait for it.
+  safely(_warm_layout)
   for optional in ("magics", "comm"):
     module = _optional(optional)
     if module is not None:
@@ -46,6 +48,11 @@ def _show(result=None) -> None:
   found, _pending[:] = list(_pending), []
   for d in found:
     display(DiagnosisOutput(d))
+
+
+def _warm_layout() -> None:
+  from ..render import layout
+  layout.warm()
 
 
 def _optional(name: str):
