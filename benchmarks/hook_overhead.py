@@ -11,7 +11,7 @@ import time
 import jax
 
 import jupyter_vjpviz as vv
-from models import batch, init, make_model
+from graph_scale import inputs, model
 
 
 def median_time(fn, repeats: int) -> float:
@@ -36,7 +36,8 @@ def measure(fn, repeats: int, rounds: int = 9) -> tuple[float, float]:
 
 
 def main():
-  loss, params, x = make_model(12), init(12), batch()
+  loss = model(12, bad_layer=None)
+  params, x = inputs(12)
   grad = jax.grad(loss)
   jitted = jax.jit(grad)
   for label, fn, repeats in (("eager jax.grad, 12 layers", lambda: grad(params, x), 5),
