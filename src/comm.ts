@@ -13,6 +13,7 @@ import {
   IRequestMessage,
   PROTOCOL_VERSION,
   RequestOp,
+  fields,
   parseKernelMessage
 } from './protocol';
 
@@ -22,6 +23,8 @@ import {
 export interface IDiagnosisEvent {
   readonly kernelId: string;
   readonly diagnosis: Diagnosis;
+  /** performance.now() when the message arrived. */
+  readonly receivedAt?: number;
 }
 
 /**
@@ -30,6 +33,8 @@ export interface IDiagnosisEvent {
 interface IKernelState {
   /** The newest comm the kernel opened, or null once it is closed. */
   comm: Kernel.IComm | null;
+  /** A comm the panel opened itself (survives pushes), or null. */
+  control: Kernel.IComm | null;
   readonly diagnoses: Diagnosis[];
   readonly pending: Map<string, PromiseDelegate<ReadonlyJSONValue | undefined>>;
 }
@@ -39,6 +44,7 @@ interface IKernelState {
  *
  * The kernel opens a fresh comm for every push and closes the previous one,
  * so requests go to the newest comm and a late close of an older comm is ignored.
+ * After a page reload the panel opens its own comm and asks for the history.
  */
 export class VjpvizComms {
   /**
@@ -46,6 +52,14 @@ export class VjpvizComms {
    */
   get diagnosisReceived(): ISignal<this, IDiagnosisEvent> {
     return this._diagnosisReceived;
+  }
+
+  /**
+   * Emitted with a kernel id when its list changed other than by a push
+   * (history loaded, kernel restarted).
+   */
+  get listChanged(): ISignal<this, string> {
+    return this._listChanged;
   }
 
   /**
@@ -59,6 +73,14 @@ export class VjpvizComms {
     kernel.registerCommTarget(COMM_TARGET, (comm, msg) =>
       this._onCommOpen(kernel.id, comm, msg)
     );
+    kernel.statusChanged?.connect((_, status) => {
+      if (status === 'restarting' || status === 'autorestarting') {
+        this._forget(kernel.id);
+      }
+    });
+    if (typeof kernel.createComm === 'function') {
+      void this._openControl(kernel);
+    }
   }
 
   /**
@@ -77,22 +99,97 @@ export class VjpvizComms {
     args: JSONObject = {}
   ): Promise<ReadonlyJSONValue | undefined> {
     const state = this._kernels.get(kernelId);
-    if (!state?.comm) {
+    const comm = state?.control ?? state?.comm;
+    if (!state || !comm) {
       return Promise.reject(
         new Error(`no open ${COMM_TARGET} comm for kernel ${kernelId}`)
       );
     }
-    const message: IRequestMessage = {
+    const message = this._message(op, args);
+    const reply = new PromiseDelegate<ReadonlyJSONValue | undefined>();
+    state.pending.set(message.request_id, reply);
+    comm.send(message);
+    return reply.promise;
+  }
+
+  private _message(op: RequestOp, args: JSONObject): IRequestMessage {
+    return {
       v: PROTOCOL_VERSION,
       type: 'request',
       request_id: UUID.uuid4(),
       op,
       args
     };
+  }
+
+  /**
+   * Open a panel-side comm and ask for the history. A kernel without
+   * `%load_ext vjpviz` closes it at once; then pushes are the only way in.
+   */
+  private async _openControl(kernel: Kernel.IKernelConnection): Promise<void> {
+    const kernelId = kernel.id;
+    const state = this._state(kernelId);
+    let comm: Kernel.IComm;
+    try {
+      comm = kernel.createComm(COMM_TARGET);
+    } catch (error) {
+      return;
+    }
+    const message = this._message('history', {});
     const reply = new PromiseDelegate<ReadonlyJSONValue | undefined>();
     state.pending.set(message.request_id, reply);
-    state.comm.send(message);
-    return reply.promise;
+    comm.onMsg = msg => this._onData(kernelId, state, msg.content.data);
+    comm.onClose = () => {
+      if (state.control === comm) {
+        state.control = null;
+      }
+      const pending = state.pending.get(message.request_id);
+      if (pending) {
+        state.pending.delete(message.request_id);
+        pending.reject(new Error('the kernel closed the vjpviz comm'));
+      }
+    };
+    state.control = comm;
+    try {
+      comm.open(message);
+      const result = (await reply.promise) as JSONObject | undefined;
+      const history = result?.diagnoses;
+      if (Array.isArray(history)) {
+        const known = new Set(state.diagnoses.map(d => fields(d).id));
+        for (const d of history) {
+          try {
+            parseKernelMessage({ v: PROTOCOL_VERSION, type: 'diagnosis', diagnosis: d });
+          } catch {
+            continue;
+          }
+          const id = fields(d as Diagnosis).id;
+          if (!known.has(id)) {
+            state.diagnoses.push(d as Diagnosis);
+          }
+        }
+        state.diagnoses.sort(
+          (a, b) => idNumber(fields(a).id) - idNumber(fields(b).id)
+        );
+        this._listChanged.emit(kernelId);
+      }
+    } catch {
+      // No vjpviz in this kernel (yet): pushes will bring a comm.
+    }
+  }
+
+  private _forget(kernelId: string): void {
+    const state = this._kernels.get(kernelId);
+    if (!state) {
+      return;
+    }
+    state.diagnoses.length = 0;
+    state.comm = null;
+    state.control = null;
+    for (const pending of state.pending.values()) {
+      pending.reject(new Error('the kernel restarted'));
+    }
+    state.pending.clear();
+    this._listChanged.emit(kernelId);
   }
 
   private _onCommOpen(
@@ -114,13 +211,15 @@ export class VjpvizComms {
   private _state(kernelId: string): IKernelState {
     let state = this._kernels.get(kernelId);
     if (!state) {
-      state = { comm: null, diagnoses: [], pending: new Map() };
+      state = { comm: null, control: null, diagnoses: [], pending: new Map() };
       this._kernels.set(kernelId, state);
     }
     return state;
   }
 
   private _onData(kernelId: string, state: IKernelState, data: unknown): void {
+    const receivedAt =
+      typeof performance !== 'undefined' ? performance.now() : Date.now();
     let message;
     try {
       message = parseKernelMessage(data);
@@ -132,8 +231,17 @@ export class VjpvizComms {
       return;
     }
     if (message.type === 'diagnosis') {
+      const id = fields(message.diagnosis).id;
+      if (state.diagnoses.some(d => fields(d).id === id)) {
+        return;
+      }
       state.diagnoses.push(message.diagnosis);
-      this._diagnosisReceived.emit({ kernelId, diagnosis: message.diagnosis });
+      mark('vjpviz:diagnosis-received');
+      this._diagnosisReceived.emit({
+        kernelId,
+        diagnosis: message.diagnosis,
+        receivedAt
+      });
       return;
     }
     const reply = state.pending.get(message.request_id);
@@ -151,4 +259,19 @@ export class VjpvizComms {
   private _attached = new WeakSet<Kernel.IKernelConnection>();
   private _kernels = new Map<string, IKernelState>();
   private _diagnosisReceived = new Signal<this, IDiagnosisEvent>(this);
+  private _listChanged = new Signal<this, string>(this);
+}
+
+/**
+ * A performance mark (the browser test reads them to time the panel).
+ */
+export function mark(name: string): void {
+  if (typeof performance !== 'undefined' && performance.mark) {
+    performance.mark(name);
+  }
+}
+
+function idNumber(id: string): number {
+  const n = parseInt(id.replace(/^\D+/, ''), 10);
+  return isNaN(n) ? 0 : n;
 }

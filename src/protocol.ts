@@ -15,9 +15,122 @@ export const COMM_TARGET = 'vjpviz';
 export const PROTOCOL_VERSION = 1;
 
 /**
- * A diagnosis as serialised by the kernel (`Diagnosis.to_dict()`).
+ * A node of the forward graph (`Node.to_dict()`).
+ */
+export interface IGraphNode {
+  readonly id: string;
+  readonly kind: string;
+  readonly label: string;
+  readonly primitive?: string | null;
+  readonly parent?: string | null;
+  readonly name_stack?: string;
+  readonly call_site?: string | null;
+  readonly function?: string | null;
+  readonly rule?: string | null;
+  readonly in_avals?: readonly string[];
+  readonly out_avals?: readonly string[];
+  readonly n_eqns?: number;
+  readonly custom?: boolean;
+}
+
+/**
+ * An edge of the forward graph (`Edge.to_dict()`).
+ */
+export interface IGraphEdge {
+  readonly src: string;
+  readonly dst: string;
+  readonly var?: string;
+  readonly primal?: string;
+  readonly cotangent?: string;
+  readonly cotangent_got?: string | null;
+  readonly mismatch?: boolean;
+}
+
+/**
+ * A fix suggestion (`Fix.to_dict()`).
+ */
+export interface IFix {
+  readonly title: string;
+  readonly code: string;
+  readonly reason?: string;
+  readonly exact?: boolean;
+}
+
+/**
+ * The fields of a diagnosis the panel reads. Everything is untrusted text.
+ */
+export interface IDiagnosisFields {
+  readonly id: string;
+  readonly kind: string;
+  readonly severity: 'error' | 'warning';
+  readonly headline: string;
+  readonly function?: string | null;
+  readonly rule?: string | null;
+  readonly source?: string | null;
+  readonly path?: string | null;
+  readonly expected?: string | null;
+  readonly got?: string | null;
+  readonly message?: string | null;
+  readonly node?: string | null;
+  readonly rule_source?: string | null;
+  readonly call_site?: string | null;
+  readonly name_stack?: string;
+  readonly detail?: string | null;
+  readonly graph: {
+    readonly nodes: readonly IGraphNode[];
+    readonly edges: readonly IGraphEdge[];
+    readonly note?: string | null;
+  };
+  readonly fixes: readonly IFix[];
+  readonly rule_source_text?: string | null;
+  readonly rule_source_start?: number | null;
+  readonly rule_source_bad_line?: number | null;
+}
+
+/**
+ * A diagnosis as serialised by the kernel (`Diagnosis.to_dict()` plus the
+ * rule's source text, see jupyter_vjpviz/deliver/comm.py).
  */
 export type Diagnosis = ReadonlyJSONObject;
+
+/**
+ * A diagnosis read through its typed fields.
+ */
+export function fields(d: Diagnosis): IDiagnosisFields {
+  return d as unknown as IDiagnosisFields;
+}
+
+/**
+ * The result of `view`, `expand` and `collapse`.
+ */
+export interface IViewResult {
+  readonly svg: string;
+  readonly expanded: string[];
+  readonly collapsed?: string[];
+  readonly failed_node?: string | null;
+  readonly boxes?: number;
+  readonly shown?: number;
+  readonly total?: number;
+}
+
+/**
+ * The result of `verify`.
+ */
+export interface IVerifyResult {
+  readonly pass: boolean;
+  readonly summary?: string;
+  readonly diff?: ReadonlyJSONObject[];
+}
+
+/**
+ * The result of `apply`.
+ */
+export interface IApplyResult {
+  readonly applied: boolean;
+  readonly problems?: ReadonlyJSONObject[];
+  readonly diff?: string | null;
+  readonly path?: string | null;
+}
 
 /**
  * Kernel -> panel: a new diagnosis.
@@ -49,7 +162,13 @@ export type KernelToPanelMessage = IDiagnosisMessage | IReplyMessage;
  * The operations the panel can ask the kernel for.
  */
 export type RequestOp =
-  'verify' | 'apply' | 'expand' | 'collapse' | 'search' | 'view';
+  | 'history'
+  | 'verify'
+  | 'apply'
+  | 'expand'
+  | 'collapse'
+  | 'search'
+  | 'view';
 
 /**
  * Panel -> kernel: a request, answered by a reply with the same `request_id`.
@@ -87,6 +206,7 @@ export function parseKernelMessage(data: unknown): KernelToPanelMessage {
       if (!isObject(data.diagnosis)) {
         throw new Error('vjpviz diagnosis message needs an object "diagnosis"');
       }
+      checkDiagnosis(data.diagnosis);
       return data as unknown as IDiagnosisMessage;
     case 'reply':
       if (typeof data.request_id !== 'string') {
@@ -106,5 +226,36 @@ export function parseKernelMessage(data: unknown): KernelToPanelMessage {
       throw new Error(
         `unknown vjpviz message type ${JSON.stringify(data.type)}`
       );
+  }
+}
+
+function checkDiagnosis(d: Record<string, unknown>): void {
+  for (const key of ['id', 'kind', 'headline']) {
+    if (typeof d[key] !== 'string') {
+      throw new Error(`vjpviz diagnosis needs a string "${key}"`);
+    }
+  }
+  if (d.severity !== 'error' && d.severity !== 'warning') {
+    throw new Error('vjpviz diagnosis "severity" must be "error" or "warning"');
+  }
+  const graph = d.graph;
+  if (
+    !isObject(graph) ||
+    !Array.isArray(graph.nodes) ||
+    !Array.isArray(graph.edges)
+  ) {
+    throw new Error('vjpviz diagnosis needs a "graph" with "nodes" and "edges"');
+  }
+  if (!Array.isArray(d.fixes)) {
+    throw new Error('vjpviz diagnosis needs an array "fixes"');
+  }
+  for (const fix of d.fixes) {
+    if (
+      !isObject(fix) ||
+      typeof fix.title !== 'string' ||
+      typeof fix.code !== 'string'
+    ) {
+      throw new Error('vjpviz fix needs string "title" and "code"');
+    }
   }
 }

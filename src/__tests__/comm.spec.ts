@@ -1,5 +1,6 @@
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
+import { Signal } from '@lumino/signaling';
 
 import { IDiagnosisEvent, VjpvizComms } from '../comm';
 import { COMM_TARGET } from '../protocol';
@@ -14,6 +15,7 @@ type OpenHandler = (
  */
 class FakeKernel {
   readonly id = 'k1';
+  readonly statusChanged = new Signal<this, string>(this);
   handlers = new Map<string, OpenHandler>();
 
   registerCommTarget(target: string, handler: OpenHandler): void {
@@ -47,10 +49,19 @@ class FakeComm {
   }
 }
 
+const body = (n: number): JSONObject => ({
+  id: `d${n}`,
+  kind: 'bwd_type',
+  severity: 'error',
+  headline: `h${n}`,
+  graph: { nodes: [], edges: [] },
+  fixes: []
+});
+
 const diagnosis = (n: number): JSONObject => ({
   v: 1,
   type: 'diagnosis',
-  diagnosis: { n }
+  diagnosis: body(n)
 });
 
 describe('VjpvizComms', () => {
@@ -67,11 +78,14 @@ describe('VjpvizComms', () => {
     const events: IDiagnosisEvent[] = [];
     comms.diagnosisReceived.connect((_, event) => events.push(event));
     kernel.open(diagnosis(1)).receive(diagnosis(2));
-    expect(comms.diagnoses('k1')).toEqual([{ n: 1 }, { n: 2 }]);
-    expect(events).toEqual([
-      { kernelId: 'k1', diagnosis: { n: 1 } },
-      { kernelId: 'k1', diagnosis: { n: 2 } }
+    expect(comms.diagnoses('k1')).toEqual([body(1), body(2)]);
+    expect(events).toMatchObject([
+      { kernelId: 'k1', diagnosis: body(1) },
+      { kernelId: 'k1', diagnosis: body(2) }
     ]);
+    // A repeated push (same id) is not a new diagnosis.
+    kernel.open(diagnosis(2));
+    expect(comms.diagnoses('k1')).toHaveLength(2);
     expect(comms.diagnoses('other')).toEqual([]);
   });
 
@@ -125,5 +139,45 @@ describe('VjpvizComms', () => {
     await expect(comms.request('k1', 'view')).rejects.toThrow(
       'no open vjpviz comm'
     );
+  });
+
+  it('forgets a kernel\'s diagnoses when it restarts', () => {
+    const lists: string[] = [];
+    comms.listChanged.connect((_, id) => lists.push(id));
+    kernel.open(diagnosis(1));
+    kernel.statusChanged.emit('restarting');
+    expect(comms.diagnoses('k1')).toEqual([]);
+    expect(lists).toEqual(['k1']);
+  });
+});
+
+describe('VjpvizComms after a page reload', () => {
+  it('opens its own comm and loads the history', async () => {
+    const kernel = new FakeKernel();
+    const control = new FakeComm();
+    const opened: JSONObject[] = [];
+    (control as unknown as { open: (d: JSONObject) => void }).open = d => {
+      opened.push(d);
+    };
+    (kernel as unknown as { createComm: () => FakeComm }).createComm = () => control;
+    const comms = new VjpvizComms();
+    const lists: string[] = [];
+    comms.listChanged.connect((_, id) => lists.push(id));
+    comms.attach(kernel as unknown as Kernel.IKernelConnection);
+    expect(opened).toHaveLength(1);
+    expect(opened[0]).toMatchObject({ v: 1, type: 'request', op: 'history' });
+    control.receive({
+      v: 1,
+      type: 'reply',
+      request_id: opened[0].request_id as string,
+      ok: true,
+      result: { diagnoses: [body(2), body(1), { bad: true }] }
+    });
+    await new Promise(r => setTimeout(r, 0));
+    expect(comms.diagnoses('k1')).toEqual([body(1), body(2)]);
+    expect(lists).toEqual(['k1']);
+    // Requests now go on the panel's comm.
+    void comms.request('k1', 'view', { diagnosis_id: 'd1' });
+    expect(control.sent).toHaveLength(1);
   });
 });

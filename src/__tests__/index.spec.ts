@@ -41,3 +41,28 @@ describe('jupyter-vjpviz:plugin', () => {
     expect(first.registerCommTarget).toHaveBeenCalledTimes(1);
   });
 });
+
+describe('the VJP debugger panel', () => {
+  it('is added to the right area and follows the active notebook', () => {
+    const owner = {};
+    const shell = { add: jest.fn(), activateById: jest.fn() };
+    const tracker = {
+      widgetAdded: new Signal<object, unknown>(owner),
+      currentChanged: new Signal<object, unknown>(owner),
+      forEach: () => undefined,
+      currentWidget: null
+    };
+    jest.spyOn(console, 'log').mockImplementation(() => undefined);
+    plugin.activate(
+      { shell } as unknown as JupyterFrontEnd,
+      tracker as unknown as INotebookTracker,
+      null,
+      null
+    );
+    expect(shell.add).toHaveBeenCalledTimes(1);
+    const [panel, area] = shell.add.mock.calls[0];
+    expect(area).toBe('right');
+    expect(panel.id).toBe('jp-vjpviz-panel');
+    expect(panel.node.textContent).toContain('Open a notebook');
+  });
+});

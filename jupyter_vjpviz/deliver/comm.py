@@ -1,0 +1,367 @@
+"""The kernel side of the panel protocol (jupyter_vjpviz/protocol.schema.json).
+
+Kernel -> panel: every new diagnosis is pushed on a FRESH comm opened on the
+``vjpviz`` target (data = the diagnosis message); the previous push comm is
+closed. A long-lived comm goes stale after a page reload (the new page never
+saw its id), so nothing here keeps one for pushing.
+
+Panel -> kernel: requests arrive as comm messages on any vjpviz comm (a push
+comm, or one the panel opened itself to ask for the history after a reload)
+and each gets exactly one reply on the comm it came in on. Malformed requests
+and failing operations become error replies; nothing raises into the kernel.
+
+Nothing here blocks: with no frontend listening, comm_open messages simply go
+unanswered.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import linecache
+import re
+import traceback
+from typing import Any, Callable
+
+from .. import runtime
+from ..capture.records import safely
+
+TARGET = "vjpviz"
+VERSION = 1
+OPS = ("history", "view", "expand", "collapse", "search", "verify", "apply")
+
+_state = {"registered": False, "listening": False, "push_comm": None}
+_panel_comms: list = []
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+def register(ip) -> None:
+  """Start pushing diagnoses and answering panel requests (from ``%load_ext vjpviz``)."""
+  runtime.add_listener(_on_found)
+  if not _state["registered"]:
+    manager = _comm_manager()
+    if manager is not None:
+      manager.register_target(TARGET, _on_panel_open)
+    _state["registered"] = True
+
+
+def unregister(ip) -> None:
+  runtime.remove_listener(_on_found)
+  if _state["registered"]:
+    manager = _comm_manager()
+    if manager is not None:
+      safely(manager.unregister_target, TARGET, _on_panel_open)
+    _state["registered"] = False
+  _close_push_comm()
+
+
+def listening() -> bool:
+  """True once a panel has sent any message to this kernel."""
+  return _state["listening"]
+
+
+def _comm_manager():
+  try:
+    import comm
+    manager = comm.get_comm_manager()
+  except Exception:
+    return None
+  return manager if hasattr(manager, "register_target") else None
+
+
+# --------------------------------------------------------------------------- pushing
+
+def _on_found(found, exc) -> None:
+  for d in found:
+    safely(push, d)
+
+
+def push(d) -> None:
+  """Open a fresh comm carrying ``d``; close the previous push comm."""
+  import comm
+  message = {"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)}
+  new = comm.create_comm(target_name=TARGET, data=message)
+  _attach(new)
+  _close_push_comm()
+  _state["push_comm"] = new
+
+
+def _close_push_comm() -> None:
+  old, _state["push_comm"] = _state["push_comm"], None
+  if old is not None:
+    safely(old.close)
+
+
+def _attach(c) -> None:
+  on_msg = getattr(c, "on_msg", None)
+  if on_msg is not None:
+    on_msg(lambda msg, c=c: _on_comm_msg(c, msg))
+
+
+def _on_panel_open(c, open_msg) -> None:
+  _state["listening"] = True
+  _panel_comms.append(c)
+  on_close = getattr(c, "on_close", None)
+  if on_close is not None:
+    on_close(lambda msg, c=c: c in _panel_comms and _panel_comms.remove(c))
+  _attach(c)
+  data = (open_msg.get("content") or {}).get("data") if isinstance(open_msg, dict) else None
+  if data:
+    _reply_on(c, data)
+
+
+def _on_comm_msg(c, msg) -> None:
+  _state["listening"] = True
+  data = (msg.get("content") or {}).get("data") if isinstance(msg, dict) else None
+  _reply_on(c, data)
+
+
+def _reply_on(c, data) -> None:
+  reply = handle(data)
+  try:
+    c.send(reply)
+  except Exception:  # an unserialisable result: still answer
+    safely(c.send, _error(reply.get("request_id", ""), "reply could not be serialised"))
+
+
+def payload(d) -> dict:
+  """The diagnosis as the panel gets it: to_dict() plus the rule's source text."""
+  out = d.to_dict()
+  out.update(_rule_source(d.rule_source))
+  return out
+
+
+def _rule_source(location: str | None) -> dict:
+  empty = {"rule_source_text": None, "rule_source_start": None, "rule_source_bad_line": None}
+  if not location or ":" not in location:
+    return empty
+  filename, _, line = location.rpartition(":")
+  try:
+    start = int(line)
+  except ValueError:
+    return empty
+  lines = linecache.getlines(filename)
+  if not lines or start < 1 or start > len(lines):
+    return empty
+  # Decorators sit above the def; the location may point at either.
+  try:
+    block = inspect.getblock(lines[start - 1:])
+  except Exception:
+    block = lines[start - 1:start]
+  block = block[:400]
+  text = "".join(block)
+  bad = None
+  for i, src in enumerate(block):
+    if re.match(r"\s*return\b", src):
+      bad = start + i
+  return {"rule_source_text": text, "rule_source_start": start, "rule_source_bad_line": bad}
+
+
+# --------------------------------------------------------------------------- requests
+
+def handle(data: Any) -> dict:
+  """The reply to one panel message; never raises."""
+  request_id = data.get("request_id") if isinstance(data, dict) else None
+  if not isinstance(request_id, str):
+    request_id = ""
+  try:
+    problem = _malformed(data)
+    if problem:
+      return _error(request_id, problem)
+    result = _OPS[data["op"]](data["args"])
+    return {"v": VERSION, "type": "reply", "request_id": request_id, "ok": True,
+            "result": _jsonable(result)}
+  except _Refused as e:
+    return _error(request_id, str(e))
+  except Exception as e:  # the kernel must never see an exception from the panel
+    return _error(request_id, f"{type(e).__name__}: {e}",
+                  "".join(traceback.format_exception(e)[-3:]))
+
+
+class _Refused(Exception):
+  pass
+
+
+def _error(request_id: str, message: str, detail: str | None = None) -> dict:
+  reply = {"v": VERSION, "type": "reply", "request_id": request_id, "ok": False,
+           "error": message}
+  if detail:
+    reply["result"] = {"traceback": detail}
+  return reply
+
+
+def _malformed(data: Any) -> str | None:
+  if not isinstance(data, dict):
+    return f"a vjpviz request must be a JSON object, got {type(data).__name__}"
+  if data.get("v") != VERSION:
+    return f"unsupported vjpviz protocol version {data.get('v')!r} (expected {VERSION})"
+  if data.get("type") != "request":
+    return f"expected a message of type 'request', got {data.get('type')!r}"
+  if not isinstance(data.get("request_id"), str) or not data["request_id"]:
+    return "a request needs a non-empty string 'request_id'"
+  if data.get("op") not in OPS:
+    return f"unknown op {data.get('op')!r} (known: {', '.join(OPS)})"
+  args = data.get("args")
+  if not isinstance(args, dict):
+    return "a request needs an object 'args'"
+  for key in ("expanded", "collapsed"):
+    ids = args.get(key, [])
+    if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+      return f"args.{key} must be a list of node ids"
+  needs = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
+           "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
+           "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
+  for key in needs.get(data["op"], ()):
+    if not isinstance(args.get(key), str):
+      return f"op {data['op']!r} needs a string args.{key}"
+  return None
+
+
+def _diagnosis(args: dict):
+  import jupyter_vjpviz
+  wanted = args["diagnosis_id"]
+  for d in jupyter_vjpviz.diagnoses():
+    if d.id == wanted:
+      return d
+  raise _Refused(f"no diagnosis {wanted!r} in this kernel (restarted, or vjpviz.clear()?)")
+
+
+def _op_history(args: dict) -> dict:
+  import jupyter_vjpviz
+  return {"diagnoses": [payload(d) for d in jupyter_vjpviz.diagnoses()]}
+
+
+def _fixes_verify():
+  try:
+    from ..fixes import verify
+  except ImportError as e:
+    raise _Refused(f"fix verification is not available: {e}") from None
+  return verify
+
+
+def _op_verify(args: dict) -> dict:
+  return _verify_result_for(_diagnosis(args), args["code"])
+
+
+def _verify_result(result: Any) -> dict:
+  """Whatever verify_fix returns, as {pass, summary, diff}."""
+  if isinstance(result, (list, tuple)):  # verify_fix: the diagnoses still found; [] means fixed
+    problems = [_problem(x) for x in result]
+    return {"pass": not problems,
+            "summary": "the edited rule type-checks at the failing call's types" if not problems
+                       else "; ".join(p["headline"] for p in problems if p.get("headline")) or "still wrong",
+            "diff": problems}
+  if isinstance(result, bool):
+    return {"pass": result, "summary": "the fixed rule type-checks" if result else "still wrong"}
+  data = _jsonable(result)
+  if not isinstance(data, dict):
+    return {"pass": bool(result), "summary": str(result)}
+  ok = next((data[k] for k in ("pass", "passed", "ok", "success") if k in data), None)
+  if ok is None:
+    ok = not data.get("remaining") and not data.get("diagnoses") and not data.get("error")
+  out = {"pass": bool(ok)}
+  summary = next((data[k] for k in ("summary", "message", "error", "detail") if data.get(k)), None)
+  out["summary"] = str(summary) if summary is not None else ("the fixed rule type-checks" if ok else "still wrong")
+  diff = next((data[k] for k in ("diff", "remaining", "diagnoses") if data.get(k)), None)
+  if isinstance(diff, list):
+    out["diff"] = [x if isinstance(x, dict) else {"text": str(x)} for x in diff]
+  out["raw"] = data
+  return out
+
+
+def _verify_result_for(d, code: str) -> dict:
+  """verify_fix as {pass, summary, diff} (also used by the inline widgets)."""
+  return _verify_result(_fixes_verify().verify_fix(d, code))
+
+
+def _problem(x) -> dict:
+  keys = ("id", "kind", "headline", "path", "expected", "got")
+  if isinstance(x, dict):
+    return {k: x.get(k) for k in keys}
+  return {k: getattr(x, k, None) for k in keys}
+
+
+def _op_apply(args: dict) -> dict:
+  d = _diagnosis(args)
+  result = _fixes_verify().apply_fix(d, args["code"])
+  applied = bool(getattr(result, "applied", result is not False))
+  problems = [_problem(x) for x in getattr(result, "problems", ()) or ()]
+  return {"applied": applied, "problems": problems,
+          "diff": getattr(result, "diff", None), "path": getattr(result, "path", None)}
+
+
+# ---- graph views: render.views + render.svg (an error reply when they are missing)
+
+def _op_view(args: dict) -> dict:
+  d = _diagnosis(args)
+  return _view(d, set(args.get("expanded", [])), set(args.get("collapsed", [])))
+
+
+def _op_expand(args: dict) -> dict:
+  d = _diagnosis(args)
+  node = args["node"]
+  return _view(d, set(args.get("expanded", [])) | {node}, set(args.get("collapsed", [])) - {node})
+
+
+def _op_collapse(args: dict) -> dict:
+  d = _diagnosis(args)
+  node = args["node"]
+  return _view(d, set(args.get("expanded", [])) - {node}, set(args.get("collapsed", [])) | {node})
+
+
+def _op_search(args: dict) -> dict:
+  d = _diagnosis(args)
+  views = _render()[0]
+  matches = list(views.search(d.graph, args["query"]))
+  view = views.default_view(d.graph, d.node, expanded=frozenset(args.get("expanded", [])),
+                            collapsed=frozenset(args.get("collapsed", [])))
+  for m in matches[:3]:  # open clusters until the first hits are drawn as themselves
+    view = views.reveal(view, m)
+  return {"matches": matches, "view": _render_view(d, view)}
+
+
+def _render():
+  try:
+    from ..render import svg, views
+  except ImportError as e:
+    raise _Refused(f"graph views are not available: {e}") from None
+  return views, svg
+
+
+def _view(d, expanded: set, collapsed: set = frozenset()) -> dict:
+  views = _render()[0]
+  view = views.default_view(d.graph, d.node, expanded=frozenset(expanded),
+                            collapsed=frozenset(collapsed))
+  return _render_view(d, view)
+
+
+def _render_view(d, view) -> dict:
+  svg = _render()[1]
+  return {"svg": svg.of_view(view), "expanded": sorted(view.expanded),
+          "collapsed": sorted(view.collapsed), "failed_node": d.node,
+          "shown": len(view.nodes) + sum(len(c.members) for c in view.clusters),
+          "total": len(d.graph.nodes), "boxes": view.size}
+
+
+_OPS: dict[str, Callable[[dict], Any]] = {
+    "history": _op_history, "view": _op_view, "expand": _op_expand,
+    "collapse": _op_collapse, "search": _op_search, "verify": _op_verify, "apply": _op_apply,
+}
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+  if depth > 20:
+    return str(value)
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  if isinstance(value, dict):
+    return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+  if isinstance(value, (list, tuple, set, frozenset)):
+    return [_jsonable(v, depth + 1) for v in value]
+  to_dict = getattr(value, "to_dict", None)
+  if callable(to_dict):
+    return _jsonable(to_dict(), depth + 1)
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return {f.name: _jsonable(getattr(value, f.name), depth + 1)
+            for f in dataclasses.fields(value) if not f.name.endswith("_aval") and f.name != "site"}
+  return str(value)

@@ -1,0 +1,202 @@
+import { CodeEditor, CodeEditorWrapper } from '@jupyterlab/codeeditor';
+import { Panel, Widget } from '@lumino/widgets';
+
+import { IFix, IVerifyResult } from './protocol';
+
+/**
+ * What the fix editor needs from its owner.
+ */
+export interface IFixActions {
+  verify(code: string): Promise<IVerifyResult>;
+  apply(code: string): Promise<string>;
+  copy(code: string): Promise<void>;
+}
+
+/**
+ * A JupyterLab code editor prefilled with the best fix, a picker for the
+ * others, and Verify / Apply to cell / Copy. Nothing runs without a click.
+ */
+export class FixEditor extends Panel {
+  constructor(factory: CodeEditor.Factory) {
+    super();
+    this.addClass('jp-Vjpviz-fix');
+
+    this._header = new Widget();
+    this._header.addClass('jp-Vjpviz-fixHeader');
+    this._picker = document.createElement('select');
+    this._picker.className = 'jp-mod-styled jp-Vjpviz-picker';
+    this._picker.setAttribute('aria-label', 'Fix suggestions');
+    this._picker.addEventListener('change', () =>
+      this._choose(Number(this._picker.value))
+    );
+    this._reason = document.createElement('div');
+    this._reason.className = 'jp-Vjpviz-fixReason';
+    this._header.node.append(this._picker, this._reason);
+    this.addWidget(this._header);
+
+    this._model = new CodeEditor.Model({ mimeType: 'text/x-python' });
+    this._editor = new CodeEditorWrapper({
+      factory,
+      model: this._model,
+      editorOptions: { config: { lineNumbers: true } }
+    });
+    this._editor.addClass('vjpviz-fix-editor');
+    this._editor.addClass('jp-Vjpviz-editor');
+    this.addWidget(this._editor);
+
+    const footer = new Widget();
+    footer.addClass('jp-Vjpviz-fixButtons');
+    footer.node.append(
+      this._button('Verify', 'verify', true, () => void this._verify()),
+      this._button('Apply to cell', 'apply', false, () => void this._apply()),
+      this._button('Copy', 'copy', false, () => void this._copy())
+    );
+    this._result = document.createElement('div');
+    this._result.className = 'jp-Vjpviz-verifyResult';
+    this._result.setAttribute('role', 'status');
+    footer.node.appendChild(this._result);
+    this.addWidget(footer);
+  }
+
+  /**
+   * The current editor text.
+   */
+  get code(): string {
+    return this._model.sharedModel.getSource();
+  }
+
+  set code(value: string) {
+    this._model.sharedModel.setSource(value);
+  }
+
+  /**
+   * Show the suggestions of a diagnosis (the first is the best).
+   */
+  setFixes(
+    fixes: readonly IFix[],
+    fallback: string | null,
+    actions: IFixActions | null
+  ): void {
+    this._fixes = fixes.length
+      ? [...fixes]
+      : fallback
+        ? [{ title: 'The rule as written (edit it)', code: fallback }]
+        : [];
+    this._actions = actions;
+    this._picker.textContent = '';
+    this._fixes.forEach((fix, i) => {
+      const option = document.createElement('option');
+      option.value = String(i);
+      option.textContent = `${fix.exact ? '✓ ' : ''}${fix.title}`;
+      this._picker.appendChild(option);
+    });
+    this._picker.hidden = this._fixes.length < 2;
+    this._clearResult();
+    this._choose(0);
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._model.dispose();
+    super.dispose();
+  }
+
+  private _choose(i: number): void {
+    const fix = this._fixes[i];
+    this.code = fix?.code ?? '';
+    this._reason.textContent = fix
+      ? `${fix.reason ?? ''}${fix.exact === false && fix.reason ? ' ' : ''}${
+          fix.exact === false
+            ? '(makes the types line up; check the maths)'
+            : ''
+        }`
+      : 'No suggestion for this diagnosis.';
+    this._clearResult();
+  }
+
+  private _button(
+    label: string,
+    action: string,
+    primary: boolean,
+    onClick: () => void
+  ): HTMLButtonElement {
+    const b = document.createElement('button');
+    b.className = `jp-Button jp-mod-styled ${primary ? 'jp-mod-accept' : 'jp-mod-reject'}`;
+    b.textContent = label;
+    b.dataset.vjpvizAction = action;
+    b.addEventListener('click', onClick);
+    return b;
+  }
+
+  private _clearResult(): void {
+    this._result.textContent = '';
+    this._result.removeAttribute('data-vjpviz-verify');
+    this._result.className = 'jp-Vjpviz-verifyResult';
+  }
+
+  private _say(text: string, state?: 'pass' | 'fail' | 'busy'): void {
+    this._result.textContent = text;
+    this._result.className = `jp-Vjpviz-verifyResult${state ? ` jp-mod-${state}` : ''}`;
+  }
+
+  private async _verify(): Promise<void> {
+    if (!this._actions) {
+      return;
+    }
+    this._clearResult();
+    this._say('Verifying…', 'busy');
+    try {
+      const result = await this._actions.verify(this.code);
+      const state = result.pass ? 'pass' : 'fail';
+      this._say(
+        result.pass
+          ? `Pass: ${result.summary ?? 'the edited rule type-checks'}`
+          : `Still failing: ${result.summary ?? ''}`,
+        state
+      );
+      this._result.setAttribute('data-vjpviz-verify', state);
+    } catch (error) {
+      this._say(`Could not verify: ${(error as Error).message}`, 'fail');
+      this._result.setAttribute('data-vjpviz-verify', 'fail');
+    }
+  }
+
+  private async _apply(): Promise<void> {
+    if (!this._actions) {
+      return;
+    }
+    this._say('Applying…', 'busy');
+    try {
+      const message = await this._actions.apply(this.code);
+      this._say(message, 'pass');
+      this._result.setAttribute('data-vjpviz-applied', 'true');
+    } catch (error) {
+      this._say(`Not applied: ${(error as Error).message}`, 'fail');
+      this._result.setAttribute('data-vjpviz-applied', 'false');
+    }
+  }
+
+  private async _copy(): Promise<void> {
+    if (!this._actions) {
+      return;
+    }
+    try {
+      await this._actions.copy(this.code);
+      this._say('Copied to the clipboard.');
+    } catch (error) {
+      this._say(`Could not copy: ${(error as Error).message}`, 'fail');
+    }
+  }
+
+  private _header: Widget;
+  private _picker: HTMLSelectElement;
+  private _reason: HTMLElement;
+  private _model: CodeEditor.Model;
+  private _editor: CodeEditorWrapper;
+  private _result: HTMLElement;
+  private _fixes: IFix[] = [];
+  private _actions: IFixActions | null = null;
+}
+

@@ -1,0 +1,461 @@
+import { Widget } from '@lumino/widgets';
+
+import { mark } from './comm';
+import { IGraphNode, IViewResult } from './protocol';
+import { sanitizeSvg } from './sanitize';
+
+/**
+ * What the graph view asks of its owner (kernel round trips).
+ */
+export interface IGraphRequests {
+  view(state: IViewState): Promise<IViewResult>;
+  expand(node: string, state: IViewState): Promise<IViewResult>;
+  collapse(node: string, state: IViewState): Promise<IViewResult>;
+  search(
+    query: string,
+    state: IViewState
+  ): Promise<{ matches: string[]; view: IViewResult }>;
+}
+
+/**
+ * What the user opened and closed; kept here, sent with every request.
+ */
+export interface IViewState {
+  expanded: string[];
+  collapsed: string[];
+}
+
+const MIN_SCALE = 0.02;
+const MAX_SCALE = 8;
+
+/**
+ * The forward graph as sanitized SVG with pan/zoom, node details,
+ * double-click-to-expand, search, fit and centre-on-failure.
+ */
+export class GraphView extends Widget {
+  constructor() {
+    super();
+    this.addClass('jp-Vjpviz-graph');
+    const bar = document.createElement('div');
+    bar.className = 'jp-Vjpviz-graphBar';
+    this._search = document.createElement('input');
+    this._search.type = 'search';
+    this._search.placeholder = 'Search nodes';
+    this._search.className = 'jp-Vjpviz-search jp-mod-styled';
+    this._search.setAttribute('aria-label', 'Search graph nodes');
+    this._search.addEventListener('keydown', e => {
+      if (e.key === 'Enter') {
+        void this._runSearch();
+      }
+    });
+    bar.appendChild(this._search);
+    bar.appendChild(this._button('Fit', 'fit', () => this.fit()));
+    bar.appendChild(
+      this._button('Centre on failure', 'centre', () => this.centreOnFailure())
+    );
+    this._status = document.createElement('span');
+    this._status.className = 'jp-Vjpviz-graphStatus';
+    bar.appendChild(this._status);
+    this.node.appendChild(bar);
+
+    this._viewport = document.createElement('div');
+    this._viewport.className = 'jp-Vjpviz-viewport';
+    this._viewport.tabIndex = 0;
+    this._viewport.setAttribute('aria-label', 'Forward graph');
+    this.node.appendChild(this._viewport);
+
+    this._details = document.createElement('div');
+    this._details.className = 'jp-Vjpviz-nodeDetails';
+    this.node.appendChild(this._details);
+
+    this._viewport.addEventListener('wheel', this._onWheel, { passive: false });
+    this._viewport.addEventListener('mousedown', this._onMouseDown);
+    this._viewport.addEventListener('click', this._onClick);
+    this._viewport.addEventListener('dblclick', this._onDblClick);
+    this._viewport.addEventListener('keydown', this._onKey);
+  }
+
+  /**
+   * Show the graph of a diagnosis (asks the kernel for the default view).
+   */
+  async load(
+    nodes: readonly IGraphNode[],
+    failed: string | null,
+    requests: IGraphRequests | null
+  ): Promise<void> {
+    this._nodes = new Map(nodes.map(n => [n.id, n]));
+    this._failed = failed;
+    this._requests = requests;
+    this._state = { expanded: [], collapsed: [] };
+    this._details.textContent = '';
+    this.node.dataset.vjpvizGraph = 'loading';
+    this._viewport.textContent = '';
+    if (!requests) {
+      this._setStatus('Graph unavailable: no connection to the kernel.');
+      return;
+    }
+    this._setStatus('Loading graph…');
+    await this._show(() => requests.view(this._state), true);
+  }
+
+  /**
+   * Scale the graph to fit the viewport.
+   */
+  fit(): void {
+    const size = this._size();
+    const box = this._viewport.getBoundingClientRect();
+    if (!size || box.width === 0 || box.height === 0) {
+      return;
+    }
+    const scale = Math.min(box.width / size.w, box.height / size.h, 1.5);
+    this._scale = Math.max(MIN_SCALE, scale);
+    this._tx = (box.width - size.w * this._scale) / 2;
+    this._ty = (box.height - size.h * this._scale) / 2;
+    this._apply();
+  }
+
+  /**
+   * Put the failing node in the middle of the viewport, at a readable scale.
+   */
+  centreOnFailure(): void {
+    const el = this._viewport.querySelector('.vjpviz-node-failed');
+    if (!el) {
+      return;
+    }
+    if (this._scale < 0.6) {
+      this._scale = 1;
+      this._apply();
+    }
+    const box = this._viewport.getBoundingClientRect();
+    const r = el.getBoundingClientRect();
+    this._tx += box.left + box.width / 2 - (r.left + r.width / 2);
+    this._ty += box.top + box.height / 2 - (r.top + r.height / 2);
+    this._apply();
+  }
+
+  private _button(label: string, action: string, onClick: () => void) {
+    const b = document.createElement('button');
+    b.className = 'jp-Button jp-mod-styled jp-mod-reject jp-Vjpviz-small';
+    b.textContent = label;
+    b.dataset.vjpvizAction = action;
+    b.addEventListener('click', onClick);
+    return b;
+  }
+
+  private _setStatus(text: string): void {
+    this._status.textContent = text;
+  }
+
+  private async _show(
+    get: () => Promise<IViewResult>,
+    centre: boolean
+  ): Promise<void> {
+    const token = ++this._token;
+    let view: IViewResult;
+    try {
+      mark('vjpviz:graph-requested');
+      view = await get();
+      mark('vjpviz:graph-received');
+    } catch (error) {
+      if (token === this._token) {
+        this._setStatus(`Graph unavailable: ${(error as Error).message}`);
+        this.node.dataset.vjpvizGraph = 'error';
+      }
+      return;
+    }
+    if (token !== this._token) {
+      return;
+    }
+    this._render(view);
+    if (centre) {
+      this.fit();
+      if (this._scale < 0.5) {
+        this.centreOnFailure();
+      }
+    }
+    mark('vjpviz:graph-shown');
+  }
+
+  private _render(view: IViewResult): void {
+    const svg = typeof view.svg === 'string' ? sanitizeSvg(view.svg) : null;
+    this._viewport.textContent = '';
+    if (!svg) {
+      this._setStatus('The kernel sent a graph that is not SVG.');
+      return;
+    }
+    this._state = {
+      expanded: Array.isArray(view.expanded) ? [...view.expanded] : [],
+      collapsed: Array.isArray(view.collapsed) ? [...view.collapsed] : []
+    };
+    const failed = view.failed_node ?? this._failed;
+    // Size in CSS px from the viewBox; transforms do the zooming.
+    const vb = svg.getAttribute('viewBox')?.split(/[\s,]+/).map(Number);
+    if (vb && vb.length === 4 && vb.every(n => isFinite(n))) {
+      this._natural = { w: vb[2], h: vb[3] };
+    } else {
+      this._natural = {
+        w: parseFloat(svg.getAttribute('width') ?? '') || 400,
+        h: parseFloat(svg.getAttribute('height') ?? '') || 300
+      };
+    }
+    svg.setAttribute('width', String(this._natural.w));
+    svg.setAttribute('height', String(this._natural.h));
+    svg.classList.add('jp-Vjpviz-svg');
+    for (const g of Array.from(svg.querySelectorAll('g.node'))) {
+      const id = nodeId(g);
+      if (!id) {
+        continue;
+      }
+      g.setAttribute('data-vjpviz-node', id);
+      g.setAttribute('tabindex', '0');
+      const info = this._nodes.get(id);
+      if (info?.n_eqns && !this._state.expanded.includes(id)) {
+        g.classList.add('vjpviz-expandable');
+      }
+      if (g.classList.contains('vjpviz-cluster')) {
+        g.classList.add('vjpviz-expandable');
+      }
+      if (id === failed) {
+        g.classList.add('vjpviz-node-failed');
+      }
+    }
+    for (const g of Array.from(svg.querySelectorAll('g.cluster'))) {
+      const id = g.getAttribute('id') ?? '';
+      if (id.startsWith('body:')) {
+        g.setAttribute('data-vjpviz-body', id.slice(5));
+      }
+    }
+    this._svg = svg;
+    this._viewport.appendChild(svg);
+    this._apply();
+    this.node.dataset.vjpvizGraph = 'ready';
+    const parts = [];
+    if (view.total !== undefined) {
+      parts.push(
+        `${view.total} nodes` +
+          (view.boxes !== undefined ? ` in ${view.boxes} boxes` : '')
+      );
+    }
+    parts.push('double-click ▸ to expand, a dashed frame to collapse');
+    this._setStatus(parts.join(' · '));
+  }
+
+  private _size(): { w: number; h: number } | null {
+    return this._svg ? this._natural : null;
+  }
+
+  private _apply(): void {
+    if (this._svg) {
+      this._svg.style.transform = `translate(${this._tx}px, ${this._ty}px) scale(${this._scale})`;
+    }
+  }
+
+  private async _runSearch(): Promise<void> {
+    const query = this._search.value.trim();
+    for (const el of Array.from(
+      this._viewport.querySelectorAll('.vjpviz-node-match')
+    )) {
+      el.classList.remove('vjpviz-node-match');
+    }
+    if (!query || !this._requests) {
+      return;
+    }
+    const requests = this._requests;
+    let matches: string[] = [];
+    await this._show(async () => {
+      const result = await requests.search(query, this._state);
+      matches = Array.isArray(result.matches) ? result.matches : [];
+      return result.view;
+    }, false);
+    let first: Element | null = null;
+    for (const id of matches) {
+      const el = this._viewport.querySelector(
+        `[data-vjpviz-node="${cssEscape(id)}"]`
+      );
+      if (el) {
+        el.classList.add('vjpviz-node-match');
+        first = first ?? el;
+      }
+    }
+    this._setStatus(
+      `${matches.length} match${matches.length === 1 ? '' : 'es'} for “${query}”`
+    );
+    if (first) {
+      const box = this._viewport.getBoundingClientRect();
+      const r = first.getBoundingClientRect();
+      this._tx += box.left + box.width / 2 - (r.left + r.width / 2);
+      this._ty += box.top + box.height / 2 - (r.top + r.height / 2);
+      this._apply();
+    }
+  }
+
+  private _showDetails(id: string): void {
+    const n = this._nodes.get(id);
+    const d = this._details;
+    d.textContent = '';
+    if (!n) {
+      return;
+    }
+    const title = document.createElement('div');
+    title.className = 'jp-Vjpviz-nodeTitle';
+    title.textContent = `${n.label}${n.primitive && n.primitive !== n.label ? ` (${n.primitive})` : ''}`;
+    d.appendChild(title);
+    const rows: [string, string | undefined | null][] = [
+      ['inputs', (n.in_avals ?? []).join(', ') || undefined],
+      ['outputs', (n.out_avals ?? []).join(', ') || undefined],
+      ['name stack', n.name_stack || undefined],
+      ['source', n.call_site],
+      ['rule', n.rule],
+      ['contains', n.n_eqns ? `${n.n_eqns} equations` : undefined]
+    ];
+    const dl = document.createElement('dl');
+    for (const [k, v] of rows) {
+      if (!v) {
+        continue;
+      }
+      const dt = document.createElement('dt');
+      dt.textContent = k;
+      const dd = document.createElement('dd');
+      dd.textContent = v;
+      dl.append(dt, dd);
+    }
+    d.appendChild(dl);
+  }
+
+  private _onClick = (e: MouseEvent) => {
+    if (this._dragged) {
+      return;
+    }
+    const g = (e.target as Element).closest?.('[data-vjpviz-node]');
+    if (!g) {
+      return;
+    }
+    for (const el of Array.from(
+      this._viewport.querySelectorAll('.vjpviz-node-selected')
+    )) {
+      el.classList.remove('vjpviz-node-selected');
+    }
+    g.classList.add('vjpviz-node-selected');
+    this._showDetails(g.getAttribute('data-vjpviz-node')!);
+  };
+
+  private _onDblClick = (e: MouseEvent) => {
+    const requests = this._requests;
+    const target = e.target as Element;
+    if (!requests || !target.closest) {
+      return;
+    }
+    const g = target.closest('.vjpviz-expandable[data-vjpviz-node]');
+    if (g) {
+      const id = g.getAttribute('data-vjpviz-node')!;
+      e.preventDefault();
+      this._setStatus(`Expanding ${id}…`);
+      void this._show(() => requests.expand(id, this._state), false);
+      return;
+    }
+    const body = target.closest('[data-vjpviz-body]');
+    if (body && !target.closest('[data-vjpviz-node]')) {
+      const id = body.getAttribute('data-vjpviz-body')!;
+      e.preventDefault();
+      this._setStatus(`Collapsing ${id}…`);
+      void this._show(() => requests.collapse(id, this._state), false);
+    }
+  };
+
+  private _onWheel = (e: WheelEvent) => {
+    if (!this._svg) {
+      return;
+    }
+    e.preventDefault();
+    const box = this._viewport.getBoundingClientRect();
+    const x = e.clientX - box.left;
+    const y = e.clientY - box.top;
+    const factor = Math.exp(-e.deltaY * 0.0015);
+    const scale = Math.min(MAX_SCALE, Math.max(MIN_SCALE, this._scale * factor));
+    this._tx = x - ((x - this._tx) * scale) / this._scale;
+    this._ty = y - ((y - this._ty) * scale) / this._scale;
+    this._scale = scale;
+    this._apply();
+  };
+
+  private _onMouseDown = (e: MouseEvent) => {
+    if (e.button !== 0) {
+      return;
+    }
+    const start = { x: e.clientX, y: e.clientY, tx: this._tx, ty: this._ty };
+    this._dragged = false;
+    const move = (m: MouseEvent) => {
+      const dx = m.clientX - start.x;
+      const dy = m.clientY - start.y;
+      if (Math.abs(dx) + Math.abs(dy) > 3) {
+        this._dragged = true;
+      }
+      this._tx = start.tx + dx;
+      this._ty = start.ty + dy;
+      this._apply();
+    };
+    const up = () => {
+      document.removeEventListener('mousemove', move);
+      document.removeEventListener('mouseup', up);
+      setTimeout(() => (this._dragged = false), 0);
+    };
+    document.addEventListener('mousemove', move);
+    document.addEventListener('mouseup', up);
+  };
+
+  private _onKey = (e: KeyboardEvent) => {
+    const step = 40;
+    const keys: Record<string, () => void> = {
+      ArrowLeft: () => (this._tx += step),
+      ArrowRight: () => (this._tx -= step),
+      ArrowUp: () => (this._ty += step),
+      ArrowDown: () => (this._ty -= step),
+      '+': () => (this._scale = Math.min(MAX_SCALE, this._scale * 1.2)),
+      '-': () => (this._scale = Math.max(MIN_SCALE, this._scale / 1.2))
+    };
+    if (keys[e.key]) {
+      e.preventDefault();
+      keys[e.key]();
+      this._apply();
+    } else if (e.key === 'f') {
+      this.fit();
+    } else if (e.key === 'c') {
+      this.centreOnFailure();
+    }
+  };
+
+  private _search: HTMLInputElement;
+  private _status: HTMLElement;
+  private _viewport: HTMLElement;
+  private _details: HTMLElement;
+  private _svg: SVGSVGElement | null = null;
+  private _natural = { w: 1, h: 1 };
+  private _scale = 1;
+  private _tx = 0;
+  private _ty = 0;
+  private _dragged = false;
+  private _token = 0;
+  private _nodes = new Map<string, IGraphNode>();
+  private _failed: string | null = null;
+  private _state: IViewState = { expanded: [], collapsed: [] };
+  private _requests: IGraphRequests | null = null;
+}
+
+/**
+ * The graph node id of a graphviz `<g class="node">`: its `<title>`.
+ */
+function nodeId(g: Element): string | null {
+  // render/dot.py puts the graph node or cluster id in the id attribute;
+  // plain graphviz output only has it in <title>.
+  if (g.classList.contains('vjpviz-node') && g.getAttribute('id')) {
+    return g.getAttribute('id');
+  }
+  const title = Array.from(g.children).find(c => c.localName === 'title');
+  return title?.textContent?.trim() || null;
+}
+
+function cssEscape(value: string): string {
+  return typeof CSS !== 'undefined' && CSS.escape
+    ? CSS.escape(value)
+    : value.replace(/["\\]/g, '\\$&');
+}

@@ -1,0 +1,295 @@
+import { CodeEditor } from '@jupyterlab/codeeditor';
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { LabIcon } from '@jupyterlab/ui-components';
+import { JSONObject } from '@lumino/coreutils';
+import { Panel, Widget } from '@lumino/widgets';
+
+import { definedNames, findFunction, replacementEdits } from './cells';
+import { VjpvizComms } from './comm';
+import { DiagnosisList } from './diagnosisList';
+import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
+import {
+  Diagnosis,
+  IApplyResult,
+  IVerifyResult,
+  IViewResult,
+  fields
+} from './protocol';
+
+export const PANEL_ID = 'jp-vjpviz-panel';
+
+const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16" height="16">
+<g class="jp-icon3" fill="#616161"><circle cx="5" cy="5" r="2.5"/><circle cx="19" cy="5" r="2.5"/>
+<circle cx="12" cy="19" r="2.5"/><path d="M6.3 6.9l4.6 9.6 1.6-.8L7.9 6.1zM17.7 6.9l-4.6 9.6-1.6-.8 4.6-9.6z"/>
+<path d="M3 21l3-3 1 1-3 3z"/></g></svg>`;
+
+export const vjpvizIcon = new LabIcon({
+  name: 'jupyter-vjpviz:icon',
+  svgstr: ICON_SVG
+});
+
+/**
+ * The "VJP debugger" side panel: the diagnoses of the active notebook's kernel.
+ */
+export class VjpvizPanel extends Panel {
+  constructor(options: {
+    comms: VjpvizComms;
+    editorFactory: CodeEditor.Factory | null;
+    copy: (text: string) => Promise<void>;
+  }) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('jp-Vjpviz-panel');
+    this.title.icon = vjpvizIcon;
+    this.title.caption = 'VJP debugger';
+    this._comms = options.comms;
+    this._copy = options.copy;
+
+    this._empty = new Widget();
+    this._empty.addClass('jp-Vjpviz-empty');
+    this.addWidget(this._empty);
+    this._list = new DiagnosisList();
+    this.addWidget(this._list);
+    this._view = new DiagnosisView(options.editorFactory);
+    this.addWidget(this._view);
+    this._list.selected.connect((_, id) => this.select(id));
+    this._comms.listChanged.connect((_, kernelId) => {
+      if (kernelId === this._kernelId) {
+        this._refresh();
+      }
+    });
+    this._refresh();
+  }
+
+  /**
+   * The kernel whose diagnoses are shown.
+   */
+  get kernelId(): string | null {
+    return this._kernelId;
+  }
+
+  /**
+   * Follow a notebook (the active one), or none.
+   */
+  setNotebook(notebook: NotebookPanel | null): void {
+    const changed = notebook !== this._notebook;
+    this._notebook = notebook;
+    const kernelId = notebook?.sessionContext.session?.kernel?.id ?? null;
+    if (kernelId !== this._kernelId) {
+      this._kernelId = kernelId;
+      this._selectedId = null;
+      void this._refresh();
+    } else if (changed) {
+      this._renderEmpty();
+    }
+  }
+
+  /**
+   * A diagnosis arrived from `kernelId`; select it if it's ours.
+   * Resolves once its view (graph included) is drawn.
+   */
+  async onDiagnosis(kernelId: string, diagnosis: Diagnosis): Promise<void> {
+    this._updateCount();
+    if (kernelId !== this._kernelId) {
+      return;
+    }
+    this._selectedId = fields(diagnosis).id;
+    await this._refresh();
+  }
+
+  /**
+   * Show one diagnosis of the current kernel.
+   */
+  select(id: string): Promise<void> {
+    this._selectedId = id;
+    return this._refresh();
+  }
+
+  private _diagnoses(): readonly Diagnosis[] {
+    return this._kernelId ? this._comms.diagnoses(this._kernelId) : [];
+  }
+
+  private _updateCount(): void {
+    const n = this._diagnoses().length;
+    this.title.label = n ? `VJP debugger (${n})` : 'VJP debugger';
+    this.title.caption = n
+      ? `VJP debugger: ${n} diagnos${n === 1 ? 'is' : 'es'}`
+      : 'VJP debugger';
+    this.title.className = n ? 'jp-Vjpviz-tab jp-mod-count' : 'jp-Vjpviz-tab';
+    // The sidebar keeps the tab's data-id in the dataset: extend it.
+    this.title.dataset = { ...this.title.dataset, vjpvizCount: String(n) };
+  }
+
+  private _refresh(): Promise<void> {
+    const diagnoses = this._diagnoses();
+    this._updateCount();
+    const has = diagnoses.length > 0;
+    this._renderEmpty();
+    this._empty.setHidden(has);
+    this._list.setHidden(!has);
+    this._view.setHidden(!has);
+    if (!has) {
+      return Promise.resolve();
+    }
+    const selected =
+      diagnoses.find(d => fields(d).id === this._selectedId) ??
+      diagnoses[diagnoses.length - 1];
+    this._selectedId = fields(selected).id;
+    this._list.setItems(diagnoses, this._selectedId);
+    if (this._view.diagnosisId === this._selectedId && this._shownKernel === this._kernelId) {
+      return Promise.resolve();
+    }
+    this._shownKernel = this._kernelId;
+    return this._view.showDiagnosis(selected, this._actions(selected));
+  }
+
+  private _renderEmpty(): void {
+    const node = this._empty.node;
+    node.textContent = '';
+    const h = document.createElement('h3');
+    h.textContent = 'VJP debugger';
+    const p = document.createElement('p');
+    if (!this._notebook) {
+      p.textContent = 'Open a notebook to see its gradient diagnoses here.';
+    } else {
+      p.append('Run ');
+      const code = document.createElement('code');
+      code.textContent = '%load_ext vjpviz';
+      p.append(
+        code,
+        ' in this notebook. Wrong cotangents from custom_vjp rules and VJPs then show up here, with the graph and a fix.'
+      );
+    }
+    node.append(h, p);
+  }
+
+  private _actions(diagnosis: Diagnosis): IDiagnosisActions {
+    const kernelId = this._kernelId;
+    const d = fields(diagnosis);
+    if (!kernelId) {
+      return { graph: null, fix: null, jumpToSource: () => undefined };
+    }
+    const request = async (op: Parameters<VjpvizComms['request']>[1], args: JSONObject) =>
+      this._comms.request(kernelId, op, { diagnosis_id: d.id, ...args });
+    return {
+      graph: {
+        view: async state =>
+          (await request('view', { ...state })) as unknown as IViewResult,
+        expand: async (node, state) =>
+          (await request('expand', { node, ...state })) as unknown as IViewResult,
+        collapse: async (node, state) =>
+          (await request('collapse', { node, ...state })) as unknown as IViewResult,
+        search: async (query, state) =>
+          (await request('search', { query, ...state })) as unknown as {
+            matches: string[];
+            view: IViewResult;
+          }
+      },
+      fix: {
+        verify: async code =>
+          (await request('verify', { code })) as unknown as IVerifyResult,
+        apply: code => this._apply(d.id, d.rule ?? d.function ?? null, code, request),
+        copy: text => this._copy(text)
+      },
+      jumpToSource: () => this._jump(d.rule ?? d.function ?? null)
+    };
+  }
+
+  /**
+   * Tell the kernel to rebind the rule (it verifies first), then put the
+   * same text into the defining cell through its shared model (undoable).
+   */
+  private async _apply(
+    diagnosisId: string,
+    rule: string | null,
+    code: string,
+    request: (op: 'apply', args: JSONObject) => Promise<unknown>
+  ): Promise<string> {
+    let kernelNote = '';
+    try {
+      const result = (await request('apply', { code })) as IApplyResult;
+      if (!result.applied) {
+        if (result.problems && result.problems.length) {
+          const first = result.problems[0] as { headline?: string };
+          throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
+        }
+        if (result.diff) {
+          kernelNote = ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged.`;
+        }
+      } else {
+        kernelNote = ' The kernel now uses the fixed rule.';
+      }
+    } catch (error) {
+      const message = (error as Error).message;
+      if (message.startsWith('the fix still fails')) {
+        throw error;
+      }
+      kernelNote = ` The kernel could not apply it (${message}); re-run the cell.`;
+    }
+    const names = definedNames(code);
+    const cell = this._findCell(names.length ? names : rule ? [rule] : []);
+    if (!cell) {
+      return `No cell of this notebook defines ${names.join(', ') || rule || 'the rule'}.${kernelNote}`;
+    }
+    const shared = cell.model.sharedModel;
+    const source = shared.getSource();
+    const edits = replacementEdits(source, code);
+    if (!edits.length) {
+      return `Nothing to replace in the cell.${kernelNote}`;
+    }
+    shared.transact(() => {
+      for (const [start, end, text] of edits) {
+        shared.updateSource(start, end, text);
+      }
+    });
+    this._reveal(cell);
+    return `Applied to the cell that defines ${names.join(', ') || rule}.${kernelNote}`;
+  }
+
+  private _findCell(names: string[]) {
+    const notebook = this._notebook?.content;
+    if (!notebook) {
+      return null;
+    }
+    for (const cell of notebook.widgets) {
+      if (cell.model.type !== 'code') {
+        continue;
+      }
+      const source = cell.model.sharedModel.getSource();
+      if (names.some(n => findFunction(source, n))) {
+        return cell;
+      }
+    }
+    return null;
+  }
+
+  private _reveal(cell: NonNullable<ReturnType<VjpvizPanel['_findCell']>>): void {
+    const notebook = this._notebook?.content;
+    if (!notebook) {
+      return;
+    }
+    const index = notebook.widgets.indexOf(cell);
+    if (index >= 0) {
+      notebook.activeCellIndex = index;
+      void notebook.scrollToCell(cell);
+    }
+  }
+
+  private _jump(rule: string | null): void {
+    const cell = rule ? this._findCell([rule]) : null;
+    if (cell) {
+      this._reveal(cell);
+      this._notebook?.activate?.();
+    }
+  }
+
+  private _comms: VjpvizComms;
+  private _copy: (text: string) => Promise<void>;
+  private _empty: Widget;
+  private _list: DiagnosisList;
+  private _view: DiagnosisView;
+  private _notebook: NotebookPanel | null = null;
+  private _kernelId: string | null = null;
+  private _selectedId: string | null = null;
+  private _shownKernel: string | null = null;
+}

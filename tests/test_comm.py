@@ -1,0 +1,313 @@
+"""The kernel side of the panel protocol (deliver/comm.py) against protocol.schema.json.
+
+Unit tests call ``handle`` directly; the kernel tests start a real ipykernel
+through jupyter_client and play the panel: catch the ``comm_open`` a failing
+grad causes, send requests as ``comm_msg`` and read the replies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import time
+import uuid
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from jupyter_vjpviz.deliver import comm
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "jupyter_vjpviz" / "protocol.schema.json").read_text())
+EXAMPLES = json.loads((ROOT / "src" / "__tests__" / "protocol-examples.json").read_text())
+
+
+def _validator(definition: str):
+  schema = {**SCHEMA, "$ref": f"#/definitions/{definition}"}
+  schema.pop("oneOf")
+  return jsonschema.Draft7Validator(schema)
+
+
+REQUEST = _validator("RequestMessage")
+REPLY = _validator("ReplyMessage")
+DIAGNOSIS = _validator("DiagnosisMessage")
+VIEW = _validator("View")
+VERIFY = _validator("VerifyResult")
+
+
+# ----------------------------------------------------------------------------- schema + handle
+
+def test_schema_is_valid():
+  jsonschema.Draft7Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("message", EXAMPLES["valid_requests"])
+def test_schema_accepts_valid_requests(message):
+  REQUEST.validate(message)
+
+
+@pytest.mark.parametrize("message", EXAMPLES["invalid_requests"])
+def test_malformed_requests_get_an_error_reply(message):
+  assert not REQUEST.is_valid(message)
+  reply = comm.handle(message)
+  REPLY.validate(reply)
+  assert reply["ok"] is False and reply["error"]
+
+
+@pytest.mark.parametrize("message", EXAMPLES["valid_kernel_messages"])
+def test_kernel_examples_match_schema(message):
+  assert DIAGNOSIS.is_valid(message) or REPLY.is_valid(message)
+
+
+def test_unknown_diagnosis_is_an_error_reply_with_the_request_id():
+  reply = comm.handle({"v": 1, "type": "request", "request_id": "r9", "op": "view",
+                       "args": {"diagnosis_id": "no-such"}})
+  REPLY.validate(reply)
+  assert reply == {"v": 1, "type": "reply", "request_id": "r9", "ok": False,
+                   "error": "no diagnosis 'no-such' in this kernel (restarted, or vjpviz.clear()?)"}
+
+
+def test_handle_never_raises_on_garbage():
+  for data in (None, 1, "x", [], {}, {"v": 1}, {"v": 1, "type": "request"},
+               {"v": 1, "type": "request", "request_id": 3, "op": "view", "args": {}},
+               {"v": 1, "type": "request", "request_id": "r", "op": "view",
+                "args": {"diagnosis_id": "d1", "expanded": "e0"}}):
+    reply = comm.handle(data)
+    REPLY.validate(reply)
+    assert reply["ok"] is False
+
+
+def test_verify_result_normalisation():
+  assert comm._verify_result([]) == {
+      "pass": True, "summary": "the edited rule type-checks at the failing call's types", "diff": []}
+  still = comm._verify_result([{"id": "d3", "kind": "bwd_type", "headline": "still bad."}])
+  VERIFY.validate(still)
+  assert still["pass"] is False and still["summary"] == "still bad."
+
+
+# ----------------------------------------------------------------------------- a real kernel
+
+SETUP = '''
+%load_ext vjpviz
+import jax, jax.numpy as jnp
+
+@jax.custom_vjp
+def softclip(x, w):
+    return jnp.tanh(x @ w)
+
+def softclip_fwd(x, w):
+    y = jnp.tanh(x @ w)
+    return y, (x, w, y)
+
+def softclip_bwd(res, g):
+    x, w, y = res
+    gy = g * (1 - y**2)
+    return gy @ w.T, (x.T @ gy).T
+
+softclip.defvjp(softclip_fwd, softclip_bwd)
+x = jnp.ones((4, 5)); w = jnp.ones((5, 3))
+'''
+FAIL = "jax.grad(lambda x, w: softclip(x, w).sum(), argnums=(0, 1))(x, w)"
+FIXED = '''def softclip_bwd(res, g):
+    x, w, y = res
+    gy = g * (1 - y**2)
+    return gy @ w.T, x.T @ gy
+'''
+
+
+class Panel:
+  """The panel's side of the comm, over jupyter_client."""
+
+  def __init__(self, kc):
+    self.kc = kc
+    self.iopub: list[dict] = []
+
+  def execute(self, code: str, timeout: float = 120) -> dict:
+    msg_id = self.kc.execute(code)
+    reply = self.kc.get_shell_msg(timeout=timeout)
+    while reply["parent_header"].get("msg_id") != msg_id:
+      reply = self.kc.get_shell_msg(timeout=timeout)
+    self._drain_until_idle(msg_id, timeout)
+    return reply["content"]
+
+  def _drain_until_idle(self, msg_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      msg = self.kc.get_iopub_msg(timeout=timeout)
+      self.iopub.append(msg)
+      if (msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+          and msg["parent_header"].get("msg_id") == msg_id):
+        return
+    raise TimeoutError("kernel did not go idle")
+
+  def opened(self) -> list[dict]:
+    return [m for m in self.iopub
+            if m["msg_type"] == "comm_open" and m["content"].get("target_name") == "vjpviz"]
+
+  def send(self, msg_type: str, content: dict) -> str:
+    msg = self.kc.session.msg(msg_type, content)
+    self.kc.shell_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+  def request(self, comm_id: str, data, timeout: float = 60) -> dict:
+    msg_id = self.send("comm_msg", {"comm_id": comm_id, "data": data})
+    return self._reply(msg_id, timeout)
+
+  def _reply(self, msg_id: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      try:
+        msg = self.kc.get_iopub_msg(timeout=1)
+      except queue.Empty:
+        continue
+      self.iopub.append(msg)
+      if msg["msg_type"] == "comm_msg" and msg["parent_header"].get("msg_id") == msg_id:
+        return msg["content"]["data"]
+    raise TimeoutError("no reply")
+
+
+@pytest.fixture(scope="module")
+def panel():
+  jupyter_client = pytest.importorskip("jupyter_client")
+  km = jupyter_client.KernelManager(kernel_name="python3")
+  km.start_kernel(env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  kc = km.client()
+  kc.start_channels()
+  kc.wait_for_ready(timeout=60)
+  try:
+    yield Panel(kc)
+  finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def test_failing_grad_opens_a_comm_without_blocking(panel):
+  assert panel.execute(SETUP)["status"] == "ok"
+  start = time.monotonic()
+  reply = panel.execute(FAIL)
+  # Nobody answers the comm_open: the cell still finishes at once, with JAX's error.
+  assert reply["status"] == "error" and time.monotonic() - start < 60
+  opened = panel.opened()
+  assert len(opened) == 1
+  data = opened[0]["content"]["data"]
+  DIAGNOSIS.validate(data)
+  d = data["diagnosis"]
+  assert (d["kind"], d["function"], d["path"], d["expected"], d["got"]) == (
+      "bwd_type", "softclip", "[1]", "float32[5,3]", "float32[3,5]")
+  assert "def softclip_bwd" in d["rule_source_text"]
+  bad = d["rule_source_text"].splitlines()[d["rule_source_bad_line"] - d["rule_source_start"]]
+  assert "return gy @ w.T, (x.T @ gy).T" in bad
+
+
+def test_requests_get_replies_on_the_push_comm(panel):
+  comm_id = panel.opened()[-1]["content"]["comm_id"]
+  d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]
+
+  reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "v1", "op": "view",
+                                  "args": {"diagnosis_id": d_id}})
+  REPLY.validate(reply)
+  assert reply["ok"], reply
+  VIEW.validate(reply["result"])
+  assert "vjpviz-node-failed" in reply["result"]["svg"]
+
+  reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "s1", "op": "search",
+                                  "args": {"diagnosis_id": d_id, "query": "softclip"}})
+  assert reply["ok"] and reply["result"]["matches"], reply
+
+  reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "f1", "op": "verify",
+                                  "args": {"diagnosis_id": d_id, "code": FIXED}})
+  REPLY.validate(reply)
+  assert reply["ok"] and reply["result"]["pass"] is True, reply
+  VERIFY.validate(reply["result"])
+
+  reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "f2", "op": "verify",
+                                  "args": {"diagnosis_id": d_id,
+                                           "code": FIXED.replace("x.T @ gy", "(x.T @ gy).T")}})
+  assert reply["ok"] and reply["result"]["pass"] is False, reply
+
+
+def test_malformed_message_gets_an_error_reply_and_the_kernel_lives(panel):
+  comm_id = panel.opened()[-1]["content"]["comm_id"]
+  for data in ({"v": 1, "type": "request", "request_id": "m1", "op": "rm -rf", "args": {}},
+               {"v": 7}, "not an object"):
+    reply = panel.request(comm_id, data)
+    REPLY.validate(reply)
+    assert reply["ok"] is False and reply["error"]
+  assert panel.execute("print(1 + 1)")["status"] == "ok"
+
+
+def test_panel_opened_comm_gets_the_history_and_listening_is_set(panel):
+  comm_id = uuid.uuid4().hex
+  msg_id = panel.send("comm_open", {"comm_id": comm_id, "target_name": "vjpviz",
+                                    "data": {"v": 1, "type": "request", "request_id": "h1",
+                                             "op": "history", "args": {}}})
+  reply = panel._reply(msg_id, 30)
+  REPLY.validate(reply)
+  assert reply["request_id"] == "h1" and reply["ok"]
+  assert [d["function"] for d in reply["result"]["diagnoses"]] == ["softclip"]
+  out = panel.execute("from jupyter_vjpviz.deliver import comm as _c; print('LISTENING', _c.listening())")
+  assert out["status"] == "ok"
+  text = "".join(m["content"].get("text", "") for m in panel.iopub if m["msg_type"] == "stream")
+  assert "LISTENING True" in text
+
+
+def test_apply_rebinds_the_rule(panel):
+  comm_id = panel.opened()[-1]["content"]["comm_id"]
+  d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]
+  reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "a1", "op": "apply",
+                                  "args": {"diagnosis_id": d_id, "code": FIXED}})
+  assert reply["ok"] and reply["result"]["applied"] is True, reply
+  assert panel.execute(FAIL)["status"] == "ok"
+
+
+def test_each_push_opens_a_fresh_comm(panel):
+  before = len(panel.opened())
+  panel.execute('''
+@jax.custom_vjp
+def other(x):
+    return x
+other.defvjp(lambda x: (x, None), lambda r, g: (g[:1],))
+try:
+    jax.grad(lambda x: other(x).sum())(jnp.ones(3))
+except Exception:
+    pass
+''')
+  opened = panel.opened()
+  assert len(opened) == before + 1
+  assert opened[-1]["content"]["comm_id"] != opened[-2]["content"]["comm_id"]
+  closed = [m["content"]["comm_id"] for m in panel.iopub if m["msg_type"] == "comm_close"]
+  assert opened[-2]["content"]["comm_id"] in closed
+
+
+# ----------------------------------------------------------------------------- inline widgets
+
+def test_inline_widget_sanitizes_and_verifies():
+  widgets = pytest.importorskip("jupyter_vjpviz.deliver.widgets")
+  pytest.importorskip("ipywidgets")
+  svg = ('<svg><script>alert(1)</script><g onclick="alert(2)"><a xlink:href="javascript:alert(3)">'
+         '<text>x</text></a></g><foreignObject><div/></foreignObject></svg>')
+  clean = widgets.sanitize_svg(svg)
+  assert "script" not in clean and "onclick" not in clean and "javascript" not in clean
+  assert "foreignObject" not in clean and "<text>x</text>" in clean
+
+  import jax
+  import jax.numpy as jnp
+  import jupyter_vjpviz as v
+
+  ns: dict = {}
+  exec(compile(SETUP.replace("%load_ext vjpviz\n", ""), "<vjpviz-test>", "exec"), ns)
+  v.install()
+  try:
+    with pytest.raises(Exception):
+      jax.grad(lambda x, w: ns["softclip"](x, w).sum(), argnums=(0, 1))(ns["x"], ns["w"])
+    d = v.last()
+    box = widgets.fallback(d)
+    view = next(c for c in box.children if hasattr(c, "value") and "softclip" in str(c.value))
+    assert "float32[3,5]" in view.value
+    widget = widgets.DiagnosisWidget(d, __import__("ipywidgets"))
+    widget.editor.value = FIXED
+    widget._verify()
+    assert "data-vjpviz-verify='pass'" in widget.result.value, widget.result.value
+  finally:
+    v.uninstall()

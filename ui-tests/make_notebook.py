@@ -1,0 +1,59 @@
+"""Write the notebook the browser test drives (cell order matters to panel.spec.mjs)."""
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+DEFINE = '''import jax, jax.numpy as jnp
+
+@jax.custom_vjp
+def softclip(x, w):
+    return jnp.tanh(x @ w)
+
+def softclip_fwd(x, w):
+    y = jnp.tanh(x @ w)
+    return y, (x, w, y)
+
+def softclip_bwd(res, g):
+    x, w, y = res
+    gy = g * (1 - y**2)
+    return gy @ w.T, (x.T @ gy).T
+
+softclip.defvjp(softclip_fwd, softclip_bwd)
+x = jnp.arange(20.0).reshape(4, 5) / 20
+w = jnp.arange(15.0).reshape(5, 3) / 15'''
+
+GRAD = "g = jax.grad(lambda x, w: softclip(x, w).sum(), argnums=(0, 1))(x, w)\nprint('GRAD OK')"
+
+COMPARE = '''ref = jax.grad(lambda x, w: jnp.tanh(x @ w).sum(), argnums=(0, 1))(x, w)
+print("MATCH", all(bool(jnp.allclose(a, b)) for a, b in zip(g, ref)))'''
+
+EVIL = '''def _evil(x):
+    return x * 2
+_evil.__name__ = _evil.__qualname__ = '<img src=x onerror="window.__vjpvizXss=1">'
+evil = jax.custom_vjp(_evil)
+evil.defvjp(lambda x: (x * 2, None), lambda res, g: (jnp.ones((2,)),))
+jax.grad(lambda x: evil(x).sum())(jnp.ones(3))'''
+
+BIG = '''@jax.custom_vjp
+def big_rule(x):
+    return jnp.sin(x)
+
+def big_rule_bwd(x, g):
+    return ((g * jnp.cos(x))[:, :-1],)
+
+big_rule.defvjp(lambda x: (jnp.sin(x), x), big_rule_bwd)
+
+def model(x):
+    for i in range(700):          # 2,100 equations before the failing rule
+        x = jnp.tanh(x) * 1.01 + 0.1
+    return big_rule(x).sum()
+
+jax.grad(model)(jnp.ones((4, 4)))'''
+
+root = Path(sys.argv[1])
+nb = new_notebook(cells=[new_code_cell(c) for c in
+                         ("%load_ext vjpviz", DEFINE, GRAD, COMPARE, EVIL, BIG)])
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+nbformat.write(nb, root / "panel.ipynb")
