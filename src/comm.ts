@@ -70,6 +70,7 @@ export class VjpvizComms {
       return;
     }
     this._attached.add(kernel);
+    this._connections.set(kernel.id, kernel);
     kernel.registerCommTarget(COMM_TARGET, (comm, msg) =>
       this._onCommOpen(kernel.id, comm, msg)
     );
@@ -230,6 +231,14 @@ export class VjpvizComms {
       );
       return;
     }
+    if (message.type === 'hello') {
+      // vjpviz was just loaded: open our own comm so the kernel knows we listen.
+      const kernel = this._connections.get(kernelId);
+      if (kernel && !state.control && typeof kernel.createComm === 'function') {
+        void this._openControl(kernel);
+      }
+      return;
+    }
     if (message.type === 'diagnosis') {
       const id = fields(message.diagnosis).id;
       if (state.diagnoses.some(d => fields(d).id === id)) {
@@ -257,6 +266,7 @@ export class VjpvizComms {
   }
 
   private _attached = new WeakSet<Kernel.IKernelConnection>();
+  private _connections = new Map<string, Kernel.IKernelConnection>();
   private _kernels = new Map<string, IKernelState>();
   private _diagnosisReceived = new Signal<this, IDiagnosisEvent>(this);
   private _listChanged = new Signal<this, string>(this);

@@ -133,6 +133,14 @@ export interface IApplyResult {
 }
 
 /**
+ * Kernel -> panel: vjpviz was loaded; the panel answers by opening its own comm.
+ */
+export interface IHelloMessage {
+  readonly v: typeof PROTOCOL_VERSION;
+  readonly type: 'hello';
+}
+
+/**
  * Kernel -> panel: a new diagnosis.
  */
 export interface IDiagnosisMessage {
@@ -156,7 +164,10 @@ export interface IReplyMessage {
 /**
  * A message sent by the kernel to the panel.
  */
-export type KernelToPanelMessage = IDiagnosisMessage | IReplyMessage;
+export type KernelToPanelMessage =
+  | IHelloMessage
+  | IDiagnosisMessage
+  | IReplyMessage;
 
 /**
  * The operations the panel can ask the kernel for.
@@ -202,6 +213,8 @@ export function parseKernelMessage(data: unknown): KernelToPanelMessage {
     );
   }
   switch (data.type) {
+    case 'hello':
+      return data as unknown as IHelloMessage;
     case 'diagnosis':
       if (!isObject(data.diagnosis)) {
         throw new Error('vjpviz diagnosis message needs an object "diagnosis"');

@@ -324,3 +324,31 @@ def test_lost_varying_axes_suggest_removing_the_collective():
     assert vv.verify_fix(d, first.code) == []
   finally:
     vv.uninstall()
+
+
+def test_transposing_a_transposed_expression_drops_the_T():
+  """``(x.T @ gy).T`` for a [5,3] input: the fix is ``x.T @ gy``, not ``(...).T.T``."""
+  vv.install()
+  vv.clear()
+  try:
+    @jax.custom_vjp
+    def softclip(x, w):
+      return jnp.tanh(x @ w)
+
+    def softclip_fwd(x, w):
+      y = jnp.tanh(x @ w)
+      return y, (x, w, y)
+
+    def softclip_bwd(res, g):
+      x, w, y = res
+      gy = g * (1 - y ** 2)
+      return gy @ w.T, (x.T @ gy).T
+    softclip.defvjp(softclip_fwd, softclip_bwd)
+    x, w = jnp.ones((4, 5)), jnp.ones((5, 3))
+    with pytest.raises(ValueError):
+      jax.grad(lambda x, w: softclip(x, w).sum(), argnums=(0, 1))(x, w)
+    first = vv.last().fixes[0]
+    assert "return gy @ w.T, (x.T @ gy)\n" in first.code and ".T.T" not in first.code
+    assert vv.verify_fix(vv.last(), first.code) == []
+  finally:
+    vv.uninstall()

@@ -1,4 +1,6 @@
 """``%load_ext vjpviz`` in a real kernel: JAX's own error, then the rich diagnosis."""
+import re
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -41,6 +43,20 @@ def test_error_reaches_user_unchanged(outputs):
   h_err = next(o for o in hooked if o.output_type == "error")
   assert (h_err.ename, h_err.evalue) == (p_err.ename, p_err.evalue)
   assert "softclip" in h_err.evalue
+
+
+def _normalised_traceback(error) -> list[str]:
+  """Without colours, cell numbers and the kernel's temp file names."""
+  text = "\n".join(error.traceback)
+  text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+  text = re.sub(r"Cell In\[\d+\]", "Cell", text)
+  return re.sub(r"/tmp/ipykernel_\d+/", "/tmp/ipykernel/", text).splitlines()
+
+
+def test_traceback_is_jaxs_plus_one_note(outputs):
+  plain, hooked = (next(o for o in out if o.output_type == "error") for out in outputs)
+  a, b = _normalised_traceback(plain), _normalised_traceback(hooked)
+  assert b[:-1] == a and b[-1].startswith("vjpviz: ")
 
 
 def test_rich_diagnosis_follows_the_traceback(outputs):

@@ -19,7 +19,7 @@ from jax._src import custom_derivatives as cd
 from jax._src import traceback_util
 from jax._src.interpreters import ad
 
-from . import custom_rules, names, records
+from . import custom_rules, frames, names, records
 from .patches import PatchSet
 from .records import ERROR, WARNING, Origin, Record, RuleSite, Session
 
@@ -47,6 +47,8 @@ class Boundary:
     records.state.sessions.pop()
     if self.session.records or exc is not None:
       records.safely(self.sink, self.session, exc)
+    if exc is not None:
+      records.safely(frames.strip, exc)
     return False
 
 
@@ -290,7 +292,11 @@ def _wrap_custom_vjp_call(original):
       return original(self, *args, **kwargs)
     for observe in _application_observers:
       records.safely(observe, self, args, kwargs)
-    return original(custom_rules.instrumented(self), *args, **kwargs)
+    try:
+      return original(custom_rules.instrumented(self), *args, **kwargs)
+    except BaseException as e:
+      records.safely(frames.strip, e)
+      raise
   __call__.__wrapped__ = original
   return __call__
 

@@ -1,18 +1,16 @@
 """Install and uninstall the capture hook; identity-restoring and idempotent."""
 from __future__ import annotations
 
-import os
 import sys
 
 import jax
 from jax._src import source_info_util, traceback_util
 
-from . import check_sites, custom_rules
+from . import check_sites, custom_rules, frames
 from .check_sites import observe_applications  # noqa: F401 - part of the hook's API
 from .patches import PatchSet
 
 _patches = PatchSet()
-_package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _excluded = False
 SUPPORTED_JAX = "0.12."
 
@@ -27,8 +25,8 @@ def install(sink: check_sites.Sink) -> None:
   if not _excluded:
     # Our wrapper frames must look like JAX's own: hidden from filtered
     # tracebacks and never taken for the user's call site.
-    traceback_util.register_exclusion(_package_dir)
-    source_info_util.register_exclusion(_package_dir)
+    traceback_util.register_exclusion(frames.PACKAGE_DIR)
+    source_info_util.register_exclusion(frames.PACKAGE_DIR)
     _excluded = True
   check_sites.install(_patches, sink)
 

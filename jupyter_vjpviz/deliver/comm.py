@@ -15,7 +15,6 @@ unanswered.
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import linecache
 import re
@@ -24,6 +23,8 @@ from typing import Any, Callable
 
 from .. import runtime
 from ..capture.records import safely
+from ..fixes import verify as fix_verify
+from ..render import svg, views
 
 TARGET = "vjpviz"
 VERSION = 1
@@ -43,6 +44,7 @@ def register(ip) -> None:
     if manager is not None:
       manager.register_target(TARGET, _on_panel_open)
     _state["registered"] = True
+  safely(_open_push_comm, {"v": VERSION, "type": "hello"})
 
 
 def unregister(ip) -> None:
@@ -78,8 +80,11 @@ def _on_found(found, exc) -> None:
 
 def push(d) -> None:
   """Open a fresh comm carrying ``d``; close the previous push comm."""
+  _open_push_comm({"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)})
+
+
+def _open_push_comm(message: dict) -> None:
   import comm
-  message = {"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)}
   new = comm.create_comm(target_name=TARGET, data=message)
   _attach(new)
   _close_push_comm()
@@ -170,7 +175,7 @@ def handle(data: Any) -> dict:
       return _error(request_id, problem)
     result = _OPS[data["op"]](data["args"])
     return {"v": VERSION, "type": "reply", "request_id": request_id, "ok": True,
-            "result": _jsonable(result)}
+            "result": result}
   except _Refused as e:
     return _error(request_id, str(e))
   except Exception as e:  # the kernel must never see an exception from the panel
@@ -218,76 +223,37 @@ def _malformed(data: Any) -> str | None:
 
 
 def _diagnosis(args: dict):
-  import jupyter_vjpviz
   wanted = args["diagnosis_id"]
-  for d in jupyter_vjpviz.diagnoses():
+  for d in runtime.history():
     if d.id == wanted:
       return d
   raise _Refused(f"no diagnosis {wanted!r} in this kernel (restarted, or vjpviz.clear()?)")
 
 
 def _op_history(args: dict) -> dict:
-  import jupyter_vjpviz
-  return {"diagnoses": [payload(d) for d in jupyter_vjpviz.diagnoses()]}
-
-
-def _fixes_verify():
-  try:
-    from ..fixes import verify
-  except ImportError as e:
-    raise _Refused(f"fix verification is not available: {e}") from None
-  return verify
+  return {"diagnoses": [payload(d) for d in runtime.history()]}
 
 
 def _op_verify(args: dict) -> dict:
-  return _verify_result_for(_diagnosis(args), args["code"])
+  return verify_result(_diagnosis(args), args["code"])
 
 
-def _verify_result(result: Any) -> dict:
-  """Whatever verify_fix returns, as {pass, summary, diff}."""
-  if isinstance(result, (list, tuple)):  # verify_fix: the diagnoses still found; [] means fixed
-    problems = [_problem(x) for x in result]
-    return {"pass": not problems,
-            "summary": "the edited rule type-checks at the failing call's types" if not problems
-                       else "; ".join(p["headline"] for p in problems if p.get("headline")) or "still wrong",
-            "diff": problems}
-  if isinstance(result, bool):
-    return {"pass": result, "summary": "the fixed rule type-checks" if result else "still wrong"}
-  data = _jsonable(result)
-  if not isinstance(data, dict):
-    return {"pass": bool(result), "summary": str(result)}
-  ok = next((data[k] for k in ("pass", "passed", "ok", "success") if k in data), None)
-  if ok is None:
-    ok = not data.get("remaining") and not data.get("diagnoses") and not data.get("error")
-  out = {"pass": bool(ok)}
-  summary = next((data[k] for k in ("summary", "message", "error", "detail") if data.get(k)), None)
-  out["summary"] = str(summary) if summary is not None else ("the fixed rule type-checks" if ok else "still wrong")
-  diff = next((data[k] for k in ("diff", "remaining", "diagnoses") if data.get(k)), None)
-  if isinstance(diff, list):
-    out["diff"] = [x if isinstance(x, dict) else {"text": str(x)} for x in diff]
-  out["raw"] = data
-  return out
-
-
-def _verify_result_for(d, code: str) -> dict:
+def verify_result(d, code: str) -> dict:
   """verify_fix as {pass, summary, diff} (also used by the inline widgets)."""
-  return _verify_result(_fixes_verify().verify_fix(d, code))
+  problems = [_problem(x) for x in fix_verify.verify_fix(d, code)]
+  summary = ("the edited rule type-checks at the failing call's types" if not problems
+             else "; ".join(p["headline"] for p in problems))
+  return {"pass": not problems, "summary": summary, "diff": problems}
 
 
-def _problem(x) -> dict:
-  keys = ("id", "kind", "headline", "path", "expected", "got")
-  if isinstance(x, dict):
-    return {k: x.get(k) for k in keys}
-  return {k: getattr(x, k, None) for k in keys}
+def _problem(d) -> dict:
+  return {k: getattr(d, k) for k in ("id", "kind", "headline", "path", "expected", "got")}
 
 
 def _op_apply(args: dict) -> dict:
-  d = _diagnosis(args)
-  result = _fixes_verify().apply_fix(d, args["code"])
-  applied = bool(getattr(result, "applied", result is not False))
-  problems = [_problem(x) for x in getattr(result, "problems", ()) or ()]
-  return {"applied": applied, "problems": problems,
-          "diff": getattr(result, "diff", None), "path": getattr(result, "path", None)}
+  result = fix_verify.apply_fix(_diagnosis(args), args["code"])
+  return {"applied": result.applied, "problems": [_problem(x) for x in result.problems],
+          "diff": result.diff, "path": result.path}
 
 
 # ---- graph views: render.views + render.svg (an error reply when they are missing)
@@ -311,7 +277,6 @@ def _op_collapse(args: dict) -> dict:
 
 def _op_search(args: dict) -> dict:
   d = _diagnosis(args)
-  views = _render()[0]
   matches = list(views.search(d.graph, args["query"]))
   view = views.default_view(d.graph, d.node, expanded=frozenset(args.get("expanded", [])),
                             collapsed=frozenset(args.get("collapsed", [])))
@@ -320,23 +285,13 @@ def _op_search(args: dict) -> dict:
   return {"matches": matches, "view": _render_view(d, view)}
 
 
-def _render():
-  try:
-    from ..render import svg, views
-  except ImportError as e:
-    raise _Refused(f"graph views are not available: {e}") from None
-  return views, svg
-
-
 def _view(d, expanded: set, collapsed: set = frozenset()) -> dict:
-  views = _render()[0]
   view = views.default_view(d.graph, d.node, expanded=frozenset(expanded),
                             collapsed=frozenset(collapsed))
   return _render_view(d, view)
 
 
 def _render_view(d, view) -> dict:
-  svg = _render()[1]
   return {"svg": svg.of_view(view), "expanded": sorted(view.expanded),
           "collapsed": sorted(view.collapsed), "failed_node": d.node,
           "shown": len(view.nodes) + sum(len(c.members) for c in view.clusters),
@@ -349,19 +304,3 @@ _OPS: dict[str, Callable[[dict], Any]] = {
 }
 
 
-def _jsonable(value: Any, depth: int = 0) -> Any:
-  if depth > 20:
-    return str(value)
-  if value is None or isinstance(value, (bool, int, float, str)):
-    return value
-  if isinstance(value, dict):
-    return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
-  if isinstance(value, (list, tuple, set, frozenset)):
-    return [_jsonable(v, depth + 1) for v in value]
-  to_dict = getattr(value, "to_dict", None)
-  if callable(to_dict):
-    return _jsonable(to_dict(), depth + 1)
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return {f.name: _jsonable(getattr(value, f.name), depth + 1)
-            for f in dataclasses.fields(value) if not f.name.endswith("_aval") and f.name != "site"}
-  return str(value)

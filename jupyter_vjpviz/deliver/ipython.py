@@ -46,8 +46,14 @@ def _queue(found: list[Diagnosis], exc) -> None:
 
 def _show(result=None) -> None:
   found, _pending[:] = list(_pending), []
+  inline = _optional("widgets")
   for d in found:
     display(DiagnosisOutput(d))
+    # Without a panel (VS Code, Colab, the extension off), the fix editor comes inline.
+    if inline is not None and inline.should_show():
+      widget = safely(inline.fallback, d)
+      if widget is not None:
+        display(widget)
 
 
 def _warm_layout() -> None:

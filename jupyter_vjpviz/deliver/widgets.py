@@ -92,7 +92,7 @@ class DiagnosisWidget:
   def _verify(self) -> None:
     from . import comm
     self.result.value = "<i>verifying…</i>"
-    out = safely(comm._verify_result_for, self.d, self.editor.value,
+    out = safely(comm.verify_result, self.d, self.editor.value,
                  default={"pass": False, "summary": "verification failed to run"})
     colour = "var(--jp-success-color1,#080)" if out["pass"] else "var(--jp-error-color1,#c00)"
     self.result.value = (f"<span data-vjpviz-verify='{'pass' if out['pass'] else 'fail'}' "

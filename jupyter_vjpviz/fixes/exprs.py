@@ -27,12 +27,12 @@ def permutation(got: tuple, want: tuple) -> tuple[int, ...] | None:
 
 
 def transposed(src: RuleSource, node: ast.expr, perm: tuple[int, ...]) -> str:
-  """``node`` transposed; ``A.T @ B`` becomes ``B.T @ A`` rather than ``(A.T @ B).T``."""
+  """``node`` transposed; ``A.T @ B`` becomes ``B.T @ A``, and ``E.T`` becomes ``E``."""
   if len(perm) != 2:
     return f"{paren(src, node)}.transpose({perm})"
   if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
     return f"{_t(src, node.right)} @ {_t(src, node.left)}"
-  return f"{paren(src, node)}.T"
+  return _t(src, node)
 
 
 def _t(src: RuleSource, node: ast.expr) -> str:
