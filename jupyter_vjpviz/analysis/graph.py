@@ -1,15 +1,17 @@
 """The forward program as plain data: nodes and aval-labelled edges.
 
 Nothing here holds a jaxpr, a tracer or an array: a Graph can outlive the
-failing call without keeping any device buffer alive.
+failing call without keeping any device buffer alive. Nodes and edges are
+NamedTuples: a 4k-equation model makes ten thousand of them on the error path,
+and a tuple builds several times faster than a frozen dataclass.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 
-@dataclasses.dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
   id: str                  # "in0", "out0", "e12", "e12.3" (equation 3 inside e12's sub-jaxpr)
   kind: str                # "input" (differentiated) | "static" (an argument not
                            # differentiated) | "output" | "eqn"
@@ -26,13 +28,12 @@ class Node:
   custom: bool = False
 
   def to_dict(self) -> dict:
-    d = dataclasses.asdict(self)
+    d = self._asdict()
     d["in_avals"], d["out_avals"] = list(self.in_avals), list(self.out_avals)
     return d
 
 
-@dataclasses.dataclass(frozen=True)
-class Edge:
+class Edge(NamedTuple):
   src: str
   dst: str
   var: str                 # the jaxpr variable carried
@@ -46,7 +47,7 @@ class Edge:
     return self.cotangent_got is not None and self.cotangent_got != self.cotangent
 
   def to_dict(self) -> dict:
-    return {**dataclasses.asdict(self), "mismatch": self.mismatch}
+    return {**self._asdict(), "mismatch": self.mismatch}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,7 +59,7 @@ def mark_got(graph: Graph, node_id: str | None, rec: Record) -> Graph:
   if node is None or rec.flat_index is None or rec.got is None or rec.site is None:
     return graph
   position = len(node.in_avals) - len(rec.site.in_paths) + rec.flat_index
-  edges = tuple(dataclasses.replace(e, cotangent_got=rec.got)
+  edges = tuple(e._replace(cotangent_got=rec.got)
                 if e.dst == node.id and e.position == position else e
                 for e in graph.edges)
   return dataclasses.replace(graph, edges=edges)
