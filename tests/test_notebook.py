@@ -81,3 +81,9 @@ def test_warning_in_kernel_without_error():
 def test_unload_restores_plain_behaviour():
   cells = run("%load_ext vjpviz", "%unload_ext vjpviz", FAILING)
   assert not [o for o in cells[-1].outputs if o.output_type == "display_data"]
+
+
+def test_full_package_name_loads_too():
+  (cell,) = run("%load_ext jupyter_vjpviz\n" + FAILING)[-1:]
+  shown = [o for o in cell.outputs if o.output_type == "display_data" and MIME in o.data]
+  assert shown and shown[0].data[MIME]["rule"] == "softclip_bwd"
