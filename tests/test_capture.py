@@ -342,8 +342,28 @@ def _frames(err):
   return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(err.__traceback__)]
 
 
-def test_error_unchanged_type_message_frames(path):
-  run = _failing_grad()
+def _failing_fwd():
+  f = custom(lambda x: x * 2., lambda r, g: (g,), fwd=lambda x: x * 2.)
+  return lambda: jax.vjp(f, jnp.ones(3))
+
+
+def _failing_cotangent():
+  return lambda: jax.vjp(jnp.sin, jnp.ones(3))[1](jnp.ones(4))
+
+
+def _failing_with_refs():
+  return lambda: _ref_vjp().with_refs(jax.ad.GradValue(), jax.ad.GradValue())(jnp.ones(3))
+
+
+def _failing_under_jit():
+  f = custom(lambda x: x * 2., lambda r, g: (g[:2],))
+  return lambda: jax.jit(jax.grad(lambda x: f(x).sum()))(jnp.ones(3))
+
+
+@pytest.mark.parametrize("make", [_failing_grad, _failing_fwd, _failing_cotangent,
+                                  _failing_with_refs, _failing_under_jit])
+def test_error_unchanged_type_message_frames(path, make):
+  run = make()
   vv.uninstall()
   plain = raises(run)
   vv.install()
