@@ -14,7 +14,7 @@ _PATTERNS = (
     ("bwd_type", re.compile(
         r"attached to (?P<function>\S+) at (?P<source>\S+) must produce an output with the same "
         r"type.*?at output(?P<path>\S*) the bwd rule produced an output of type "
-        rf"(?P<got>\S+) corresponding to an input of type (?P<expected>[^\s,]+)", re.S)),
+        r"(?P<got>\S+) corresponding to an input of type (?P<expected>[^\s,]+)", re.S)),
     ("bwd_type", re.compile(
         r"(?:at output(?P<path>\S*) )?the bwd rule attached to (?P<function>\S+) at "
         r"(?P<source>\S+) produced an output of type (?P<got>\S+) which doesn't match "

@@ -10,7 +10,7 @@ import dataclasses
 import re
 
 from ..capture.records import Record
-from .graph import Graph, Node
+from .graph import Graph
 
 _INPUT_KINDS = ("ref_grad_unbound", "ref_grad_as_value", "grad_ref_type", "accumulator_type")
 _OUTPUT_KINDS = ("vjp_cotangent_type", "vjp_cotangent_structure")

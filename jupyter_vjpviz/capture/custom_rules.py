@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 import jax
+import numpy as np
 from jax._src import core
 from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
@@ -119,6 +120,8 @@ def _site(cvjp, args) -> RuleSite:
       name_stack=name_stack, occurrence=occurrence,
       in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=in_names,
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
+      nondiff=tuple((i, jax.tree_util.tree_map(_without_arrays, args[i]))
+                    for i in cvjp.nondiff_argnums),
       owner=weakref.ref(cvjp))
 
 
@@ -321,6 +324,13 @@ def _is_array(x) -> bool:
     return True
   except Exception:
     return False
+
+
+def _without_arrays(x):
+  """An array leaf as its ShapeDtypeStruct (a site never holds a buffer); other leaves as is."""
+  if isinstance(x, (jax.Array, np.ndarray)):
+    return _spec(core.typeof(x))
+  return x
 
 
 def _spec(aval):

@@ -6,7 +6,7 @@ import sys
 import jax
 from jax._src import source_info_util, traceback_util
 
-from . import check_sites, custom_rules, frames
+from . import check_sites, custom_rules, entry_points, frames
 from .check_sites import observe_applications  # noqa: F401 - part of the hook's API
 from .patches import PatchSet
 
@@ -15,7 +15,7 @@ _excluded = False
 SUPPORTED_JAX = "0.12."
 
 
-def install(sink: check_sites.Sink) -> None:
+def install(sink: entry_points.Sink) -> None:
   global _excluded
   if _patches.active:
     return
@@ -28,7 +28,8 @@ def install(sink: check_sites.Sink) -> None:
     traceback_util.register_exclusion(frames.PACKAGE_DIR)
     source_info_util.register_exclusion(frames.PACKAGE_DIR)
     _excluded = True
-  check_sites.install(_patches, sink)
+  entry_points.install(_patches, sink)
+  check_sites.install(_patches)
 
 
 def uninstall() -> None:

@@ -36,6 +36,9 @@ class RuleSite:
   in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
   in_tree: Any                   # PyTreeDef of the differentiable args tuple
   hijax: bool = False
+  nondiff: tuple[tuple[int, Any], ...] = dataclasses.field(default=(), compare=False)
+  """(argnum, value) of each nondiff argument, so a fix can re-run the call: the value
+  itself for Python data (scalars, strings, callables), a ShapeDtypeStruct for arrays."""
   owner: Any = dataclasses.field(default=None, compare=False, repr=False)
   """weakref to the user's custom_vjp object, so fixes can be verified against it."""
 
@@ -97,6 +100,11 @@ class _State(threading.local):
 
 
 state = _State()
+
+
+def active() -> bool:
+  """False while vjpviz itself traces (analysis, check): then the hook stands aside."""
+  return not state.suspended
 
 
 def current_session() -> Session | None:

@@ -42,6 +42,21 @@ class RuleSource:
       out = out[:begin(node) - lo] + new + out[end(node) - lo:]
     return out
 
+  def prepend(self, stmt: str) -> tuple[ast.AST, str]:
+    """An edit putting ``stmt`` before the body's first statement (after a docstring).
+
+    A body written on the ``def`` line stays on it (``stmt; ...``) rather than
+    being reflowed.
+    """
+    body = self.node.body
+    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+        and isinstance(body[0].value.value, str)
+    first = body[1] if docstring and len(body) > 1 else body[0]
+    at = ast.Pass(lineno=first.lineno, col_offset=first.col_offset,
+                  end_lineno=first.lineno, end_col_offset=first.col_offset)
+    same_line = first.lineno == self.node.lineno
+    return at, f"{stmt}; " if same_line else f"{stmt}\n{' ' * first.col_offset}"
+
   def only_return(self) -> ast.Return | None:
     """The single return statement, when there is exactly one to edit."""
     found = self.returns()
@@ -62,8 +77,8 @@ class RuleSource:
     return found
 
 
-def of(fn) -> RuleSource | None:
-  """The source of a rule as a ``def`` (a lambda becomes one), or None without source."""
+def of(fn, name: str = "rule") -> RuleSource | None:
+  """The source of a rule as a ``def`` (a lambda becomes one named ``name``), or None."""
   fn = inspect.unwrap(fn)
   try:
     text = textwrap.dedent(inspect.getsource(fn))
@@ -75,20 +90,27 @@ def of(fn) -> RuleSource | None:
   if isinstance(node, ast.FunctionDef) and node.name == name:
     return RuleSource(text, node)
   if name == "<lambda>":
-    return _from_lambda(text, tree, fn.__code__)
+    return _from_lambda(text, tree, fn.__code__, name)
   return None
 
 
-def _from_lambda(text: str, tree: ast.AST, code) -> RuleSource | None:
-  """``lambda r, g: e`` as ``def bwd(r, g): return e``, if one lambda there has these args."""
+def _from_lambda(text: str, tree: ast.AST, code, name: str) -> RuleSource | None:
+  """``lambda r, g: e`` as ``def name(r, g): return e``, if one lambda there has these args."""
+  found = lambda_node(tree, code)
+  if found is None:
+    return None
+  params = [a.arg for a in found.args.args]
+  body = ast.get_source_segment(text, found.body)
+  as_def = f"def {name}({', '.join(params)}):\n  return {body}\n"
+  return RuleSource(as_def, ast.parse(as_def).body[0])
+
+
+def lambda_node(tree: ast.AST, code, lineno: int | None = None) -> ast.Lambda | None:
+  """The one lambda in ``tree`` (on line ``lineno``, if given) with ``code``'s parameters."""
   params = list(code.co_varnames[:code.co_argcount])
   found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
-           and [a.arg for a in n.args.args] == params]
-  if len(found) != 1:
-    return None
-  body = ast.get_source_segment(text, found[0].body)
-  as_def = f"def rule({', '.join(params)}):\n  return {body}\n"
-  return RuleSource(as_def, ast.parse(as_def).body[0])
+           and [a.arg for a in n.args.args] == params and lineno in (None, n.lineno)]
+  return found[0] if len(found) == 1 else None
 
 
 _KEY = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]|\.(\w+)")

@@ -19,12 +19,14 @@ import os
 import textwrap
 
 import jax
+import numpy as np
 from jax._src import custom_derivatives as cd
 
 from ..capture import records
 from ..analysis.diagnosis import Diagnosis
 from ..check import check
 from ..check import clear_cache as clear_check_cache
+from . import source
 
 _serial = itertools.count(1)
 
@@ -41,25 +43,44 @@ class Applied:
 def verify_fix(diagnosis: Diagnosis, code: str) -> list[Diagnosis]:
   """Diagnoses of the rule with ``code`` substituted; ``[]`` means fixed."""
   owner = _owner(diagnosis)
-  namespace = dict(_globals(owner))
-  namespace.update(_closure(owner))
-  fwd, bwd = _compile(owner, code, namespace, diagnosis.kind)
+  fwd, bwd = _compile(owner, code, namespace(owner), diagnosis.kind)
   return recheck(diagnosis, _clone(owner, fwd, bwd))
+
+
+def namespace(owner) -> dict:
+  """A copy of what the rules see (their globals and closures), to run edited code in."""
+  found = dict(_globals(owner))
+  found.update(_closure(owner))
+  return found
 
 
 def recheck(diagnosis: Diagnosis, cvjp) -> list[Diagnosis]:
   """Differentiate ``cvjp`` abstractly at the failing call's input types."""
-  args = _specs(diagnosis.site)
-  return check(lambda *a: cvjp(*a), *args, argnums=tuple(range(len(args))))
+  site = diagnosis.site
+  specs = _specs(site)
+  return check(lambda *a: cvjp(*arguments(site, a)), *specs, argnums=tuple(range(len(specs))))
 
 
 def _specs(site) -> tuple:
-  owner = site.owner()
-  if owner.nondiff_argnums:
-    raise ValueError(f"{site.function} has nondiff_argnums, whose values the diagnosis "
-                     "does not keep: re-run the call to check the fix")
+  """The differentiable arguments of the failing call, as ShapeDtypeStructs."""
   specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in site.in_avals]
   return jax.tree_util.tree_unflatten(site.in_tree, specs)
+
+
+def arguments(site, diff: tuple) -> list:
+  """All arguments of the call: ``diff`` with the site's nondiff values put back in place.
+
+  JAX refuses tracers in nondiff positions, so a nondiff array (kept as its
+  ShapeDtypeStruct) comes back as host zeros: its type is what a check needs.
+  """
+  static = dict(site.nondiff)
+  rest = iter(diff)
+  return [jax.tree_util.tree_map(_placeholder, static[i]) if i in static else next(rest)
+          for i in range(len(diff) + len(static))]
+
+
+def _placeholder(leaf):
+  return np.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf
 
 
 def rule_output(diagnosis: Diagnosis):
@@ -69,15 +90,21 @@ def rule_output(diagnosis: Diagnosis):
   chosen from the types of every output, not just the one that was reported.
   """
   owner = _owner(diagnosis)
-  args = _specs(diagnosis.site)
-  box = (lambda a: cd.CustomVJPPrimal(a, True)) if owner.symbolic_zeros else (lambda a: a)
+  return run_rules(diagnosis.site, owner.fwd, owner.bwd, owner.symbolic_zeros)
 
-  def run(*args):
-    out, res = owner.fwd(*jax.tree_util.tree_map(box, args))
-    return owner.bwd(res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
+
+def run_rules(site, fwd, bwd, symbolic_zeros: bool = False):
+  """``bwd(fwd(args))`` under ``eval_shape`` at the site's types, the hook suspended."""
+  box = (lambda a: cd.CustomVJPPrimal(a, True)) if symbolic_zeros else (lambda a: a)
+  nondiff = [i for i, _ in site.nondiff]
+
+  def run(*diff):
+    args = arguments(site, jax.tree_util.tree_map(box, diff))
+    out, res = fwd(*args)
+    return bwd(*[args[i] for i in nondiff], res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
   records.state.suspended += 1
   try:
-    return jax.eval_shape(run, *args)
+    return jax.eval_shape(run, *_specs(site))
   finally:
     records.state.suspended -= 1
 
@@ -116,25 +143,52 @@ def file_diff(owner, code: str, kind: str = "bwd_type") -> str:
   with open(path, encoding="utf-8") as f:
     old = f.readlines()
   new = list(old)
-  replaced = sorted(_replacements(owner, code, kind), key=lambda r: r[0], reverse=True)
+  replaced = sorted(_replacements(owner, code, kind, old), key=lambda r: r[0], reverse=True)
   for start, stop, text in replaced:
     new[start:stop] = text.splitlines(keepends=True)
   return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
 
 
-def _replacements(owner, code: str, kind: str):
-  """(first line index, end index, re-indented text) for each rule in ``code``."""
+def _replacements(owner, code: str, kind: str, lines: list[str]):
+  """(first line index, end index, new text) for each rule in ``code``."""
   rules = {"fwd": owner.fwd, "bwd": owner.bwd}
   code = textwrap.dedent(code)
   for node, role in _roles(owner, _defs(code), kind):
     rule = inspect.unwrap(rules[role])
+    text = ast.get_source_segment(code, node, padded=False) + "\n"
     if rule.__name__ == "<lambda>":
-      raise ValueError("the rule is a lambda inside a line of its file: define the fix with "
-                       "def and pass it to defvjp by hand")
-    lines, first = inspect.getsourcelines(rule)
-    indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
-    text = textwrap.indent(ast.get_source_segment(code, node, padded=False) + "\n", indent)
-    yield first - 1, first - 1 + len(lines), text
+      yield _lambda_replacement(rule, node.name, text, lines)
+      continue
+    old, first = inspect.getsourcelines(rule)
+    yield first - 1, first - 1 + len(old), textwrap.indent(text, _indent(old[0]))
+
+
+def _lambda_replacement(rule, name: str, text: str, lines: list[str]):
+  """The statement holding the lambda, preceded by the fix's def and naming it instead.
+
+  A lambda has no lines of its own to replace: the def goes right before the
+  statement that uses it (``act.defvjp(fwd, lambda r, g: ...)``), at its indentation.
+  """
+  tree = ast.parse("".join(lines))
+  found = source.lambda_node(tree, rule.__code__, rule.__code__.co_firstlineno)
+  if found is None:
+    raise ValueError(f"cannot tell which lambda on line {rule.__code__.co_firstlineno} of "
+                     f"{rule.__code__.co_filename} is the rule: define it with def by hand")
+  stmt = max((n for n in ast.walk(tree) if isinstance(n, ast.stmt)
+              and (n.lineno, n.col_offset) <= (found.lineno, found.col_offset)
+              and (n.end_lineno, n.end_col_offset) >= (found.end_lineno, found.end_col_offset)),
+             key=lambda n: (n.lineno, n.col_offset))
+  first, last = stmt.lineno - 1, stmt.end_lineno
+  old = lines[first:last]
+  at = lambda line, col: sum(len(l) for l in old[:line - stmt.lineno]) + col
+  joined = "".join(old)
+  joined = (joined[:at(found.lineno, found.col_offset)] + name
+            + joined[at(found.end_lineno, found.end_col_offset):])
+  return first, last, textwrap.indent(text, _indent(old[0])) + joined
+
+
+def _indent(line: str) -> str:
+  return line[:len(line) - len(line.lstrip())]
 
 
 def _compile(owner, code: str, namespace: dict, kind: str):

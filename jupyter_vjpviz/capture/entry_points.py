@@ -1,0 +1,139 @@
+"""JAX's VJP entry points, each opening a ``Session`` for the check sites to fill.
+
+``jax.vjp`` (and ``jax.grad``, which calls it), building the VJP function
+(``_vjp3_callable``: ``f_vjp(ct)`` and ``f_vjp.with_refs(...)``) and running its
+backward pass (``_vjp3_bwd``). Each wrapper calls the original unchanged; the
+finished session goes to the sink with the exception, if one is passing, and
+the exception propagates as JAX raised it, without our frames.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import jax
+from jax._src import api, core
+from jax._src import traceback_util
+
+from . import check_sites, frames, names, records
+from .patches import PatchSet
+from .records import Origin, Session
+
+Sink = Callable[[Session, BaseException | None], None]
+
+_origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Boundary:
+  """Opens a session for one entry into JAX's VJP machinery.
+
+  On exit the session goes to the sink, with the exception if one is passing
+  through; the exception itself always propagates untouched.
+  """
+
+  def __init__(self, entry: str, origin: Origin | None, sink: Sink):
+    self.session = Session(entry, origin)
+    self.sink = sink
+
+  def __enter__(self):
+    records.state.sessions.append(self.session)
+    return self.session
+
+  def __exit__(self, typ, exc, tb):
+    records.state.sessions.pop()
+    if self.session.records or exc is not None:
+      records.safely(self.sink, self.session, exc)
+    if exc is not None:
+      records.safely(frames.strip, exc)
+    return False
+
+
+def install(patches: PatchSet, sink: Sink) -> None:
+  original_vjp = api.vjp
+  vjp = _wrap_vjp(original_vjp, sink)
+  patches.apply(api, "vjp", lambda _: vjp)
+  patches.apply(jax, "vjp", lambda o: vjp if o is original_vjp else o)
+  patches.apply(api, "_vjp3_callable", lambda o: _wrap_vjp_callable(o, sink))
+  patches.apply(api, "_vjp3_bwd", lambda o: _wrap_backward(o, sink))
+
+
+def _wrap_vjp(original, sink):
+  @traceback_util.api_boundary
+  def vjp(fun, *primals, **kwargs):
+    if not records.active():
+      return original(fun, *primals, **kwargs)
+    with Boundary("vjp", records.safely(_origin, fun, primals), sink) as session:
+      result = original(fun, *primals, **kwargs)
+    if session.origin is not None:
+      _origins[result[1].jaxpr] = session.origin
+    return result
+  vjp.__wrapped__ = original
+  return vjp
+
+
+def _origin(fun, primals) -> Origin:
+  user_fun, args, kwargs, diff_args = _unwrap_argnums(fun, primals)
+  paths_leaves, tree = jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))
+  leaves = tuple(_aval_or_value(x) for _, x in paths_leaves)
+  by_arg: dict[int, list[int]] = {}
+  for j, (path, _) in enumerate(paths_leaves):
+    if path[0].idx == 0:
+      by_arg.setdefault(path[1].idx, []).append(j)
+  diff = tuple(j for i in diff_args for j in by_arg.get(i, ()))
+  return Origin(fun=user_fun, leaves=leaves, tree=tree, diff_leaves=diff,
+                name=names.function_name(user_fun), source=names.function_source(user_fun))
+
+
+def _unwrap_argnums(fun, primals):
+  """See through ``jax.grad``'s argnums wrapper to the user's function and all its args.
+
+  ``argnums_partial2`` closes over the user's ``f``, the other arguments and
+  the kwargs; reading its closure cells costs nothing and gives the graph the
+  whole program with the user's own argument names.
+  """
+  code, cells = getattr(fun, "__code__", None), getattr(fun, "__closure__", None)
+  if code is not None and cells and code.co_name == "f_wrapped":
+    free = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
+    if {"f", "static_args", "dyn_argnums", "kwargs"} <= free.keys():
+      args = list(free["static_args"])
+      for i, x in zip(free["dyn_argnums"], primals):
+        args[i] = x
+      return free["f"], args, dict(free["kwargs"]), tuple(free["dyn_argnums"])
+  return fun, list(primals), {}, tuple(range(len(primals)))
+
+
+def _aval_or_value(x):
+  try:
+    return core.typeof(x)
+  except TypeError:
+    return x
+
+
+def _origin_of(jaxpr) -> Origin | None:
+  try:
+    return _origins.get(jaxpr)
+  except TypeError:
+    return None
+
+
+def _wrap_vjp_callable(original, sink):
+  def vjp3_callable(*args):
+    if not records.active():
+      return original(*args)
+    with Boundary("vjp_call", _origin_of(args[2]), sink):
+      return original(*args)
+  vjp3_callable.__wrapped__ = original
+  return vjp3_callable
+
+
+def _wrap_backward(original, sink):
+  def vjp3_bwd(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest):
+    if not records.active():
+      return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
+    with Boundary("backward", _origin_of(jaxpr), sink):
+      for rec in records.safely(check_sites.check_out_cotangent, jaxpr, out_tree,
+                                out_primal_avals, rest[-1], default=[]):
+        records.record(rec)
+      return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
+  vjp3_bwd.__wrapped__ = original
+  return vjp3_bwd

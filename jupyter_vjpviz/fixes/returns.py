@@ -1,0 +1,73 @@
+"""Which return statements of a rule produced the failing cotangent.
+
+A rule with several returns (an if/else on a static flag, an early return) runs
+only some of them for a given call, and editing a branch that was already right
+would break it. So a copy of the rule reports what each return gives, runs at
+the failing call's types under ``eval_shape``, and only the returns whose
+element at the failing path has the failing type are edited.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+
+import jax
+
+from . import source, verify
+
+_serial = itertools.count(1)
+_REPORT = "__vjpviz_returned__"
+
+
+def failing_elements(rule) -> list[ast.expr] | None:
+  """The element at the failing path in each return that produced it; None if unknown."""
+  returns = rule.src.returns()
+  if len(returns) == 1:
+    element = source.element(returns[0].value, rule.keys)
+    return [element] if element is not None else None
+  got = rule.d.got_aval
+  seen = _returned_types(rule) if got is not None else None
+  if not seen:
+    return None
+  hits = [k for k, value in seen.items() if _matches(_at(value, rule.keys), got)]
+  elements = [source.element(returns[k].value, rule.keys) for k in hits]
+  return elements if elements and None not in elements else None
+
+
+def _returned_types(rule) -> dict | None:
+  """{index of a return statement: the types it returned} for the failing call."""
+  tree = ast.parse(rule.src.text)
+  copy = source.RuleSource(rule.src.text, tree.body[0])
+  for k, ret in enumerate(copy.returns()):
+    ret.value = ast.Call(ast.Name(_REPORT, ast.Load()), [ast.Constant(k), ret.value], [])
+  ast.fix_missing_locations(tree)
+  seen = {}
+
+  def report(k, value):
+    seen[k] = jax.tree_util.tree_map(jax.typeof, value)
+    return value
+  namespace = verify.namespace(rule.owner)
+  namespace[_REPORT] = report
+  exec(compile(tree, f"<vjpviz-returns-{next(_serial)}>", "exec"), namespace)  # noqa: S102
+  rules = {"fwd": rule.owner.fwd, "bwd": rule.owner.bwd}
+  rules["fwd" if rule.d.kind.startswith("fwd") else "bwd"] = namespace[copy.node.name]
+  try:
+    verify.run_rules(rule.d.site, rules["fwd"], rules["bwd"], rule.owner.symbolic_zeros)
+  except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: no branch is known
+    return None
+  return seen
+
+
+def _at(tree, keys: list):
+  for key in keys:
+    try:
+      tree = getattr(tree, key) if isinstance(key, str) and not isinstance(tree, dict) \
+          else tree[key]
+    except (KeyError, IndexError, TypeError, AttributeError):
+      return None
+  return tree
+
+
+def _matches(aval, got) -> bool:
+  return aval is not None and hasattr(aval, "shape") \
+      and (tuple(aval.shape), aval.dtype) == (tuple(got.shape), got.dtype)
