@@ -7,7 +7,6 @@ import jax
 from jax._src import source_info_util, traceback_util
 
 from . import check_sites, custom_rules, entry_points, frames
-from .check_sites import observe_applications  # noqa: F401 - part of the hook's API
 from .patches import PatchSet
 
 _patches = PatchSet()

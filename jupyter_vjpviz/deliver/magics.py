@@ -17,7 +17,7 @@ from IPython.display import display
 
 from .. import runtime
 from ..analysis.diagnose import key
-from ..capture import hook
+from ..capture.check_sites import observe_applications
 from ..check import check, spec
 from .display import DiagnosisOutput
 
@@ -75,7 +75,7 @@ def applications():
   def observe(cvjp, args, kwargs):
     specs = jax.tree_util.tree_map(spec, (args, kwargs))
     seen.setdefault((id(cvjp), _type_key(specs)), (cvjp, specs))
-  with hook.observe_applications(observe):
+  with observe_applications(observe):
     yield seen
 
 
