@@ -545,3 +545,24 @@ def test_graph_traces_under_an_explicit_mesh(hook):
     raises(lambda: jax.jit(jax.grad(loss))(x))
   d = vv.last()
   assert d.graph.note is None and d.graph.node(d.node).custom
+
+
+def _leftover_after_failing_call(size: int) -> int:
+  """How many arrays of ``size`` a failing call leaves alive, closed over by a nondiff callable."""
+  big = jnp.ones(size) * 5.0
+  act = lambda y: y * big[0]
+  f = jax.custom_vjp(lambda fn, x: fn(x), nondiff_argnums=(0,))
+  f.defvjp(lambda fn, x: (fn(x), None), lambda fn, r, g: (g[:2],))
+  raises(lambda: jax.grad(lambda x: f(act, x).sum())(jnp.ones(3)))
+  del act, big, f
+  gc.collect()
+  return len([a for a in jax.live_arrays() if a.shape == (size,)])
+
+
+def test_nondiff_callable_closing_over_an_array_is_not_kept_alive(path):
+  """vjpviz keeps no more alive than JAX itself does (the hijax path keeps some)."""
+  vv.uninstall()
+  plain = _leftover_after_failing_call(1000)
+  vv.install()
+  assert _leftover_after_failing_call(1001) == plain
+  assert vv.last().kind == "bwd_type"

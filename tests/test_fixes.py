@@ -6,6 +6,7 @@ Rules are defined as notebook cells (source in linecache, no file), so
 import functools
 import itertools
 import linecache
+import types
 
 import jax
 import jax.numpy as jnp
@@ -106,7 +107,30 @@ def act_fwd(x): return act(x), jnp.cos(x)
 def act_bwd(c, g): return ((c * g).astype(jnp.bfloat16),)
 act.defvjp(act_fwd, act_bwd)
 def loss(x): return act(x).sum()
-""", lambda x: jnp.sin(x).sum(), (V,), ".astype(jnp.float32)"),
+""", lambda x: jnp.sin(x).sum(), (V,), "jnp.zeros((), x.dtype)"),
+      "several_returns": ("""
+@jax.custom_vjp
+def lin(x, w): return x @ w
+def lin_fwd(x, w): return lin(x, w), (x, w)
+def lin_bwd(res, g):
+  x, w = res
+  if x.shape[0] > 1:
+    return (g @ w.T, g.T @ x)
+  return (g @ w.T, x.T @ g)
+lin.defvjp(lin_fwd, lin_bwd)
+def loss(x, w): return jnp.tanh(lin(x, w)).sum()
+""", lambda x, w: jnp.tanh(x @ w).sum(), (X, W), "return (g @ w.T, x.T @ g)\n  return"),
+    "nondiff_arguments": ("""
+K = jnp.arange(4.) + 1.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def shifted(act, scale, mode, x, b): return act(x + b) * scale
+def shifted_fwd(act, scale, mode, x, b): return shifted(act, scale, mode, x, b), x + b
+def shifted_bwd(act, scale, mode, z, g):
+  gz = jax.vjp(act, z)[1](g * scale)[0]
+  return (gz, gz)
+shifted.defvjp(shifted_fwd, shifted_bwd)
+def loss(x, b): return shifted(jnp.tanh, K, ("fast", 2), x, b).sum()
+""", lambda x, b: (jnp.tanh(x + b) * (jnp.arange(4.) + 1.)).sum(), (X, B), "(gz, gz.sum(axis=0))"),
     "wrap_tuple": ("""
 @jax.custom_vjp
 def act(x): return jnp.sin(x)
@@ -184,6 +208,18 @@ def act_bwd(x, g): return (jnp.ones(5),)
 act.defvjp(act_fwd, act_bwd)
 def loss(x): return act(x).sum()
 """, (V,), "jnp.zeros((3,), jnp.float32)"),
+    "several_returns_of_a_variable": ("""
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+def act_fwd(x): return act(x), x
+def act_bwd(x, g):
+  if x.ndim == 1:
+    cts = (jnp.ones(5),)
+    return cts
+  return (jnp.cos(x) * g,)
+act.defvjp(act_fwd, act_bwd)
+def loss(x): return act(x).sum()
+""", (V,), "return (jnp.zeros((3,), jnp.float32),)\n  return (jnp.zeros((3,), jnp.float32),)"),
 }
 
 
@@ -214,7 +250,9 @@ scale.defvjp(scale_fwd, scale_bwd)
     vv.uninstall()
   fix = d.fixes[0]
   assert d.kind == "bwd_structure" and fix.exact and "return (k * g,)" in fix.code
-  assert apply_fix(d, fix.code, verify=False).applied
+  assert d.site.nondiff == ((0, 3.),)
+  assert verify_fix(d, fix.code) == []
+  assert apply_fix(d, fix.code).applied
   np.testing.assert_allclose(jax.grad(loss)(V), jnp.full(3, 3.))
 
 
@@ -250,7 +288,7 @@ act.defvjp(lambda x: (act(x), x), lambda x, g: (jnp.cos(x) * g).T)
 def loss(x): return act(x).sum()
 """)
   d, fix, grads = fixed_grad(ns, "loss", (V,))
-  assert fix.code.startswith("def rule(x, g):")
+  assert fix.code.startswith("def act_bwd(x, g):")
   assert_grads_equal(grads, jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
 
 
@@ -352,3 +390,109 @@ def test_transposing_a_transposed_expression_drops_the_T():
     assert vv.verify_fix(vv.last(), first.code) == []
   finally:
     vv.uninstall()
+
+
+def test_a_rule_site_keeps_nondiff_values_but_never_arrays():
+  ns = cell(EXACT["nondiff_arguments"][0])
+  d = first_problem(ns["loss"], X, B)
+  (i0, act), (i1, scale), (i2, mode) = d.site.nondiff
+  assert (i0, i1, i2) == (0, 1, 2) and mode == ("fast", 2)
+  assert act.get() is jnp.tanh        # callables are held weakly: closures may hold arrays
+  assert scale == jax.ShapeDtypeStruct((4,), jnp.float32)
+
+
+def _file_rule(tmp_path, code):
+  path = tmp_path / "rules.py"
+  path.write_text("import jax\nimport jax.numpy as jnp\n" + code)
+  ns = {"__name__": "rules"}
+  exec(compile(path.read_text(), str(path), "exec"), ns)
+  return path, ns
+
+
+def _patched(tmp_path, path, diff) -> dict:
+  """The module after applying ``diff`` to a copy of ``path`` with patch(1)."""
+  import subprocess
+  copy = tmp_path / "patched.py"
+  copy.write_text(path.read_text())
+  subprocess.run(["patch", "-s", str(copy)], input=diff, text=True, check=True)
+  ns = {"__name__": "patched"}
+  exec(compile(copy.read_text(), str(copy), "exec"), ns)
+  return ns
+
+
+def test_a_lambda_rule_in_a_file_gets_a_def_in_the_diff(tmp_path):
+  path, ns = _file_rule(tmp_path, """
+@jax.custom_vjp
+def act(x): return jnp.sin(x)
+act.defvjp(lambda x: (act(x), x),
+           lambda x, g: (jnp.cos(x) * g).T)
+def loss(x): return act(x).sum()
+""")
+  text = path.read_text()
+  d = first_problem(ns["loss"], V)
+  result = apply_fix(d, d.fixes[0].code)
+  assert not result.applied and path.read_text() == text
+  assert "+def act_bwd(x, g):\n+  return ((jnp.cos(x) * g).T,)\n" in result.diff
+  assert "+           act_bwd)" in result.diff
+  fixed = _patched(tmp_path, path, result.diff)
+  assert vv.check(fixed["loss"], V) == []
+  assert_grads_equal(jax.grad(fixed["loss"], argnums=(0,))(V),
+                     jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
+
+
+def test_saving_the_dtype_edits_both_rules_in_a_file(tmp_path):
+  path, ns = _file_rule(tmp_path, EXACT["cast_without_primal"][0])
+  d = first_problem(ns["loss"], V)
+  fix = d.fixes[0]
+  assert fix.exact and "def act_fwd" in fix.code and "def act_bwd" in fix.code
+  assert "def act_bwd(c, g): c, x_zero = c; return ((c * g).astype(x_zero.dtype),)" in fix.code
+  result = apply_fix(d, fix.code)
+  assert result.diff.count("\n+def act_") == 2
+  fixed = _patched(tmp_path, path, result.diff)
+  assert vv.check(fixed["loss"], V) == []
+  for x in (V, V.astype(jnp.bfloat16)):   # right for any input dtype, not just the one seen
+    assert jax.grad(fixed["loss"])(x).dtype == x.dtype
+
+
+def test_with_refs_fix_for_a_dict_argument_is_a_dict_of_refs():
+  f = lambda p, x: jnp.sin(p["w"][...] * x + p["b"])
+  params = {"w": jax.new_ref(jnp.ones(3)), "b": jnp.full(3, 0.5)}
+  d, out, f_vjp = _call_diagnosis(f, (params, V), lambda f_vjp: f_vjp(jnp.ones(3)))
+  assert d.kind == "ref_grad_unbound" and d.path == "args[0]['w']"
+  fix = d.fixes[0]
+  assert fix.exact and fix.code == (
+      "f_vjp.with_refs({'b': jax.ad.GradValue(), 'w': jax.new_ref(jnp.zeros((3,), jnp.float32))}, "
+      "jax.ad.GradValue())(ct)")
+  refs = []
+  new_ref = lambda x: refs.append(jax.new_ref(x)) or refs[-1]
+  seen_jax = types.SimpleNamespace(new_ref=new_ref, ad=jax.ad)   # to read the ref afterwards
+  grads = eval(fix.code, {"jax": seen_jax, "jnp": jnp, "f_vjp": f_vjp, "ct": jnp.ones(3)})
+  plain = jax.grad(lambda w, b, x: jnp.sin(w * x + b).sum(), argnums=(0, 1, 2))(
+      jnp.ones(3), params["b"], V)
+  assert_grads_equal((refs[0][...], grads[0]["b"], grads[1]), plain)
+
+
+def test_accumulator_fix_without_a_rule_builds_a_val_accum_from_the_input():
+  from jax.experimental.hijax import ShapedArray, ValAccum
+  f = lambda x, y: jnp.sin(x) * y
+  x, y = V, jnp.full(3, 2.)
+  d, out, f_vjp = _call_diagnosis(f, (x, y), lambda f_vjp: f_vjp.with_refs(
+      ValAccum(ShapedArray((4,), jnp.float32)), jax.ad.GradValue())(jnp.ones(3)))
+  assert d.kind == "accumulator_type" and d.site is None
+  fix = d.fixes[0]
+  assert fix.exact and fix.code == "f_vjp.with_refs(ValAccum(jax.typeof(x)), jax.ad.GradValue())(ct)"
+  grads = eval(fix.code, {"jax": jax, "ValAccum": ValAccum, "f_vjp": f_vjp, "x": x,
+                          "ct": jnp.ones(3)})
+  assert_grads_equal(grads, jax.grad(lambda x, y: f(x, y).sum(), argnums=(0, 1))(x, y))
+
+
+def test_cotangent_fix_for_a_dict_output_casts_only_the_failing_leaf():
+  f = lambda x: {"a": jnp.sin(x), "b": (x, x.sum())}
+  ct = {"a": jnp.ones(3, jnp.bfloat16), "b": (jnp.ones(3), jnp.ones(()))}
+  d, out, f_vjp = _call_diagnosis(f, (V,), lambda f_vjp: f_vjp(ct))
+  assert d.kind == "vjp_cotangent_type" and d.path == "out['a']"
+  fix = d.fixes[0]
+  assert fix.exact and fix.code == "f_vjp({**ct, 'a': ct['a'].astype(jnp.float32)})"
+  (g,) = eval(fix.code, {"jnp": jnp, "f_vjp": f_vjp, "ct": ct})
+  plain = jax.grad(lambda x: jnp.sin(x).sum() + x.sum() + x.sum())(V)
+  assert_grads_equal((g,), (plain,))

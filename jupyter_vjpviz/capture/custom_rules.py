@@ -25,14 +25,24 @@ from .records import ERROR, WARNING, Record, RuleSite
 
 
 class InstrumentedRule:
-  """A callable that JAX cannot tell from the user's rule (name, repr, source)."""
+  """A callable that JAX cannot tell from the user's rule (name, repr, source).
 
-  def __init__(self, rule, call):
+  It holds its custom_vjp weakly: the clone cache is keyed weakly on that
+  object, and a strong reference back would keep it (and every JAX cache keyed
+  on its functions, with their constants) alive forever.
+  """
+
+  def __init__(self, rule, owner, call):
     functools.update_wrapper(self, rule)
+    self._owner = weakref.ref(owner)
     self._call = call
 
   def __call__(self, *args, **kwargs):
-    return self._call(*args, **kwargs)
+    owner = self._owner()
+    if owner is None:  # a JAX cache outlived the user's object: be the plain rule
+      args = [a.res if isinstance(a, TaggedResiduals) else a for a in args]
+      return self.__wrapped__(*args, **kwargs)
+    return self._call(owner, *args, **kwargs)
 
   def __repr__(self):
     return repr(self.__wrapped__)
@@ -70,9 +80,8 @@ def instrumented(cvjp):
     return cached[1]
   clone = object.__new__(type(cvjp))
   clone.__dict__.update(cvjp.__dict__)
-  clone.fwd = InstrumentedRule(cvjp.fwd, functools.partial(_fwd, cvjp))
-  bwd = _bwd_with_accums if cvjp.with_accums else _bwd
-  clone.bwd = InstrumentedRule(cvjp.bwd, functools.partial(bwd, cvjp))
+  clone.fwd = InstrumentedRule(cvjp.fwd, cvjp, _fwd)
+  clone.bwd = InstrumentedRule(cvjp.bwd, cvjp, _bwd_with_accums if cvjp.with_accums else _bwd)
   _clones[cvjp] = (key, clone)
   return clone
 
@@ -132,7 +141,8 @@ def _call_site() -> tuple[str | None, str]:
   return where, names.scope_names(info.name_stack)
 
 
-_primal_out_avals: dict = {}
+# Keyed weakly on the primal function: a closure over arrays must not outlive the user's.
+_primal_out_avals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _check_fwd_output(cvjp, args, out, site) -> list[Record]:
@@ -164,27 +174,33 @@ def _check_fwd_output(cvjp, args, out, site) -> list[Record]:
   return found
 
 
+_KEYABLE = (core.AbstractValue, int, float, complex, bool, str, bytes, type(None))
+
+
 def _primal_out(cvjp, args):
   """Output avals of the primal function, cached per input types."""
   try:
     leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=_is_primal_box)
     avals = tuple(core.typeof(_unbox(x)) if _is_array(_unbox(x)) else x for x in leaves)
-    key = (cvjp.fun, treedef, avals)
+    if not all(isinstance(a, _KEYABLE) for a in avals):
+      return None  # a callable in the key would keep its closure (and arrays) alive
+    key = (treedef, avals)
+    per_fun = _primal_out_avals.setdefault(cvjp.fun, {})
     hash(key)
   except Exception:
     return None
-  if key not in _primal_out_avals:
+  if key not in per_fun:
     specs = [_spec(a) if isinstance(a, core.AbstractValue) else a for a in avals]
     records.state.suspended += 1
     try:
       shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, specs))
-      _primal_out_avals[key] = jax.tree_util.tree_map(
+      per_fun[key] = jax.tree_util.tree_map(
           lambda s: core.ShapedArray(s.shape, s.dtype, weak_type=s.weak_type), shapes)
     except Exception:
-      _primal_out_avals[key] = None
+      per_fun[key] = None
     finally:
       records.state.suspended -= 1
-  return _primal_out_avals[key]
+  return per_fun[key]
 
 
 # ----------------------------------------------------------------- backward
@@ -327,9 +343,14 @@ def _is_array(x) -> bool:
 
 
 def _without_arrays(x):
-  """An array leaf as its ShapeDtypeStruct (a site never holds a buffer); other leaves as is."""
+  """A leaf a site may keep: arrays as ShapeDtypeStructs, callables weakly, the rest as is."""
   if isinstance(x, (jax.Array, np.ndarray)):
     return _spec(core.typeof(x))
+  if callable(x) and not isinstance(x, type):
+    try:
+      return records.Weak(weakref.ref(x))
+    except TypeError:  # not weakly referenceable (a builtin): holds no arrays of ours
+      return x
   return x
 
 

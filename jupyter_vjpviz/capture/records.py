@@ -48,6 +48,16 @@ class RuleSite:
 
 
 @dataclasses.dataclass(frozen=True)
+class Weak:
+  """A callable held by weak reference: a site must not keep its closure's arrays alive."""
+  ref: Any
+
+  def get(self):
+    """The callable, or None once the user's program has dropped it."""
+    return self.ref()
+
+
+@dataclasses.dataclass(frozen=True)
 class Record:
   """One mismatch at one check site."""
   kind: str

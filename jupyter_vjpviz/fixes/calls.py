@@ -1,8 +1,12 @@
 """Fixes for the user's *call* of a VJP function (``f_vjp(ct)``, ``f_vjp.with_refs``).
 
-These diagnoses have no rule to edit, so each fix is the call to write instead,
-built from the graph's input and output types. ``f_vjp``, ``ct`` and ``out``
-stand for the user's own names, which the diagnosis does not know.
+These diagnoses have no rule to edit, so each fix is the call to write instead.
+JAX matches ``with_refs``' arguments and the cotangent against the primal
+arguments' and outputs' pytrees, so the fix is written in those trees: the
+argument trees are rebuilt from the graph's input labels (``params['w']``), and
+the failing leaf is found by its path (``args[0]['w']``, ``out['a']``).
+``f_vjp``, ``ct`` and ``out`` stand for the user's own names, which the
+diagnosis does not know.
 """
 from __future__ import annotations
 
@@ -13,23 +17,31 @@ from ..analysis.diagnosis import Diagnosis, Fix
 from . import source
 
 _AVAL = re.compile(r"^(Ref\{)?(\w+)\[([\d,\s]*)\]\}?$")
+# An input label is a parameter name, or ``args[i]`` past the named ones, then a keystr.
+_LABEL = re.compile(r"^(args\[\d+\]|[A-Za-z_]\w*)(.*)$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Leaf:
-  """One primal input or output, from its ``str_short`` type."""
-  label: str
+  """One differentiated input: its label split into argument and keys, and its type."""
+  argument: str
+  entries: tuple              # path_entries of the keys inside the argument
   dtype: str
   shape: tuple[int, ...]
   ref: bool
 
   @classmethod
   def parse(cls, label: str, aval: str) -> Leaf | None:
-    m = _AVAL.match(aval or "")
-    if m is None:
+    m, name = _AVAL.match(aval or ""), _LABEL.match(label)
+    if m is None or name is None:
       return None
     shape = tuple(int(s) for s in m.group(3).split(",") if s.strip())
-    return cls(label, m.group(2), shape, bool(m.group(1)))
+    return cls(name.group(1), tuple(source.path_entries(name.group(2))), m.group(2), shape,
+               bool(m.group(1)))
+
+  @property
+  def label(self) -> str:
+    return self.argument + "".join(f".{k}" if attr else f"[{k!r}]" for k, attr in self.entries)
 
   @property
   def zeros(self) -> str:
@@ -44,29 +56,60 @@ def suggestions(d: Diagnosis) -> list[Fix]:
   return _BY_KIND.get(d.kind, lambda d: [])(d)
 
 
-def _leaves(d: Diagnosis, kind: str) -> list[Leaf]:
-  return [Leaf.parse(n.label, n.out_avals[0] if kind == "input" else n.in_avals[0])
-          for n in d.graph.nodes if n.kind == kind and (n.out_avals or n.in_avals)]
-
-
-def _failing_index(d: Diagnosis, count: int) -> int | None:
-  keys = source.path_keys(d.path)
-  return keys[0] if keys and isinstance(keys[0], int) and keys[0] < count else None
+def _inputs(d: Diagnosis) -> list[Leaf] | None:
+  """The differentiated inputs in the VJP's leaf order (ids ``in0, in1, ...``)."""
+  nodes = sorted((n for n in d.graph.nodes if n.kind == "input"), key=lambda n: int(n.id[2:]))
+  leaves = [Leaf.parse(n.label, n.out_avals[0] if n.out_avals else "") for n in nodes]
+  return leaves if leaves and None not in leaves else None
 
 
 def _with_refs(d: Diagnosis, replace) -> list[Fix]:
-  """``f_vjp.with_refs(...)`` with the failing input's entry from ``replace(leaf)``."""
-  inputs = _leaves(d, "input")
-  i = _failing_index(d, len(inputs))
-  if i is None or None in inputs:
+  """``f_vjp.with_refs(...)`` in the arguments' trees, the failing leaf's entry from ``replace``."""
+  inputs = _inputs(d)
+  if inputs is None:
+    return []
+  arguments = list(dict.fromkeys(leaf.argument for leaf in inputs))
+  path = source.path_entries(d.path)
+  failing = [leaf for leaf in inputs
+             if [(arguments.index(leaf.argument), False), *leaf.entries] == path]
+  if len(failing) != 1:
     return []
   fixes = []
-  for title, entry, reason, exact in replace(inputs[i]):
-    args = [entry if k == i else (leaf.new_ref if leaf.ref else "jax.ad.GradValue()")
-            for k, leaf in enumerate(inputs)]
-    code = f"f_vjp.with_refs({', '.join(args)})(ct)"
+  for title, entry, reason, exact in replace(failing[0]):
+    texts = {leaf: entry if leaf is failing[0] else
+             (leaf.new_ref if leaf.ref else "jax.ad.GradValue()") for leaf in inputs}
+    trees = [_tree([(list(leaf.entries), texts[leaf]) for leaf in inputs if leaf.argument == a])
+             for a in arguments]
+    if None in trees:
+      return []
+    code = f"f_vjp.with_refs({', '.join(trees)})(ct)"
     fixes.append(Fix(title if exact else title + " (only type-correct)", code, reason, exact))
   return fixes
+
+
+def _tree(items: list[tuple[list, str]]) -> str | None:
+  """Python text of one argument's tree from (entries, text) per leaf; None if not literal.
+
+  String keys make a dict and integer keys a tuple (what a ``[i]`` key means in
+  almost every JAX program; a list argument would need ``[...]``). Attribute
+  keys (dataclasses, namedtuples) have no literal spelling here.
+  """
+  if len(items) == 1 and not items[0][0]:
+    return items[0][1]
+  if any(not entries or entries[0][1] for entries, _ in items):
+    return None
+  children: dict = {}
+  for entries, text in items:
+    children.setdefault(entries[0][0], []).append((entries[1:], text))
+  sub = {k: _tree(v) for k, v in children.items()}
+  if None in sub.values():
+    return None
+  if all(isinstance(k, str) for k in sub):
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in sub.items()) + "}"
+  if sorted(sub) == list(range(len(sub))):
+    items = [sub[k] for k in range(len(sub))]
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+  return None
 
 
 def _ref_fixes(d: Diagnosis) -> list[Fix]:
@@ -86,24 +129,41 @@ def _accumulator_fixes(d: Diagnosis) -> list[Fix]:
 
 
 def _cotangent_fixes(d: Diagnosis) -> list[Fix]:
-  outputs = _leaves(d, "output")
+  """The failing cotangent leaf cast or reshaped in place, or ones shaped like the output."""
   want, got = d.expected_aval, d.got_aval
   if want is None or got is None:
     return []
+  path = source.path_entries(d.path)
   dtype = f"jnp.{want.dtype}"
+  at = f" at {d.path}" if path else ""
   fixes = []
   if got.shape == want.shape:
-    fixes.append(Fix(f"Cast the cotangent to {want.dtype}", f"f_vjp(ct.astype({dtype}))",
-                     f"the output is {want.str_short()}, so its cotangent is too", True))
+    fixed = _replaced("ct", path, lambda e: f"{e}.astype({dtype})")
+    if fixed is not None:
+      fixes.append(Fix(f"Cast the cotangent{at} to {want.dtype}", f"f_vjp({fixed})",
+                       f"the output{at} is {want.str_short()}, so its cotangent is too", True))
   elif got.size == want.size:
-    fixes.append(Fix("Reshape the cotangent (only type-correct)",
-                     f"f_vjp(ct.reshape({tuple(want.shape)}).astype({dtype}))",
-                     "same number of elements; check that the order is the output's", False))
-  if len(outputs) == 1:
-    fixes.append(Fix("A cotangent shaped like the output (only type-correct)",
-                     "f_vjp(jnp.ones_like(out))", "ones_like(out) has exactly the output's type",
-                     False))
+    fixed = _replaced("ct", path, lambda e: f"{e}.reshape({tuple(want.shape)}).astype({dtype})")
+    if fixed is not None:
+      fixes.append(Fix(f"Reshape the cotangent{at} (only type-correct)", f"f_vjp({fixed})",
+                       "same number of elements; check that the order is the output's", False))
+  ones = "jax.tree.map(jnp.ones_like, out)" if path else "jnp.ones_like(out)"
+  fixes.append(Fix("A cotangent shaped like the output (only type-correct)", f"f_vjp({ones})",
+                   f"{ones} has exactly the output's type", False))
   return fixes
+
+
+def _replaced(expr: str, path: list[tuple], new) -> str | None:
+  """``expr`` rebuilt with ``new(leaf)`` at ``path``: ``{**ct, 'a': ...}``, tuples by slicing."""
+  if not path:
+    return new(expr)
+  (key, attr), rest = path[0], path[1:]
+  inner = None if attr else _replaced(f"{expr}[{key!r}]", rest, new)
+  if inner is None:
+    return None
+  if isinstance(key, str):
+    return f"{{**{expr}, {key!r}: {inner}}}"
+  return f"(*{expr}[:{key}], {inner}, *{expr}[{key + 1}:])"
 
 
 def _cotangent_tree_fixes(d: Diagnosis) -> list[Fix]:

@@ -22,6 +22,8 @@ _REPORT = "__vjpviz_returned__"
 def failing_elements(rule) -> list[ast.expr] | None:
   """The element at the failing path in each return that produced it; None if unknown."""
   returns = rule.src.returns()
+  if not returns:
+    return None
   if len(returns) == 1:
     element = source.element(returns[0].value, rule.keys)
     return [element] if element is not None else None
@@ -35,7 +37,7 @@ def failing_elements(rule) -> list[ast.expr] | None:
 
 
 def _returned_types(rule) -> dict | None:
-  """{index of a return statement: the types it returned} for the failing call."""
+  """{index of a bwd return statement: the types it returned} for the failing call."""
   tree = ast.parse(rule.src.text)
   copy = source.RuleSource(rule.src.text, tree.body[0])
   for k, ret in enumerate(copy.returns()):
@@ -48,11 +50,10 @@ def _returned_types(rule) -> dict | None:
     return value
   namespace = verify.namespace(rule.owner)
   namespace[_REPORT] = report
-  exec(compile(tree, f"<vjpviz-returns-{next(_serial)}>", "exec"), namespace)  # noqa: S102
-  rules = {"fwd": rule.owner.fwd, "bwd": rule.owner.bwd}
-  rules["fwd" if rule.d.kind.startswith("fwd") else "bwd"] = namespace[copy.node.name]
   try:
-    verify.run_rules(rule.d.site, rules["fwd"], rules["bwd"], rule.owner.symbolic_zeros)
+    exec(compile(tree, f"<vjpviz-returns-{next(_serial)}>", "exec"), namespace)  # noqa: S102
+    verify.run_rules(rule.d.site, rule.owner.fwd, namespace[copy.node.name],
+                     rule.owner.symbolic_zeros)
   except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: no branch is known
     return None
   return seen

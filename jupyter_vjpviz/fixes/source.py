@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import linecache
 import re
 import textwrap
 
@@ -80,36 +81,45 @@ class RuleSource:
 def of(fn, name: str = "rule") -> RuleSource | None:
   """The source of a rule as a ``def`` (a lambda becomes one named ``name``), or None."""
   fn = inspect.unwrap(fn)
+  if getattr(fn, "__name__", None) == "<lambda>":
+    return _from_lambda(fn.__code__, name)
   try:
     text = textwrap.dedent(inspect.getsource(fn))
     tree = ast.parse(text)
   except (OSError, TypeError, SyntaxError, IndentationError):
     return None
-  name = getattr(fn, "__name__", None)
   node = tree.body[0] if tree.body else None
-  if isinstance(node, ast.FunctionDef) and node.name == name:
+  if isinstance(node, ast.FunctionDef) and node.name == fn.__name__:
     return RuleSource(text, node)
-  if name == "<lambda>":
-    return _from_lambda(text, tree, fn.__code__, name)
   return None
 
 
-def _from_lambda(text: str, tree: ast.AST, code, name: str) -> RuleSource | None:
-  """``lambda r, g: e`` as ``def name(r, g): return e``, if one lambda there has these args."""
-  found = lambda_node(tree, code)
+def _from_lambda(code, name: str) -> RuleSource | None:
+  """``lambda r, g: e`` as ``def name(r, g): return e``.
+
+  The whole file (or cell) is parsed, not ``inspect.getsource``'s lines: a lambda
+  on a continuation line of ``defvjp(...)`` is not a statement of its own.
+  """
+  text = "".join(linecache.getlines(code.co_filename))
+  try:
+    found = lambda_node(ast.parse(text), code)
+  except SyntaxError:
+    return None
   if found is None:
     return None
   params = [a.arg for a in found.args.args]
   body = ast.get_source_segment(text, found.body)
+  if "\n" in body:   # its line breaks were inside defvjp's parentheses
+    body = f"({body})"
   as_def = f"def {name}({', '.join(params)}):\n  return {body}\n"
   return RuleSource(as_def, ast.parse(as_def).body[0])
 
 
-def lambda_node(tree: ast.AST, code, lineno: int | None = None) -> ast.Lambda | None:
-  """The one lambda in ``tree`` (on line ``lineno``, if given) with ``code``'s parameters."""
+def lambda_node(tree: ast.AST, code) -> ast.Lambda | None:
+  """The one lambda in ``tree`` on ``code``'s first line with ``code``'s parameters."""
   params = list(code.co_varnames[:code.co_argcount])
   found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
-           and [a.arg for a in n.args.args] == params and lineno in (None, n.lineno)]
+           and [a.arg for a in n.args.args] == params and n.lineno == code.co_firstlineno]
   return found[0] if len(found) == 1 else None
 
 
@@ -118,10 +128,13 @@ _KEY = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]|\.(\w+)")
 
 def path_keys(path: str | None) -> list:
   """``"[1]['w']"`` -> ``[1, 'w']``: the keys of a ``jax.tree_util.keystr`` path."""
-  keys = []
-  for index, attr in _KEY.findall(path or ""):
-    keys.append(attr if attr else ast.literal_eval(index))
-  return keys
+  return [key for key, _ in path_entries(path)]
+
+
+def path_entries(path: str | None) -> list[tuple]:
+  """``"[1].w"`` -> ``[(1, False), ('w', True)]``: each key, and whether it is an attribute."""
+  return [(attr, True) if attr else (ast.literal_eval(index), False)
+          for index, attr in _KEY.findall(path or "")]
 
 
 def element(value: ast.expr, keys: list) -> ast.expr | None:

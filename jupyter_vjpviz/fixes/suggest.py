@@ -1,10 +1,11 @@
 """Fix suggestions for a Diagnosis, best first, derived from types and the rule's AST.
 
-Each rule fix is the whole rule with one expression rewritten, so the user reads
-it in their own words. The rewrite is chosen from the expected and produced
-types (``Diagnosis.expected_aval``/``got_aval``, and the abstract output of the
-rule) and the shape of the returned expression; nothing is specific to a
-function. ``exact=True`` marks rewrites the types justify (transpose, swap,
+Each rule fix is the whole rule with the failing expression rewritten (in every
+return that produced it), so the user reads it in their own words; a dtype fix
+that needs the primal's dtype in the residuals rewrites fwd and bwd together.
+The rewrite is chosen from the expected and produced types
+(``Diagnosis.expected_aval``/``got_aval``, and the abstract output of the rule)
+and the shape of the returned expression; nothing is specific to a function. ``exact=True`` marks rewrites the types justify (transpose, swap,
 sum over broadcast axes, remove a shrinking slice, cast, re-wrap); the rest
 only make the types line up and say so in the title.
 """
@@ -19,7 +20,7 @@ import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
 from ..capture.custom_rules import ct_aval
-from . import calls, exprs, source, verify
+from . import calls, dtypes, exprs, returns, source, verify
 from .source import RuleSource
 
 
@@ -46,7 +47,12 @@ class Rule:
 
   @classmethod
   def of(cls, d: Diagnosis, owner) -> Rule | None:
-    src = source.of(owner.fwd if d.kind.startswith("fwd") else owner.bwd)
+    role = "fwd" if d.kind.startswith("fwd") else "bwd"
+    base = d.function if d.function and d.function.isidentifier() else "rule"
+    name = f"{base}_{role}"   # what a lambda rule's def is called
+    while name in getattr(owner.bwd, "__globals__", {}):
+      name += "_"
+    src = source.of(getattr(owner, role), name)
     return cls(d, owner, src) if src is not None else None
 
   def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
@@ -76,17 +82,22 @@ class Rule:
 # --------------------------------------------------------- cotangent types
 
 def _type_fixes(rule: Rule) -> list[Fix]:
-  """bwd_type, silent_dtype, accumulator_type: rewrite the failing expression."""
-  node = _accum_arg(rule) if rule.d.kind == "accumulator_type" else _returned(rule)
+  """bwd_type, silent_dtype, accumulator_type: rewrite the failing expression(s).
+
+  Without an expression to point at (a returned variable, returns that cannot
+  be told apart) the fallback is the expected structure of zeros.
+  """
+  if rule.d.kind == "accumulator_type":
+    arg = _accum_arg(rule)
+    nodes = [arg] if arg is not None else None
+  else:
+    nodes = returns.failing_elements(rule)
   fixes = _swaps(rule) if rule.d.kind == "bwd_type" else []
-  if node is not None:
-    fixes += _expression_fixes(rule, node, fallback=not fixes)
+  if nodes:
+    fixes += _expression_fixes(rule, nodes, fallback=not fixes)
+  elif not fixes and rule.d.kind != "accumulator_type":
+    fixes += _zeros_template(rule)
   return fixes
-
-
-def _returned(rule: Rule) -> ast.expr | None:
-  ret = rule.src.only_return()
-  return source.element(ret.value, rule.keys) if ret else None
 
 
 def _accum_arg(rule: Rule) -> ast.expr | None:
@@ -105,34 +116,47 @@ def _accum_arg(rule: Rule) -> ast.expr | None:
   return found[0] if len(found) == 1 else None
 
 
-def _expression_fixes(rule: Rule, node: ast.expr, fallback: bool = True) -> list[Fix]:
+def _expression_fixes(rule: Rule, nodes: list[ast.expr], fallback: bool = True) -> list[Fix]:
+  """Each rewrite the types justify, applied to every node (one per producing return)."""
   want, got = rule.d.expected_aval, rule.d.got_aval
   if want is None or got is None:
     return []
-  reshaped = list(_reshapes(rule.src, node, tuple(got.shape), tuple(want.shape)))
-  if got.shape == want.shape:
-    reshaped.append(("", exprs.uncast(rule.src, node), ""))
+  dtype = _dtype_text(rule, want.dtype) if got.dtype != want.dtype else None
   fixes = []
-  if got.dtype != want.dtype:
-    dtype = _dtype_text(rule, want.dtype)
-    reshaped = [((t + " and " if t else "") + f"cast to {want.dtype}", exprs.cast(text, dtype),
-                 (r + "; " if r else "") + f"the gradient of a {want.dtype} input is {want.dtype}")
-                for t, text, r in reshaped]
-  for title, text, reason in (r for r in reshaped if r[0]):
-    fixes.append(rule.fix(title[0].upper() + title[1:], [(node, text)], reason, exact=True))
-  fixes += _collective_fixes(rule, node, want, got)
+  if dtype is not None and got.shape == want.shape and _reachable_dtype(rule, want.dtype) is None:
+    saved = dtypes.saved_dtype_fix(rule, nodes)   # right for any input dtype: before the literal
+    fixes += [saved] if saved is not None else []
+  per_node = [dict((t, (text, r)) for t, text, r in _rewrites(rule, n, want, got, dtype))
+              for n in nodes]
+  for title, (_, reason) in per_node[0].items():
+    if title and all(title in options for options in per_node):
+      edits = [(n, options[title][0]) for n, options in zip(nodes, per_node)]
+      fixes.append(rule.fix(title[0].upper() + title[1:], edits, reason, exact=True))
+  fixes += _collective_fixes(rule, nodes, want, got)
   if not fixes and fallback:
-    fixes.append(_generic(rule, node, want, got))
+    fixes.append(_generic(rule, nodes, want, got))
   return fixes
 
 
-def _collective_fixes(rule: Rule, node: ast.expr, want, got) -> list[Fix]:
+def _rewrites(rule: Rule, node: ast.expr, want, got, dtype: str | None):
+  """(title, new text, reason) for ``node``: shape rewrites, each followed by a cast if due."""
+  reshaped = list(_reshapes(rule.src, node, tuple(got.shape), tuple(want.shape)))
+  if got.shape == want.shape:
+    reshaped.append(("", exprs.uncast(rule.src, node), ""))
+  if dtype is None:
+    return reshaped
+  return [((t + " and " if t else "") + f"cast to {want.dtype}", exprs.cast(text, dtype),
+           (r + "; " if r else "") + f"the gradient of a {want.dtype} input is {want.dtype}")
+          for t, text, r in reshaped]
+
+
+def _collective_fixes(rule: Rule, nodes: list[ast.expr], want, got) -> list[Fix]:
   """Varying manual axes (``{V:dp}``) lost to a collective in the rule: remove or re-vary it."""
   lost = sorted(exprs.varying(want) - exprs.varying(got))
   if not lost or want.shape != got.shape:
     return []
   fixes = []
-  for call in exprs.collectives(node):
+  for call in (c for node in nodes for c in exprs.collectives(node)):
     inner = rule.src.segment(call.args[0])
     fixes.append(rule.fix(f"Remove {rule.src.segment(call.func)}", [(call, inner)],
                           f"the cotangent of an input varying over {lost} varies over them "
@@ -160,14 +184,15 @@ def _reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
            f"{src.segment(cut[0])} keeps only part of the gradient, which must be {want}")
 
 
-def _generic(rule: Rule, node: ast.expr, want, got) -> Fix:
+def _generic(rule: Rule, nodes: list[ast.expr], want, got) -> Fix:
   if math.prod(got.shape) == math.prod(want.shape):
-    text = f"{rule.jnp}.reshape({rule.src.segment(node)}, {tuple(want.shape)})"
-    if got.dtype != want.dtype:
-      text = exprs.cast(text, _dtype_text(rule, want.dtype))
-    return rule.fix(f"Reshape to {want.str_short()}", [(node, text)],
+    def reshaped(node):
+      text = f"{rule.jnp}.reshape({rule.src.segment(node)}, {tuple(want.shape)})"
+      return exprs.cast(text, _dtype_text(rule, want.dtype)) if got.dtype != want.dtype else text
+    return rule.fix(f"Reshape to {want.str_short()}", [(n, reshaped(n)) for n in nodes],
                     "same number of elements; check that the order is the gradient's", False)
-  return rule.fix(f"Return zeros of type {want.str_short()}", [(node, rule.zeros(want))],
+  return rule.fix(f"Return zeros of type {want.str_short()}",
+                  [(n, rule.zeros(want)) for n in nodes],
                   "a placeholder with the right type; the gradient itself is still to write",
                   False)
 
@@ -191,24 +216,25 @@ def _swaps(rule: Rule) -> list[Fix]:
 
 def _dtype_text(rule: Rule, dtype) -> str:
   """``x.dtype`` for a primal input the rule can reach with that dtype, else the literal."""
-  for access, aval in _reachable_primals(rule):
-    if aval.dtype == dtype:
-      return f"{access}.dtype"
-  return f"{rule.jnp}.{dtype}"
+  access = _reachable_dtype(rule, dtype)
+  return f"{access}.dtype" if access is not None else f"{rule.jnp}.{dtype}"
+
+
+def _reachable_dtype(rule: Rule, dtype) -> str | None:
+  """How the rule names a primal input of ``dtype``, if it can."""
+  return next((access for access, aval in _reachable_primals(rule) if aval.dtype == dtype), None)
 
 
 def _reachable_primals(rule: Rule):
   """(expression in the rule, aval) for each primal input the rule can name."""
-  avals = rule.d.site.in_avals if len(rule.d.site.in_paths) == len(rule.d.site.in_tree.children()) \
-      else ()
   if rule.d.kind.startswith("fwd"):
-    yield from zip(rule.src.params[len(rule.owner.nondiff_argnums):], avals)
+    yield from dtypes.primal_params(rule, rule.src)
     return
   fwd = source.of(rule.owner.fwd)
   ret = fwd.only_return() if fwd else None
   if ret is None or not isinstance(ret.value, ast.Tuple) or len(ret.value.elts) != 2:
     return
-  primals = dict(zip(fwd.params[len(rule.owner.nondiff_argnums):], avals))
+  primals = dict(dtypes.primal_params(rule, fwd))
   res = ret.value.elts[1]
   res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
   if isinstance(res, ast.Name) and res.id in primals:
@@ -236,7 +262,7 @@ def _unpacked(src: RuleSource, name: str, n: int) -> list[str] | None:
 def _structure_fixes(rule: Rule) -> list[Fix]:
   ret = rule.src.only_return()
   if ret is None:
-    return []
+    return _zeros_template(rule)
   out, wanted = _rule_output(rule), _expected_args(rule.d.site)
   value, n = ret.value, len(wanted)
   fixes = []
@@ -249,12 +275,18 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
     fixes += _realigned(rule, value, out, wanted)
   elif isinstance(out, (tuple, list)):
     fixes += _key_fixes(rule, value, wanted)
+  return fixes + _zeros_template(rule)
+
+
+def _zeros_template(rule: Rule) -> list[Fix]:
+  """Every return statement returning zeros of the expected structure."""
   template = _literal(jax.tree_util.tree_unflatten(
       rule.d.site.in_tree, [_zeros_or_none(rule, a) for a in rule.d.site.in_avals]))
-  if template is not None:
-    fixes.append(rule.fix("Return zeros of the expected structure", [(value, template)],
-                          f"the structure {rule.d.site.in_structure} with zero gradients", False))
-  return fixes
+  if template is None or not rule.src.returns():
+    return []
+  return [rule.fix("Return zeros of the expected structure",
+                   [(ret.value, template) for ret in rule.src.returns()],
+                   f"the structure {rule.d.site.in_structure} with zero gradients", False)]
 
 
 def _nondiff_included(rule: Rule, value: ast.expr, n: int) -> bool:

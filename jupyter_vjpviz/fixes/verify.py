@@ -24,6 +24,7 @@ from jax._src import custom_derivatives as cd
 
 from ..capture import records
 from ..analysis.diagnosis import Diagnosis
+from ..capture.records import Weak
 from ..check import check
 from ..check import clear_cache as clear_check_cache
 from . import source
@@ -80,7 +81,15 @@ def arguments(site, diff: tuple) -> list:
 
 
 def _placeholder(leaf):
-  return np.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf
+  if isinstance(leaf, jax.ShapeDtypeStruct):
+    return np.zeros(leaf.shape, leaf.dtype)
+  if isinstance(leaf, Weak):
+    fn = leaf.get()
+    if fn is None:
+      raise ValueError("a nondiff argument of the failing call no longer exists; "
+                       "re-run the cell to check the fix")
+    return fn
+  return leaf
 
 
 def rule_output(diagnosis: Diagnosis):
@@ -170,7 +179,7 @@ def _lambda_replacement(rule, name: str, text: str, lines: list[str]):
   statement that uses it (``act.defvjp(fwd, lambda r, g: ...)``), at its indentation.
   """
   tree = ast.parse("".join(lines))
-  found = source.lambda_node(tree, rule.__code__, rule.__code__.co_firstlineno)
+  found = source.lambda_node(tree, rule.__code__)
   if found is None:
     raise ValueError(f"cannot tell which lambda on line {rule.__code__.co_firstlineno} of "
                      f"{rule.__code__.co_filename} is the rule: define it with def by hand")
