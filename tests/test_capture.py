@@ -549,12 +549,13 @@ def test_graph_traces_under_an_explicit_mesh(hook):
 
 def _leftover_after_failing_call(size: int) -> int:
   """How many arrays of ``size`` a failing call leaves alive, closed over by a nondiff callable."""
-  big = jnp.ones(size) * 5.0
-  act = lambda y: y * big[0]
-  f = jax.custom_vjp(lambda fn, x: fn(x), nondiff_argnums=(0,))
-  f.defvjp(lambda fn, x: (fn(x), None), lambda fn, r, g: (g[:2],))
-  raises(lambda: jax.grad(lambda x: f(act, x).sum())(jnp.ones(3)))
-  del act, big, f
+  def fail():
+    big = jnp.ones(size) * 5.0
+    act = lambda y: y * big[0]
+    f = jax.custom_vjp(lambda fn, x: fn(x), nondiff_argnums=(0,))
+    f.defvjp(lambda fn, x: (fn(x), None), lambda fn, r, g: (g[:2],))
+    raises(lambda: jax.grad(lambda x: f(act, x).sum())(jnp.ones(3)))
+  fail()
   gc.collect()
   return len([a for a in jax.live_arrays() if a.shape == (size,)])
 
