@@ -12,4 +12,9 @@ echo "== jest"; jlpm test || status=1
 if [[ -f ui-tests/run.sh ]]; then
   echo "== browser"; bash ui-tests/run.sh || status=1
 fi
+# The wheel in a fresh venv without node: labextension list, then the core
+# browser flow against JupyterLab served from that venv (ui-tests/wheel.sh).
+if [[ -f ui-tests/wheel.sh ]]; then
+  echo "== wheel"; bash ui-tests/wheel.sh || status=1
+fi
 exit $status

@@ -133,6 +133,7 @@ export class FixEditor extends Panel {
   private _clearResult(): void {
     this._result.textContent = '';
     this._result.removeAttribute('data-vjpviz-verify');
+    this._result.removeAttribute('data-vjpviz-copied');
     this._result.className = 'jp-Vjpviz-verifyResult';
   }
 
@@ -182,11 +183,14 @@ export class FixEditor extends Panel {
     if (!this._actions) {
       return;
     }
+    this._clearResult();
     try {
       await this._actions.copy(this.code);
       this._say('Copied to the clipboard.');
+      this._result.setAttribute('data-vjpviz-copied', 'true');
     } catch (error) {
       this._say(`Could not copy: ${(error as Error).message}`, 'fail');
+      this._result.setAttribute('data-vjpviz-copied', 'false');
     }
   }
 

@@ -334,3 +334,10 @@ def test_inline_widget_sanitizes_and_verifies():
     assert "data-vjpviz-verify='pass'" in widget.result.value, widget.result.value
   finally:
     v.uninstall()
+
+
+def test_verify_of_code_that_does_not_parse_is_a_plain_fail():
+  out = comm.verify_result(None, "def softclip_bwd(res, g:\n    return")
+  VERIFY.validate(out)
+  assert out["pass"] is False and out["diff"] == []
+  assert out["summary"].startswith("the code does not parse:") and "(line 1)" in out["summary"]

@@ -52,8 +52,37 @@ def model(x):
 
 jax.grad(model)(jnp.ones((4, 4)))'''
 
+SMALL = '''import jax, jax.numpy as jnp
+
+@jax.custom_vjp
+def {name}(x, w):
+    return jnp.tanh(x @ w)
+
+def {name}_fwd(x, w):
+    y = jnp.tanh(x @ w)
+    return y, (x, w, y)
+
+def {name}_bwd(res, g):
+    x, w, y = res
+    gy = g * (1 - y**2)
+    return gy @ w.T, (x.T @ gy).T
+
+{name}.defvjp({name}_fwd, {name}_bwd)
+x = jnp.arange(20.0).reshape(4, 5) / 20
+w = jnp.arange(15.0).reshape(5, 3) / 15
+jax.grad(lambda x, w: {name}(x, w).sum(), argnums=(0, 1))(x, w)'''
+
+# One small notebook per independent test (each gets its own kernel):
+# cell 0 loads vjpviz, cell 1 defines the rule and fails.
+SMALL_NOTEBOOKS = {"nb_a": "rule_a", "nb_b": "rule_b", "restart": "rule_r",
+                   "autooff": "rule_q", "copy": "rule_c", "dark": "rule_d"}
+
 root = Path(sys.argv[1])
 nb = new_notebook(cells=[new_code_cell(c) for c in
                          ("%load_ext vjpviz", DEFINE, GRAD, COMPARE, EVIL, BIG)])
 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
 nbformat.write(nb, root / "panel.ipynb")
+for stem, name in SMALL_NOTEBOOKS.items():
+  small = new_notebook(cells=[new_code_cell("%load_ext vjpviz"), new_code_cell(SMALL.format(name=name))])
+  small.metadata["kernelspec"] = nb.metadata["kernelspec"]
+  nbformat.write(small, root / f"{stem}.ipynb")

@@ -24,7 +24,18 @@ const results = [];
 let page;
 let context;
 
-async function test(name, body) {
+// VJPVIZ_SUITE=core: only the issue's core flow (the wheel run); VJPVIZ_TESTS=RE: a filter.
+const SUITE = process.env.VJPVIZ_SUITE || 'all';
+const FILTER = process.env.VJPVIZ_TESTS ? new RegExp(process.env.VJPVIZ_TESTS) : null;
+
+/**
+ * One test. The core tests are one flow in order (each builds on the last);
+ * the extra ones each open their own notebook and kernel and need nothing before them.
+ */
+async function test(name, body, { extra = false } = {}) {
+  if ((extra && SUITE === 'core') || (FILTER && !FILTER.test(name))) {
+    return;
+  }
   const start = Date.now();
   try {
     await body();
@@ -53,9 +64,35 @@ const notebook = () => page.locator('.jp-NotebookPanel:not(.lm-mod-hidden)');
 const cell = i => notebook().locator('.jp-Notebook .jp-Cell').nth(i);
 const panel = () => page.locator('#jp-vjpviz-panel');
 
-async function openNotebook() {
-  await page.goto(`${URL}/lab/tree/${NOTEBOOK}?reset&token=${TOKEN}`);
+async function openNotebook(name = NOTEBOOK) {
+  await page.goto(`${URL}/lab/tree/${name}?reset&token=${TOKEN}`);
+  await waitNotebook(name);
+}
+
+/** Wait until `name` is the visible notebook and its kernel is idle. */
+async function waitNotebook(name) {
+  await page.waitForFunction(
+    n => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)')?.id &&
+      document.querySelector('#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel')
+        ?.textContent === n,
+    name,
+    { timeout: 60000 }
+  );
   await notebook().locator('.jp-Cell').first().waitFor({ timeout: 60000 });
+  await waitIdle();
+}
+
+/** If JupyterLab asks which kernel to start, take its preselected one (the notebook's). */
+async function acceptKernelDialog() {
+  const dialog = page.locator('.jp-Dialog', { hasText: 'Select Kernel' });
+  if (await dialog.isVisible()) {
+    log('accepting a "Select Kernel" dialog');
+    await dialog.locator('.jp-mod-accept').click();
+    await dialog.waitFor({ state: 'hidden', timeout: 5000 });
+  }
+}
+
+async function waitIdle() {
   // The kernel is up when the toolbar says idle.
   await page.waitForFunction(
     () => {
@@ -73,10 +110,28 @@ async function promptOf(i) {
   return (await cell(i).locator('.jp-InputPrompt').first().textContent()) ?? '';
 }
 
-/** Run cell i (command mode, Shift+Enter) and wait until it finished. */
+/**
+ * Run cell i (command mode, Shift+Enter) and wait until it finished. Finished:
+ * the prompt showed [*] (seen by an observer, however briefly) and then a number,
+ * or shows a number other than before (after a restart the number can repeat).
+ */
 async function runCell(i, timeout = 120000) {
   const before = await promptOf(i);
+  await cell(i).locator('.jp-InputPrompt').first().evaluate(el => {
+    el.__vjpvizObs?.disconnect();
+    el.__vjpvizRan = false;
+    el.__vjpvizObs = new MutationObserver(() => {
+      if (el.textContent.includes('*')) {
+        el.__vjpvizRan = true;
+      }
+    });
+    el.__vjpvizObs.observe(el, { subtree: true, childList: true, characterData: true });
+  });
+  const state = () => cell(i).locator('.jp-InputPrompt').first().evaluate(
+    el => ({ text: el.textContent ?? '', ran: el.__vjpvizRan })
+  );
   const press = async () => {
+    await acceptKernelDialog();
     await cell(i).locator('.jp-InputPrompt').first().click();
     await page.keyboard.press('Escape');
     await cell(i).locator('.jp-InputPrompt').first().click();
@@ -86,11 +141,11 @@ async function runCell(i, timeout = 120000) {
   const deadline = Date.now() + timeout;
   let retry = Date.now() + 5000;
   for (;;) {
-    const now = await promptOf(i);
-    if (/\[\d+\]/.test(now) && now !== before) {
+    const { text: now, ran } = await state();
+    if (/\[\d+\]/.test(now) && (ran || now !== before)) {
       return;
     }
-    if (now === before && Date.now() > retry) {
+    if (!ran && now === before && Date.now() > retry) {
       // The key press went nowhere (focus elsewhere): press again.
       log(`cell ${i} did not start; pressing Shift+Enter again`);
       await press();
@@ -130,6 +185,151 @@ async function waitGraph(failedId) {
     });
     throw new Error(`no failing node in the graph: ${JSON.stringify(state)}\n${error}`);
   }
+}
+
+
+const sidebarTab = () => page.locator('.jp-SideBar [data-id="jp-vjpviz-panel"]').first();
+
+/** The functions of the diagnoses the panel lists, top to bottom. */
+function shownFunctions() {
+  return page.evaluate(() =>
+    Array.from(document.querySelectorAll('#jp-vjpviz-panel .jp-Vjpviz-item'))
+      .filter(li => li.offsetParent !== null)
+      .map(li => li.getAttribute('data-vjpviz-function'))
+  );
+}
+
+/** Wait until the panel lists exactly these functions. */
+async function waitFunctions(expected, timeout = 30000) {
+  try {
+    await page.waitForFunction(
+      want => JSON.stringify(
+        Array.from(document.querySelectorAll('#jp-vjpviz-panel .jp-Vjpviz-item'))
+          .filter(li => li.offsetParent !== null)
+          .map(li => li.getAttribute('data-vjpviz-function'))
+      ) === want,
+      JSON.stringify(expected),
+      { timeout }
+    );
+  } catch (error) {
+    throw new Error(`the panel lists ${JSON.stringify(await shownFunctions())}, ` +
+      `expected ${JSON.stringify(expected)}\n${error}`);
+  }
+}
+
+async function hidePanel() {
+  if (await panel().isVisible()) {
+    await sidebarTab().click();
+  }
+  await panel().waitFor({ state: 'hidden', timeout: 5000 });
+}
+
+async function showPanel() {
+  if (!(await panel().isVisible())) {
+    await sidebarTab().click();
+  }
+  await panel().waitFor({ state: 'visible', timeout: 5000 });
+}
+
+/** Open another notebook in a new tab (no page load) and wait for its kernel. */
+async function openAnother(name) {
+  await page.evaluate(path => window.jupyterapp.commands.execute('docmanager:open', { path }), name);
+  await waitNotebook(name);
+}
+
+/** Activate the main-area tab of an open notebook. */
+async function activateTab(name) {
+  await page.locator('#jp-main-dock-panel .lm-TabBar-tab', { hasText: name }).first().click();
+  await waitNotebook(name);
+}
+
+/** The kernel id of the notebook at `path`, from the server's sessions. */
+async function kernelOf(path) {
+  const sessions = await (await fetch(`${URL}/api/sessions?token=${TOKEN}`)).json();
+  return sessions.find(s => s.path === path)?.kernel?.id;
+}
+
+/**
+ * Set a setting of the panel the way the settings editor does: through the
+ * app's setting registry (saved on the server, `changed` emitted in the page).
+ * JupyterLab is started with expose_app_in_browser; the registry is looked up by
+ * its token's name. Without it: the settings REST endpoint and a page reload.
+ */
+async function setSetting(key, value) {
+  const live = await page.evaluate(async ([k, v]) => {
+    const app = window.jupyterapp;
+    const services = app?.pluginRegistry?._services;
+    const token = services && Array.from(services.keys())
+      .find(t => t.name === '@jupyterlab/settingregistry:ISettingRegistry');
+    if (!token) {
+      return false;
+    }
+    const registry = await app.resolveRequiredService(token);
+    await registry.set('jupyter-vjpviz:plugin', k, v);
+    return (await registry.get('jupyter-vjpviz:plugin', k)).composite === v;
+  }, [key, value]);
+  if (live) {
+    return;
+  }
+  log(`setting ${key} through the REST endpoint and a reload`);
+  const response = await fetch(`${URL}/lab/api/settings/jupyter-vjpviz:plugin?token=${TOKEN}`, {
+    method: 'PUT',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ raw: JSON.stringify({ [key]: value }) })
+  });
+  check(response.ok, `PUT settings: ${response.status} ${await response.text()}`);
+  await page.reload();
+  await notebook().locator('.jp-Cell').first().waitFor({ timeout: 60000 });
+  await waitIdle();
+}
+
+/**
+ * In-page helpers for the dark-theme test: WCAG contrast of what is drawn,
+ * with semi-transparent colours composited over what lies beneath them.
+ */
+function contrastScript() {
+  return `
+    (() => {
+      const parse = s => {
+        const m = /rgba?\\(([^)]*)\\)/.exec(s || '');
+        if (!m) return null;
+        const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+        return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+      };
+      const over = (fg, bg) => [0, 1, 2].map(i => fg[i] * fg[3] + bg[i] * (1 - fg[3])).concat(1);
+      const lum = c => {
+        const [r, g, b] = c.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+      };
+      const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+      // The opaque colour behind an element: its and its ancestors' backgrounds, composited.
+      const backdrop = el => {
+        const layers = [];
+        for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+          const c = parse(getComputedStyle(e).backgroundColor);
+          if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+        }
+        let acc = layers.length && layers[layers.length - 1][3] >= 1 ? layers.pop() : [255, 255, 255, 1];
+        while (layers.length) acc = over(layers.pop(), acc);
+        return acc;
+      };
+      const paint = (el, prop, under) => {
+        const c = parse(getComputedStyle(el)[prop]);
+        return c ? over(c, under) : under; // 'none': what is beneath shows
+      };
+      window.__vjpvizContrast = {
+        // HTML text against its backdrop.
+        text: el => { const bg = backdrop(el); return ratio(paint(el, 'color', bg), bg); },
+        // SVG text on a shape (or the viewport) inside the graph viewport.
+        svg: (textEl, shapeEl, viewport) => {
+          const vbg = backdrop(viewport);
+          const under = shapeEl ? paint(shapeEl, 'fill', vbg) : vbg;
+          return ratio(paint(textEl, 'fill', under), under);
+        },
+        // An SVG stroke against the viewport.
+        stroke: (el, viewport) => { const vbg = backdrop(viewport); return ratio(paint(el, 'stroke', vbg), vbg); }
+      };
+    })();`;
 }
 
 async function main() {
@@ -383,6 +583,230 @@ async function main() {
     check(verdict === 'pass', `verify after reload: ${verdict}`);
     await shot('08-after-reload');
   });
+
+
+  // ---------------------------------------------------------------- extra, independent tests
+
+  await test('several notebooks: each kernel has its own list; the panel follows the active one', async () => {
+    await openNotebook('nb_a.ipynb');
+    await runCell(0);
+    await runCell(1);
+    check(await hasError(1), 'nb_a: the grad should fail');
+    await panel().waitFor({ state: 'visible', timeout: 15000 });
+    await waitFunctions(['rule_a']);
+    await openAnother('nb_b.ipynb');
+    await waitFunctions([]); // nb_b's kernel has no diagnosis yet
+    await runCell(0);
+    await runCell(1);
+    await waitFunctions(['rule_b']);
+    const [a, b] = [await kernelOf('nb_a.ipynb'), await kernelOf('nb_b.ipynb')];
+    check(a && b && a !== b, `two kernels expected, got ${a} and ${b}`);
+    await activateTab('nb_a.ipynb');
+    await waitFunctions(['rule_a']);
+    const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
+    check(headline.includes('rule_a'), `headline after switching to nb_a: ${headline}`);
+    const caption = await sidebarTab().getAttribute('title');
+    check(caption && caption.includes('1 diagnosis'), `tab caption for nb_a: ${caption}`);
+    await activateTab('nb_b.ipynb');
+    await waitFunctions(['rule_b']);
+    await shot('09-two-notebooks');
+  }, { extra: true });
+
+  await test('kernel restart empties the list; %load_ext + a failing cell shows the new diagnosis', async () => {
+    await openNotebook('restart.ipynb');
+    await runCell(0);
+    await runCell(1);
+    await panel().waitFor({ state: 'visible', timeout: 15000 });
+    await waitFunctions(['rule_r']);
+    await waitGraph(null);
+    const kernelBefore = await kernelOf('restart.ipynb');
+    // Restart from the notebook toolbar and confirm the dialog.
+    await notebook().locator('.jp-Toolbar [data-command="notebook:restart-kernel"]').first().click();
+    await page.locator('.jp-Dialog .jp-mod-accept').click();
+    await waitFunctions([]);
+    await panel().locator('.jp-Vjpviz-empty').waitFor({ state: 'visible', timeout: 10000 });
+    const empty = await panel().locator('.jp-Vjpviz-empty').innerText();
+    check(empty.includes('%load_ext vjpviz'), `empty state after restart: ${empty}`);
+    const caption = await sidebarTab().getAttribute('title');
+    check(caption === 'VJP debugger', `tab caption after restart: ${caption}`);
+    await waitIdle();
+    check((await kernelOf('restart.ipynb')) === kernelBefore, 'restart should keep the kernel id');
+    await runCell(0);
+    await runCell(1);
+    await waitFunctions(['rule_r']);
+    const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
+    check(headline.includes('rule_r'), `headline after restart: ${headline}`);
+    await waitGraph(null);
+    // The new kernel process answers requests: Verify the suggested fix.
+    await panel().locator('[data-vjpviz-action="verify"]').click();
+    await panel().locator('[data-vjpviz-verify]').waitFor({ timeout: 60000 });
+    const verdict = await panel().locator('[data-vjpviz-verify]').getAttribute('data-vjpviz-verify');
+    check(verdict === 'pass', `verify after restart: ${verdict}: ${await panel().locator('.jp-Vjpviz-verifyResult').innerText()}`);
+    await shot('10-after-restart');
+  }, { extra: true });
+
+  await test('autoOpen off: a new diagnosis does not open the panel (on again: it does)', async () => {
+    await openNotebook('autooff.ipynb');
+    try {
+      await setSetting('autoOpen', false);
+      await hidePanel();
+      await runCell(0);
+      await runCell(1);
+      check(await hasError(1), 'autooff: the grad should fail');
+      // The tab's caption counts the diagnosis in the same call that would open the panel.
+      await page.waitForFunction(
+        () => /1 diagnosis/.test(document.querySelector('.jp-SideBar [data-id="jp-vjpviz-panel"]')?.getAttribute('title') ?? ''),
+        null,
+        { timeout: 30000 }
+      );
+      check(!(await panel().isVisible()), 'the panel opened although autoOpen is off');
+      await shot('11-autoopen-off');
+      // Control: with the setting back on, the next diagnosis opens it.
+      await setSetting('autoOpen', true);
+      await hidePanel();
+      await runCell(1);
+      await panel().waitFor({ state: 'visible', timeout: 15000 });
+      const shown = await shownFunctions();
+      check(shown.length >= 1 && shown.every(f => f === 'rule_q'), `listed: ${JSON.stringify(shown)}`);
+    } finally {
+      await setSetting('autoOpen', true).catch(e => log(`could not reset autoOpen: ${e}`));
+    }
+  }, { extra: true });
+
+  await test('Copy puts the fix in the clipboard', async () => {
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: URL });
+    await openNotebook('copy.ipynb');
+    await runCell(0);
+    await runCell(1);
+    await panel().waitFor({ state: 'visible', timeout: 15000 });
+    await waitFunctions(['rule_c']);
+    const editor = panel().locator('.vjpviz-fix-editor .cm-content');
+    await editor.waitFor({ timeout: 10000 });
+    await page.evaluate(() => navigator.clipboard.writeText('nothing copied yet'));
+    await panel().locator('[data-vjpviz-action="copy"]').click();
+    const t = Date.now();
+    try {
+      await panel().locator('[data-vjpviz-copied="true"]').waitFor({ state: 'attached', timeout: 20000 });
+    } finally {
+      log(`copy: ${Date.now() - t} ms; ${await panel().locator('.jp-Vjpviz-verifyResult').evaluate(e => e.outerHTML)}`);
+    }
+    const [clip, code] = await page.evaluate(async () => {
+      const content = document.querySelector('#jp-vjpviz-panel .vjpviz-fix-editor .cm-content');
+      const view = content.cmView?.view ?? content.cmView?.rootView?.view;
+      const text = view ? view.state.doc.toString()
+        : Array.from(content.querySelectorAll('.cm-line')).map(l => l.textContent).join('\n');
+      return [await navigator.clipboard.readText(), text];
+    });
+    check(clip.includes('def rule_c_bwd(res, g):') && clip.includes('x.T @ gy'),
+      `clipboard: ${JSON.stringify(clip)}`);
+    check(clip === code, `clipboard differs from the editor:\n${JSON.stringify(clip)}\n${JSON.stringify(code)}`);
+  }, { extra: true });
+
+  await test('dark theme: the panel, graph and diff stay readable', async () => {
+    await openNotebook('dark.ipynb');
+    try {
+      await runCell(0);
+      await runCell(1);
+      await panel().waitFor({ state: 'visible', timeout: 15000 });
+      await waitFunctions(['rule_d']);
+      await waitGraph(null);
+      await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Dark' }));
+      // Dark, and the splash that covers the app while a theme loads gone for good
+      // (the condition has to hold for 500 ms of frames).
+      await page.waitForFunction(
+        () => {
+          const ok = document.body.dataset.jpThemeLight === 'false' &&
+            document.body.dataset.jpThemeName === 'JupyterLab Dark' &&
+            !document.getElementById('jupyterlab-splash');
+          if (!ok) {
+            window.__vjpvizDarkSince = undefined;
+            return false;
+          }
+          window.__vjpvizDarkSince ??= performance.now();
+          return performance.now() - window.__vjpvizDarkSince > 500;
+        },
+        null,
+        { timeout: 15000, polling: 'raf' }
+      );
+      await panel().locator('[data-vjpviz-action="fit"]').click();
+      // Details of another node (a selected node's outline would hide the failed one's).
+      await panel().locator('.jp-Vjpviz-svg .node:not(.vjpviz-node-failed)').first().click();
+      await panel().locator('.jp-Vjpviz-nodeDetails dd').first().waitFor({ timeout: 10000 });
+      await panel().evaluate(el => el.scrollTo(0, 0));
+      await shot('12-dark');
+      await panel().screenshot({ path: join(SHOTS, '12-dark-panel.png') });
+      // Measured contrast of what must be read (WCAG: 4.5 text, 3 large text and graphics).
+      await page.addScriptTag({ content: contrastScript() });
+      const report = await page.evaluate(() => {
+        const C = window.__vjpvizContrast;
+        const p = document.getElementById('jp-vjpviz-panel');
+        const q = sel => p.querySelector(sel);
+        const text = (sel, min = 4.5) => (q(sel) ? [C.text(q(sel)), min] : null);
+        const viewport = q('.jp-Vjpviz-viewport');
+        const failed = q('.vjpviz-node-failed');
+        const failedShape = failed?.querySelector('path, polygon, ellipse');
+        const node = q('.jp-Vjpviz-svg .node:not(.vjpviz-node-failed)');
+        const nodeShape = node?.querySelector('path, polygon, ellipse');
+        const edge = q('.jp-Vjpviz-svg .edge path');
+        const edgeText = q('.jp-Vjpviz-svg .edge text');
+        const svgText = (t, shape, min = 4.5) => (t ? [C.svg(t, shape, viewport), min] : null);
+        return {
+          headline: text('.jp-Vjpviz-headline'),
+          location: text('.jp-Vjpviz-location'),
+          listItem: text('.jp-Vjpviz-itemFunction'),
+          badge: text('.jp-Vjpviz-badge', 3),
+          diffExpected: text('.jp-Vjpviz-diffRow td:nth-child(2)'),
+          diffGot: text('.jp-Vjpviz-diffRow td:last-child'),
+          diffHeader: text('.jp-Vjpviz-diff th'),
+          ruleLine: text('.jp-Vjpviz-line:not(.jp-mod-bad)'),
+          badLine: text('.jp-Vjpviz-line.jp-mod-bad'),
+          lineNo: text('.jp-Vjpviz-lineNo', 3),
+          graphStatus: text('.jp-Vjpviz-graphStatus', 3),
+          failedNodeText: svgText(failed?.querySelector('text'), failedShape),
+          failedNodeBorder: failedShape ? [C.stroke(failedShape, viewport), 3] : null,
+          nodeText: svgText(node?.querySelector('text'), nodeShape),
+          nodeBorder: nodeShape ? [C.stroke(nodeShape, viewport), 3] : null,
+          edge: edge ? [C.stroke(edge, viewport), 3] : null,
+          edgeLabel: svgText(edgeText, null, 3),
+          editorText: text('.vjpviz-fix-editor .cm-line'),
+          fixReason: text('.jp-Vjpviz-fixReason'),
+          details: text('.jp-Vjpviz-nodeDetails dd')
+        };
+      });
+      // The failure must still stand out: a red outline unlike the other nodes', red mismatch edges.
+      const marks = await page.evaluate(() => {
+        const p = document.getElementById('jp-vjpviz-panel');
+        const stroke = sel => {
+          const el = p.querySelector(sel);
+          return el ? getComputedStyle(el).stroke : null;
+        };
+        return {
+          failed: stroke('.vjpviz-node-failed path, .vjpviz-node-failed polygon'),
+          other: stroke('.jp-Vjpviz-svg .node:not(.vjpviz-node-failed):not(.vjpviz-node-selected) path, ' +
+            '.jp-Vjpviz-svg .node:not(.vjpviz-node-failed):not(.vjpviz-node-selected) polygon'),
+          mismatchEdge: stroke('.jp-Vjpviz-svg .edge.vjpviz-edge-mismatch path')
+        };
+      });
+      log(`dark strokes: ${JSON.stringify(marks)}`);
+      const red = c => {
+        const [r, g, b] = (/rgba?\(([^)]*)\)/.exec(c ?? '')?.[1] ?? '0,0,0').split(/[\s,]+/).map(Number);
+        return r > 150 && r > g + 60 && r > b + 60;
+      };
+      check(red(marks.failed) && marks.failed !== marks.other,
+        `the failed node is not marked red in the dark theme: ${JSON.stringify(marks)}`);
+      check(marks.mismatchEdge === null || red(marks.mismatchEdge),
+        `the mismatch edge is not red in the dark theme: ${marks.mismatchEdge}`);
+      const lines = Object.entries(report).map(([k, v]) => `${k}=${v ? v[0].toFixed(1) : 'n/a'}`);
+      log(`dark contrast: ${lines.join(' ')}`);
+      const low = Object.entries(report).filter(([, v]) => v && v[0] < v[1]);
+      check(!low.length, `low contrast in the dark theme: ${low.map(([k, v]) => `${k} ${v[0].toFixed(2)} < ${v[1]}`).join(', ')}`);
+      const missing = Object.entries(report).filter(([, v]) => !v).map(([k]) => k);
+      check(!missing.length, `not found to measure: ${missing.join(', ')}`);
+    } finally {
+      await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Light' }))
+        .catch(e => log(`could not switch back to the light theme: ${e}`));
+    }
+  }, { extra: true });
 
   await test('no page errors', async () => {
     check(pageErrors.length === 0, pageErrors.join('\n'));

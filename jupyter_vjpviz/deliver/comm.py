@@ -240,6 +240,11 @@ def _op_verify(args: dict) -> dict:
 
 def verify_result(d, code: str) -> dict:
   """verify_fix as {pass, summary, diff} (also used by the inline widgets)."""
+  try:
+    compile(code, "<vjpviz fix>", "exec")
+  except SyntaxError as err:
+    where = f" (line {err.lineno})" if err.lineno else ""
+    return {"pass": False, "summary": f"the code does not parse: {err.msg}{where}", "diff": []}
   problems = [_problem(x) for x in fix_verify.verify_fix(d, code)]
   summary = ("the edited rule type-checks at the failing call's types" if not problems
              else "; ".join(p["headline"] for p in problems))
