@@ -315,7 +315,6 @@ def test_inline_widget_sanitizes_and_verifies():
   assert "foreignObject" not in clean and "<text>x</text>" in clean
 
   import jax
-  import jax.numpy as jnp
   import jupyter_vjpviz as v
 
   ns: dict = {}
