@@ -6,6 +6,7 @@ the error (or first-warning) path only; the hot path is the hook's.
 from __future__ import annotations
 
 import contextlib
+import gc
 
 from .analysis.diagnose import diagnose
 from .analysis.diagnosis import Diagnosis
@@ -65,7 +66,8 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
     return
   collector = _collectors[-1] if _collectors else None
   skip = _warned if exc is None and collector is None else None
-  found = diagnose(session, exc, skip=skip)
+  with _gc_paused():
+    found = diagnose(session, exc, skip=skip)
   if not found:
     return
   found = [_with_fixes(d) for d in found]
@@ -82,6 +84,21 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
   _history.extend(found)
   for listener in list(_listeners):
     records.safely(listener, found, exc)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+  """Building a graph allocates tens of thousands of small objects while the failing
+  call's whole state is still alive; the cyclic GC would rescan that heap again and
+  again (measured: the edge table of a 48-layer model 2x slower). Nothing built
+  here is cyclic garbage, so collection can wait until we are done."""
+  was_enabled = gc.isenabled()
+  gc.disable()
+  try:
+    yield
+  finally:
+    if was_enabled:
+      gc.enable()
 
 
 def _seen(exc: BaseException) -> bool:
