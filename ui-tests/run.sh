@@ -51,12 +51,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 SERVER_PATH="$PATH"
 if [ -n "${VJPVIZ_MASK_NODE:-}" ]; then
-  mkdir -p "$WORK/nonode"
-  for tool in node nodejs npm npx jlpm yarn; do
-    printf '#!/bin/sh\necho "$(basename "$0") $*" >> "%s"\necho "vjpviz ui-tests: node is masked" >&2\nexit 127\n' \
-      "$WORK/nonode.calls" > "$WORK/nonode/$tool"
-    chmod +x "$WORK/nonode/$tool"
-  done
+  source "$HERE/mask-node.sh"
+  mask_node "$WORK/nonode"
   SERVER_PATH="$WORK/nonode:$PATH"
   [ "$(PATH="$SERVER_PATH" command -v node)" = "$WORK/nonode/node" ] || fail_early "could not mask node"
 fi

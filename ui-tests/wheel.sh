@@ -51,12 +51,8 @@ step "built $(basename "$WHEEL")"
 # 2. A fresh venv, and node masked.
 PYENV_VERSION=3.12.1 python3.12 -m venv "$TMP/v" 2>/dev/null || python3.12 -m venv "$TMP/v" \
   || fail "could not make a venv"
-mkdir -p "$TMP/nonode"
-for tool in node nodejs npm npx jlpm yarn; do
-  printf '#!/bin/sh\necho "$(basename "$0") $*" >> "%s"\necho "vjpviz wheel test: node is masked" >&2\nexit 127\n' \
-    "$TMP/nonode.calls" > "$TMP/nonode/$tool"
-  chmod +x "$TMP/nonode/$tool"
-done
+source "$HERE/mask-node.sh"
+mask_node "$TMP/nonode"
 NONODE_PATH="$TMP/nonode:$TMP/v/bin:/usr/local/bin:/usr/bin:/bin"
 [ "$(PATH="$NONODE_PATH" command -v node)" = "$TMP/nonode/node" ] || fail "could not mask node"
 
