@@ -39,7 +39,8 @@ jax.grad(lambda x: lin(x).sum())(x)
     "status": "%vjpviz",
     "list": "%vjpviz list",
     "last": "%vjpviz last",
-    "export": "%vjpviz export {tmp}/d.json\n%vjpviz export {tmp}/d.txt --format txt",
+    "export": ("%vjpviz export {tmp}/d.json\n%vjpviz export {tmp}/d.txt --format txt\n"
+               "%vjpviz export {tmp}/d.html\n%vjpviz export {tmp}/d.svg"),
     "clear": "%vjpviz clear\n%vjpviz list\nprint('after clear')",
     "off": "%vjpviz off\n%vjpviz",
 }
@@ -117,6 +118,9 @@ def test_status_list_last_export_clear_off(run):
   exported = json.loads((tmp / "d.json").read_text())
   assert exported["function"] == "lin" and exported["kind"] == "bwd_type"
   assert "lin" in (tmp / "d.txt").read_text()
+  page = (tmp / "d.html").read_text()
+  assert page.startswith("<!DOCTYPE html>") and "vjpviz-node-failed" in page and "<script" not in page
+  assert (tmp / "d.svg").read_text().lstrip().startswith(("<svg", "<?xml"))
   assert "wrote" in text(outputs["export"])
   assert text(outputs["clear"]).strip() == "after clear"
   assert "vjpviz: not installed" in text(outputs["off"])
