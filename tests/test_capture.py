@@ -567,3 +567,13 @@ def test_nondiff_callable_closing_over_an_array_is_not_kept_alive(path):
   vv.install()
   assert _leftover_after_failing_call(1001) == plain
   assert vv.last().kind == "bwd_type"
+
+
+def test_custom_gradient_points_at_the_users_function(hook):
+  @jax.custom_gradient
+  def clip_grad(x):
+    return jnp.sin(x), lambda g: (g[:1],)
+  raises(lambda: jax.grad(lambda x: clip_grad(x).sum())(jnp.ones(3)))
+  d = vv.last()
+  assert (d.kind, d.function, d.argument) == ("bwd_type", "clip_grad", "x")
+  assert d.source.startswith(__file__)

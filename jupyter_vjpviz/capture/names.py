@@ -3,15 +3,35 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import weakref
+
+import jax
 
 _positional_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+_JAX_DIR = os.path.dirname(jax.__file__) + os.sep
+
+
 def _unwrap(fun):
+  """The user's function behind ``__wrapped__``, partials and JAX's own wrappers."""
   fun = inspect.unwrap(fun)
   while isinstance(fun, functools.partial):
     fun = inspect.unwrap(fun.func)
+  return _behind_jax(fun)
+
+
+def _behind_jax(fun):
+  """A JAX-internal closure's user function (``jax.custom_gradient`` wraps one so)."""
+  code = getattr(fun, "__code__", None)
+  if code is None or not code.co_filename.startswith(_JAX_DIR):
+    return fun
+  for cell in getattr(fun, "__closure__", None) or ():
+    inner = getattr(cell, "cell_contents", None)
+    inner_code = getattr(inner, "__code__", None)
+    if inner_code is not None and not inner_code.co_filename.startswith(_JAX_DIR):
+      return inner
   return fun
 
 
@@ -36,7 +56,7 @@ def positional_names(fun) -> tuple[str, ...]:
   except (KeyError, TypeError):
     pass
   try:
-    names = tuple(p.name for p in inspect.signature(fun).parameters.values()
+    names = tuple(p.name for p in inspect.signature(_behind_jax(fun)).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
   except (TypeError, ValueError):
     names = ()
