@@ -27,6 +27,12 @@ export interface IViewState {
 
 const MIN_SCALE = 0.02;
 const MAX_SCALE = 8;
+/** Fit never blows a tiny graph up past this. */
+const MAX_FIT_SCALE = 1.5;
+/** Screen pixels left around the graph by fit. */
+const FIT_PADDING = 12;
+/** Marks the legend's frame, boxes and edges (left out of fit and of the keyboard). */
+const LEGEND_CLASS = 'vjpviz-legend';
 
 /**
  * The forward graph as sanitized SVG with pan/zoom, node details,
@@ -73,6 +79,21 @@ export class GraphView extends Widget {
     this._viewport.addEventListener('click', this._onClick);
     this._viewport.addEventListener('dblclick', this._onDblClick);
     this._viewport.addEventListener('keydown', this._onKey);
+    if (typeof ResizeObserver !== 'undefined') {
+      // A graph drawn while the sidebar was collapsed is fitted once it shows.
+      this._resizeObserver = new ResizeObserver(() => {
+        if (this._pendingFit) {
+          this.fit();
+        }
+      });
+      this._resizeObserver.observe(this._viewport);
+    }
+  }
+
+  dispose(): void {
+    this._resizeObserver?.disconnect();
+    this._resizeObserver = null;
+    super.dispose();
   }
 
   /**
@@ -99,18 +120,25 @@ export class GraphView extends Widget {
   }
 
   /**
-   * Scale the graph to fit the viewport.
+   * Scale the graph to fit the viewport: the graph's own nodes, edges and
+   * frames, not the legend (which would shrink a small graph to a thumbnail).
+   * While the viewport has no size (a collapsed sidebar) the fit waits for it.
    */
   fit(): void {
-    const size = this._size();
     const box = this._viewport.getBoundingClientRect();
-    if (!size || box.width === 0 || box.height === 0) {
+    if (!this._svg || box.width === 0 || box.height === 0) {
+      this._pendingFit = !!this._svg;
       return;
     }
-    const scale = Math.min(box.width / size.w, box.height / size.h, 1.5);
+    this._pendingFit = false;
+    const content = this._contentBox();
+    const pad = Math.min(FIT_PADDING, box.width / 8, box.height / 8);
+    const width = Math.max(1, box.width - 2 * pad);
+    const height = Math.max(1, box.height - 2 * pad);
+    const scale = Math.min(width / content.w, height / content.h, MAX_FIT_SCALE);
     this._scale = Math.max(MIN_SCALE, scale);
-    this._tx = (box.width - size.w * this._scale) / 2;
-    this._ty = (box.height - size.h * this._scale) / 2;
+    this._tx = (box.width - content.w * this._scale) / 2 - content.x * this._scale;
+    this._ty = (box.height - content.h * this._scale) / 2 - content.y * this._scale;
     this._apply();
   }
 
@@ -201,7 +229,11 @@ export class GraphView extends Widget {
     svg.setAttribute('width', String(this._natural.w));
     svg.setAttribute('height', String(this._natural.h));
     svg.classList.add('jp-Vjpviz-svg');
+    markLegend(svg);
     for (const g of Array.from(svg.querySelectorAll('g.node'))) {
+      if (g.classList.contains(LEGEND_CLASS)) {
+        continue;
+      }
       const id = nodeId(g);
       if (!id) {
         continue;
@@ -240,8 +272,46 @@ export class GraphView extends Widget {
     this._setStatus(parts.join(' · '));
   }
 
-  private _size(): { w: number; h: number } | null {
-    return this._svg ? this._natural : null;
+  /**
+   * The box of the graph without its legend, in the SVG's own (unscaled)
+   * pixels; the whole SVG when there is nothing else to measure.
+   */
+  private _contentBox(): { x: number; y: number; w: number; h: number } {
+    const whole = { x: 0, y: 0, w: this._natural.w, h: this._natural.h };
+    const svg = this._svg;
+    if (!svg) {
+      return whole;
+    }
+    const origin = svg.getBoundingClientRect();
+    const scale = this._scale || 1;
+    let x0 = Infinity;
+    let y0 = Infinity;
+    let x1 = -Infinity;
+    let y1 = -Infinity;
+    for (const el of Array.from(
+      svg.querySelectorAll('g.node, g.edge, g.cluster')
+    )) {
+      if (el.classList.contains(LEGEND_CLASS)) {
+        continue;
+      }
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 && r.height === 0) {
+        continue;
+      }
+      x0 = Math.min(x0, r.left);
+      y0 = Math.min(y0, r.top);
+      x1 = Math.max(x1, r.right);
+      y1 = Math.max(y1, r.bottom);
+    }
+    if (!(x1 > x0 && y1 > y0)) {
+      return whole;
+    }
+    return {
+      x: (x0 - origin.left) / scale,
+      y: (y0 - origin.top) / scale,
+      w: (x1 - x0) / scale,
+      h: (y1 - y0) / scale
+    };
   }
 
   private _apply(): void {
@@ -430,6 +500,8 @@ export class GraphView extends Widget {
   private _details: HTMLElement;
   private _svg: SVGSVGElement | null = null;
   private _natural = { w: 1, h: 1 };
+  private _pendingFit = false;
+  private _resizeObserver: ResizeObserver | null = null;
   private _scale = 1;
   private _tx = 0;
   private _ty = 0;
@@ -439,6 +511,31 @@ export class GraphView extends Widget {
   private _failed: string | null = null;
   private _state: IViewState = { expanded: [], collapsed: [] };
   private _requests: IGraphRequests | null = null;
+}
+
+/**
+ * Mark the legend that render/dot.py draws (a cluster with id "vjpviz-legend"
+ * and boxes and edges named legend_*): left out of fit and of the keyboard.
+ * The failing-node sample gets the failing node's colours (the theme's).
+ */
+function markLegend(svg: SVGSVGElement): void {
+  for (const g of Array.from(svg.querySelectorAll('g.cluster, g.node, g.edge'))) {
+    const title = Array.from(g.children).find(c => c.localName === 'title');
+    const name = title?.textContent?.trim() ?? '';
+    const isLegend =
+      g.getAttribute('id') === 'vjpviz-legend' ||
+      name === 'cluster_legend' ||
+      /^legend_[\w]+($|->)/.test(name);
+    if (!isLegend) {
+      continue;
+    }
+    g.classList.add(LEGEND_CLASS);
+    if (name === 'legend_failed') {
+      g.classList.add('vjpviz-legend-failed');
+    } else if (name === 'legend_failed->legend_custom') {
+      g.classList.add('vjpviz-legend-mismatch');
+    }
+  }
 }
 
 /**

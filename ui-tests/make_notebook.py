@@ -69,6 +69,10 @@ nb = new_notebook(cells=[new_code_cell(c) for c in
                          ("%load_ext vjpviz", DEFINE, GRAD, COMPARE, EVIL, BIG)])
 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
 nbformat.write(nb, root / "panel.ipynb")
+# Notebook 7 (ui-tests/notebook7.spec.mjs): load, define softclip, the failing grad.
+nb7 = new_notebook(cells=[new_code_cell(c) for c in ("%load_ext vjpviz", DEFINE, GRAD)])
+nb7.metadata["kernelspec"] = nb.metadata["kernelspec"]
+nbformat.write(nb7, root / "nb7.ipynb")
 for stem, name in SMALL_NOTEBOOKS.items():
   small = new_notebook(cells=[new_code_cell("%load_ext vjpviz"), new_code_cell(SMALL.format(name=name))])
   small.metadata["kernelspec"] = nb.metadata["kernelspec"]

@@ -188,6 +188,44 @@ async function waitGraph(failedId) {
 }
 
 
+/**
+ * After Fit the graph's own boxes fill the viewport, the legend left out: the
+ * failing node is drawn at a readable size and every graph node is in view.
+ * MIN_FAILED_PX: the failing node of the softclip graph is two lines of 10 pt
+ * text in a 0.3 in box. In this test's 356x322 px graph viewport, fitting the
+ * whole SVG (legend beside the graph) drew it 21 px tall, its text about 5 px:
+ * unreadable; fitting the graph alone draws it 40 px tall, text about 10 px.
+ * 30 px (text about 7-8 px, the smallest still legible) lies between the two,
+ * with room for a slightly narrower sidebar; the run logs both numbers.
+ */
+const MIN_FAILED_PX = 30;
+async function checkFit(label) {
+  const m = await page.evaluate(() => {
+    const p = document.getElementById('jp-vjpviz-panel');
+    const vp = p.querySelector('.jp-Vjpviz-viewport').getBoundingClientRect();
+    const f = p.querySelector('.vjpviz-node-failed').getBoundingClientRect();
+    const nodes = Array.from(p.querySelectorAll('.jp-Vjpviz-svg .node:not(.vjpviz-legend)'))
+      .map(n => n.getBoundingClientRect());
+    const out = nodes.filter(r => r.left < vp.left - 1 || r.right > vp.right + 1 ||
+      r.top < vp.top - 1 || r.bottom > vp.bottom + 1).length;
+    const legend = p.querySelector('.jp-Vjpviz-svg .vjpviz-legend');
+    // What fitting the whole SVG (legend included) would draw, for comparison.
+    const svg = p.querySelector('.jp-Vjpviz-svg');
+    const scale = svg.getBoundingClientRect().width / parseFloat(svg.getAttribute('width'));
+    const whole = Math.min(vp.width / parseFloat(svg.getAttribute('width')),
+      vp.height / parseFloat(svg.getAttribute('height')), 1.5);
+    return { failedH: f.height, failedW: f.width, viewport: [vp.width, vp.height], nodes: nodes.length,
+      out, legend: !!legend, wholeH: f.height / scale * whole };
+  });
+  log(`${label}: failing node ${m.failedW.toFixed(0)}x${m.failedH.toFixed(0)} px in a ` +
+    `${m.viewport[0].toFixed(0)}x${m.viewport[1].toFixed(0)} viewport (fitting the whole SVG: ` +
+    `${m.wholeH.toFixed(0)} px); ${m.nodes} nodes, ${m.out} out of view`);
+  check(m.legend, 'no legend marked in the graph');
+  check(m.failedH >= MIN_FAILED_PX, `${label}: the failing node is ${m.failedH.toFixed(1)} px tall (< ${MIN_FAILED_PX})`);
+  check(m.out === 0, `${label}: ${m.out} of ${m.nodes} graph nodes are out of view`);
+}
+
+
 const sidebarTab = () => page.locator('.jp-SideBar [data-id="jp-vjpviz-panel"]').first();
 
 /** The functions of the diagnoses the panel lists, top to bottom. */
@@ -387,6 +425,7 @@ async function main() {
     const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
     check(headline.includes('softclip'), `headline: ${headline}`);
     await waitGraph(null);
+    await checkFit('initial view');
     const bad = await panel().locator('.jp-Vjpviz-line.jp-mod-bad').innerText();
     check(bad.includes('return gy @ w.T'), `bad line: ${bad}`);
     const label = await page
@@ -400,6 +439,7 @@ async function main() {
   await test('graph: click a node shows details; fit and centre work', async () => {
     const failed = panel().locator('.vjpviz-node-failed').first();
     await panel().locator('[data-vjpviz-action="fit"]').click();
+    await checkFit('fit');
     await failed.click();
     const details = await panel().locator('.jp-Vjpviz-nodeDetails').innerText();
     check(details.includes('softclip'), `details: ${details}`);
@@ -784,16 +824,34 @@ async function main() {
           failed: stroke('.vjpviz-node-failed path, .vjpviz-node-failed polygon'),
           other: stroke('.jp-Vjpviz-svg .node:not(.vjpviz-node-failed):not(.vjpviz-node-selected) path, ' +
             '.jp-Vjpviz-svg .node:not(.vjpviz-node-failed):not(.vjpviz-node-selected) polygon'),
-          mismatchEdge: stroke('.jp-Vjpviz-svg .edge.vjpviz-edge-mismatch path')
+          mismatchEdge: stroke('.jp-Vjpviz-svg .edge.vjpviz-edge-mismatch path'),
+          legendFailed: stroke('.jp-Vjpviz-svg .node.vjpviz-legend-failed path, .jp-Vjpviz-svg .node.vjpviz-legend-failed polygon')
         };
       });
       log(`dark strokes: ${JSON.stringify(marks)}`);
+      // Pan (arrow keys) until the legend, which Fit leaves out, is in view, and look at it.
+      await panel().locator('.jp-Vjpviz-viewport').focus();
+      for (let i = 0; i < 40; i++) {
+        const off = await page.evaluate(() => {
+          const p = document.getElementById('jp-vjpviz-panel');
+          const vp = p.querySelector('.jp-Vjpviz-viewport').getBoundingClientRect();
+          const lg = p.querySelector('.jp-Vjpviz-svg .cluster.vjpviz-legend').getBoundingClientRect();
+          return { right: lg.right - vp.right, bottom: lg.bottom - vp.bottom };
+        });
+        if (off.right <= 0 && off.bottom <= 0) {
+          break;
+        }
+        await page.keyboard.press(off.right > 0 ? 'ArrowRight' : 'ArrowDown');
+      }
+      await panel().locator('.jp-Vjpviz-viewport').screenshot({ path: join(SHOTS, '12-dark-legend.png') });
       const red = c => {
         const [r, g, b] = (/rgba?\(([^)]*)\)/.exec(c ?? '')?.[1] ?? '0,0,0').split(/[\s,]+/).map(Number);
         return r > 150 && r > g + 60 && r > b + 60;
       };
       check(red(marks.failed) && marks.failed !== marks.other,
         `the failed node is not marked red in the dark theme: ${JSON.stringify(marks)}`);
+      check(red(marks.legendFailed) && marks.legendFailed === marks.failed,
+        `the legend's failing-node sample is not red like the failing node: ${JSON.stringify(marks)}`);
       check(marks.mismatchEdge === null || red(marks.mismatchEdge),
         `the mismatch edge is not red in the dark theme: ${marks.mismatchEdge}`);
       const lines = Object.entries(report).map(([k, v]) => `${k}=${v ? v[0].toFixed(1) : 'n/a'}`);

@@ -39,12 +39,17 @@ command -v jupyter >/dev/null || fail_early "jupyter is not on PATH"
 
 WORK="$(mktemp -d /tmp/vjpviz-ui.XXXXXX)"
 SERVER_PID=""
-cleanup() {
+stop_server() {
   if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill "$SERVER_PID" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$SERVER_PID" 2>/dev/null
   fi
+  SERVER_PID=""
+}
+
+cleanup() {
+  stop_server
   [ -n "${VJPVIZ_KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -75,7 +80,6 @@ JSON
 cat > "$WORK/settings/@jupyterlab/notebook-extension/tracker.jupyterlab-settings" <<'JSON'
 {"autoStartDefaultKernel": true}
 JSON
-PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 TOKEN="vjpviz-ui-$RANDOM$RANDOM"
 python "$HERE/make_notebook.py" "$WORK/root" || fail_early "could not write the test notebook"
 
@@ -83,19 +87,32 @@ export JUPYTER_RUNTIME_DIR="$WORK/runtime" JUPYTER_CONFIG_DIR="$WORK/config" IPY
   JUPYTER_DATA_DIR="$WORK/data" \
   JUPYTERLAB_SETTINGS_DIR="$WORK/settings" JUPYTERLAB_WORKSPACES_DIR="$WORK/workspaces" \
   JUPYTER_PLATFORM_DIRS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
-PATH="$SERVER_PATH" jupyter lab --no-browser --allow-root --ip=127.0.0.1 --port="$PORT" \
-  --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK/root" \
-  --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
-  --LabApp.extension_manager=readonly --ServerApp.open_browser=False \
-  --LabApp.expose_app_in_browser=True \
-  >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 120); do
-  if curl -sf "http://127.0.0.1:$PORT/api/status?token=$TOKEN" >/dev/null 2>&1; then break; fi
-  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; fail_early "jupyter lab exited"; }
-  sleep 0.25
-done
-curl -sf "http://127.0.0.1:$PORT/api/status?token=$TOKEN" >/dev/null || fail_early "jupyter lab did not start"
+
+# start_server lab|notebook: serve $WORK/root on a free port; sets PORT and SERVER_PID.
+start_server() {
+  local app="$1" extra
+  PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+  if [ "$app" = lab ]; then
+    extra=(--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
+      --LabApp.extension_manager=readonly --LabApp.expose_app_in_browser=True)
+  else
+    extra=(--JupyterNotebookApp.expose_app_in_browser=True)
+  fi
+  PATH="$SERVER_PATH" jupyter "$app" --no-browser --allow-root --ip=127.0.0.1 --port="$PORT" \
+    --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK/root" \
+    --ServerApp.open_browser=False "${extra[@]}" \
+    >"$WORK/server-$app.log" 2>&1 &
+  SERVER_PID=$!
+  SERVER_LOG="$WORK/server-$app.log"
+  for _ in $(seq 120); do
+    if curl -sf "http://127.0.0.1:$PORT/api/status?token=$TOKEN" >/dev/null 2>&1; then break; fi
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; return 1; }
+    sleep 0.25
+  done
+  curl -sf "http://127.0.0.1:$PORT/api/status?token=$TOKEN" >/dev/null
+}
+
+start_server lab || fail_early "jupyter lab did not start"
 
 export VJPVIZ_URL="http://127.0.0.1:$PORT" VJPVIZ_TOKEN="$TOKEN" VJPVIZ_CHROMIUM="$CHROMIUM" \
   VJPVIZ_PROFILE="$WORK/browser" VJPVIZ_SCREENSHOTS="$SHOTS" VJPVIZ_SUMMARY="$WORK/summary"
@@ -117,7 +134,36 @@ if [ -s "$WORK/summary" ]; then
 fi
 if [ "$STATUS" -ne 0 ]; then
   echo "--- jupyter server log (tail) ---" >&2
-  tail -n 40 "$WORK/server.log" >&2
+  tail -n 40 "$SERVER_LOG" >&2
+fi
+stop_server
+
+# Notebook 7: the same panel in its right sidebar (ui-tests/notebook7.spec.mjs),
+# against `jupyter notebook` with the same flags. Not in VJPVIZ_SUITE=core.
+if [ "${VJPVIZ_SUITE:-all}" != core ] && "$NODE" "$HERE/notebook7.spec.mjs" --matches; then
+  NB_SUMMARY="0 passed, 1 failed"
+  NB_STATUS=1
+  if ! PATH="$SERVER_PATH" jupyter notebook --version >/dev/null 2>&1; then
+    echo "ui-tests: jupyter notebook (Notebook 7) is not installed: pip install 'notebook>=7.4,<8'" >&2
+  elif ! start_server notebook; then
+    echo "ui-tests: jupyter notebook did not start" >&2
+  else
+    rm -rf "$WORK/browser" && mkdir -p "$WORK/browser"
+    VJPVIZ_URL="http://127.0.0.1:$PORT" VJPVIZ_TOKEN="$TOKEN" VJPVIZ_SUMMARY="$WORK/summary-nb7" \
+      NODE_PATH="$ROOT/node_modules" "$NODE" "$HERE/notebook7.spec.mjs"
+    NB_STATUS=$?
+    [ -s "$WORK/summary-nb7" ] && NB_SUMMARY="$(cat "$WORK/summary-nb7")"
+    if [ "$NB_STATUS" -ne 0 ]; then
+      echo "--- jupyter notebook server log (tail) ---" >&2
+      tail -n 40 "$SERVER_LOG" >&2
+    fi
+    stop_server
+  fi
+  # One line with the totals of both suites.
+  read -r P1 _ F1 _ <<<"$SUMMARY"
+  read -r P2 _ F2 _ <<<"$NB_SUMMARY"
+  SUMMARY="$((P1 + P2)) passed, $((F1 + F2)) failed"
+  [ "$NB_STATUS" -eq 0 ] || STATUS=1
 fi
 cleanup
 trap - EXIT
