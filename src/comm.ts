@@ -28,6 +28,11 @@ export interface IDiagnosisEvent {
 }
 
 /**
+ * How long a request waits, unanswered, before an idle kernel gets it again.
+ */
+const RESEND_AFTER_MS = 500;
+
+/**
  * What is known about one kernel.
  */
 interface IKernelState {
@@ -37,6 +42,13 @@ interface IKernelState {
   control: Kernel.IComm | null;
   readonly diagnoses: Diagnosis[];
   readonly pending: Map<string, PromiseDelegate<ReadonlyJSONValue | undefined>>;
+  /** Requests sent and not yet answered, to send once more if the kernel dropped them. */
+  readonly unanswered: Map<string, IUnanswered>;
+}
+
+interface IUnanswered {
+  readonly message: IRequestMessage;
+  readonly sentAt: number;
 }
 
 /**
@@ -77,6 +89,8 @@ export class VjpvizComms {
     kernel.statusChanged?.connect((_, status) => {
       if (status === 'restarting' || status === 'autorestarting') {
         this._forget(kernel.id);
+      } else if (status === 'idle') {
+        this._resendUnanswered(kernel.id);
       }
     });
     if (typeof kernel.createComm === 'function') {
@@ -109,8 +123,30 @@ export class VjpvizComms {
     const message = this._message(op, args);
     const reply = new PromiseDelegate<ReadonlyJSONValue | undefined>();
     state.pending.set(message.request_id, reply);
+    state.unanswered.set(message.request_id, { message, sentAt: Date.now() });
     comm.send(message);
     return reply.promise;
+  }
+
+  /**
+   * A request sent while a cell was failing can be lost (its comm closed by a
+   * newer push, or the message dropped while the kernel aborted the queue). The
+   * kernel answers in order, so one still unanswered when it goes idle is lost:
+   * send it once more on the current comm. Every op is safe to repeat.
+   */
+  private _resendUnanswered(kernelId: string): void {
+    const state = this._kernels.get(kernelId);
+    const comm = state?.control ?? state?.comm;
+    if (!state || !comm) {
+      return;
+    }
+    const now = Date.now();
+    for (const [id, { message, sentAt }] of state.unanswered) {
+      if (now - sentAt >= RESEND_AFTER_MS) {
+        state.unanswered.delete(id);
+        comm.send(message);
+      }
+    }
   }
 
   private _message(op: RequestOp, args: JSONObject): IRequestMessage {
@@ -190,6 +226,7 @@ export class VjpvizComms {
       pending.reject(new Error('the kernel restarted'));
     }
     state.pending.clear();
+    state.unanswered.clear();
     this._listChanged.emit(kernelId);
   }
 
@@ -212,7 +249,13 @@ export class VjpvizComms {
   private _state(kernelId: string): IKernelState {
     let state = this._kernels.get(kernelId);
     if (!state) {
-      state = { comm: null, control: null, diagnoses: [], pending: new Map() };
+      state = {
+        comm: null,
+        control: null,
+        diagnoses: [],
+        pending: new Map(),
+        unanswered: new Map()
+      };
       this._kernels.set(kernelId, state);
     }
     return state;
@@ -253,6 +296,7 @@ export class VjpvizComms {
       });
       return;
     }
+    state.unanswered.delete(message.request_id);
     const reply = state.pending.get(message.request_id);
     if (!reply) {
       return;

@@ -128,6 +128,25 @@ describe('VjpvizComms', () => {
     await expect(failed).rejects.toThrow('bad fix');
   });
 
+  it('sends an unanswered request once more when the kernel goes idle', async () => {
+    const first = kernel.open(diagnosis(1));
+    const now = jest.spyOn(Date, 'now').mockReturnValue(1000);
+    const reply = comms.request('k1', 'view', { diagnosis_id: 'd1' });
+    kernel.statusChanged.emit('idle'); // too soon: the kernel may not have read it yet
+    expect(first.sent).toHaveLength(1);
+    now.mockReturnValue(2000);
+    // A failing cell's push replaced the comm before the kernel read the request.
+    const second = kernel.open(diagnosis(2));
+    kernel.statusChanged.emit('idle');
+    expect(second.sent).toEqual(first.sent);
+    const id = first.sent[0].request_id as string;
+    second.receive({ v: 1, type: 'reply', request_id: id, ok: true, result: 'view' });
+    await expect(reply).resolves.toBe('view');
+    kernel.statusChanged.emit('idle'); // answered: never sent again
+    expect(second.sent).toHaveLength(1);
+    now.mockRestore();
+  });
+
   it('ignores a late close of an older comm', async () => {
     const older = kernel.open(diagnosis(1));
     const newer = kernel.open(diagnosis(2));
