@@ -6,9 +6,9 @@
 //
 //   node notebook7.spec.mjs --matches   exit 0 if a test here matches VJPVIZ_TESTS
 //                                       (run.sh starts no server otherwise)
-import { chromium } from 'playwright-core';
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+
+import { FILTER, harness } from './harness.mjs';
 
 const URL = process.env.VJPVIZ_URL;
 const TOKEN = process.env.VJPVIZ_TOKEN;
@@ -25,44 +25,14 @@ const TESTS = [
  * VJPVIZ_BLOCK_EXT=1, which aborts the requests for jupyter-vjpviz's files).
  */
 const KNOWN_NOTEBOOK_ERRORS = ["TypeError: Cannot read properties of undefined (reading 'schema')"];
-const FILTER = process.env.VJPVIZ_TESTS ? new RegExp(process.env.VJPVIZ_TESTS) : null;
 if (process.argv.includes('--matches')) {
   process.exit(!FILTER || TESTS.some(t => FILTER.test(t)) ? 0 : 1);
 }
 
-const t0 = Date.now();
-const log = msg => console.log(`[nb7 ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}`);
-const results = [];
+const h = harness('nb7 ');
+const { log, check, test } = h;
+const shot = name => h.shot(name);
 let page;
-let context;
-
-async function test(name, body) {
-  if (FILTER && !FILTER.test(name)) {
-    return;
-  }
-  const start = Date.now();
-  try {
-    await body();
-    results.push({ name, ok: true });
-    log(`PASS ${name} (${((Date.now() - start) / 1000).toFixed(1)}s)`);
-  } catch (error) {
-    results.push({ name, ok: false, error });
-    log(`FAIL ${name}: ${error && error.stack ? error.stack : error}`);
-    await shot(`FAILED-${name.replace(/\W+/g, '-')}`).catch(() => undefined);
-  }
-}
-
-function check(condition, message) {
-  if (!condition) {
-    throw new Error(message);
-  }
-}
-
-async function shot(name) {
-  const path = join(SHOTS, `${name}.png`);
-  await page.screenshot({ path });
-  log(`screenshot ${path}`);
-}
 
 const panel = () => page.locator('#jp-vjpviz-panel');
 const cell = i => page.locator('.jp-NotebookPanel .jp-Notebook .jp-Cell').nth(i);
@@ -103,14 +73,7 @@ async function runCell(i, timeout = 60000) {
 }
 
 async function main() {
-  context = await chromium.launchPersistentContext(process.env.VJPVIZ_PROFILE, {
-    executablePath: process.env.VJPVIZ_CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1600, height: 1000 },
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync']
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  page = await h.launch({ width: 1600, height: 1000 });
   const pageErrors = [];
   page.on('pageerror', e => pageErrors.push(e.stack || String(e)));
   page.on('dialog', d => {
@@ -219,22 +182,7 @@ async function main() {
     check(ours.length === 0, ours.join('\n'));
   });
 
-  await context.close();
+  await h.context.close();
 }
 
-let crashed = false;
-try {
-  await main();
-} catch (error) {
-  crashed = true;
-  log(`CRASH ${error && error.stack ? error.stack : error}`);
-  await context?.close().catch(() => undefined);
-}
-const passed = results.filter(r => r.ok).length;
-const failed = results.length - passed + (crashed ? 1 : 0);
-const summary = `${passed} passed, ${failed} failed`;
-if (process.env.VJPVIZ_SUMMARY) {
-  writeFileSync(process.env.VJPVIZ_SUMMARY, summary);
-}
-console.log(`notebook 7: ${summary}`);
-process.exit(failed ? 1 : 0);
+await h.run(main, 'notebook 7: ');

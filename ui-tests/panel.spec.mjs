@@ -1,9 +1,9 @@
 // Browser test of the VJP debugger panel, run by ui-tests/run.sh (which starts
 // JupyterLab and sets VJPVIZ_URL, VJPVIZ_TOKEN, ...). playwright-core + Debian
 // chromium; no Playwright browser download.
-import { chromium } from 'playwright-core';
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+
+import { harness } from './harness.mjs';
 
 const URL = process.env.VJPVIZ_URL;
 const TOKEN = process.env.VJPVIZ_TOKEN;
@@ -17,48 +17,20 @@ const FIXED_BWD = `def softclip_bwd(res, g):
 `;
 
 const CELL = { load: 0, define: 1, grad: 2, compare: 3, evil: 4, big: 5 };
-const t0 = Date.now();
-const log = msg => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}`);
-
-const results = [];
+const h = harness();
+const { log, check } = h;
+const shot = name => h.shot(name);
 let page;
-let context;
 
 // VJPVIZ_SUITE=core: only the issue's core flow (the wheel run); VJPVIZ_TESTS=RE: a filter.
 const SUITE = process.env.VJPVIZ_SUITE || 'all';
-const FILTER = process.env.VJPVIZ_TESTS ? new RegExp(process.env.VJPVIZ_TESTS) : null;
 
 /**
  * One test. The core tests are one flow in order (each builds on the last);
  * the extra ones each open their own notebook and kernel and need nothing before them.
  */
-async function test(name, body, { extra = false } = {}) {
-  if ((extra && SUITE === 'core') || (FILTER && !FILTER.test(name))) {
-    return;
-  }
-  const start = Date.now();
-  try {
-    await body();
-    results.push({ name, ok: true });
-    log(`PASS ${name} (${((Date.now() - start) / 1000).toFixed(1)}s)`);
-  } catch (error) {
-    results.push({ name, ok: false, error });
-    log(`FAIL ${name}: ${error && error.stack ? error.stack : error}`);
-    await shot(`FAILED-${name.replace(/\W+/g, '-')}`).catch(() => undefined);
-  }
-}
-
-function check(condition, message) {
-  if (!condition) {
-    throw new Error(message);
-  }
-}
-
-async function shot(name) {
-  const path = join(SHOTS, `${name}.png`);
-  await page.screenshot({ path });
-  log(`screenshot ${path}`);
-}
+const test = (name, body, { extra = false } = {}) =>
+  h.test(name, body, { skip: extra && SUITE === 'core' });
 
 const notebook = () => page.locator('.jp-NotebookPanel:not(.lm-mod-hidden)');
 const cell = i => notebook().locator('.jp-Notebook .jp-Cell').nth(i);
@@ -371,21 +343,7 @@ function contrastScript() {
 }
 
 async function main() {
-  context = await chromium.launchPersistentContext(process.env.VJPVIZ_PROFILE, {
-    executablePath: process.env.VJPVIZ_CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1800, height: 1100 },
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync'
-    ]
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  page = await h.launch({ width: 1800, height: 1100 });
   const pageErrors = [];
   page.on('pageerror', e => pageErrors.push(String(e)));
   page.on('dialog', d => {
@@ -714,7 +672,7 @@ async function main() {
   }, { extra: true });
 
   await test('Copy puts the fix in the clipboard', async () => {
-    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: URL });
+    await h.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: URL });
     await openNotebook('copy.ipynb');
     await runCell(0);
     await runCell(1);
@@ -870,23 +828,8 @@ async function main() {
     check(pageErrors.length === 0, pageErrors.join('\n'));
   });
 
-  await context.close();
+  await h.context.close();
   return timing;
 }
 
-let crashed = false;
-try {
-  await main();
-} catch (error) {
-  crashed = true;
-  log(`CRASH ${error && error.stack ? error.stack : error}`);
-  await context?.close().catch(() => undefined);
-}
-const passed = results.filter(r => r.ok).length;
-const failed = results.length - passed + (crashed ? 1 : 0);
-const summary = `${passed} passed, ${failed} failed`;
-if (process.env.VJPVIZ_SUMMARY) {
-  writeFileSync(process.env.VJPVIZ_SUMMARY, summary);
-}
-console.log(summary);
-process.exit(failed ? 1 : 0);
+await h.run(main);
