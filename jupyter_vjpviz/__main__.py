@@ -7,7 +7,6 @@ a failing CI job leaves something to open. The exit status is the script's.
 from __future__ import annotations
 
 import argparse
-import html
 import os
 import runpy
 import sys
@@ -15,7 +14,7 @@ import tempfile
 import traceback
 
 from . import runtime
-from .deliver.magics import text_of
+from .render import html
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +47,7 @@ def run_script(script: str, args: list[str], report: str | None = None) -> int:
   found = runtime.history()
   if found:
     for d in found:
-      print(text_of(d), file=sys.stderr)
+      print(d.to_text(), file=sys.stderr)
     path = write_report(found, report)
     noun = "diagnosis" if len(found) == 1 else "diagnoses"
     print(f"vjpviz: {len(found)} {noun}; HTML report: {path}", file=sys.stderr)
@@ -56,19 +55,12 @@ def run_script(script: str, args: list[str], report: str | None = None) -> int:
 
 
 def write_report(found: list, path: str | None = None) -> str:
-  """One standalone HTML page with every diagnosis (text when render is unavailable)."""
+  """One standalone HTML page with every diagnosis."""
   if path is None:
     fd, path = tempfile.mkstemp(prefix="vjpviz-", suffix=".html")
     os.close(fd)
-  parts = []
-  for d in found:
-    try:
-      parts.append(d.to_html())
-    except ImportError:
-      parts.append(f"<pre>{html.escape(text_of(d))}</pre>")
   with open(path, "w", encoding="utf-8") as f:
-    f.write("<!doctype html><meta charset='utf-8'><title>vjpviz report</title>\n"
-            + "\n<hr>\n".join(parts))
+    f.write(html.page(found, "vjpviz report"))
   return path
 
 

@@ -115,8 +115,5 @@ def _key(d: Diagnosis) -> tuple:
 
 
 def _with_fixes(d: Diagnosis) -> Diagnosis:
-  try:
-    from .fixes import suggest
-  except ImportError:
-    return d
+  from .fixes import suggest  # here, not at the top: fixes verify through check, which imports us
   return records.safely(suggest.attach, d, default=d)

@@ -41,7 +41,7 @@ def test_failing_script_reports_and_exits_1(tmp_path):
   m = re.search(r"HTML report: (\S+)", proc.stderr)
   assert m and pathlib.Path(m.group(1)) == report
   html = report.read_text()
-  assert html.startswith("<!doctype html>") and "act_bwd" in html
+  assert html.startswith("<!DOCTYPE html>") and "act_bwd" in html and html.count("<html") == 1
 
 
 def test_silent_dtype_is_reported_and_the_scripts_status_kept(tmp_path):

@@ -11,6 +11,8 @@ from IPython.display import display
 from .. import runtime
 from ..analysis.diagnosis import Diagnosis
 from ..capture.records import safely
+from ..render import layout
+from . import comm, magics, widgets
 from .display import DiagnosisOutput
 
 _pending: list[Diagnosis] = []
@@ -21,11 +23,9 @@ def load(ip) -> None:
   runtime.add_listener(_queue)
   ip.events.register("post_run_cell", _show)
   # Start the layout worker now, so the first failing cell does not wait for it.
-  safely(_warm_layout)
-  for optional in ("magics", "comm"):
-    module = _optional(optional)
-    if module is not None:
-      safely(module.register, ip)
+  safely(layout.warm)
+  safely(magics.register, ip)
+  safely(comm.register, ip)
 
 
 def unload(ip) -> None:
@@ -34,9 +34,7 @@ def unload(ip) -> None:
     ip.events.unregister("post_run_cell", _show)
   except ValueError:
     pass
-  comm = _optional("comm")
-  if comm is not None:
-    safely(comm.unregister, ip)
+  safely(comm.unregister, ip)
   runtime.uninstall()
 
 
@@ -46,24 +44,10 @@ def _queue(found: list[Diagnosis], exc) -> None:
 
 def _show(result=None) -> None:
   found, _pending[:] = list(_pending), []
-  inline = _optional("widgets")
   for d in found:
     display(DiagnosisOutput(d))
     # Without a panel (VS Code, Colab, the extension off), the fix editor comes inline.
-    if inline is not None and inline.should_show():
-      widget = safely(inline.fallback, d)
+    if widgets.should_show():
+      widget = safely(widgets.fallback, d)
       if widget is not None:
         display(widget)
-
-
-def _warm_layout() -> None:
-  from ..render import layout
-  layout.warm()
-
-
-def _optional(name: str):
-  import importlib
-  try:
-    return importlib.import_module(f"{__package__}.{name}")
-  except ImportError:
-    return None

@@ -30,9 +30,14 @@ STYLE = """
 
 def render(d) -> str:
   """One standalone HTML file."""
-  title = html.escape(f"vjpviz: {d.headline}")
+  return page([d], f"vjpviz: {d.headline}")
+
+
+def page(found, title: str) -> str:
+  """One standalone HTML file holding several diagnoses (the CLI's report)."""
+  body = "\n<hr>\n".join(fragment(d) for d in found)
   return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-          f"<title>{title}</title></head>\n<body>{fragment(d)}</body></html>\n")
+          f"<title>{html.escape(title)}</title></head>\n<body>{body}</body></html>\n")
 
 
 def fragment(d) -> str:
