@@ -123,15 +123,28 @@ def _site(cvjp, args) -> RuleSite:
   in_names = tuple(names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
                    for p, _ in leaves)
   return RuleSite(
-      function=names.function_name(cvjp.fun), source=names.function_source(cvjp.fun),
-      rule=names.function_name(cvjp.bwd), fwd_rule=names.function_name(cvjp.fwd),
-      rule_source=names.function_source(cvjp.bwd), call_site=call_site,
-      name_stack=name_stack, occurrence=occurrence,
+      **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
       in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=in_names,
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       nondiff=tuple((i, jax.tree_util.tree_map(_without_arrays, args[i]))
                     for i in cvjp.nondiff_argnums),
       owner=weakref.ref(cvjp))
+
+
+_names_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _rule_names(cvjp) -> dict:
+  """Names and sources of the primal and its rules: fixed per rule set, so computed
+  once (``_site`` runs on every fwd) and recomputed only after a new ``defvjp``."""
+  key = (cvjp.fun, cvjp.fwd, cvjp.bwd)
+  cached = _names_cache.get(cvjp)
+  if cached is None or cached[0] != key:
+    cached = _names_cache[cvjp] = (key, dict(
+        function=names.function_name(cvjp.fun), source=names.function_source(cvjp.fun),
+        rule=names.function_name(cvjp.bwd), fwd_rule=names.function_name(cvjp.fwd),
+        rule_source=names.function_source(cvjp.bwd)))
+  return cached[1]
 
 
 def _call_site() -> tuple[str | None, str]:
@@ -364,4 +377,5 @@ def _structure(x) -> str:
 
 def clear_caches() -> None:
   _clones.clear()
+  _names_cache.clear()
   _primal_out_avals.clear()
