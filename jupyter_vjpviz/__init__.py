@@ -4,24 +4,37 @@
 VJP type error (and every wrong gradient dtype JAX lets through) comes with a
 Diagnosis: what was expected, what the backward pass produced, and where in the
 forward program it happened.
+
+Importing this package touches no JAX internals: they are imported when the
+hook is installed, so a JAX we cannot hook costs one line at ``%load_ext``,
+never a failing import.
 """
 from __future__ import annotations
 
-from .analysis.diagnosis import Diagnosis, Fix
-from .check import check
-from .fixes.verify import apply_fix, verify_fix
-from .runtime import clear, installed
-from . import runtime as _runtime
+import importlib
+import sys
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
            "diagnoses", "clear", "check", "verify_fix", "apply_fix", "load_ipython_extension",
            "unload_ipython_extension"]
 __version__ = "0.1.0"
 
+_LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis",
+         "check": ".lint", "verify_fix": ".fixes.verify", "apply_fix": ".fixes.verify"}
+
+
+def __getattr__(name: str):
+  if name in _LAZY:
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def install() -> None:
   """Watch every VJP from now on; idempotent. In IPython use ``%load_ext vjpviz``."""
-  _runtime.install()
+  runtime = _runtime()
+  if runtime is None:
+    return
+  runtime.install()
   if not _in_ipython():
     from .deliver import console
     console.install()
@@ -29,9 +42,72 @@ def install() -> None:
 
 def uninstall() -> None:
   """Restore every patched JAX object by identity; idempotent."""
+  if "jupyter_vjpviz.runtime" not in sys.modules:
+    return  # never installed
   from .deliver import console
   console.uninstall()
-  _runtime.uninstall()
+  _runtime().uninstall()
+
+
+def installed() -> bool:
+  return "jupyter_vjpviz.runtime" in sys.modules and _runtime().installed()
+
+
+def clear() -> None:
+  """Forget every diagnosis (and which warnings were already shown)."""
+  if "jupyter_vjpviz.runtime" in sys.modules:
+    _runtime().clear()
+
+
+def last():
+  """The most recent error or warning, or None."""
+  found = diagnoses()
+  return found[-1] if found else None
+
+
+def diagnoses() -> list:
+  """The diagnoses since install (or ``clear()``), oldest first; the newest 200 are kept."""
+  return _runtime().history() if "jupyter_vjpviz.runtime" in sys.modules else []
+
+
+def load_ipython_extension(ipython) -> None:
+  deliver = _import(".deliver.ipython")
+  if deliver is None:
+    _register_unavailable(ipython)
+    return
+  deliver.load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+  if "jupyter_vjpviz.deliver.ipython" in sys.modules:
+    _import(".deliver.ipython").unload(ipython)
+
+
+def _runtime():
+  return _import(".runtime")
+
+
+_unavailable: list[str] = []
+
+
+def _import(module: str):
+  """Our module, or None with one line saying why this JAX cannot be hooked."""
+  try:
+    return importlib.import_module(module, __name__)
+  except Exception as e:  # noqa: BLE001 - an unfamiliar JAX must not break the user's session
+    import jax
+    reason = (f"off: cannot hook jax {jax.__version__} "
+              f"({type(e).__name__}: {e}); your code runs as it would without vjpviz.")
+    if reason not in _unavailable:
+      _unavailable.append(reason)
+      print(f"vjpviz: {reason}", file=sys.stderr)
+    return None
+
+
+def _register_unavailable(ipython) -> None:
+  """``%vjpviz`` still answers, with the reason the hook is off."""
+  ipython.register_magic_function(lambda line, cell=None: print(f"vjpviz: {_unavailable[-1]}"),
+                                  "line_cell", "vjpviz")
 
 
 def _in_ipython() -> bool:
@@ -40,27 +116,6 @@ def _in_ipython() -> bool:
   except ImportError:
     return False
   return get_ipython() is not None
-
-
-def last() -> Diagnosis | None:
-  """The most recent error or warning, or None."""
-  found = _runtime.history()
-  return found[-1] if found else None
-
-
-def diagnoses() -> list[Diagnosis]:
-  """Every diagnosis since install (or the last ``clear()``), oldest first."""
-  return _runtime.history()
-
-
-def load_ipython_extension(ipython) -> None:
-  from .deliver import ipython as _ipython
-  _ipython.load(ipython)
-
-
-def unload_ipython_extension(ipython) -> None:
-  from .deliver import ipython as _ipython
-  _ipython.unload(ipython)
 
 
 def _jupyter_labextension_paths():

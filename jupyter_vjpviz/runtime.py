@@ -5,18 +5,27 @@ the error (or first-warning) path only; the hot path is the hook's.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
+import threading
 
 from .analysis.diagnose import diagnose
 from .analysis.diagnosis import Diagnosis
 from .capture import hook, records
 from .capture.records import Session
 
-_history: list[Diagnosis] = []
-_warned: set = set()                 # warnings show once per (kind, rule, path, types)
+HISTORY_LIMIT = 200
+"""Diagnoses kept; the oldest go first, so a loop that fails every step stays bounded."""
+
+WARNINGS_REMEMBERED = 100
+"""Warnings already shown, so each shows once; beyond this the oldest may show again."""
+
+_history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
+_warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
+_lock = threading.Lock()             # history and warnings, when grads fail in several threads
 _listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc)
-_collectors: list[list] = []         # while vjpviz.check runs: where its findings go
+_collecting = threading.local()      # while vjpviz.check runs: where its findings go (per thread)
 
 
 def install() -> None:
@@ -31,13 +40,20 @@ def installed() -> bool:
   return hook.installed()
 
 
+def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
+  return hook.hook_points()
+
+
 def history() -> list[Diagnosis]:
-  return list(_history)
+  with _lock:
+    return list(_history)
 
 
 def clear() -> None:
-  _history.clear()
-  _warned.clear()
+  with _lock:
+    _history.clear()
+    _warned.clear()
+  records.forget_failures()
 
 
 def add_listener(listener) -> None:
@@ -54,20 +70,24 @@ def remove_listener(listener) -> None:
 def collecting():
   """Route new diagnoses into a list instead of the history and the display."""
   found: list[Diagnosis] = []
-  _collectors.append(found)
+  _collectors().append(found)
   try:
     yield found
   finally:
-    _collectors.remove(found)
+    _collectors().remove(found)
+
+
+def _collectors() -> list[list[Diagnosis]]:
+  return _collecting.__dict__.setdefault("stack", [])
 
 
 def _on_session(session: Session, exc: BaseException | None) -> None:
   if exc is not None and _seen(exc):
     return
-  collector = _collectors[-1] if _collectors else None
-  skip = _warned if exc is None and collector is None else None
+  collector = _collectors()[-1] if _collectors() else None
+  skip = _warned.keys() if exc is None and collector is None else None
   with _gc_paused():
-    found = diagnose(session, exc, skip=skip)
+    found = records.safely(diagnose, session, exc, skip, default=[])
   if not found:
     return
   found = [_with_fixes(d) for d in found]
@@ -77,11 +97,12 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
     collector.extend(found)
     return
   if exc is None:
-    _warned.update(_key(d) for d in found)
+    _remember_warnings(found)
   else:
     _mark(exc, found)
     exc.add_note(f"vjpviz: {found[0].headline} (vjpviz.last() has the full diagnosis)")
-  _history.extend(found)
+  with _lock:
+    _history.extend(found)
   for listener in list(_listeners):
     records.safely(listener, found, exc)
 
@@ -99,6 +120,14 @@ def _gc_paused():
   finally:
     if was_enabled:
       gc.enable()
+
+
+def _remember_warnings(found: list[Diagnosis]) -> None:
+  with _lock:
+    for d in found:
+      _warned[_key(d)] = None
+    while len(_warned) > WARNINGS_REMEMBERED:
+      del _warned[next(iter(_warned))]
 
 
 def _seen(exc: BaseException) -> bool:

@@ -15,7 +15,7 @@ from jax._src import api, core
 from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 
-from . import custom_rules, frames, names, records
+from . import custom_rules, frames, jax_flags, names, records
 from .patches import PatchSet
 from .records import ERROR, WARNING, Record, RuleSite
 
@@ -113,12 +113,17 @@ def _wrap_ct_check(original):
     # (defvjp_with_accums, hijax primitives) can slip one through, so the hot
     # path of ordinary accumulation pays one list lookup.
     if (records.state.rule_stack and records.active() and records.current_session() is not None
-        and not jax.config.jax_disable_bwd_checks):
-      got = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct)
-      if getattr(got, "dtype", None) != getattr(accum.aval, "dtype", None):
-        records.record(records.safely(_ct_check_record, accum, ct, WARNING))
+        and not jax_flags.on("jax_disable_bwd_checks")):
+      records.record(records.safely(_silent_dtype_record, accum, ct))
   ct_check.__wrapped__ = original
   return ct_check
+
+
+def _silent_dtype_record(accum, ct) -> Record | None:
+  got = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct)
+  if getattr(got, "dtype", None) == getattr(accum.aval, "dtype", None):
+    return None
+  return _ct_check_record(accum, ct, WARNING)
 
 
 def _ct_check_record(accum, ct, severity) -> Record:
@@ -165,7 +170,8 @@ def _wrap_custom_vjp_call(original):
     for observe in _application_observers:
       records.safely(observe, self, args, kwargs)
     try:
-      return original(custom_rules.instrumented(self), *args, **kwargs)
+      return original(records.safely(custom_rules.instrumented, self, default=self),
+                      *args, **kwargs)
     except BaseException as e:
       records.safely(frames.strip, e)
       raise
@@ -178,7 +184,9 @@ def _patch_hi_primitive_transpose(patches: PatchSet) -> None:
   try:
     from jax._src import hijax
     prim = hijax.call_hi_primitive_linearized_p
+    table = ad.fancy_transposes
   except (ImportError, AttributeError):
+    patches.skip("hijax primitive transpose", "absent in this JAX")
     return
 
   def wrap(original):
@@ -193,7 +201,7 @@ def _patch_hi_primitive_transpose(patches: PatchSet) -> None:
         records.state.rule_stack.pop()
     transpose.__wrapped__ = original
     return transpose
-  patches.apply(ad.fancy_transposes, prim, wrap)
+  patches.apply(table, prim, wrap)
 
 
 def _is_custom_vjp3(prim) -> bool:

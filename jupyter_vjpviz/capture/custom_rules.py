@@ -20,7 +20,7 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import names, records
+from . import jax_flags, names, records
 from .records import ERROR, WARNING, Record, RuleSite
 
 
@@ -62,8 +62,13 @@ jax.tree_util.register_pytree_node(
     lambda site, children: TaggedResiduals(children[0], site))
 
 
+def option(cvjp, name: str):
+  """A custom_vjp option, or None on a JAX that predates it (with_logs, with_accums, ...)."""
+  return getattr(cvjp, name, None)
+
+
 def uses_hijax(cvjp) -> bool:
-  return bool(jax.config.jax_custom_vjp3 or getattr(cvjp, "generic_batching", False))
+  return bool(jax_flags.on("jax_custom_vjp3") or getattr(cvjp, "generic_batching", False))
 
 
 _clones: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -71,9 +76,9 @@ _clones: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def instrumented(cvjp):
   """The instrumented clone of ``cvjp``, cached so JAX's trace caches still hit."""
-  if cvjp.fwd is None or cvjp.bwd is None or cvjp.remat_rules is not None:
+  if cvjp.fwd is None or cvjp.bwd is None or option(cvjp, "remat_rules") is not None:
     return cvjp
-  key = (cvjp.fwd, cvjp.bwd, cvjp.with_logs, cvjp.with_accums,
+  key = (cvjp.fwd, cvjp.bwd, option(cvjp, "with_logs"), option(cvjp, "with_accums"),
          cvjp.symbolic_zeros, cvjp.nondiff_argnums)
   cached = _clones.get(cvjp)
   if cached is not None and cached[0] == key:
@@ -81,7 +86,7 @@ def instrumented(cvjp):
   clone = object.__new__(type(cvjp))
   clone.__dict__.update(cvjp.__dict__)
   clone.fwd = InstrumentedRule(cvjp.fwd, cvjp, _fwd)
-  clone.bwd = InstrumentedRule(cvjp.bwd, cvjp, _bwd_with_accums if cvjp.with_accums else _bwd)
+  clone.bwd = InstrumentedRule(cvjp.bwd, cvjp, _bwd_with_accums if option(cvjp, "with_accums") else _bwd)
   _clones[cvjp] = (key, clone)
   return clone
 
@@ -230,7 +235,7 @@ def _bwd(cvjp, *args):
     records.state.rule_stack.pop()
   if records.current_session() is not None:
     payload = cts
-    if cvjp.with_logs and isinstance(cts, (tuple, list)) and len(cts) == 2:
+    if option(cvjp, "with_logs") and isinstance(cts, (tuple, list)) and len(cts) == 2:
       payload = cts[0]
     for rec in records.safely(compare_cotangents, site, payload, default=[]):
       records.record(rec)
@@ -321,7 +326,7 @@ def _first_difference(expected, got) -> tuple[str, str, str]:
 
 def _jax_accepts(site, expected, got, ct) -> bool:
   """JAX's own predicate for this path: does it let ``got`` through?"""
-  if jax.config.jax_disable_bwd_checks:
+  if jax_flags.on("jax_disable_bwd_checks"):
     return True
   exception = getattr(cd, "_temporary_dtype_exception", lambda a, b: False)
   if site.hijax:

@@ -65,10 +65,15 @@ def _wrap_vjp(original, sink):
     with Boundary("vjp", records.safely(_origin, fun, primals), sink) as session:
       result = original(fun, *primals, **kwargs)
     if session.origin is not None:
-      _origins[result[1].jaxpr] = session.origin
+      records.safely(_remember_origin, result, session.origin)
     return result
   vjp.__wrapped__ = original
   return vjp
+
+
+def _remember_origin(vjp_result, origin: Origin) -> None:
+  """So applying the VJP function later knows the user's function and argument types."""
+  _origins[vjp_result[1].jaxpr] = origin
 
 
 def _origin(fun, primals) -> Origin:

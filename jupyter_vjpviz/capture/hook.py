@@ -1,7 +1,12 @@
-"""Install and uninstall the capture hook; identity-restoring and idempotent."""
+"""Install and uninstall the capture hook; identity-restoring, idempotent, thread-safe.
+
+JAX's traceback exclusion of our package stays registered after uninstall: JAX
+has no way to unregister one, and no user frame lives in our package.
+"""
 from __future__ import annotations
 
 import sys
+import threading
 
 import jax
 from jax._src import source_info_util, traceback_util
@@ -10,17 +15,19 @@ from . import check_sites, custom_rules, entry_points, frames
 from .patches import PatchSet
 
 _patches = PatchSet()
+_lock = threading.Lock()
 _excluded = False
 SUPPORTED_JAX = "0.12."
 
 
 def install(sink: entry_points.Sink) -> None:
+  with _lock:
+    if not _patches.active:
+      _install(sink)
+
+
+def _install(sink: entry_points.Sink) -> None:
   global _excluded
-  if _patches.active:
-    return
-  if not jax.__version__.startswith(SUPPORTED_JAX):
-    print(f"vjpviz: built for jax {SUPPORTED_JAX}x, found {jax.__version__}; "
-          "check sites this version lacks are skipped.", file=sys.stderr)
   if not _excluded:
     # Our wrapper frames must look like JAX's own: hidden from filtered
     # tracebacks and never taken for the user's call site.
@@ -29,12 +36,22 @@ def install(sink: entry_points.Sink) -> None:
     _excluded = True
   entry_points.install(_patches, sink)
   check_sites.install(_patches)
+  if not jax.__version__.startswith(SUPPORTED_JAX) or _patches.skipped:
+    skipped = ", ".join(point for point, _ in _patches.skipped) or "none"
+    print(f"vjpviz: built for jax {SUPPORTED_JAX}x, found {jax.__version__}; "
+          f"hook points skipped: {skipped} (%vjpviz says why).", file=sys.stderr)
 
 
 def uninstall() -> None:
-  _patches.restore()
-  custom_rules.clear_caches()
+  with _lock:
+    _patches.restore()
+    custom_rules.clear_caches()
 
 
 def installed() -> bool:
   return _patches.active
+
+
+def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
+  """The JAX objects wrapped now, and those skipped with the reason."""
+  return _patches.points, list(_patches.skipped)

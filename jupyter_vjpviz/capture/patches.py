@@ -21,29 +21,56 @@ class Patch:
 
 
 class PatchSet:
-  """Patches applied together and restored in reverse order."""
+  """Patches applied together and restored in reverse order.
+
+  A hook point this JAX lacks (or whose wrapper cannot be built) is skipped and
+  remembered with the reason, so ``%vjpviz`` can say what is not watched.
+  """
 
   def __init__(self):
     self._applied: list[Patch] = []
+    self.skipped: list[tuple[str, str]] = []     # (hook point, why)
 
   @property
   def active(self) -> bool:
     return bool(self._applied)
+
+  @property
+  def points(self) -> list[str]:
+    return [label(p.owner, p.name) for p in self._applied]
 
   def apply(self, owner: Any, name: Any,
             make_replacement: Callable[[Any], Any]) -> None:
     """Replace ``owner.name`` with ``make_replacement(original)``; skip if absent."""
     original = _get(owner, name)
     if original is _MISSING:
+      self.skip(label(owner, name), "absent in this JAX")
       return
-    replacement = make_replacement(original)
+    try:
+      replacement = make_replacement(original)
+    except Exception as e:  # noqa: BLE001 - an unfamiliar JAX loses this point, not the kernel
+      self.skip(label(owner, name), f"{type(e).__name__}: {e}")
+      return
     _set(owner, name, replacement)
     self._applied.append(Patch(owner, name, original, replacement))
+
+  def skip(self, point: str, why: str) -> None:
+    self.skipped.append((point, why))
 
   def restore(self) -> None:
     while self._applied:
       patch = self._applied.pop()
       _set(patch.owner, patch.name, patch.original)
+    self.skipped.clear()
+
+
+def label(owner: Any, name: Any) -> str:
+  """``module.attr`` or ``Class.attr``; a rule table's entry by its key."""
+  if isinstance(owner, dict):
+    return f"transpose rule of {name}"
+  prefix = getattr(owner, "__module__", None) if isinstance(owner, type) else None
+  base = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", type(owner).__name__)
+  return ".".join(x for x in (prefix, base, str(name)) if x)
 
 
 def _get(owner, name):

@@ -127,22 +127,47 @@ def record(rec: Record | None) -> None:
     session.records.append(rec)
 
 
-_reported_failures: set[str] = set()
+_reported_failures: set[tuple[str, str]] = set()
+
+_STAGES = {"capture": "watch this VJP", "analysis": "diagnose", "runtime": "diagnose",
+           "lint": "check", "fixes": "suggest fixes", "render": "render the diagnosis",
+           "deliver": "show the diagnosis"}
 
 
 def safely(fn: Callable, *args, default: Any = None) -> Any:
   """Run vjpviz's own code; if it fails, say so in one line and carry on.
 
   The user's program must behave exactly as without vjpviz, so nothing of ours
-  may raise into it.
+  may raise into it. Each (place, error type) is reported once: a training loop
+  must not print the same line every step.
   """
   try:
     return fn(*args)
   except Exception as e:  # noqa: BLE001 - our bug must not become the user's
-    where = getattr(fn, "__qualname__", repr(fn))
-    if where not in _reported_failures:
-      _reported_failures.add(where)
+    where = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if (where, type(e).__name__) not in _reported_failures:
+      _reported_failures.add((where, type(e).__name__))
       import sys
-      print(f"vjpviz: internal error in {where} ({type(e).__name__}: {e}); "
-            "your code ran as it would without vjpviz.", file=sys.stderr)
+      print(failure_line(_stage(fn, sys._getframe(1)), where, e), file=sys.stderr)
     return default
+
+
+def failure_line(doing: str, where: str, error: BaseException) -> str:
+  """The one line vjpviz prints when it fails: what it could not do, and why."""
+  why = " ".join(f"{type(error).__name__}: {error or repr(error)}".split())[:300]
+  return (f"vjpviz: could not {doing} (internal error in {where}: {why}); "
+          "your code ran as it would without vjpviz.")
+
+
+def forget_failures() -> None:
+  """Report internal errors afresh (``vjpviz.clear()``)."""
+  _reported_failures.clear()
+
+
+def _stage(fn: Callable, caller) -> str:
+  """What the failing code was for: from its module, or the vjpviz module that called it."""
+  module = getattr(fn, "__module__", None) or ""
+  if not module.startswith("jupyter_vjpviz."):
+    module = caller.f_globals.get("__name__", "")
+  parts = module.split(".")
+  return _STAGES.get(parts[1] if len(parts) > 1 else "", "diagnose")

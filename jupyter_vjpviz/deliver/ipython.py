@@ -13,13 +13,16 @@ from ..analysis.diagnosis import Diagnosis
 from ..capture.records import safely
 from ..render import layout
 from . import comm, magics, widgets
-from .display import DiagnosisOutput
+
+SHOWN_PER_CELL = 20
+"""A loop that fails every step shows its first diagnoses, then one line for the rest."""
 
 _pending: list[Diagnosis] = []
+_dropped = [0]
 
 
 def load(ip) -> None:
-  runtime.install()
+  safely(runtime.install)
   runtime.add_listener(_queue)
   ip.events.register("post_run_cell", _show)
   # Start the layout worker now, so the first failing cell does not wait for it.
@@ -35,19 +38,30 @@ def unload(ip) -> None:
   except ValueError:
     pass
   safely(comm.unregister, ip)
+  safely(magics.unregister, ip)
   runtime.uninstall()
 
 
 def _queue(found: list[Diagnosis], exc) -> None:
-  _pending.extend(found)
+  room = SHOWN_PER_CELL - len(_pending)
+  _pending.extend(found[:max(room, 0)])
+  _dropped[0] += max(len(found) - max(room, 0), 0)
 
 
 def _show(result=None) -> None:
   found, _pending[:] = list(_pending), []
+  dropped, _dropped[0] = _dropped[0], 0
   for d in found:
-    display(DiagnosisOutput(d))
-    # Without a panel (VS Code, Colab, the extension off), the fix editor comes inline.
-    if widgets.should_show():
-      widget = safely(widgets.fallback, d)
-      if widget is not None:
-        display(widget)
+    safely(_display, d)
+  if dropped:
+    print(f"vjpviz: {dropped} more diagnoses in this cell not shown (vjpviz.diagnoses() has "
+          f"the newest {runtime.HISTORY_LIMIT})")
+
+
+def _display(d: Diagnosis) -> None:
+  magics.show(d)
+  # Without a panel (VS Code, Colab, the extension off), the fix editor comes inline.
+  if widgets.should_show():
+    widget = safely(widgets.fallback, d)
+    if widget is not None:
+      display(widget)

@@ -17,9 +17,10 @@ from IPython.display import display
 
 from .. import runtime
 from ..analysis.diagnose import key
+from ..capture import jax_flags
 from ..capture.check_sites import observe_applications
-from ..check import check, spec
-from .display import DiagnosisOutput
+from ..lint import check, spec
+from .display import mimebundle
 
 
 class VjpvizProblems(RuntimeError):
@@ -33,12 +34,16 @@ def panel_listening() -> bool:
 
 
 def status() -> str:
-  path = "hijax (jax_custom_vjp3)" if jax.config.jax_custom_vjp3 else "classic"
-  return "\n".join([
+  path = "hijax (jax_custom_vjp3)" if jax_flags.on("jax_custom_vjp3") else "classic"
+  points, skipped = runtime.hook_points()
+  lines = [
       f"vjpviz: {'installed' if runtime.installed() else 'not installed'}",
       f"JAX {jax.__version__}, custom_vjp path: {path}",
+      f"hook points: {len(points)} wrapped, {len(skipped)} skipped",
+      *(f"  skipped {point}: {why}" for point, why in skipped),
       f"diagnoses so far: {len(runtime.history())}",
-      f"panel listening: {'yes' if panel_listening() else 'no'}"])
+      f"panel listening: {'yes' if panel_listening() else 'no'}"]
+  return "\n".join(lines)
 
 
 
@@ -193,9 +198,20 @@ class VjpvizMagics(Magics):
 
 
 def show(d) -> None:
-  """The same rich output %load_ext vjpviz shows after a failing cell."""
-  display(DiagnosisOutput(d))
+  """The rich output %load_ext vjpviz shows after a failing cell.
+
+  The bundle is made here, not lazily by IPython's formatter, so a renderer
+  failing costs vjpviz's one line instead of a formatter traceback.
+  """
+  display(mimebundle(d), raw=True)
 
 
 def register(ipython) -> None:
   ipython.register_magics(VjpvizMagics)
+
+
+def unregister(ipython) -> None:
+  """After ``%unload_ext`` no ``%vjpviz`` is left behind."""
+  for kind in ("line", "cell"):
+    ipython.magics_manager.magics[kind].pop("vjpviz", None)
+  ipython.magics_manager.registry.pop("VjpvizMagics", None)

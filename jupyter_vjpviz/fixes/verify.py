@@ -25,8 +25,8 @@ from jax._src import custom_derivatives as cd
 from ..capture import records
 from ..analysis.diagnosis import Diagnosis
 from ..capture.records import Weak
-from ..check import check
-from ..check import clear_cache as clear_check_cache
+from ..lint import check
+from ..lint import clear_cache as clear_check_cache
 from . import source
 
 _serial = itertools.count(1)
