@@ -2,10 +2,14 @@
 
 Loads the extension into a real IPython shell, asks ``%vjpviz`` for its
 status and compares a failing grad with and without the hook; prints JSON.
+``--remove module:attribute`` first deletes a JAX internal vjpviz imports, as a
+JAX that renamed it would.
 """
 import contextlib
+import importlib
 import io
 import json
+import sys
 import traceback
 
 import jax
@@ -34,6 +38,9 @@ def captured(thunk):
   return out.getvalue(), err.getvalue()
 
 
+if "--remove" in sys.argv:
+  module, attribute = sys.argv[sys.argv.index("--remove") + 1].split(":")
+  delattr(importlib.import_module(module), attribute)
 ip = InteractiveShell.instance()
 plain = failing_grad()
 _, load_err = captured(lambda: ip.run_line_magic("load_ext", "vjpviz"))

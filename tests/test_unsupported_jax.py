@@ -7,6 +7,7 @@ with this checkout on PYTHONPATH.
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 OLD_PYTHON = ROOT / ".venv-jax-old" / "bin" / "python"
 
 
+def _session(python, *args) -> dict:
+  out = subprocess.run([str(python), str(ROOT / "tests" / "old_jax_session.py"), *args],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+  return json.loads(out.stdout.splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def session():
   if not OLD_PYTHON.exists():
     pytest.fail(f"{OLD_PYTHON} is missing: scripts/test.sh creates it")
-  out = subprocess.run([str(OLD_PYTHON), str(ROOT / "tests" / "old_jax_session.py")],
-                       capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
-  return json.loads(out.stdout.splitlines()[-1])
+  return _session(OLD_PYTHON)
 
 
 def test_the_old_jax_is_outside_the_supported_range(session):
@@ -46,3 +51,12 @@ def test_status_lists_each_skipped_point_with_the_reason(session):
 
 def test_the_users_error_is_unchanged_on_the_old_jax(session):
   assert session["plain"] is not None and session["hooked"] == session["plain"]
+
+
+def test_a_jax_we_cannot_import_from_costs_one_line_and_percent_vjpviz_says_why():
+  """A JAX that renamed an internal vjpviz imports: no failing %load_ext, vjpviz is off."""
+  session = _session(sys.executable, "--remove", "jax._src.state.types:AbstractRef")
+  (line,) = session["load_stderr"].splitlines()
+  assert line.startswith("vjpviz: off: cannot hook jax ") and "AbstractRef" in line
+  assert "AbstractRef" in session["status"] and session["status"].startswith("vjpviz: off")
+  assert session["hooked"] == session["plain"] is not None
