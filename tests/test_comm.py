@@ -6,35 +6,18 @@ grad causes, send requests as ``comm_msg`` and read the replies.
 """
 from __future__ import annotations
 
-import json
-import os
-import queue
 import time
 import uuid
-from pathlib import Path
 
 import jsonschema
 import pytest
-import softclip
+from kernel_helpers import (DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP,  # noqa: F401
+                            panel, validator)
 
 from jupyter_vjpviz.deliver import comm
 
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "jupyter_vjpviz" / "protocol.schema.json").read_text())
-EXAMPLES = json.loads((ROOT / "src" / "__tests__" / "protocol-examples.json").read_text())
-
-
-def _validator(definition: str):
-  schema = {**SCHEMA, "$ref": f"#/definitions/{definition}"}
-  schema.pop("oneOf")
-  return jsonschema.Draft7Validator(schema)
-
-
-REQUEST = _validator("RequestMessage")
-REPLY = _validator("ReplyMessage")
-DIAGNOSIS = _validator("DiagnosisMessage")
-VIEW = _validator("View")
-VERIFY = _validator("VerifyResult")
+VIEW = validator("View")
+VERIFY = validator("VerifyResult")
 
 
 # ----------------------------------------------------------------------------- schema + handle
@@ -66,7 +49,8 @@ def test_unknown_diagnosis_is_an_error_reply_with_the_request_id():
                        "args": {"diagnosis_id": "no-such"}})
   REPLY.validate(reply)
   assert reply == {"v": 1, "type": "reply", "request_id": "r9", "ok": False,
-                   "error": "no diagnosis 'no-such' in this kernel (restarted, or vjpviz.clear()?)"}
+                   "error": "no diagnosis 'no-such' in this kernel "
+                            "(restarted, cleared, or older than the history keeps)"}
 
 
 def test_handle_never_raises_on_garbage():
@@ -111,79 +95,11 @@ def test_verify_result_matches_the_schema():
 
 # ----------------------------------------------------------------------------- a real kernel
 
-SETUP = "%load_ext vjpviz\n" + softclip.SOURCE + "x = jnp.ones((4, 5)); w = jnp.ones((5, 3))\n"
-FAIL = softclip.GRAD
 FIXED = '''def softclip_bwd(res, g):
     x, w, y = res
     gy = g * (1 - y**2)
     return gy @ w.T, x.T @ gy
 '''
-
-
-class Panel:
-  """The panel's side of the comm, over jupyter_client."""
-
-  def __init__(self, kc):
-    self.kc = kc
-    self.iopub: list[dict] = []
-
-  def execute(self, code: str, timeout: float = 120) -> dict:
-    msg_id = self.kc.execute(code)
-    reply = self.kc.get_shell_msg(timeout=timeout)
-    while reply["parent_header"].get("msg_id") != msg_id:
-      reply = self.kc.get_shell_msg(timeout=timeout)
-    self._drain_until_idle(msg_id, timeout)
-    return reply["content"]
-
-  def _drain_until_idle(self, msg_id: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-      msg = self.kc.get_iopub_msg(timeout=timeout)
-      self.iopub.append(msg)
-      if (msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
-          and msg["parent_header"].get("msg_id") == msg_id):
-        return
-    raise TimeoutError("kernel did not go idle")
-
-  def opened(self) -> list[dict]:
-    return [m for m in self.iopub
-            if m["msg_type"] == "comm_open" and m["content"].get("target_name") == "vjpviz"]
-
-  def send(self, msg_type: str, content: dict) -> str:
-    msg = self.kc.session.msg(msg_type, content)
-    self.kc.shell_channel.send(msg)
-    return msg["header"]["msg_id"]
-
-  def request(self, comm_id: str, data, timeout: float = 60) -> dict:
-    msg_id = self.send("comm_msg", {"comm_id": comm_id, "data": data})
-    return self._reply(msg_id, timeout)
-
-  def _reply(self, msg_id: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-      try:
-        msg = self.kc.get_iopub_msg(timeout=1)
-      except queue.Empty:
-        continue
-      self.iopub.append(msg)
-      if msg["msg_type"] == "comm_msg" and msg["parent_header"].get("msg_id") == msg_id:
-        return msg["content"]["data"]
-    raise TimeoutError("no reply")
-
-
-@pytest.fixture(scope="module")
-def panel():
-  jupyter_client = pytest.importorskip("jupyter_client")
-  km = jupyter_client.KernelManager(kernel_name="python3")
-  km.start_kernel(env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  kc = km.client()
-  kc.start_channels()
-  kc.wait_for_ready(timeout=60)
-  try:
-    yield Panel(kc)
-  finally:
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
 
 
 def test_failing_grad_opens_a_comm_without_blocking(panel):
@@ -247,7 +163,7 @@ def test_panel_opened_comm_gets_the_history_and_listening_is_set(panel):
   msg_id = panel.send("comm_open", {"comm_id": comm_id, "target_name": "vjpviz",
                                     "data": {"v": 1, "type": "request", "request_id": "h1",
                                              "op": "history", "args": {}}})
-  reply = panel._reply(msg_id, 30)
+  (reply,) = panel.replies([msg_id], 30)
   REPLY.validate(reply)
   assert reply["request_id"] == "h1" and reply["ok"]
   assert [d["function"] for d in reply["result"]["diagnoses"]] == ["softclip"]

@@ -16,9 +16,12 @@ unanswered.
 from __future__ import annotations
 
 import inspect
+import json
 import linecache
 import re
+import reprlib
 import traceback
+from importlib import resources
 from typing import Any, Callable
 
 from .. import runtime
@@ -29,6 +32,25 @@ from ..render import svg, views
 TARGET = "vjpviz"
 VERSION = 1
 OPS = ("history", "view", "expand", "collapse", "search", "verify", "apply")
+
+
+def _limits() -> dict:
+  """The request limits, read from protocol.schema.json: one record for kernel and panel."""
+  schema = resources.files("jupyter_vjpviz") / "protocol.schema.json"
+  defs = json.loads(schema.read_text("utf-8"))["definitions"]
+  args = defs["RequestArgs"]["properties"]
+  return {"bytes": defs["RequestMessage"]["x-maxBytes"], "token": defs["token"]["maxLength"],
+          "node": defs["nodeId"]["maxLength"], "nodes": defs["nodeIds"]["maxItems"],
+          "query": args["query"]["maxLength"], "code": args["code"]["maxLength"]}
+
+
+LIMITS = _limits()
+ARGS = {"diagnosis_id": "token", "node": "node", "query": "query", "code": "code",
+        "expanded": "nodes", "collapsed": "nodes"}
+"""Each request argument the kernel reads, with the LIMITS entry bounding it."""
+NEEDS = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
+         "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
+         "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
 
 _state = {"registered": False, "listening": False, "push_comm": None}
 _panel_comms: list = []
@@ -111,7 +133,7 @@ def _on_panel_open(c, open_msg) -> None:
     on_close(lambda msg, c=c: c in _panel_comms and _panel_comms.remove(c))
   _attach(c)
   data = (open_msg.get("content") or {}).get("data") if isinstance(open_msg, dict) else None
-  if data:
+  if data not in (None, {}):  # an open carrying anything but "no request" gets its reply
     _reply_on(c, data)
 
 
@@ -166,9 +188,7 @@ def _rule_source(location: str | None) -> dict:
 
 def handle(data: Any) -> dict:
   """The reply to one panel message; never raises."""
-  request_id = data.get("request_id") if isinstance(data, dict) else None
-  if not isinstance(request_id, str):
-    request_id = ""
+  request_id = _request_id(data)
   try:
     problem = _malformed(data)
     if problem:
@@ -187,6 +207,15 @@ class _Refused(Exception):
   pass
 
 
+def _request_id(data: Any) -> str:
+  """What the reply echoes: the request's id when it is one the panel could have made.
+
+  An oversized id is not echoed, so an error reply never amplifies hostile input.
+  """
+  found = data.get("request_id") if isinstance(data, dict) else None
+  return found if isinstance(found, str) and len(found) <= LIMITS["token"] else ""
+
+
 def _error(request_id: str, message: str, detail: str | None = None) -> dict:
   reply = {"v": VERSION, "type": "reply", "request_id": request_id, "ok": False,
            "error": message}
@@ -195,30 +224,68 @@ def _error(request_id: str, message: str, detail: str | None = None) -> dict:
   return reply
 
 
+_short = reprlib.Repr(maxstring=40, maxother=40).repr
+"""Quote a value in an error message without echoing a huge one back."""
+
+
 def _malformed(data: Any) -> str | None:
+  """What makes ``data`` not a request this kernel runs (the schema's RequestMessage), or None."""
   if not isinstance(data, dict):
     return f"a vjpviz request must be a JSON object, got {type(data).__name__}"
-  if data.get("v") != VERSION:
-    return f"unsupported vjpviz protocol version {data.get('v')!r} (expected {VERSION})"
+  size = _json_bytes(data)
+  if size is None:
+    return "a vjpviz request must be plain JSON (nested too deeply, or not JSON at all)"
+  if size > LIMITS["bytes"]:
+    return f"the request is {size} bytes of JSON, over the limit of {LIMITS['bytes']}"
+  v = data.get("v")
+  if v != VERSION or isinstance(v, bool):
+    return f"unsupported vjpviz protocol version {_short(v)} (expected {VERSION})"
   if data.get("type") != "request":
-    return f"expected a message of type 'request', got {data.get('type')!r}"
-  if not isinstance(data.get("request_id"), str) or not data["request_id"]:
-    return "a request needs a non-empty string 'request_id'"
+    return (f"expected a message of type 'request', got {_short(data.get('type'))}: "
+            "the kernel only answers requests")
+  request_id = data.get("request_id")
+  if not isinstance(request_id, str) or not 0 < len(request_id) <= LIMITS["token"]:
+    return f"a request needs a 'request_id' string of 1 to {LIMITS['token']} characters"
   if data.get("op") not in OPS:
-    return f"unknown op {data.get('op')!r} (known: {', '.join(OPS)})"
-  args = data.get("args")
-  if not isinstance(args, dict):
+    return f"unknown op {_short(data.get('op'))} (known: {', '.join(OPS)})"
+  if not isinstance(data.get("args"), dict):
     return "a request needs an object 'args'"
-  for key in ("expanded", "collapsed"):
-    ids = args.get(key, [])
-    if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
-      return f"args.{key} must be a list of node ids"
-  needs = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
-           "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
-           "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
-  for key in needs.get(data["op"], ()):
-    if not isinstance(args.get(key), str):
-      return f"op {data['op']!r} needs a string args.{key}"
+  return _bad_args(data["op"], data["args"])
+
+
+def _json_bytes(data: Any) -> int | None:
+  """Size of ``data`` as compact UTF-8 JSON, as the panel's JSON.stringify sends it."""
+  try:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+  except (TypeError, ValueError, RecursionError):
+    return None
+  return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _bad_args(op: str, args: dict) -> str | None:
+  """The first argument of the wrong type or over its limit, else the first one missing."""
+  for key, kind in ARGS.items():
+    problem = _bad_arg(f"args.{key}", kind, args[key]) if key in args else None
+    if problem:
+      return problem
+  missing = [key for key in NEEDS.get(op, ()) if key not in args]
+  return f"op {op!r} needs args.{missing[0]}" if missing else None
+
+
+def _bad_arg(name: str, kind: str, value: Any) -> str | None:
+  """Why ``value`` can't be argument ``name``, bounded by ``LIMITS[kind]``; None if it can."""
+  limit = LIMITS[kind]
+  if kind == "nodes":
+    if not isinstance(value, list):
+      return f"{name} must be a list of node ids"
+    if len(value) > limit:
+      return f"{name} has {len(value)} node ids, over the limit of {limit}"
+    return next(filter(None, (_bad_arg(f"{name}[{i}]", "node", x) for i, x in enumerate(value))),
+                None)
+  if not isinstance(value, str):
+    return f"{name} must be a string"
+  if len(value) > limit:
+    return f"{name} is {len(value)} characters long, over the limit of {limit}"
   return None
 
 
@@ -227,7 +294,8 @@ def _diagnosis(args: dict):
   for d in runtime.history():
     if d.id == wanted:
       return d
-  raise _Refused(f"no diagnosis {wanted!r} in this kernel (restarted, or vjpviz.clear()?)")
+  raise _Refused(f"no diagnosis {wanted!r} in this kernel (restarted, cleared, "
+                 "or older than the history keeps)")
 
 
 def _op_history(args: dict) -> dict:

@@ -1,9 +1,10 @@
 """A View as DOT text, authored with the ``graphviz`` package.
 
 Everything user-named (functions, scopes, argument names) goes through
-``_text``: backslashes doubled so DOT escapes can't be forged, ``nohtml`` so a
-name like ``<img ...>`` is never taken for an HTML-like label; graphviz then
-XML-escapes it into the SVG. DOT node names are our own ``n0, n1, ...``
+``_text``: backslashes doubled so DOT escapes can't be forged, ampersands
+escaped so HTML entities in a name aren't decoded, ``nohtml`` so a name like
+``<img ...>`` is never taken for an HTML-like label; graphviz then XML-escapes
+it into the SVG. DOT node names are our own ``n0, n1, ...``
 (a ``:`` in a scope id would read as a port); the panel finds boxes by the
 ``id`` attribute, which carries the graph node or cluster id.
 
@@ -163,6 +164,10 @@ def _text(*lines: str, passes: int = 1) -> graphviz.nohtml:
   """A DOT string that shows ``lines`` literally, whatever characters they hold.
 
   Graphviz expands escapes (``\\N`` is the node name) once in labels and ids but
-  twice in tooltips, hence ``passes``.
+  twice in tooltips, hence ``passes``. It also decodes HTML entities in labels
+  and tooltips (``&lt;`` would be drawn as ``<``) and writes them raw into ids
+  (where the browser decodes them), so ``&`` goes in as ``&amp;``: a name is
+  drawn, and its box found by id, as exactly itself.
   """
-  return graphviz.nohtml("\\n".join(s.replace("\\", "\\" * 2 ** passes) for s in lines if s))
+  return graphviz.nohtml("\\n".join(s.replace("\\", "\\" * 2 ** passes).replace("&", "&amp;")
+                                   for s in lines if s))

@@ -1,68 +1,8 @@
-import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { Kernel } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
-import { Signal } from '@lumino/signaling';
 
 import { IDiagnosisEvent, VjpvizComms } from '../comm';
-import { COMM_TARGET } from '../protocol';
-
-type OpenHandler = (
-  comm: Kernel.IComm,
-  msg: KernelMessage.ICommOpenMsg
-) => void;
-
-/**
- * The parts of a kernel connection and its comms that VjpvizComms uses.
- */
-class FakeKernel {
-  readonly id = 'k1';
-  readonly statusChanged = new Signal<this, string>(this);
-  handlers = new Map<string, OpenHandler>();
-
-  registerCommTarget(target: string, handler: OpenHandler): void {
-    this.handlers.set(target, handler);
-  }
-
-  /** Open a comm from the kernel side, as `comm.create_comm(data=...)` does. */
-  open(data: JSONObject): FakeComm {
-    const comm = new FakeComm();
-    const msg = { content: { data } } as unknown as KernelMessage.ICommOpenMsg;
-    this.handlers.get(COMM_TARGET)!(comm as unknown as Kernel.IComm, msg);
-    return comm;
-  }
-}
-
-class FakeComm {
-  sent: JSONObject[] = [];
-  onMsg: (msg: KernelMessage.ICommMsgMsg) => void = () => undefined;
-  onClose: (msg: KernelMessage.ICommCloseMsg) => void = () => undefined;
-
-  send(data: JSONObject): void {
-    this.sent.push(data);
-  }
-
-  receive(data: JSONObject): void {
-    this.onMsg({ content: { data } } as unknown as KernelMessage.ICommMsgMsg);
-  }
-
-  close(): void {
-    this.onClose({} as KernelMessage.ICommCloseMsg);
-  }
-}
-
-const body = (n: number): JSONObject => ({
-  id: `d${n}`,
-  kind: 'bwd_type',
-  severity: 'error',
-  headline: `h${n}`,
-  graph: { nodes: [], edges: [] },
-  fixes: []
-});
-
-const diagnosis = (n: number): JSONObject => ({
-  v: 1,
-  type: 'diagnosis',
-  diagnosis: body(n)
-});
+import { FakeComm, FakeKernel, body, diagnosis } from './fakes';
 
 describe('VjpvizComms', () => {
   let kernel: FakeKernel;

@@ -75,3 +75,43 @@ describe('parseKernelMessage agrees with the schema', () => {
     );
   });
 });
+
+describe('request limits (deliver/comm.py reads the same numbers)', () => {
+  const defs = schema.definitions;
+  const request = (args: object, requestId = 'r') => ({
+    v: 1,
+    type: 'request',
+    request_id: requestId,
+    op: 'verify',
+    args: { diagnosis_id: 'd1', code: '', ...args }
+  });
+  const limits: [string, number, (n: number) => unknown][] = [
+    ['request_id', defs.token.maxLength, n => request({}, 'r'.repeat(n))],
+    ['diagnosis_id', defs.token.maxLength, n => request({ diagnosis_id: 'd'.repeat(n) })],
+    ['node', defs.nodeId.maxLength, n => request({ node: 'n'.repeat(n) })],
+    ['expanded ids', defs.nodeIds.maxItems, n => request({ expanded: Array(n).fill('e0') })],
+    ['a collapsed id', defs.nodeId.maxLength, n => request({ collapsed: ['x'.repeat(n)] })],
+    [
+      'query',
+      defs.RequestArgs.properties.query.maxLength,
+      n => request({ query: 'q'.repeat(n) })
+    ],
+    [
+      'code',
+      defs.RequestArgs.properties.code.maxLength,
+      n => request({ code: 'c'.repeat(n) })
+    ]
+  ];
+
+  it.each(limits)('%s: accepted at its limit (%d), refused past it', (_, limit, make) => {
+    expect(definition('RequestMessage')(make(limit))).toBe(true);
+    expect(definition('RequestMessage')(make(limit + 1))).toBe(false);
+  });
+
+  it('states the byte limit JSON Schema cannot check', () => {
+    expect(defs.RequestMessage['x-maxBytes']).toBeGreaterThanOrEqual(
+      defs.RequestArgs.properties.code.maxLength * 4
+    );
+    expect(defs.RequestMessage.description).toContain('x-maxBytes');
+  });
+});

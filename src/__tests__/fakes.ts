@@ -1,0 +1,73 @@
+import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { JSONObject } from '@lumino/coreutils';
+import { Signal } from '@lumino/signaling';
+
+import { COMM_TARGET } from '../protocol';
+
+type OpenHandler = (
+  comm: Kernel.IComm,
+  msg: KernelMessage.ICommOpenMsg
+) => void;
+
+/**
+ * The parts of a kernel connection and its comms that VjpvizComms uses.
+ */
+export class FakeKernel {
+  readonly id = 'k1';
+  readonly statusChanged = new Signal<this, string>(this);
+  handlers = new Map<string, OpenHandler>();
+
+  registerCommTarget(target: string, handler: OpenHandler): void {
+    this.handlers.set(target, handler);
+  }
+
+  /** Open a comm from the kernel side, as `comm.create_comm(data=...)` does. */
+  open(data: JSONObject): FakeComm {
+    const comm = new FakeComm();
+    const msg = { content: { data } } as unknown as KernelMessage.ICommOpenMsg;
+    this.handlers.get(COMM_TARGET)!(comm as unknown as Kernel.IComm, msg);
+    return comm;
+  }
+}
+
+/**
+ * A comm that records what the panel sends and lets a test play the kernel.
+ */
+export class FakeComm {
+  sent: JSONObject[] = [];
+  onMsg: (msg: KernelMessage.ICommMsgMsg) => void = () => undefined;
+  onClose: (msg: KernelMessage.ICommCloseMsg) => void = () => undefined;
+
+  send(data: JSONObject): void {
+    this.sent.push(data);
+  }
+
+  receive(data: JSONObject): void {
+    this.onMsg({ content: { data } } as unknown as KernelMessage.ICommMsgMsg);
+  }
+
+  close(): void {
+    this.onClose({} as KernelMessage.ICommCloseMsg);
+  }
+}
+
+/**
+ * The smallest valid diagnosis, numbered.
+ */
+export const body = (n: number): JSONObject => ({
+  id: `d${n}`,
+  kind: 'bwd_type',
+  severity: 'error',
+  headline: `h${n}`,
+  graph: { nodes: [], edges: [] },
+  fixes: []
+});
+
+/**
+ * A diagnosis push carrying `body(n)`.
+ */
+export const diagnosis = (n: number): JSONObject => ({
+  v: 1,
+  type: 'diagnosis',
+  diagnosis: body(n)
+});

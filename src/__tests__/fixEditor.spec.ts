@@ -1,0 +1,175 @@
+import { EditorView } from '@codemirror/view';
+import {
+  CodeMirrorEditorFactory,
+  EditorExtensionRegistry,
+  ybinding
+} from '@jupyterlab/codemirror';
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { Kernel } from '@jupyterlab/services';
+import { JSONObject } from '@lumino/coreutils';
+import { Widget } from '@lumino/widgets';
+import type { Text, UndoManager } from 'yjs';
+
+import { VjpvizComms } from '../comm';
+import { FixEditor, IFixActions } from '../fixEditor';
+import { VjpvizPanel } from '../panel';
+import { IVerifyResult } from '../protocol';
+import { FakeComm, FakeKernel, body } from './fakes';
+
+/**
+ * A fix whose text would have a side effect if the kernel ever ran it: the
+ * panel must only send it on a click (the kernel runs it on verify/apply only).
+ */
+const FIX =
+  "def rule_bwd(res, g):\n    open('/tmp/vjpviz-pwned', 'w')\n    return (g,)\n";
+const OTHER = 'def rule_bwd(res, g):\n    return (g.T,)\n';
+
+/**
+ * CodeMirror editors bound to their model, as JupyterLab's editor services make them.
+ */
+function editorFactory() {
+  const extensions = new EditorExtensionRegistry();
+  extensions.addExtension({
+    name: 'binding',
+    factory: ({ model }) => {
+      const shared = model.sharedModel as unknown as {
+        ysource: Text;
+        undoManager: UndoManager | null;
+      };
+      return EditorExtensionRegistry.createImmutableExtension(
+        ybinding({
+          ytext: shared.ysource,
+          undoManager: shared.undoManager ?? undefined
+        })
+      );
+    }
+  });
+  return new CodeMirrorEditorFactory({ extensions }).newInlineEditor;
+}
+
+const factory = editorFactory();
+
+const settle = () => new Promise(resolve => setTimeout(resolve, 0));
+
+function button(root: HTMLElement, action: string): HTMLButtonElement {
+  return root.querySelector(`button[data-vjpviz-action="${action}"]`)!;
+}
+
+/**
+ * The CodeMirror view of the (one) fix editor under `root`.
+ */
+function codeView(root: HTMLElement): EditorView {
+  return EditorView.findFromDOM(root.querySelector<HTMLElement>('.cm-editor')!)!;
+}
+
+function spyActions() {
+  return {
+    verify: jest.fn(
+      async (code: string): Promise<IVerifyResult> => ({ pass: true })
+    ),
+    apply: jest.fn(async (code: string) => 'applied'),
+    copy: jest.fn(async (code: string) => undefined)
+  } satisfies IFixActions;
+}
+
+describe('FixEditor', () => {
+  it('shows, switches and edits fixes without running any until a click', async () => {
+    const editor = new FixEditor(factory);
+    Widget.attach(editor, document.body);
+    const actions = spyActions();
+    editor.setFixes(
+      [
+        { title: 'side effect', code: FIX },
+        { title: 'other', code: OTHER }
+      ],
+      null,
+      actions
+    );
+    expect(codeView(editor.node).state.doc.toString()).toBe(FIX);
+    const picker = editor.node.querySelector('select')!;
+    picker.value = '1';
+    picker.dispatchEvent(new Event('change'));
+    expect(editor.code).toBe(OTHER);
+    editor.code = FIX;
+    editor.setFixes([{ title: 'again', code: FIX }], FIX, actions);
+    await settle();
+    expect(actions.verify).not.toHaveBeenCalled();
+    expect(actions.apply).not.toHaveBeenCalled();
+
+    button(editor.node, 'verify').click();
+    await settle();
+    expect(actions.verify.mock.calls).toEqual([[FIX]]);
+    expect(actions.apply).not.toHaveBeenCalled();
+    button(editor.node, 'apply').click();
+    await settle();
+    expect(actions.apply.mock.calls).toEqual([[FIX]]);
+    expect(actions.verify).toHaveBeenCalledTimes(1);
+    editor.dispose();
+  });
+});
+
+describe('the panel', () => {
+  const ops = (comm: FakeComm) => comm.sent.map(m => m.op);
+
+  function reply(comm: FakeComm, op: string, result: JSONObject): void {
+    const request = comm.sent.filter(m => m.op === op).pop()!;
+    comm.receive({
+      v: 1,
+      type: 'reply',
+      request_id: request.request_id,
+      ok: true,
+      result
+    });
+  }
+
+  it('sends verify or apply for a pushed diagnosis only when clicked', async () => {
+    const kernel = new FakeKernel();
+    const comms = new VjpvizComms();
+    comms.attach(kernel as unknown as Kernel.IKernelConnection);
+    const panel = new VjpvizPanel({
+      comms,
+      editorFactory: factory,
+      copy: async () => undefined
+    });
+    Widget.attach(panel, document.body);
+    const notebook = {
+      sessionContext: { session: { kernel: { id: kernel.id } } },
+      content: { widgets: [] }
+    };
+    panel.setNotebook(notebook as unknown as NotebookPanel);
+
+    const d = {
+      ...body(1),
+      rule: 'rule_bwd',
+      rule_source_text: FIX,
+      rule_source_start: 1,
+      fixes: [{ title: 'side effect', code: FIX }]
+    };
+    const comm = kernel.open({ v: 1, type: 'diagnosis', diagnosis: d });
+    const shown = panel.onDiagnosis(kernel.id, d);
+    await settle();
+    expect(ops(comm)).toEqual(['view']); // the graph, and nothing else
+    reply(comm, 'view', { svg: '<svg xmlns="http://www.w3.org/2000/svg"/>', expanded: [] });
+    await shown;
+    await panel.select('d1');
+    await settle();
+    const view = codeView(panel.node);
+    expect(view.state.doc.toString()).toBe(FIX);
+    view.dispatch({ changes: { from: 0, insert: '# edited\n' } }); // typing runs nothing
+    await settle();
+    expect(ops(comm)).toEqual(['view']);
+
+    button(panel.node, 'verify').click();
+    await settle();
+    expect(ops(comm)).toEqual(['view', 'verify']);
+    expect(comm.sent[1].args).toEqual({ diagnosis_id: 'd1', code: `# edited\n${FIX}` });
+    reply(comm, 'verify', { pass: true, summary: 'ok', diff: [] });
+    await settle();
+    expect(ops(comm)).toEqual(['view', 'verify']);
+
+    button(panel.node, 'apply').click();
+    await settle();
+    expect(ops(comm)).toEqual(['view', 'verify', 'apply']);
+    panel.dispose();
+  });
+});
