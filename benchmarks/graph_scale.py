@@ -8,7 +8,8 @@ render, the node counts of the default view, and the latency ratio
     (grad-raise-to-displayable-diagnosis with vjpviz - plain grad raise) / cold make_jaxpr
 
 which issue 3 wants at most 1.5. Every timed trace uses a fresh function
-object, so JAX's trace caches cannot hide a cold trace.
+object, so JAX's trace caches cannot hide a cold trace. ``huge_program.py``
+runs the same model at 100k equations.
 
     PYTHONPATH=. .venv/bin/python benchmarks/graph_scale.py [n_layers ...]
 """
@@ -107,52 +108,60 @@ def _ms(seconds: float) -> str:
 
 def measure(n_layers: int, repeats: int = 3) -> dict:
   """Medians over ``repeats`` fresh models of one size (after one warm-up)."""
+  params_, x = inputs(n_layers)
+  rows = [run(n_layers, bad_layer_for(n_layers), params_, x) for _ in range(repeats + 1)]
+  return {k: statistics.median(r[k] for r in rows[1:]) for k in rows[0]}
+
+
+def run(n_layers: int, bad: int, params_, x, heads: int = 8) -> dict:
+  """One fresh model's failing grad: seconds per stage and what the default view shows."""
   import jupyter_vjpviz as vv
   from jupyter_vjpviz.analysis import program
   from jupyter_vjpviz.render import html, svg, views
 
-  params_, x = inputs(n_layers)
-  bad = bad_layer_for(n_layers)
-  rows = []
-  for _ in range(repeats + 1):
-    t = time.perf_counter()
-    jaxpr = jax.make_jaxpr(model(n_layers, bad))(params_, x).jaxpr
-    make_jaxpr = time.perf_counter() - t
-    t = time.perf_counter()
-    program.from_jaxpr(jaxpr)
-    edge_table = time.perf_counter() - t
-    _Handler.seconds = 0.0
-    try:
-      jax.grad(model(n_layers, bad))(params_, x)
-    except Exception:  # noqa: BLE001 - the failure is the point
-      pass
-    d = vv.last()
-    t = time.perf_counter()
-    view = views.default_view(d.graph, d.node)
-    view_s = time.perf_counter() - t
-    t = time.perf_counter()
-    svg.of_view(view)
-    svg_s = time.perf_counter() - t
-    t = time.perf_counter()
-    html.fragment(d)   # what the notebook displays: view + layout + HTML
-    display = time.perf_counter() - t
-    rows.append(dict(make_jaxpr=make_jaxpr, edge_table=edge_table, diagnose=_Handler.seconds,
-                     view=view_s, svg=svg_s, display=display,
-                     ratio=(_Handler.seconds + display) / make_jaxpr,
-                     nodes=len(d.graph.nodes), boxes=view.size, shown=len(view.nodes),
-                     clusters=len(view.clusters), edges=len(view.edges),
-                     failing_shown=d.node in view.nodes))
-  return {k: statistics.median(r[k] for r in rows[1:]) for k in rows[0]}
+  t = time.perf_counter()
+  jaxpr = jax.make_jaxpr(model(n_layers, bad, heads))(params_, x).jaxpr
+  make_jaxpr = time.perf_counter() - t
+  t = time.perf_counter()
+  program.from_jaxpr(jaxpr)
+  edge_table = time.perf_counter() - t
+  del jaxpr
+  _Handler.seconds = 0.0
+  try:
+    jax.grad(model(n_layers, bad, heads))(params_, x)
+  except Exception:  # noqa: BLE001 - the failure is the point
+    pass
+  d = vv.last()
+  t = time.perf_counter()
+  view = views.default_view(d.graph, d.node)
+  view_s = time.perf_counter() - t
+  t = time.perf_counter()
+  svg.of_view(view)
+  svg_s = time.perf_counter() - t
+  t = time.perf_counter()
+  html.fragment(d)   # what the notebook displays: view + layout + HTML
+  display = time.perf_counter() - t
+  return dict(make_jaxpr=make_jaxpr, edge_table=edge_table, diagnose=_Handler.seconds,
+              view=view_s, svg=svg_s, display=display,
+              ratio=(_Handler.seconds + display) / make_jaxpr,
+              nodes=len(d.graph.nodes), boxes=view.size, shown=len(view.nodes),
+              clusters=len(view.clusters), edges=len(view.edges),
+              failing_shown=d.node in view.nodes)
 
 
 class _Handler:
-  """Times vjpviz's error path: the hook's session handler (graph, locate, diagnosis, fixes)."""
+  """Times vjpviz's error path: the hook's session handler (graph, locate, diagnosis, fixes).
+
+  Keeps the last (session, exception) it handled, so the analysis can be re-run on it.
+  """
   seconds = 0.0
+  last: tuple = ()
 
   def __init__(self, inner):
     self.inner = inner
 
   def __call__(self, *args):
+    _Handler.last = args
     t = time.perf_counter()
     try:
       return self.inner(*args)
@@ -160,8 +169,8 @@ class _Handler:
       _Handler.seconds += time.perf_counter() - t
 
 
-
-def main(sizes: list[int]) -> None:
+def install() -> None:
+  """The hook, with its session handler timed, and a warm layout worker."""
   import jupyter_vjpviz as vv
   from jupyter_vjpviz import runtime
   from jupyter_vjpviz.render import layout
@@ -169,16 +178,26 @@ def main(sizes: list[int]) -> None:
   runtime._on_session = _Handler(runtime._on_session)   # before install: the hook binds it
   vv.install()
   layout.warm()
-  print("ms, medians of 3 fresh models after a warm-up; ratio = (diagnose + display) / make_jaxpr")
-  print(f"{'layers':>6} {'nodes':>6} {'make_jaxpr':>10} {'edge_tbl':>8} {'diagnose':>8} "
-        f"{'view':>7} {'svg':>7} {'display':>7} {'ratio':>5}  default view")
-  for n in sizes:
-    r = measure(n)
-    print(f"{n:>6} {r['nodes']:>6} {_ms(r['make_jaxpr']):>10} {_ms(r['edge_table']):>8} "
+
+
+HEADER = (f"{'layers':>6} {'nodes':>6} {'make_jaxpr':>10} {'edge_tbl':>8} {'diagnose':>8} "
+          f"{'view':>7} {'svg':>7} {'display':>7} {'ratio':>5}  default view")
+
+
+def row(n_layers: int, r: dict) -> str:
+  return (f"{n_layers:>6} {r['nodes']:>6} {_ms(r['make_jaxpr']):>10} {_ms(r['edge_table']):>8} "
           f"{_ms(r['diagnose']):>8} {_ms(r['view'])} {_ms(r['svg'])} {_ms(r['display'])} "
           f"{r['ratio']:5.2f}  {r['boxes']:.0f} boxes ({r['shown']:.0f} nodes + "
           f"{r['clusters']:.0f} clusters), {r['edges']:.0f} edges, failing node shown: "
           f"{bool(r['failing_shown'])}")
+
+
+def main(sizes: list[int]) -> None:
+  install()
+  print("ms, medians of 3 fresh models after a warm-up; ratio = (diagnose + display) / make_jaxpr")
+  print(HEADER)
+  for n in sizes:
+    print(row(n, measure(n)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The primal's ``__name__``, the bwd rule's ``__name__`` and two named scopes carry
 script payloads, one of them written with HTML entities (which must be shown as
-typed, never decoded into a tag). Checked: DiagnosisOutput's text/html,
+typed, never decoded into a tag). Checked: the displayed bundle's text/html,
 Diagnosis.to_html() and to_svg() in-process, then the text/html a real kernel
 displays and its ``%vjpviz export`` page. Each is parsed with html.parser (only
 our own elements, no event handler or URL attribute) and the pages are loaded
@@ -22,7 +22,7 @@ from kernel_helpers import panel  # noqa: F401 - a fixture
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.deliver import comm
-from jupyter_vjpviz.deliver.display import DiagnosisOutput, MIME_TYPE
+from jupyter_vjpviz.deliver.display import MIME_TYPE, mimebundle
 from jupyter_vjpviz.render import svg, views
 
 IMG = '<img src=x onerror="window.__pwned=1">'
@@ -107,7 +107,7 @@ def assert_inert(doc: str, styles: int = 1) -> Parsed:
 
 
 def test_ipython_html_output_is_inert(d):
-  bundle = DiagnosisOutput(d)._repr_mimebundle_()
+  bundle = mimebundle(d)
   assert_inert(bundle["text/html"])
   assert bundle[MIME_TYPE]["function"] == IMG   # the panel's JSON: data, shown as text
 
@@ -181,7 +181,7 @@ def test_pages_run_no_payload_in_chromium(d, kernel_pages, tmp_path):
   # The probe does see a payload that runs: the same names, unescaped.
   assert pwned(as_page(f"<h2>{IMG}{SCRIPT}</h2>"), tmp_path, "control") == "1"
   pages = {"to_html": d.to_html(), "export": kernel_pages["export"],
-           "fragment": as_page(DiagnosisOutput(d)._repr_mimebundle_()["text/html"]),
+           "fragment": as_page(mimebundle(d)["text/html"]),
            "output": as_page(kernel_pages["output"])}
   for name, page in pages.items():
     assert pwned(page, tmp_path, name) == "undefined", name

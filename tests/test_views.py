@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.analysis import program
 from jupyter_vjpviz.render import dot, svg, views
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,17 +58,31 @@ def _diagnose(fun, *args):
   return d
 
 
-@pytest.fixture(params=sorted(WRAPPERS))
-def nested(request, hook):
+def _nested(wrapper: str):
   """A diagnosis whose failing node sits inside a sub-jaxpr, plus an unrelated jitted cos."""
-  wrap, bad = WRAPPERS[request.param], _bad()
+  wrap, bad = WRAPPERS[wrapper], _bad()
 
   def f(x):
     y = jax.jit(jnp.cos)(jnp.sin(x))
     return (wrap(lambda z: bad(z) + 1.0)(y) * 3.0).sum()
   mesh = jax.make_mesh((4,), ("i",))   # 4 CPU devices: conftest sets XLA_FLAGS
-  with jax.set_mesh(mesh) if request.param == "shard_map" else contextlib.nullcontext():
+  with jax.set_mesh(mesh) if wrapper == "shard_map" else contextlib.nullcontext():
     return _diagnose(f, jnp.ones((8, 4)))
+
+
+@pytest.fixture(params=sorted(WRAPPERS))
+def nested(request, hook):
+  return _nested(request.param)
+
+
+@pytest.fixture(params=sorted(WRAPPERS))
+def nested_neighbourhood(request, hook, monkeypatch):
+  """The same failures, every program over the equation limit: a one-hop neighbourhood.
+
+  (tests/test_huge.py has a real 100k-equation program; this is every kind of nesting.)
+  """
+  monkeypatch.setattr(program, "LIMITS", program.LIMITS._replace(max_eqns=0, hops=1))
+  return _nested(request.param)
 
 
 def _top(graph, node_id):
@@ -96,6 +111,21 @@ def test_collapse_folds_the_failing_sub_jaxpr_into_its_equation(nested):
   drawn = set(v.nodes) | {c.id for c in v.clusters}
   assert all(e.src in drawn and e.dst in drawn and e.src != e.dst for e in v.edges)
   assert nested.node in views.expand(v, top).nodes
+
+
+def test_neighbourhood_of_a_nested_failure_holds_the_way_to_it(nested_neighbourhood):
+  d = nested_neighbourhood
+  g, top = d.graph, _top(d.graph, d.node)
+  assert "neighbourhood only" in g.note and d.node != top and g.node(d.node).custom
+  ids = {n.id for n in g.nodes}
+  assert all(n.parent is None or n.parent in ids for n in g.nodes)
+  assert all(e.src in ids and e.dst in ids for e in g.edges)
+  assert any(e.mismatch and e.dst == d.node for e in g.edges)
+  jitted_cos = next(n.id for n in g.nodes if n.label == "jit" and n.id != top)
+  assert (jitted_cos, top) in {(e.src, e.dst) for e in g.edges}   # one hop away: its body isn't
+  assert g.node(jitted_cos).n_eqns == 1 and not [n for n in g.nodes if n.parent == jitted_cos]
+  v = views.default_view(g, d.node)
+  assert d.node in v.nodes and top in v.nodes and g.note in v.note
 
 
 @pytest.fixture(scope="module")

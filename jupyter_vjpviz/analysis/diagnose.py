@@ -16,11 +16,11 @@ def diagnose(session: Session, exc: BaseException | None,
   recs = [r for r in merge(recs) if skip is None or key(r) not in skip]
   if not recs:
     return []
-  graph = program.build(session.origin)
+  recs.sort(key=lambda r: r.severity != ERROR)
+  graph, nodes = program.build(session.origin, lambda g: [locate(g, r) for r in recs])
   message = str(exc) if exc is not None else None
   out = []
-  for rec in sorted(recs, key=lambda r: r.severity != ERROR):
-    node = locate(graph, rec)
+  for rec, node in zip(recs, nodes):
     site = rec.site
     argument, primal = _argument(rec, graph.node(node) if node else None)
     out.append(Diagnosis(

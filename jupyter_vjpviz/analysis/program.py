@@ -6,11 +6,22 @@ no per-equation VJP is traced. Only custom rules can break it, and the capture
 stage already measured what theirs produced. Nested jaxprs (pjit, scan, cond,
 while, remat, custom_vjp_call, shard_map, hijax primitives) become child nodes
 whose ``parent`` is the enclosing equation.
+
+All of this runs on the user's error path, so it is bounded (``LIMITS``). A
+program of more equations than a whole graph is worth building (or one whose
+whole graph runs out of time) gets the failing node's neighbourhood instead:
+the failure is located on a skeleton of custom-rule equations, and only what
+lies a few data edges around it, at its nesting level and each one enclosing
+it, becomes nodes. The Graph's ``note`` says so; views work on it unchanged.
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
 import itertools
-from typing import Any, Iterator
+import math
+import time
+from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 from jax._src import core
@@ -23,6 +34,22 @@ from ..capture.records import Origin
 from .graph import Edge, Graph, Node
 
 CUSTOM_PRIMITIVES = ("custom_vjp_call", "call_hi_primitive")
+
+
+class Limits(NamedTuple):
+  """How much of a program the error path turns into a graph (``LIMITS``, read on each build)."""
+  max_eqns: int = 20_000   # a whole graph up to this many equations (graph_scale's 96 layers: 16k)
+  hops: int = 12           # else: nodes this many data edges from the failing one, per level,
+  max_nodes: int = 1_000   # at most this many whatever the fan-out
+  seconds: float = 4.0     # our own loops: half for a whole graph, the rest for a neighbourhood
+
+
+LIMITS = Limits()
+
+Locate = Callable[[Graph], list]
+"""A graph -> the ids of the failing nodes on it (None where not found)."""
+
+_now = time.monotonic   # what our deadlines read (tests replace it)
 
 
 def trace(origin: Origin) -> core.Jaxpr:
@@ -43,14 +70,48 @@ def trace(origin: Origin) -> core.Jaxpr:
     records.state.suspended -= 1
 
 
-def build(origin: Origin | None) -> Graph:
+def build(origin: Origin | None, locate: Locate) -> tuple[Graph, list[str | None]]:
+  """The graph of ``origin``'s forward program, and ``locate`` applied to it.
+
+  The failing nodes must be in the graph, so locating is part of building: a
+  small program's whole graph is what ``locate`` sees; a big one's skeleton
+  (inputs, outputs, custom-rule equations), and the graph is then the
+  neighbourhood of what it found.
+  """
   if origin is None:
-    return Graph(note="the differentiated function was not seen by the hook")
+    return _bare("the differentiated function was not seen by the hook", locate)
   try:
     jaxpr = _open(trace(origin))
   except Exception as e:  # noqa: BLE001 - the diagnosis stands without its graph
-    return Graph(note=f"could not trace {origin.name} for its graph: {type(e).__name__}: {e}")
-  return from_jaxpr(jaxpr, inputs=_input_nodes(origin))
+    return _bare(f"could not trace {origin.name} for its graph: {type(e).__name__}: {e}", locate)
+  return _bounded(jaxpr, _input_nodes(origin), locate, LIMITS)
+
+
+def _bounded(jaxpr: core.Jaxpr, inputs: list[Node], locate: Locate,
+             limits: Limits) -> tuple[Graph, list[str | None]]:
+  """``build`` past the trace: the whole graph if within ``limits``, else a neighbourhood."""
+  start = _now()
+  whole, total = _Clock(start + limits.seconds / 2), _Clock(start + limits.seconds)
+  counts: dict = {}
+  try:
+    n = _count(jaxpr, counts, total)
+    if n <= limits.max_eqns:
+      try:
+        graph = _graph(jaxpr, inputs, _ALL, whole, counts)
+        return graph, locate(graph)
+      except OutOfTime:
+        why = f"the whole graph took over {limits.seconds / 2:g} s"
+    else:
+      why = f"a program of {n:,} equations"
+    found = locate(_graph(jaxpr, inputs, _CUSTOM, total, counts))
+    return _neighbourhood(jaxpr, inputs, found, why, limits, total, counts), found
+  except OutOfTime:
+    return _bare(f"no graph: building it took over {limits.seconds:g} s", locate)
+
+
+def _bare(note: str, locate: Locate) -> tuple[Graph, list[str | None]]:
+  graph = Graph(note=note)
+  return graph, locate(graph)
 
 
 def _input_nodes(origin: Origin) -> list[Node]:
@@ -61,12 +122,12 @@ def _input_nodes(origin: Origin) -> list[Node]:
   """
   names = _leaf_names(origin)
   arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
+  diff = {j: k for k, j in enumerate(origin.diff_leaves)}   # a model has thousands of leaves
   nodes = []
   for j in arrays:
     aval = (_short(origin.leaves[j]),)
-    if j in origin.diff_leaves:
-      k = origin.diff_leaves.index(j)
-      nodes.append(Node(id=f"in{k}", kind="input", label=names[j], out_avals=aval))
+    if j in diff:
+      nodes.append(Node(id=f"in{diff[j]}", kind="input", label=names[j], out_avals=aval))
     else:
       nodes.append(Node(id=f"arg{j}", kind="static", label=names[j], out_avals=aval))
   return nodes
@@ -86,42 +147,177 @@ def _leaf_names(origin: Origin) -> list[str]:
 
 
 def from_jaxpr(jaxpr: core.Jaxpr, inputs: list[Node] | None = None) -> Graph:
-  """The graph of ``jaxpr``; ``inputs`` name its invars (default: ``args[i]``)."""
-  builder = _Builder()
+  """The whole graph of ``jaxpr``, unbounded; ``inputs`` name its invars (default: ``args[i]``)."""
   if inputs is None:
     inputs = [Node(id=f"in{i}", kind="input", label=f"args[{i}]",
                    out_avals=(_short(v.aval),)) for i, v in enumerate(jaxpr.invars)]
+  return _graph(jaxpr, inputs, _ALL, _Clock(math.inf), {})
+
+
+class OutOfTime(Exception):
+  """Our own graph building ran past its deadline."""
+
+
+class _Clock:
+  """A deadline for our loops over a program's equations: each tick, every 1024th looks."""
+
+  def __init__(self, at: float):
+    self.at, self.ticks = at, 0
+
+  def tick(self) -> None:
+    if not self.ticks & 1023 and _now() >= self.at:
+      raise OutOfTime
+    self.ticks += 1
+
+
+class _Select(NamedTuple):
+  """Which parts of a program become nodes: all, the custom rules, or a neighbourhood."""
+  eqn: Callable[[str, Any], bool]    # (equation id, equation): a node?
+  body: Callable[[str], bool]        # walk this equation's sub-jaxprs?
+  io: Callable[[str], bool]          # this input or output: a node?
+
+
+_ALL = _Select(lambda nid, eqn: True, lambda nid: True, lambda nid: True)
+_CUSTOM = _Select(lambda nid, eqn: eqn.primitive.name in CUSTOM_PRIMITIVES,
+                  lambda nid: True, lambda nid: True)
+
+
+def _graph(jaxpr: core.Jaxpr, inputs: list[Node], select: _Select, clock: _Clock,
+           counts: dict) -> Graph:
+  builder = _Builder(select, clock, counts)
   for node, v in zip(inputs, jaxpr.invars):
-    builder.add_node(node)
-    builder.env[v] = node.id
-  for v in jaxpr.constvars:
-    builder.env[v] = "const"
+    if select.io(node.id):
+      builder.nodes.append(node)
+      builder.env[v] = node.id
   builder.walk(jaxpr, parent=None)
   for i, v in enumerate(jaxpr.outvars):
-    node = Node(id=f"out{i}", kind="output", label=f"out[{i}]", in_avals=(_short(v.aval),))
-    builder.add_node(node)
-    builder.add_edge(v, node.id, 0)
+    if select.io(_out_id(i)):
+      builder.nodes.append(Node(id=_out_id(i), kind="output", label=f"out[{i}]",
+                                in_avals=(_short(v.aval),)))
+      builder.add_edge(v, _out_id(i), 0)
   return Graph(nodes=tuple(builder.nodes), edges=tuple(builder.edges))
 
 
+def _count(jaxpr: core.Jaxpr, counts: dict, clock: _Clock) -> int:
+  """Equations in ``jaxpr``, sub-jaxprs included; a body many equations share is read once."""
+  if jaxpr not in counts:
+    n = 0
+    for eqn in jaxpr.eqns:
+      clock.tick()
+      n += 1 + sum(_count(sub, counts, clock) for sub in sub_jaxprs(eqn))
+    counts[jaxpr] = n
+  return counts[jaxpr]
+
+
+def _eqn_id(prefix: str | None, i: int) -> str:
+  """Equation ``i`` of a jaxpr: ``e12`` at the top, ``e12.3`` in e12's body."""
+  return f"{prefix}.{i}" if prefix else f"e{i}"
+
+
+def _body_prefix(nid: str, branch: int, n_bodies: int) -> str:
+  """Ids inside an equation's sub-jaxprs; cond branches are numbered: ``e3.0.1``."""
+  return f"{nid}.{branch}" if n_bodies > 1 else nid
+
+
+def _out_id(i: int) -> str:
+  return f"out{i}"
+
+
+def _neighbourhood(jaxpr: core.Jaxpr, inputs: list[Node], foci: list[str | None], why: str,
+                   limits: Limits, clock: _Clock, counts: dict) -> Graph:
+  """The graph of what lies around ``foci`` only, with a note saying so and why."""
+  near, chain = set(), set()
+  for focus in dict.fromkeys(f for f in foci if f):
+    levels = _levels(jaxpr, focus)
+    chain.update(nid for _, _, nid in levels[:-1])
+    for level, prefix, center in reversed(levels):   # the focus's own level first
+      top = prefix is None
+      links = _links(level, prefix, [n.id for n in inputs] if top else [],
+                     [_out_id(i) for i in range(len(level.outvars))] if top else [], clock)
+      near.update(_nearest(links, center, limits.hops, limits.max_nodes - len(near)))
+  select = _Select(lambda nid, eqn: nid in near, chain.__contains__, near.__contains__)
+  graph = _graph(jaxpr, inputs, select, clock, counts)
+  shown = (f"showing the failing node's neighbourhood only, {len(graph.nodes)} nodes within "
+           f"{limits.hops} data edges of it" if near else "the failing node was not found in it")
+  return dataclasses.replace(graph, note=f"{why}: {shown}")
+
+
+def _levels(jaxpr: core.Jaxpr, focus: str) -> list[tuple[core.Jaxpr, str | None, str]]:
+  """(jaxpr, its id prefix, the node in it on the way to ``focus``), top level first.
+
+  Equation ids read backwards (see ``_eqn_id``, ``_body_prefix``); inputs and
+  outputs are at the top.
+  """
+  if not focus.startswith("e"):
+    return [(jaxpr, None, focus)]
+  parts = [int(p) for p in focus[1:].split(".")]
+  levels, prefix = [], None
+  while parts:
+    i = parts.pop(0)
+    nid = _eqn_id(prefix, i)
+    levels.append((jaxpr, prefix, nid))
+    if parts:
+      subs = list(sub_jaxprs(jaxpr.eqns[i]))
+      branch = parts.pop(0) if len(subs) > 1 else 0
+      jaxpr, prefix = subs[branch], _body_prefix(nid, branch, len(subs))
+  return levels
+
+
+def _links(jaxpr: core.Jaxpr, prefix: str | None, ins: list[str], outs: list[str],
+           clock: _Clock) -> dict[str, list[str]]:
+  """Data edges between one level's nodes, both ways; ``ins``/``outs`` name its boundary."""
+  source: dict[Any, str] = dict(zip(jaxpr.invars, ins))
+  links: dict[str, list[str]] = collections.defaultdict(list)
+
+  def link(v, dst: str) -> None:
+    src = None if isinstance(v, core.Literal) else source.get(v)
+    if src is not None:
+      links[src].append(dst)
+      links[dst].append(src)
+  for i, eqn in enumerate(jaxpr.eqns):
+    clock.tick()
+    nid = _eqn_id(prefix, i)
+    for v in eqn.invars:
+      link(v, nid)
+    for v in eqn.outvars:
+      source[v] = nid
+  for v, out in zip(jaxpr.outvars, outs):
+    link(v, out)
+  return links
+
+
+def _nearest(links: dict[str, list[str]], start: str, hops: int, room: int) -> list[str]:
+  """``start`` and the nodes at most ``hops`` links from it, nearest first, ``room`` at most
+  (``start`` always: the failing node and the equations around it must be drawn)."""
+  distance = {start: 0}
+  queue = collections.deque([start])
+  while queue:
+    nid = queue.popleft()
+    if distance[nid] == hops:
+      break
+    for other in links.get(nid, ()):
+      if other not in distance:
+        if len(distance) >= room:
+          return list(distance)
+        distance[other] = distance[nid] + 1
+        queue.append(other)
+  return list(distance)
+
+
 class _Builder:
-  def __init__(self):
+  def __init__(self, select: _Select, clock: _Clock, counts: dict):
+    self.select, self.clock, self.counts = select, clock, counts
     self.nodes: list[Node] = []
     self.edges: list[Edge] = []
-    self.env: dict[Any, str] = {}
+    self.env: dict[Any, str] = {}    # variable -> the node that produced it, for selected nodes
     self._names: dict[Any, str] = {}
     self._counter = itertools.count()
     self._avals: dict[Any, tuple[str, str]] = {}
     self._scopes: dict[Any, str] = {}
 
-  def add_node(self, node: Node) -> None:
-    self.nodes.append(node)
-
   def add_edge(self, var, dst: str, position: int) -> None:
-    if isinstance(var, core.Literal):
-      return
-    src = self.env.get(var)
-    if src is None or src == "const":
+    src = None if isinstance(var, core.Literal) else self.env.get(var)
+    if src is None:
       return
     primal, cotangent = self.aval_strings(var.aval)
     self.edges.append(Edge(src=src, dst=dst, var=self._name(var), primal=primal,
@@ -137,32 +333,28 @@ class _Builder:
     except TypeError:  # an unhashable aval
       return _short(aval), _ct_short(aval)
 
-  def walk(self, jaxpr: core.Jaxpr, parent: str | None, prefix: str | None = None) -> int:
-    """Add jaxpr's equations under ``parent``; returns how many there are, recursively.
-
-    Ids are ``prefix.i``; a parent with several sub-jaxprs (cond branches)
-    numbers each branch: ``e3.0.1`` is equation 1 of e3's first branch.
-    """
-    total = 0
+  def walk(self, jaxpr: core.Jaxpr, parent: str | None, prefix: str | None = None) -> None:
+    """Add jaxpr's selected equations under ``parent`` (ids: ``_eqn_id``)."""
     for i, eqn in enumerate(jaxpr.eqns):
-      nid = f"{prefix}.{i}" if prefix else f"e{i}"
+      self.clock.tick()
+      nid = _eqn_id(prefix, i)
+      kept, descend = self.select.eqn(nid, eqn), self.select.body(nid)
+      if not (kept or descend):
+        continue
       subs = list(sub_jaxprs(eqn))
-      index = len(self.nodes)
-      self.nodes.append(None)  # placeholder: n_eqns is known after the children
-      for k, v in enumerate(eqn.invars):
-        self.add_edge(v, nid, k)
-      inner = 0
-      for b, sub in enumerate(subs):
-        for v in sub.invars:
+      if kept:
+        for k, v in enumerate(eqn.invars):
+          self.add_edge(v, nid, k)
+        inner = sum(_count(sub, self.counts, self.clock) for sub in subs)
+        self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
+      for b, sub in enumerate(subs if descend else ()):
+        if kept:
+          for v in sub.invars:
+            self.env[v] = nid
+        self.walk(sub, parent=nid, prefix=_body_prefix(nid, b, len(subs)))
+      if kept:
+        for v in eqn.outvars:
           self.env[v] = nid
-        for v in sub.constvars:
-          self.env[v] = "const"
-        inner += self.walk(sub, parent=nid, prefix=f"{nid}.{b}" if len(subs) > 1 else nid)
-      self.nodes[index] = self._eqn_node(eqn, nid, parent, inner)
-      for v in eqn.outvars:
-        self.env[v] = nid
-      total += 1 + inner
-    return total
 
   def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
     function, rule = custom_names(eqn)

@@ -13,16 +13,10 @@ def mimebundle(d: Diagnosis) -> dict:
   fragment = safely(_html_fragment, d)
   if fragment:
     bundle["text/html"] = fragment
-  bundle[MIME_TYPE] = d.to_dict()
+  payload = safely(d.to_dict)
+  if payload is not None:
+    bundle[MIME_TYPE] = payload
   return bundle
-
-
-class DiagnosisOutput:
-  def __init__(self, diagnosis: Diagnosis):
-    self.diagnosis = diagnosis
-
-  def _repr_mimebundle_(self, include=None, exclude=None):
-    return mimebundle(self.diagnosis)
 
 
 def _html_fragment(d: Diagnosis) -> str:

@@ -9,6 +9,7 @@ element at the failing path has the failing type are edited.
 from __future__ import annotations
 
 import ast
+import inspect
 import itertools
 
 import jax
@@ -37,9 +38,18 @@ def failing_elements(rule) -> list[ast.expr] | None:
 
 
 def _returned_types(rule) -> dict | None:
-  """{index of a bwd return statement: the types it returned} for the failing call."""
+  """{index of a bwd return statement: the types it returned} for the failing call.
+
+  Nothing the user did not run may run here: the copy is only the body the live
+  rule was compiled from (no decorators, annotations or default expressions; the
+  live defaults are reused), and a file edited since it was imported is left alone.
+  """
+  live = inspect.unwrap(rule.owner.bwd)
   tree = ast.parse(rule.src.text)
   copy = source.RuleSource(rule.src.text, tree.body[0])
+  _bare(copy.node)
+  if not _compiles_to(tree, live):
+    return None
   for k, ret in enumerate(copy.returns()):
     ret.value = ast.Call(ast.Name(_REPORT, ast.Load()), [ast.Constant(k), ret.value], [])
   ast.fix_missing_locations(tree)
@@ -52,11 +62,42 @@ def _returned_types(rule) -> dict | None:
   namespace[_REPORT] = report
   try:
     exec(compile(tree, f"<vjpviz-returns-{next(_serial)}>", "exec"), namespace)  # noqa: S102
-    verify.run_rules(rule.d.site, rule.owner.fwd, namespace[copy.node.name],
-                     rule.owner.symbolic_zeros)
+    reporting = namespace[copy.node.name]
+    reporting.__defaults__, reporting.__kwdefaults__ = live.__defaults__, live.__kwdefaults__
+    verify.run_rules(rule.d.site, rule.owner.fwd, reporting, rule.owner.symbolic_zeros)
   except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: no branch is known
     return None
   return seen
+
+
+def _bare(node: ast.FunctionDef) -> None:
+  """Strip what a ``def`` statement evaluates besides making the function."""
+  node.decorator_list = []
+  node.returns = None
+  args = node.args
+  for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+    if arg is not None:
+      arg.annotation = None
+  args.defaults = []
+  args.kw_defaults = [None] * len(args.kwonlyargs)
+
+
+def _compiles_to(tree: ast.Module, live) -> bool:
+  """Whether this text is what the live rule was compiled from (same names and constants).
+
+  Compiled on its own, the rule's free variables read as globals, so both sides
+  are compared as the set of every name they read.
+  """
+  try:
+    code = next(c for c in compile(tree, "<vjpviz-check>", "exec").co_consts
+                if inspect.iscode(c))
+    mine, theirs = code, live.__code__
+  except (StopIteration, AttributeError, SyntaxError, ValueError):
+    return False
+  names = lambda c: set(c.co_names) | set(c.co_freevars)
+  consts = lambda c: [x for x in c.co_consts if not inspect.iscode(x)]
+  return (mine.co_varnames == theirs.co_varnames and names(mine) == names(theirs)
+          and consts(mine) == consts(theirs))
 
 
 def _at(tree, keys: list):

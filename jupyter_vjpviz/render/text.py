@@ -39,14 +39,15 @@ def _at(name: str | None, where: str | None) -> str | None:
 
 def _neighbourhood(graph: Graph, node_id: str | None) -> list[str]:
   node = graph.node(node_id) if node_id else None
+  note = [f"  graph     {graph.note}"] if graph.note else []
   if node is None:
-    return [f"  graph     {graph.note}"] if graph.note else []
+    return note
   labels = {n.id: n.label for n in graph.nodes}
   ins = [e for e in graph.edges if e.dst == node_id][:MAX_EDGES]
   inside = {n.id for n in graph.nodes if n.parent == node_id}   # its own body's edges
   outs = [e for e in graph.edges if e.src == node_id and e.dst not in inside][:MAX_EDGES]
   where = f" in {node.name_stack}" if node.name_stack else ""
-  lines = ["", f"  node {node.id} {node.label} ({node.primitive or node.kind}){where}"]
+  lines = [*note, "", f"  node {node.id} {node.label} ({node.primitive or node.kind}){where}"]
   lines += [f"    in   {e.src} {labels.get(e.src, '')} -> {edge_text(e)}" for e in ins]
   lines += [f"    out  -> {e.dst} {labels.get(e.dst, '')}  {edge_text(e)}" for e in outs]
   return lines

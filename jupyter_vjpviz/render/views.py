@@ -178,8 +178,9 @@ class _Builder:
         self.owner[n.id] = self.owner.get(n.parent, n.parent)
     edges = self._edges()
     clusters = _with_boundaries(self.clusters.values(), edges)
-    note = (f"{len(self.visible) + len(clusters)} boxes for {len(self.graph.nodes)} nodes; "
-            f"{len(clusters)} collapsed (expand to see inside)") if clusters else None
+    folded = (f"{len(self.visible) + len(clusters)} boxes for {len(self.graph.nodes)} nodes; "
+              f"{len(clusters)} collapsed (expand to see inside)") if clusters else None
+    note = " · ".join(t for t in (self.graph.note, folded) if t) or None   # a partial graph says so
     return View(failing=self.failing, nodes=tuple(sorted(self.visible, key=self.order.get)),
                 clusters=clusters, edges=edges, expanded=self.expanded,
                 collapsed=self.collapsed, budget=self.budget, note=note,
