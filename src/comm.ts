@@ -33,6 +33,12 @@ export interface IDiagnosisEvent {
 const RESEND_AFTER_MS = 500;
 
 /**
+ * Diagnoses kept per kernel, newest; the kernel keeps as many (runtime.HISTORY_LIMIT),
+ * so a training loop that fails every step cannot grow the page without limit.
+ */
+export const MAX_DIAGNOSES = 200;
+
+/**
  * What is known about one kernel.
  */
 interface IKernelState {
@@ -207,6 +213,7 @@ export class VjpvizComms {
         state.diagnoses.sort(
           (a, b) => idNumber(fields(a).id) - idNumber(fields(b).id)
         );
+        dropOldest(state.diagnoses);
         this._listChanged.emit(kernelId);
       }
     } catch {
@@ -288,6 +295,7 @@ export class VjpvizComms {
         return;
       }
       state.diagnoses.push(message.diagnosis);
+      dropOldest(state.diagnoses);
       mark('vjpviz:diagnosis-received');
       this._diagnosisReceived.emit({
         kernelId,
@@ -328,4 +336,10 @@ export function mark(name: string): void {
 function idNumber(id: string): number {
   const n = parseInt(id.replace(/^\D+/, ''), 10);
   return isNaN(n) ? 0 : n;
+}
+
+function dropOldest(diagnoses: Diagnosis[]): void {
+  if (diagnoses.length > MAX_DIAGNOSES) {
+    diagnoses.splice(0, diagnoses.length - MAX_DIAGNOSES);
+  }
 }

@@ -201,6 +201,21 @@ except Exception:
   assert opened[-2]["content"]["comm_id"] in closed
 
 
+def test_a_loop_failing_every_step_pushes_a_bounded_number_of_diagnoses(panel):
+  from jupyter_vjpviz.deliver.display import SHOWN_PER_CELL
+  loop = """
+for step in range({n}):
+    try:
+        jax.grad(lambda x: other(x).sum())(jnp.ones(3))
+    except Exception:
+        pass
+"""
+  for n in (SHOWN_PER_CELL + 15, 3):             # the bound is per cell
+    before = len(panel.opened())
+    panel.execute(loop.format(n=n))
+    assert len(panel.opened()) - before == min(n, SHOWN_PER_CELL)
+
+
 # ----------------------------------------------------------------------------- inline widgets
 
 def test_inline_widget_sanitizes_and_verifies():

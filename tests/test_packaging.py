@@ -42,3 +42,9 @@ def test_vjpviz_alias_loads_the_extension():
 
     assert vjpviz.load_ipython_extension is jupyter_vjpviz.load_ipython_extension
     assert vjpviz.unload_ipython_extension is jupyter_vjpviz.unload_ipython_extension
+
+
+def test_panel_keeps_as_many_diagnoses_as_the_kernel():
+  from jupyter_vjpviz.runtime import HISTORY_LIMIT
+  panel = re.search(r"export const MAX_DIAGNOSES = (\d+);", (ROOT / "src" / "comm.ts").read_text())
+  assert panel and int(panel.group(1)) == HISTORY_LIMIT

@@ -28,6 +28,7 @@ from .. import runtime
 from ..capture.records import safely
 from ..fixes import verify as fix_verify
 from ..render import svg, views
+from .display import SHOWN_PER_CELL
 
 TARGET = "vjpviz"
 VERSION = 1
@@ -52,7 +53,7 @@ NEEDS = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
          "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
          "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
 
-_state = {"registered": False, "listening": False, "push_comm": None}
+_state = {"registered": False, "listening": False, "push_comm": None, "pushed": 0}
 _panel_comms: list = []
 
 
@@ -61,6 +62,7 @@ _panel_comms: list = []
 def register(ip) -> None:
   """Start pushing diagnoses and answering panel requests (from ``%load_ext vjpviz``)."""
   runtime.add_listener(_on_found)
+  ip.events.register("pre_run_cell", _new_cell)
   if not _state["registered"]:
     manager = _comm_manager()
     if manager is not None:
@@ -71,6 +73,10 @@ def register(ip) -> None:
 
 def unregister(ip) -> None:
   runtime.remove_listener(_on_found)
+  try:
+    ip.events.unregister("pre_run_cell", _new_cell)
+  except ValueError:
+    pass
   if _state["registered"]:
     manager = _comm_manager()
     if manager is not None:
@@ -95,9 +101,16 @@ def _comm_manager():
 
 # --------------------------------------------------------------------------- pushing
 
+def _new_cell(info=None) -> None:
+  _state["pushed"] = 0
+
+
 def _on_found(found, exc) -> None:
+  """Push each new diagnosis, the first SHOWN_PER_CELL of a cell (the rest are in history)."""
   for d in found:
-    safely(push, d)
+    if _state["pushed"] < SHOWN_PER_CELL:
+      _state["pushed"] += 1
+      safely(push, d)
 
 
 def push(d) -> None:

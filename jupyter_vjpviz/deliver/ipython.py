@@ -13,9 +13,7 @@ from ..analysis.diagnosis import Diagnosis
 from ..capture.records import safely
 from ..render import layout
 from . import comm, magics, widgets
-
-SHOWN_PER_CELL = 20
-"""A loop that fails every step shows its first diagnoses, then one line for the rest."""
+from .display import SHOWN_PER_CELL
 
 _pending: list[Diagnosis] = []
 _dropped = [0]

@@ -1,7 +1,7 @@
 import { Kernel } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 
-import { IDiagnosisEvent, VjpvizComms } from '../comm';
+import { IDiagnosisEvent, MAX_DIAGNOSES, VjpvizComms } from '../comm';
 import { FakeComm, FakeKernel, body, diagnosis } from './fakes';
 
 describe('VjpvizComms', () => {
@@ -27,6 +27,16 @@ describe('VjpvizComms', () => {
     kernel.open(diagnosis(2));
     expect(comms.diagnoses('k1')).toHaveLength(2);
     expect(comms.diagnoses('other')).toEqual([]);
+  });
+
+  it('keeps the newest MAX_DIAGNOSES of a kernel that fails every step', () => {
+    for (let n = 1; n <= MAX_DIAGNOSES + 25; n++) {
+      kernel.open(diagnosis(n));
+    }
+    const kept = comms.diagnoses('k1');
+    expect(kept).toHaveLength(MAX_DIAGNOSES);
+    expect(kept[0]).toEqual(body(26));
+    expect(kept[kept.length - 1]).toEqual(body(MAX_DIAGNOSES + 25));
   });
 
   it('drops malformed messages', () => {
