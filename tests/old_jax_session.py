@@ -31,6 +31,14 @@ def failing_grad():
   return None
 
 
+def correct_grad():
+  @jax.custom_vjp
+  def f(x):
+    return jnp.sin(x)
+  f.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x),))
+  return jax.grad(lambda x: f(x).sum())(jnp.linspace(0., 1., 3)).tolist()
+
+
 def captured(thunk):
   out, err = io.StringIO(), io.StringIO()
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -42,9 +50,10 @@ if "--remove" in sys.argv:
   module, attribute = sys.argv[sys.argv.index("--remove") + 1].split(":")
   delattr(importlib.import_module(module), attribute)
 ip = InteractiveShell.instance()
-plain = failing_grad()
+plain, plain_value = failing_grad(), correct_grad()
 _, load_err = captured(lambda: ip.run_line_magic("load_ext", "vjpviz"))
 status, _ = captured(lambda: ip.run_line_magic("vjpviz", ""))
-hooked = failing_grad()
+hooked, hooked_value = failing_grad(), correct_grad()
 print(json.dumps({"jax": jax.__version__, "load_stderr": load_err, "status": status,
-                  "plain": plain, "hooked": hooked}))
+                  "plain": plain, "hooked": hooked,
+                  "values": [plain_value, hooked_value]}))

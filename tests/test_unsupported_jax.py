@@ -49,8 +49,10 @@ def test_status_lists_each_skipped_point_with_the_reason(session):
   assert f"{len(skipped)} skipped" in status
 
 
-def test_the_users_error_is_unchanged_on_the_old_jax(session):
+def test_the_users_error_and_gradients_are_unchanged_on_the_old_jax(session):
   assert session["plain"] is not None and session["hooked"] == session["plain"]
+  plain, hooked = session["values"]
+  assert hooked == plain and len(plain) == 3
 
 
 def test_a_jax_we_cannot_import_from_costs_one_line_and_percent_vjpviz_says_why():
