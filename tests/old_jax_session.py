@@ -2,8 +2,8 @@
 
 Loads the extension into a real IPython shell, asks ``%vjpviz`` for its
 status and compares a failing grad with and without the hook; prints JSON.
-``--remove module:attribute`` first deletes a JAX internal vjpviz imports, as a
-JAX that renamed it would.
+``--remove module:attribute`` first deletes a JAX internal vjpviz imports (after
+plain JAX has run), as a JAX that renamed it would.
 """
 import contextlib
 import importlib
@@ -46,11 +46,13 @@ def captured(thunk):
   return out.getvalue(), err.getvalue()
 
 
+ip = InteractiveShell.instance()
+plain, plain_value = failing_grad(), correct_grad()
 if "--remove" in sys.argv:
   module, attribute = sys.argv[sys.argv.index("--remove") + 1].split(":")
   delattr(importlib.import_module(module), attribute)
-ip = InteractiveShell.instance()
-plain, plain_value = failing_grad(), correct_grad()
+  if f"{module}.{attribute}" in sys.modules:   # a submodule: JAX's own modules keep theirs
+    sys.modules[f"{module}.{attribute}"] = None
 _, load_err = captured(lambda: ip.run_line_magic("load_ext", "vjpviz"))
 status, _ = captured(lambda: ip.run_line_magic("vjpviz", ""))
 hooked, hooked_value = failing_grad(), correct_grad()
