@@ -8,8 +8,17 @@ import { IFix, IVerifyResult } from './protocol';
  */
 export interface IFixActions {
   verify(code: string): Promise<IVerifyResult>;
-  apply(code: string): Promise<string>;
+  apply(code: string): Promise<IApplied>;
   copy(code: string): Promise<void>;
+}
+
+/**
+ * What Apply did; `diff` is the change to make by hand in a rule's `.py` file,
+ * which the kernel never writes.
+ */
+export interface IApplied {
+  readonly message: string;
+  readonly diff?: string | null;
 }
 
 /**
@@ -170,8 +179,14 @@ export class FixEditor extends Panel {
     }
     this._say('Applying…', 'busy');
     try {
-      const message = await this._actions.apply(this.code);
-      this._say(message, 'pass');
+      const applied = await this._actions.apply(this.code);
+      this._say(applied.message, 'pass');
+      if (applied.diff) {
+        const diff = document.createElement('pre');
+        diff.className = 'jp-Vjpviz-applyDiff';
+        diff.textContent = applied.diff;
+        this._result.appendChild(diff);
+      }
       this._result.setAttribute('data-vjpviz-applied', 'true');
     } catch (error) {
       this._say(`Not applied: ${(error as Error).message}`, 'fail');

@@ -8,6 +8,7 @@ import { definedNames, findFunction, replacementEdits } from './cells';
 import { VjpvizComms } from './comm';
 import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
+import { IApplied } from './fixEditor';
 import {
   Diagnosis,
   IApplyResult,
@@ -204,8 +205,9 @@ export class VjpvizPanel extends Panel {
     rule: string | null,
     code: string,
     request: (op: 'apply', args: JSONObject) => Promise<unknown>
-  ): Promise<string> {
+  ): Promise<IApplied> {
     let kernelNote = '';
+    let diff: string | null = null;
     try {
       const result = (await request('apply', { code })) as IApplyResult;
       if (!result.applied) {
@@ -214,7 +216,8 @@ export class VjpvizPanel extends Panel {
           throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
         }
         if (result.diff) {
-          kernelNote = ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged.`;
+          diff = result.diff;
+          kernelNote = ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged: make this change there.`;
         }
       } else {
         kernelNote = ' The kernel now uses the fixed rule.';
@@ -226,16 +229,22 @@ export class VjpvizPanel extends Panel {
       }
       kernelNote = ` The kernel could not apply it (${message}); re-run the cell.`;
     }
+    return { message: this._applyToCell(code, rule) + kernelNote, diff };
+  }
+
+  /**
+   * Put `code` into the cell that defines it, through the shared model (undoable).
+   */
+  private _applyToCell(code: string, rule: string | null): string {
     const names = definedNames(code);
     const cell = this._findCell(names.length ? names : rule ? [rule] : []);
     if (!cell) {
-      return `No cell of this notebook defines ${names.join(', ') || rule || 'the rule'}.${kernelNote}`;
+      return `No cell of this notebook defines ${names.join(', ') || rule || 'the rule'}.`;
     }
     const shared = cell.model.sharedModel;
-    const source = shared.getSource();
-    const edits = replacementEdits(source, code);
+    const edits = replacementEdits(shared.getSource(), code);
     if (!edits.length) {
-      return `Nothing to replace in the cell.${kernelNote}`;
+      return 'Nothing to replace in the cell.';
     }
     shared.transact(() => {
       for (const [start, end, text] of edits) {
@@ -243,7 +252,7 @@ export class VjpvizPanel extends Panel {
       }
     });
     this._reveal(cell);
-    return `Applied to the cell that defines ${names.join(', ') || rule}.${kernelNote}`;
+    return `Applied to the cell that defines ${names.join(', ') || rule}.`;
   }
 
   private _findCell(names: string[]) {

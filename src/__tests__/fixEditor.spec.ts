@@ -67,7 +67,7 @@ function spyActions() {
     verify: jest.fn(
       async (code: string): Promise<IVerifyResult> => ({ pass: true })
     ),
-    apply: jest.fn(async (code: string) => 'applied'),
+    apply: jest.fn(async (code: string) => ({ message: 'applied' })),
     copy: jest.fn(async (code: string) => undefined)
   } satisfies IFixActions;
 }
@@ -170,6 +170,17 @@ describe('the panel', () => {
     button(panel.node, 'apply').click();
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify', 'apply']);
+
+    // A rule from a .py file: the kernel leaves the file alone and sends the diff to make.
+    const diff = '--- rules.py\n+++ rules.py\n-    return <img src=x onerror=alert(1)>\n+    return g\n';
+    reply(comm, 'apply', { applied: false, problems: [], diff, path: 'rules.py' });
+    await settle();
+    const shownDiff = panel.node.querySelector('.jp-Vjpviz-applyDiff');
+    expect(shownDiff?.textContent).toBe(diff);
+    expect(shownDiff?.querySelector('img')).toBeNull();
+    expect(panel.node.querySelector('.jp-Vjpviz-verifyResult')?.textContent).toContain(
+      'The rule lives in rules.py; the kernel left it unchanged'
+    );
     panel.dispose();
   });
 });
