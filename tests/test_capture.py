@@ -225,6 +225,7 @@ def test_dtype_clash_later_names_the_culprit_rule(path):
   assert "lax.add" in str(err) or "dtype" in str(err)
   d = only("silent_dtype")
   assert d.rule == "bf16_bwd" and d.message == str(err)
+  assert d.severity == "error" and "failed further on" in d.headline and d.detail
   assert any("bf16_bwd" in n for n in err.__notes__)
 
 

@@ -161,6 +161,28 @@ def test_uninstalled_failing_grad_carries_nothing_of_ours():
     pytest.fail("JAX should have raised")
 
 
+def test_traces_cached_before_install_or_while_installed_do_not_outlive_the_switch(monkeypatch):
+  """JAX caches traces (here: a checkpointed loss); they must not bypass or outlive the hook."""
+  from jupyter_vjpviz.capture import custom_rules
+  rule = _scenarios()["silent"]
+  loss = jax.checkpoint(lambda x: rule(x).sum())
+  x = jnp.ones(3)
+  jax.grad(loss)(x)                                # traced and cached without the hook
+  vv.install()
+  vv.clear()
+  try:
+    jax.grad(loss)(x)
+    assert [d.kind for d in vv.diagnoses()] == ["silent_dtype"]
+  finally:
+    vv.uninstall()
+    vv.clear()
+  calls = []
+  monkeypatch.setattr(custom_rules.InstrumentedRule, "__call__",
+                      lambda self, *a, **k: calls.append(self) or self.__wrapped__(*a, **k))
+  jax.grad(loss)(x)
+  assert calls == [], "a trace cached while hooked still runs vjpviz's rule wrappers"
+
+
 # ------------------------------------------------------------------ memory
 
 def test_many_failing_grads_with_large_residuals_keep_no_device_buffers(hook):
@@ -200,10 +222,12 @@ def _diagnoses_alive() -> int:
 
 def test_warnings_remembered_are_bounded(hook):
   """Once-per-key warnings: a loop whose warning changes every step keeps a bounded memory."""
-  rule = _scenarios()["silent"]
   steps = runtime.WARNINGS_REMEMBERED + 10
-  for n in range(2, 2 + steps):                    # a new shape, so a new warning, each step
-    jax.grad(lambda x: rule(x).sum())(jnp.ones(n))
+  for n in range(steps):                           # a new rule, so a new warning, each step
+    bwd = lambda r, g: (g.astype(jnp.bfloat16),)
+    bwd.__name__ = f"bwd_{n}"
+    rule = _tanh_rule(bwd)
+    jax.grad(lambda x: rule(x).sum())(jnp.ones(3))
   assert len(vv.diagnoses()) == steps
   assert len(runtime._warned) <= runtime.WARNINGS_REMEMBERED
 

@@ -19,13 +19,16 @@ def diagnose(session: Session, exc: BaseException | None,
   recs.sort(key=lambda r: r.severity != ERROR)
   graph, nodes = program.build(session.origin, lambda g: [locate(g, r) for r in recs])
   message = str(exc) if exc is not None else None
+  # JAX raised, yet every check site accepted what it saw: what they let through
+  # failed further on (a dtype meeting a scan carry or an add), so it is the error.
+  failed_later = exc is not None and all(r.severity != ERROR for r in recs)
   out = []
   for rec, node in zip(recs, nodes):
     site = rec.site
     argument, primal = _argument(rec, graph.node(node) if node else None)
     out.append(Diagnosis(
         # Whatever the check site expected, if JAX raised nothing it let it through.
-        kind=rec.kind, severity=rec.severity if exc is not None else WARNING,
+        kind=rec.kind, severity=_severity(rec, exc, failed_later),
         function=rec.function or (session.origin.name if session.origin else None),
         rule=rec.rule,
         source=rec.source or (session.origin.source if session.origin else None),
@@ -33,10 +36,20 @@ def diagnose(session: Session, exc: BaseException | None,
         graph=mark_got(graph, node, rec),
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
-        name_stack=site.name_stack if site else "", detail=rec.detail,
+        name_stack=site.name_stack if site else "",
+        detail=rec.detail or (_FAILED_LATER if failed_later and rec.severity != ERROR else None),
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site))
   return out
+
+
+_FAILED_LATER = "JAX accepted this where the rule returned it; the error above is where it failed"
+
+
+def _severity(rec: Record, exc: BaseException | None, failed_later: bool) -> str:
+  if exc is None:
+    return WARNING
+  return ERROR if failed_later else rec.severity
 
 
 def _argument(rec: Record, node) -> tuple[str | None, str | None]:

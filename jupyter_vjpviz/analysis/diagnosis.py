@@ -70,8 +70,11 @@ class Diagnosis:
              else f" for input {self.path}" if self.path else "")
     text = {
         "bwd_type": f"{who} returned {self.got}{where}; the cotangent must be {self.expected}",
-        "silent_dtype": f"{who} returned {self.got}{where}; JAX let it through, so the "
-                        f"gradient is {self.got} where it should be {self.expected}",
+        "silent_dtype": (f"{who} returned {self.got}{where}; JAX let it through, so the "
+                         f"gradient is {self.got} where it should be {self.expected}"
+                         if self.severity != "error" else
+                         f"{who} returned {self.got}{where}; JAX accepted it there and "
+                         f"failed further on; the cotangent must be {self.expected}"),
         "bwd_structure": f"{who} returned a cotangent tree of the wrong structure"
                          f"{' at ' + self.path if self.path else ''}",
         "fwd_type": f"{who} produced primal output {self.got} at {self.path or 'the top'}, "

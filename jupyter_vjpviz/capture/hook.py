@@ -1,5 +1,10 @@
 """Install and uninstall the capture hook; identity-restoring, idempotent, thread-safe.
 
+Both clear JAX's caches (``jax.clear_caches()``): a trace cached before install
+(a checkpointed or jitted function already run) would bypass the hook and hide
+a silent wrong dtype, and one cached while hooked would keep calling our rule
+wrappers after uninstall. The price is one re-trace (and compile) per function.
+
 JAX's traceback exclusion of our package stays registered after uninstall: JAX
 has no way to unregister one, and no user frame lives in our package.
 """
@@ -24,6 +29,7 @@ def install(sink: entry_points.Sink) -> None:
   with _lock:
     if not _patches.active:
       _install(sink)
+      jax.clear_caches()
 
 
 def _install(sink: entry_points.Sink) -> None:
@@ -44,8 +50,10 @@ def _install(sink: entry_points.Sink) -> None:
 
 def uninstall() -> None:
   with _lock:
-    _patches.restore()
-    custom_rules.clear_caches()
+    if _patches.active:
+      _patches.restore()
+      custom_rules.clear_caches()
+      jax.clear_caches()
 
 
 def installed() -> bool:

@@ -1,0 +1,129 @@
+"""The hook against rules nobody wrote by hand: hypothesis breaks a bwd rule at random.
+
+For a custom_vjp of one to three float inputs of random shapes and dtypes
+(positional arguments, or the leaves of one dict argument), each cotangent the
+bwd rule returns is right, reshaped, cast, or None, and the whole output may be
+a bare array or miss or add an entry; the call runs eagerly or under jit,
+vmap, checkpoint or scan, on the classic or hijax path.
+Whatever JAX does with it (raise, or let it through), the user sees exactly
+what plain JAX shows, and vjpviz's first finding names the input and the two
+types that differ: the same facts the test derives from what it built.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import jupyter_vjpviz as vv
+
+FLOATS = ("float32", "float16", "bfloat16")
+shapes = st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple)
+
+
+@st.composite
+def broken_rules(draw):
+  n = draw(st.integers(1, 3))
+  inputs = [(draw(shapes), draw(st.sampled_from(FLOATS))) for _ in range(n)]
+  outputs = []
+  for shape, dtype in inputs:
+    change = draw(st.sampled_from(["right", "right", "shape", "dtype", "int32", "none"]))
+    if change == "shape":
+      other = draw(shapes.filter(lambda s, shape=shape: s != shape))
+      outputs.append((other, dtype))
+    elif change == "dtype":
+      outputs.append((shape, draw(st.sampled_from([d for d in FLOATS if d != dtype]))))
+    elif change == "int32":
+      outputs.append((shape, "int32"))
+    else:
+      outputs.append(None if change == "none" else (shape, dtype))
+  structure = draw(st.sampled_from(["right", "right", "right", "bare", "short", "long"]))
+  container = draw(st.sampled_from(["args", "dict"]))
+  transform = draw(st.sampled_from(["eager", "jit", "vmap", "checkpoint", "scan"]))
+  return inputs, outputs, structure, container, transform
+
+
+def _keys(n: int) -> list[str]:
+  return [f"k{i}" for i in range(n)]
+
+
+def _rule(outputs, structure, container):
+  """A custom_vjp whose bwd returns what ``outputs``/``structure`` say (from g, so traced)."""
+  def primal(*args):
+    return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree_util.tree_leaves(args))
+
+  def bwd(res, g):
+    cts = [None if o is None else jnp.full(o[0], g, dtype=o[1]) for o in outputs]
+    first = next((c for c in cts if c is not None), jnp.zeros(()))
+    cts = {"right": cts, "bare": cts, "short": cts[:-1], "long": cts + [first]}[structure]
+    if container == "dict":
+      cts = (dict(zip(_keys(len(cts)), cts)),)
+    return first if structure == "bare" else tuple(cts)
+
+  f = jax.custom_vjp(primal)
+  f.defvjp(lambda *args: (primal(*args), None), bwd)
+  return f
+
+
+def _run(f, inputs, container, transform):
+  """Gradients of ``f`` at ones of the input types, as plain data, or the exception."""
+  xs = [jnp.ones(shape, dtype) for shape, dtype in inputs]
+  if transform == "vmap":
+    xs = [jnp.stack([x, x]) for x in xs]
+  args = (dict(zip(_keys(len(xs)), xs)),) if container == "dict" else tuple(xs)
+  loss = {"checkpoint": jax.checkpoint(f),
+          "scan": lambda *a: lax.scan(lambda c, _: (c + f(*a), None), 0., length=2)[0],
+          }.get(transform, f)
+  grad = jax.grad(loss, argnums=tuple(range(len(args))))
+  grad = {"jit": jax.jit(grad), "vmap": jax.vmap(grad)}.get(transform, grad)
+  try:
+    out = grad(*args)
+  except Exception as e:  # noqa: BLE001
+    return ("raised", type(e).__name__, str(e))
+  return ("returned", [(np.asarray(o, np.float32).tolist(), str(o.dtype))
+                       for o in jax.tree_util.tree_leaves(out)])
+
+
+@pytest.mark.parametrize("path", ["classic", "hijax"])
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=broken_rules())
+def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_us(path, case):
+  inputs, outputs, structure, container, transform = case
+  jax.config.update("jax_custom_vjp3", path == "hijax")
+  try:
+    f = _rule(outputs, structure, container)
+    vv.uninstall()
+    plain = _run(f, inputs, container, transform)
+    vv.install()
+    vv.clear()
+    hooked = _run(f, inputs, container, transform)
+    found = vv.diagnoses()
+  finally:
+    vv.uninstall()
+    vv.clear()
+    jax.config.update("jax_custom_vjp3", False)
+  assert hooked == plain
+  if structure != "right":
+    assert [d.kind for d in found] == ["bwd_structure"], case
+    return
+  wrong = [i for i, (given, out) in enumerate(zip(inputs, outputs))
+           if out is not None and out != given]
+  path_of = (lambda i: f"[0]['k{i}']") if container == "dict" else (lambda i: f"[{i}]")
+  by_path = {d.path: d for d in found}
+  assert set(by_path) == {path_of(i) for i in wrong}, (case, [d.headline for d in found])
+  for i in wrong:
+    d = by_path[path_of(i)]
+    assert d.expected == jax.core.ShapedArray(*inputs[i]).str_short(), case
+    assert d.got == jax.core.ShapedArray(*outputs[i]).str_short(), case
+    if outputs[i][0] != inputs[i][0]:
+      assert d.kind == "bwd_type", case
+    raised = plain[0] == "raised"
+    failed_later = raised and all(x.kind != "bwd_type" for x in found)
+    assert d.severity == ("error" if raised and (d.kind == "bwd_type" or failed_later)
+                          else "warning"), case
+  if plain[0] == "raised":
+    assert any(d.severity == "error" for d in found), case
