@@ -6,8 +6,10 @@ bwd rule returns is right, reshaped, cast, or None, and the whole output may be
 a bare array or miss or add an entry; the call runs eagerly or under jit,
 vmap, checkpoint or scan, on the classic or hijax path.
 Whatever JAX does with it (raise, or let it through), the user sees exactly
-what plain JAX shows, and vjpviz's first finding names the input and the two
-types that differ: the same facts the test derives from what it built.
+what plain JAX shows, and vjpviz names each input it broke with the two types
+that differ: the same facts the test derives from what it built. The same holds
+for a random cotangent handed to ``f_vjp`` (wrong shapes, dtypes, a missing
+entry).
 """
 from __future__ import annotations
 
@@ -125,5 +127,66 @@ def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_
     failed_later = raised and all(x.kind != "bwd_type" for x in found)
     assert d.severity == ("error" if raised and (d.kind == "bwd_type" or failed_later)
                           else "warning"), case
+  if plain[0] == "raised":
+    assert any(d.severity == "error" for d in found), case
+
+
+@st.composite
+def cotangents(draw):
+  """A function of one input with a leaf, tuple or dict output, and a cotangent for it."""
+  shape, dtype = draw(shapes), draw(st.sampled_from(FLOATS))
+  keys = {"leaf": [None], "tuple": [0, 1], "dict": ["a", "b"]}[draw(
+      st.sampled_from(["leaf", "tuple", "dict"]))]
+  cts = []
+  for _ in keys:
+    change = draw(st.sampled_from(["right", "right", "shape", "dtype"]))
+    cts.append((draw(shapes.filter(lambda s: s != shape)), dtype) if change == "shape" else
+               (shape, draw(st.sampled_from([d for d in FLOATS if d != dtype])))
+               if change == "dtype" else (shape, dtype))
+  drop = draw(st.booleans()) and len(keys) > 1
+  return shape, dtype, keys, cts, drop
+
+
+def _tree(keys, leaves):
+  if keys == [None]:
+    return leaves[0]
+  return tuple(leaves) if keys[0] == 0 else dict(zip(keys, leaves))
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=cotangents())
+def test_a_random_cotangent_handed_to_f_vjp_is_reported_as_built(case):
+  shape, dtype, keys, cts, drop = case
+  x = jnp.ones(shape, dtype)
+  fun = lambda x: _tree(keys, [jnp.sin(x) * (i + 1) for i in range(len(keys))])
+  ct = [jnp.ones(s, d) for s, d in cts]
+  ct = _tree(keys[:-1] if drop else keys, ct[:-1] if drop else ct)
+
+  def run():
+    try:
+      return ("returned", np.asarray(jax.vjp(fun, x)[1](ct)[0], np.float32).tolist())
+    except Exception as e:  # noqa: BLE001
+      return ("raised", type(e).__name__, str(e))
+  try:
+    vv.uninstall()
+    plain = run()
+    vv.install()
+    vv.clear()
+    hooked, found = run(), vv.diagnoses()
+  finally:
+    vv.uninstall()
+    vv.clear()
+  assert hooked == plain
+  if drop:
+    assert [d.kind for d in found] == ["vjp_cotangent_structure"], case
+    return
+  path = lambda k: "out" if k is None else f"out[{k!r}]"
+  wrong = {path(k): c for k, c in zip(keys, cts) if c != (shape, dtype)}
+  assert {d.path for d in found} == set(wrong), (case, [d.headline for d in found])
+  for d in found:
+    assert d.kind == "vjp_cotangent_type"
+    assert d.expected == jax.core.ShapedArray(shape, jnp.dtype(dtype)).str_short()
+    assert d.got == jax.core.ShapedArray(*wrong[d.path]).str_short()
   if plain[0] == "raised":
     assert any(d.severity == "error" for d in found), case
