@@ -9,7 +9,8 @@ Whatever JAX does with it (raise, or let it through), the user sees exactly
 what plain JAX shows, and vjpviz names each input it broke with the two types
 that differ: the same facts the test derives from what it built. The same holds
 for a random cotangent handed to ``f_vjp`` (wrong shapes, dtypes, a missing
-entry).
+entry) and for fwd rules whose primal outputs differ from the primal's (with
+and without nondiff arguments, eagerly and under jit).
 """
 from __future__ import annotations
 
@@ -190,3 +191,79 @@ def test_a_random_cotangent_handed_to_f_vjp_is_reported_as_built(case):
     assert d.got == jax.core.ShapedArray(*wrong[d.path]).str_short()
   if plain[0] == "raised":
     assert any(d.severity == "error" for d in found), case
+
+
+@st.composite
+def broken_fwd_rules(draw):
+  """Primal outputs of random types, and what a fwd rule returns for each."""
+  outs = [(draw(shapes), draw(st.sampled_from(FLOATS))) for _ in range(draw(st.integers(1, 3)))]
+  returned = []
+  for shape, dtype in outs:
+    change = draw(st.sampled_from(["right", "right", "shape", "dtype"]))
+    returned.append((draw(shapes.filter(lambda s, shape=shape: s != shape)), dtype)
+                    if change == "shape" else
+                    (shape, draw(st.sampled_from([d for d in FLOATS if d != dtype])))
+                    if change == "dtype" else (shape, dtype))
+  structure = draw(st.sampled_from(["right", "right", "right", "no pair", "short"]))
+  nondiff = draw(st.booleans())
+  return outs, returned, structure, nondiff, draw(st.sampled_from(["eager", "jit"]))
+
+
+@pytest.mark.parametrize("path", ["classic", "hijax"])
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=broken_fwd_rules())
+def test_a_randomly_broken_fwd_rule_is_reported_as_built(path, case):
+  outs, returned, structure, nondiff, transform = case
+  full = lambda spec, x: jnp.full(spec[0], x.sum(), spec[1])
+
+  def primal(*args):
+    x = args[-1]
+    return tuple(full(o, x) for o in outs)
+
+  def fwd(*args):
+    x = args[-1]
+    got = tuple(full(r, x) for r in returned)
+    got = got[:-1] if structure == "short" and len(got) > 1 else got
+    return got if structure == "no pair" else (got, x)
+
+  def bwd(*args):
+    res = args[-2]
+    return (jnp.ones_like(res),)
+
+  f = jax.custom_vjp(primal, nondiff_argnums=(0,) if nondiff else ())
+  f.defvjp(fwd, bwd)
+  call = (lambda x: f(2, x)) if nondiff else f
+  loss = lambda x: sum(jnp.sum(o.astype(jnp.float32)) for o in call(x))
+  grad = jax.jit(jax.grad(loss)) if transform == "jit" else jax.grad(loss)
+
+  def run():
+    try:
+      return ("returned", np.asarray(grad(jnp.ones(3))).tolist())
+    except Exception as e:  # noqa: BLE001
+      return ("raised", type(e).__name__, str(e))
+  jax.config.update("jax_custom_vjp3", path == "hijax")
+  try:
+    vv.uninstall()
+    plain = run()
+    vv.install()
+    vv.clear()
+    hooked, found = run(), vv.diagnoses()
+  finally:
+    vv.uninstall()
+    vv.clear()
+    jax.config.update("jax_custom_vjp3", False)
+  assert hooked == plain
+  short = structure == "short" and len(outs) > 1
+  if structure == "no pair" or short:
+    assert found and found[0].kind == "fwd_structure", (case, [d.kind for d in found])
+    return
+  wrong = {f"[{i}]": (o, r) for i, (o, r) in enumerate(zip(outs, returned)) if o != r}
+  fwd_found = [d for d in found if d.kind == "fwd_type"]
+  assert {d.path for d in fwd_found} == set(wrong), (case, [d.headline for d in found])
+  for d in fwd_found:
+    want, got = wrong[d.path]
+    assert d.expected == jax.core.ShapedArray(*want).str_short(), case
+    assert d.got == jax.core.ShapedArray(*got).str_short(), case
+  if plain[0] == "raised":
+    assert any(d.severity == "error" for d in found), (case, plain[2][:200])
