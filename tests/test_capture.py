@@ -578,3 +578,6 @@ def test_custom_gradient_points_at_the_users_function(hook):
   d = vv.last()
   assert (d.kind, d.function, d.argument) == ("bwd_type", "clip_grad", "x")
   assert d.source.startswith(__file__)
+  # The rule is the VJP closure clip_grad returned, not JAX's own bwd; no fix edits JAX.
+  assert d.rule == "<lambda>" and d.rule_source.startswith(__file__)
+  assert not d.fixes

@@ -9,6 +9,7 @@ error) is unchanged. It also sees what JAX lets through (silent dtypes).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from typing import Any
@@ -107,9 +108,25 @@ def _fwd(cvjp, *args):
         detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)"))
     return out_res
   out, res = out_res
+  site = records.safely(_with_closed_rule, site, res, default=site)
   for rec in records.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
     records.record(rec)
   return type(out_res)((out, TaggedResiduals(res, site)))
+
+
+def _with_closed_rule(site: RuleSite, res) -> RuleSite:
+  """Name the user's VJP function when JAX traced it into the residuals.
+
+  ``jax.custom_gradient``'s bwd is JAX's own, applying the VJP closure the
+  user's function returned, which JAX closure-converts in fwd; its debug info
+  says which function that was and where it is defined.
+  """
+  closed = getattr(cd, "Residuals", None)
+  info = getattr(getattr(res, "jaxpr", None), "debug_info", None)
+  if closed is None or not isinstance(res, closed) or info is None:
+    return site
+  name, _, where = (info.func_src_info or "").partition(" at ")
+  return dataclasses.replace(site, rule=name or info.func_name, rule_source=where or None)
 
 
 def _site(cvjp, args) -> RuleSite:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import math
 from typing import Any
 
@@ -52,7 +53,10 @@ class Rule:
     name = f"{base}_{role}"   # what a lambda rule's def is called
     while name in getattr(owner.bwd, "__globals__", {}):
       name += "_"
-    src = source.of(getattr(owner, role), name)
+    rule = getattr(owner, role)
+    if _inside_jax(rule):   # jax.custom_gradient's own bwd: the user's VJP is a closure
+      return None
+    src = source.of(rule, name)
     return cls(d, owner, src) if src is not None else None
 
   def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
@@ -426,3 +430,9 @@ _BY_KIND = {
     "bwd_type": _type_fixes, "silent_dtype": _type_fixes, "accumulator_type": _type_fixes,
     "bwd_structure": _structure_fixes, "fwd_type": _fwd_fixes, "fwd_structure": _fwd_fixes,
 }
+
+
+def _inside_jax(fn) -> bool:
+  """Whether ``fn`` is JAX's own code, which a fix must never edit."""
+  module = getattr(inspect.unwrap(fn), "__module__", None) or ""
+  return module == "jax" or module.startswith("jax.")
