@@ -272,6 +272,33 @@ def test_grads_failing_in_several_threads_at_once_are_attributed_to_their_own_ca
   assert gc.isenabled()
 
 
+def test_a_check_in_one_thread_does_not_swallow_another_threads_errors(hook):
+  """vjpviz.check collects its findings per thread; errors elsewhere still reach the history."""
+  silent, failing = _scenarios()["silent"], _scenarios()["raises"]
+  inside, done, errors = threading.Event(), threading.Event(), []
+
+  def checked(x):                                  # traced by check: hold it open meanwhile
+    inside.set()
+    done.wait(timeout=60)
+    return silent(x).sum()
+
+  def failing_grad():
+    inside.wait(timeout=60)
+    try:
+      jax.grad(lambda x: failing(x).sum())(jnp.ones(3))
+    except ValueError as e:
+      errors.append(e)
+    finally:
+      done.set()
+
+  thread = threading.Thread(target=failing_grad)
+  thread.start()
+  found = vv.check(checked, np.ones(3, np.float32))
+  thread.join(timeout=60)
+  assert [d.kind for d in found] == ["silent_dtype"]
+  assert len(errors) == 1 and [d.kind for d in vv.diagnoses()] == ["bwd_type"]
+
+
 def test_install_and_uninstall_while_other_threads_differentiate():
   from jax._src import api
   original = (jax.vjp, api.vjp, api._vjp3_bwd)
