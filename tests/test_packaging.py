@@ -42,6 +42,9 @@ def test_vjpviz_alias_loads_the_extension():
 
     assert vjpviz.load_ipython_extension is jupyter_vjpviz.load_ipython_extension
     assert vjpviz.unload_ipython_extension is jupyter_vjpviz.unload_ipython_extension
+    # The note on a diagnosed error says "vjpviz.last()": the alias has the whole API.
+    for name in jupyter_vjpviz.__all__:
+        assert getattr(vjpviz, name) is getattr(jupyter_vjpviz, name), name
 
 
 def test_panel_keeps_as_many_diagnoses_as_the_kernel():

@@ -1,3 +1,15 @@
-"""Alias package so that ``%load_ext vjpviz`` loads jupyter_vjpviz."""
+"""Alias package: ``%load_ext vjpviz`` loads jupyter_vjpviz, and ``import vjpviz``
+gives its whole API (``vjpviz.last()``, as the note on a diagnosed error says)."""
 
-from jupyter_vjpviz import load_ipython_extension, unload_ipython_extension
+import jupyter_vjpviz as _package
+from jupyter_vjpviz import load_ipython_extension, unload_ipython_extension  # noqa: F401
+
+__all__ = _package.__all__
+
+
+def __getattr__(name: str):
+  return getattr(_package, name)
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(__all__))
