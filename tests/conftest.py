@@ -8,6 +8,8 @@ import pytest  # noqa: E402
 
 import jupyter_vjpviz as vv  # noqa: E402
 
+pytest_plugins = ["kernel_helpers"]   # its fixture ``panel``: a real kernel, played as the panel
+
 
 @pytest.fixture
 def hook():

@@ -11,8 +11,7 @@ import uuid
 
 import jsonschema
 import pytest
-from kernel_helpers import (DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP,  # noqa: F401
-                            panel, validator)
+from kernel_helpers import DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP, validator
 
 from jupyter_vjpviz.deliver import comm
 

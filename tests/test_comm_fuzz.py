@@ -18,8 +18,7 @@ import jax.numpy as jnp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import (DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP,  # noqa: F401
-                            panel)
+from kernel_helpers import DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.deliver import comm

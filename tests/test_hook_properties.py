@@ -53,6 +53,31 @@ def _keys(n: int) -> list[str]:
   return [f"k{i}" for i in range(n)]
 
 
+def _outcome(thunk):
+  """What the user sees: the value as plain data, or the exception's type and message."""
+  try:
+    out = thunk()
+  except Exception as e:  # noqa: BLE001
+    return ("raised", type(e).__name__, str(e))
+  return ("returned", [(np.asarray(o, np.float32).tolist(), str(o.dtype))
+                       for o in jax.tree_util.tree_leaves(out)])
+
+
+def _plain_and_hooked(thunk, path: str = "classic"):
+  """``thunk``'s outcome without vjpviz, with it, and what vjpviz found."""
+  jax.config.update("jax_custom_vjp3", path == "hijax")
+  try:
+    vv.uninstall()
+    plain = _outcome(thunk)
+    vv.install()
+    vv.clear()
+    return plain, _outcome(thunk), vv.diagnoses()
+  finally:
+    vv.uninstall()
+    vv.clear()
+    jax.config.update("jax_custom_vjp3", False)
+
+
 def _rule(outputs, structure, container):
   """A custom_vjp whose bwd returns what ``outputs``/``structure`` say (from g, so traced)."""
   def primal(*args):
@@ -71,8 +96,8 @@ def _rule(outputs, structure, container):
   return f
 
 
-def _run(f, inputs, container, transform):
-  """Gradients of ``f`` at ones of the input types, as plain data, or the exception."""
+def _gradients(f, inputs, container, transform):
+  """A thunk: gradients of ``f`` at ones of the input types."""
   xs = [jnp.ones(shape, dtype) for shape, dtype in inputs]
   if transform == "vmap":
     xs = [jnp.stack([x, x]) for x in xs]
@@ -82,33 +107,17 @@ def _run(f, inputs, container, transform):
           }.get(transform, f)
   grad = jax.grad(loss, argnums=tuple(range(len(args))))
   grad = {"jit": jax.jit(grad), "vmap": jax.vmap(grad)}.get(transform, grad)
-  try:
-    out = grad(*args)
-  except Exception as e:  # noqa: BLE001
-    return ("raised", type(e).__name__, str(e))
-  return ("returned", [(np.asarray(o, np.float32).tolist(), str(o.dtype))
-                       for o in jax.tree_util.tree_leaves(out)])
+  return lambda: grad(*args)
 
 
 @pytest.mark.parametrize("path", ["classic", "hijax"])
 @settings(max_examples=60, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+          suppress_health_check=[HealthCheck.too_slow])
 @given(case=broken_rules())
 def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_us(path, case):
   inputs, outputs, structure, container, transform = case
-  jax.config.update("jax_custom_vjp3", path == "hijax")
-  try:
-    f = _rule(outputs, structure, container)
-    vv.uninstall()
-    plain = _run(f, inputs, container, transform)
-    vv.install()
-    vv.clear()
-    hooked = _run(f, inputs, container, transform)
-    found = vv.diagnoses()
-  finally:
-    vv.uninstall()
-    vv.clear()
-    jax.config.update("jax_custom_vjp3", False)
+  f = _rule(outputs, structure, container)
+  plain, hooked, found = _plain_and_hooked(_gradients(f, inputs, container, transform), path)
   assert hooked == plain
   if structure != "right":
     assert [d.kind for d in found] == ["bwd_structure"], case
@@ -164,20 +173,7 @@ def test_a_random_cotangent_handed_to_f_vjp_is_reported_as_built(case):
   ct = [jnp.ones(s, d) for s, d in cts]
   ct = _tree(keys[:-1] if drop else keys, ct[:-1] if drop else ct)
 
-  def run():
-    try:
-      return ("returned", np.asarray(jax.vjp(fun, x)[1](ct)[0], np.float32).tolist())
-    except Exception as e:  # noqa: BLE001
-      return ("raised", type(e).__name__, str(e))
-  try:
-    vv.uninstall()
-    plain = run()
-    vv.install()
-    vv.clear()
-    hooked, found = run(), vv.diagnoses()
-  finally:
-    vv.uninstall()
-    vv.clear()
+  plain, hooked, found = _plain_and_hooked(lambda: jax.vjp(fun, x)[1](ct))
   assert hooked == plain
   if drop:
     assert [d.kind for d in found] == ["vjp_cotangent_structure"], case
@@ -237,22 +233,7 @@ def test_a_randomly_broken_fwd_rule_is_reported_as_built(path, case):
   loss = lambda x: sum(jnp.sum(o.astype(jnp.float32)) for o in call(x))
   grad = jax.jit(jax.grad(loss)) if transform == "jit" else jax.grad(loss)
 
-  def run():
-    try:
-      return ("returned", np.asarray(grad(jnp.ones(3))).tolist())
-    except Exception as e:  # noqa: BLE001
-      return ("raised", type(e).__name__, str(e))
-  jax.config.update("jax_custom_vjp3", path == "hijax")
-  try:
-    vv.uninstall()
-    plain = run()
-    vv.install()
-    vv.clear()
-    hooked, found = run(), vv.diagnoses()
-  finally:
-    vv.uninstall()
-    vv.clear()
-    jax.config.update("jax_custom_vjp3", False)
+  plain, hooked, found = _plain_and_hooked(lambda: grad(jnp.ones(3)), path)
   assert hooked == plain
   short = structure == "short" and len(outs) > 1
   if structure == "no pair" or short:

@@ -18,7 +18,6 @@ import subprocess
 
 import pytest
 import softclip
-from kernel_helpers import panel  # noqa: F401 - a fixture
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.deliver import comm

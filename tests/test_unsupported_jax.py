@@ -37,7 +37,7 @@ def test_the_old_jax_is_outside_the_supported_range(session):
 
 def test_load_ext_says_in_one_line_which_hook_points_are_skipped(session):
   (line,) = session["load_stderr"].splitlines()
-  assert line.startswith(f"vjpviz: built for jax") and f"found {session['jax']}" in line
+  assert line.startswith("vjpviz: built for jax") and f"found {session['jax']}" in line
   assert "hook points skipped: " in line and "none" not in line
 
 

@@ -2,7 +2,6 @@
 gives its whole API (``vjpviz.last()``, as the note on a diagnosed error says)."""
 
 import jupyter_vjpviz as _package
-from jupyter_vjpviz import load_ipython_extension, unload_ipython_extension  # noqa: F401
 
 __all__ = _package.__all__
 
