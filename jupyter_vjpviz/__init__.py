@@ -42,21 +42,24 @@ def install() -> None:
 
 def uninstall() -> None:
   """Restore every patched JAX object by identity; idempotent."""
-  if "jupyter_vjpviz.runtime" not in sys.modules:
+  runtime = _runtime_if_loaded()
+  if runtime is None:
     return  # never installed
   from .deliver import console
   console.uninstall()
-  _runtime().uninstall()
+  runtime.uninstall()
 
 
 def installed() -> bool:
-  return "jupyter_vjpviz.runtime" in sys.modules and _runtime().installed()
+  runtime = _runtime_if_loaded()
+  return runtime is not None and runtime.installed()
 
 
 def clear() -> None:
   """Forget every diagnosis (and which warnings were already shown)."""
-  if "jupyter_vjpviz.runtime" in sys.modules:
-    _runtime().clear()
+  runtime = _runtime_if_loaded()
+  if runtime is not None:
+    runtime.clear()
 
 
 def last():
@@ -67,7 +70,8 @@ def last():
 
 def diagnoses() -> list:
   """The diagnoses since install (or ``clear()``), oldest first; the newest 200 are kept."""
-  return _runtime().history() if "jupyter_vjpviz.runtime" in sys.modules else []
+  runtime = _runtime_if_loaded()
+  return runtime.history() if runtime is not None else []
 
 
 def load_ipython_extension(ipython) -> None:
@@ -79,12 +83,18 @@ def load_ipython_extension(ipython) -> None:
 
 
 def unload_ipython_extension(ipython) -> None:
-  if "jupyter_vjpviz.deliver.ipython" in sys.modules:
-    _import(".deliver.ipython").unload(ipython)
+  deliver = sys.modules.get(f"{__name__}.deliver.ipython")
+  if deliver is not None:
+    deliver.unload(ipython)
 
 
 def _runtime():
   return _import(".runtime")
+
+
+def _runtime_if_loaded():
+  """The runtime if anything installed it; without it there is nothing to ask or undo."""
+  return sys.modules.get(f"{__name__}.runtime")
 
 
 _unavailable: list[str] = []

@@ -27,18 +27,9 @@ def install(patches: PatchSet) -> None:
   _patch_hi_primitive_transpose(patches)
 
 
-def function_of(jaxpr) -> tuple[str | None, str | None]:
-  """Name and ``file:line`` of the differentiated function, from debug info."""
-  info = getattr(jaxpr, "debug_info", None)
-  if info is None:
-    return None, None
-  name, _, where = (info.func_src_info or "").partition(" at ")
-  return (name or info.func_name), (where or None)
-
-
 def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
   """What is wrong with the cotangent handed to ``f_vjp``."""
-  function, source = function_of(jaxpr)
+  function, source = names.function_of(jaxpr)
   base = dict(function=function, source=source)
   is_zero = lambda x: isinstance(x, ad.Zero)
   ct_tree = jax.tree_util.tree_structure(out_ct, is_leaf=is_zero)
@@ -77,7 +68,7 @@ def _wrap_vjp_accum(original):
 def _accum_record(jaxpr, in_tree, explicit_refs, idx, v, x) -> Record:
   """Classify a rejected ``with_refs`` entry from what was given for it."""
   expected = custom_rules.ct_aval(v.aval)
-  function, source = function_of(jaxpr)
+  function, source = names.function_of(jaxpr)
   path = "args" + _leaf_path(in_tree, idx)
   ref_expected = f"Ref{{{expected.str_short()}}}"
   if isinstance(x, ad.GradAccum):

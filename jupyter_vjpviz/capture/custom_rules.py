@@ -108,7 +108,8 @@ def _fwd(cvjp, *args):
         detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)"))
     return out_res
   out, res = out_res
-  site = records.safely(_with_closed_rule, site, res, default=site)
+  if names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
+    site = records.safely(_with_closed_rule, site, res, default=site)
   for rec in records.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
     records.record(rec)
   return type(out_res)((out, TaggedResiduals(res, site)))
@@ -122,11 +123,10 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   says which function that was and where it is defined.
   """
   closed = getattr(cd, "Residuals", None)
-  info = getattr(getattr(res, "jaxpr", None), "debug_info", None)
-  if closed is None or not isinstance(res, closed) or info is None:
+  if closed is None or not isinstance(res, closed):
     return site
-  name, _, where = (info.func_src_info or "").partition(" at ")
-  return dataclasses.replace(site, rule=name or info.func_name, rule_source=where or None)
+  rule, rule_source = names.function_of(res.jaxpr)
+  return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
 def _site(cvjp, args) -> RuleSite:

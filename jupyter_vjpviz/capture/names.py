@@ -22,17 +22,31 @@ def _unwrap(fun):
   return _behind_jax(fun)
 
 
+def inside_jax(location: str | None) -> bool:
+  """Whether a file (or ``file:line``) is JAX's own code, not the user's."""
+  return bool(location) and location.startswith(_JAX_DIR)
+
+
 def _behind_jax(fun):
   """A JAX-internal closure's user function (``jax.custom_gradient`` wraps one so)."""
   code = getattr(fun, "__code__", None)
-  if code is None or not code.co_filename.startswith(_JAX_DIR):
+  if code is None or not inside_jax(code.co_filename):
     return fun
   for cell in getattr(fun, "__closure__", None) or ():
     inner = getattr(cell, "cell_contents", None)
     inner_code = getattr(inner, "__code__", None)
-    if inner_code is not None and not inner_code.co_filename.startswith(_JAX_DIR):
+    if inner_code is not None and not inside_jax(inner_code.co_filename):
       return inner
   return fun
+
+
+def function_of(jaxpr) -> tuple[str | None, str | None]:
+  """Name and ``file:line`` of the function a jaxpr was traced from, from its debug info."""
+  info = getattr(jaxpr, "debug_info", None)
+  if info is None:
+    return None, None
+  name, _, where = (info.func_src_info or "").partition(" at ")
+  return (name or info.func_name), (where or None)
 
 
 def function_name(fun) -> str:

@@ -1,6 +1,6 @@
 """The kernel side of the panel protocol (jupyter_vjpviz/protocol.schema.json).
 
-Kernel -> panel: every new diagnosis is pushed on a FRESH comm opened on the
+Kernel -> panel: each diagnosis the IPython delivery shows is pushed on a FRESH comm opened on the
 ``vjpviz`` target (data = the diagnosis message); the previous push comm is
 closed. A long-lived comm goes stale after a page reload (the new page never
 saw its id), so nothing here keeps one for pushing.
@@ -28,7 +28,6 @@ from .. import runtime
 from ..capture.records import safely
 from ..fixes import verify as fix_verify
 from ..render import svg, views
-from .display import SHOWN_PER_CELL
 
 TARGET = "vjpviz"
 VERSION = 1
@@ -53,7 +52,7 @@ NEEDS = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
          "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
          "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
 
-_state = {"registered": False, "listening": False, "push_comm": None, "pushed": 0}
+_state = {"registered": False, "listening": False, "push_comm": None}
 _panel_comms: list = []
 
 
@@ -61,8 +60,6 @@ _panel_comms: list = []
 
 def register(ip) -> None:
   """Start pushing diagnoses and answering panel requests (from ``%load_ext vjpviz``)."""
-  runtime.add_listener(_on_found)
-  ip.events.register("pre_run_cell", _new_cell)
   if not _state["registered"]:
     manager = _comm_manager()
     if manager is not None:
@@ -72,11 +69,6 @@ def register(ip) -> None:
 
 
 def unregister(ip) -> None:
-  runtime.remove_listener(_on_found)
-  try:
-    ip.events.unregister("pre_run_cell", _new_cell)
-  except ValueError:
-    pass
   if _state["registered"]:
     manager = _comm_manager()
     if manager is not None:
@@ -100,18 +92,6 @@ def _comm_manager():
 
 
 # --------------------------------------------------------------------------- pushing
-
-def _new_cell(info=None) -> None:
-  _state["pushed"] = 0
-
-
-def _on_found(found, exc) -> None:
-  """Push each new diagnosis, the first SHOWN_PER_CELL of a cell (the rest are in history)."""
-  for d in found:
-    if _state["pushed"] < SHOWN_PER_CELL:
-      _state["pushed"] += 1
-      safely(push, d)
-
 
 def push(d) -> None:
   """Open a fresh comm carrying ``d``; close the previous push comm."""

@@ -1,8 +1,9 @@
 """``%load_ext vjpviz``: the hook, plus rich output after each failing cell.
 
-Diagnoses made while a cell runs are queued and shown in ``post_run_cell``,
-i.e. after IPython has printed the traceback, so the user's error comes first
-and stays exactly as JAX wrote it.
+Diagnoses made while a cell runs are pushed to the panel at once (so it shows
+them before the traceback) and queued for ``post_run_cell``, i.e. shown after
+IPython has printed the traceback, so the user's error comes first and stays
+exactly as JAX wrote it. A cell shows and pushes at most SHOWN_PER_CELL.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from ..render import layout
 from . import comm, magics, widgets
 from .display import SHOWN_PER_CELL
 
-_pending: list[Diagnosis] = []
-_dropped = [0]
+_pending: list[Diagnosis] = []   # this cell's diagnoses, shown after its traceback
+_not_shown = 0                   # this cell's diagnoses beyond SHOWN_PER_CELL
 
 
 def load(ip) -> None:
@@ -41,19 +42,23 @@ def unload(ip) -> None:
 
 
 def _queue(found: list[Diagnosis], exc) -> None:
-  room = SHOWN_PER_CELL - len(_pending)
-  _pending.extend(found[:max(room, 0)])
-  _dropped[0] += max(len(found) - max(room, 0), 0)
+  global _not_shown
+  shown = found[:max(SHOWN_PER_CELL - len(_pending), 0)]
+  _not_shown += len(found) - len(shown)
+  _pending.extend(shown)
+  for d in shown:
+    safely(comm.push, d)
 
 
 def _show(result=None) -> None:
+  global _not_shown
   found, _pending[:] = list(_pending), []
-  dropped, _dropped[0] = _dropped[0], 0
+  if _not_shown:
+    print(f"vjpviz: {_not_shown} more diagnoses in this cell not shown (vjpviz.diagnoses() "
+          f"has the newest {runtime.HISTORY_LIMIT})")
+    _not_shown = 0
   for d in found:
     safely(_display, d)
-  if dropped:
-    print(f"vjpviz: {dropped} more diagnoses in this cell not shown (vjpviz.diagnoses() has "
-          f"the newest {runtime.HISTORY_LIMIT})")
 
 
 def _display(d: Diagnosis) -> None:

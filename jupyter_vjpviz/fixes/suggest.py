@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
+from ..capture import names
 from ..capture.custom_rules import ct_aval
 from . import calls, dtypes, exprs, returns, source, verify
 from .source import RuleSource
@@ -54,7 +55,8 @@ class Rule:
     while name in getattr(owner.bwd, "__globals__", {}):
       name += "_"
     rule = getattr(owner, role)
-    if _inside_jax(rule):   # jax.custom_gradient's own bwd: the user's VJP is a closure
+    code = getattr(inspect.unwrap(rule), "__code__", None)
+    if code is None or names.inside_jax(code.co_filename):   # never edit JAX's own code
       return None
     src = source.of(rule, name)
     return cls(d, owner, src) if src is not None else None
@@ -431,8 +433,3 @@ _BY_KIND = {
     "bwd_structure": _structure_fixes, "fwd_type": _fwd_fixes, "fwd_structure": _fwd_fixes,
 }
 
-
-def _inside_jax(fn) -> bool:
-  """Whether ``fn`` is JAX's own code, which a fix must never edit."""
-  module = getattr(inspect.unwrap(fn), "__module__", None) or ""
-  return module == "jax" or module.startswith("jax.")
