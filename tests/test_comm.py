@@ -201,7 +201,7 @@ except Exception:
 
 
 def test_a_loop_failing_every_step_pushes_a_bounded_number_of_diagnoses(panel):
-  from jupyter_vjpviz.deliver.display import SHOWN_PER_CELL
+  from jupyter_vjpviz.deliver.ipython import SHOWN_PER_CELL
   loop = """
 for step in range({n}):
     try:

@@ -385,7 +385,8 @@ def test_a_fault_in_rendering_or_delivery_leaves_the_cells_error_as_jax_wrote_it
 
 
 def test_a_loop_failing_every_step_shows_a_bounded_number_of_outputs(kernel_cells):
-  from jupyter_vjpviz.deliver.display import MIME_TYPE as MIME, SHOWN_PER_CELL
+  from jupyter_vjpviz.deliver.display import MIME_TYPE as MIME
+  from jupyter_vjpviz.deliver.ipython import SHOWN_PER_CELL
   cell = kernel_cells[-1]
   shown = [o for o in cell.outputs if o.output_type == "display_data" and MIME in o.data]
   assert len(shown) == SHOWN_PER_CELL

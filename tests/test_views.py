@@ -128,6 +128,22 @@ def test_neighbourhood_of_a_nested_failure_holds_the_way_to_it(nested_neighbourh
   assert d.node in v.nodes and top in v.nodes and g.note in v.note
 
 
+def test_a_neighbourhood_keeps_every_program_input_and_output(hook, monkeypatch):
+  """Fixes that rebuild the call (f_vjp.with_refs) read the whole argument list from the graph."""
+  monkeypatch.setattr(program, "LIMITS", program.LIMITS._replace(max_eqns=0, hops=1))
+  bad = jax.custom_vjp(lambda x: x * 2.)
+  bad.defvjp(lambda x: (x * 2., None), lambda r, g: (g[:1],))
+
+  def loss(a, b, c, d, e):
+    far = jnp.sin(jnp.cos(jnp.tanh(b * c * d * e)))    # many hops from the failure
+    return bad(a).sum() + far.sum(), far
+  with pytest.raises(ValueError):
+    jax.grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)(*[jnp.ones(3)] * 5)
+  g = vv.last().graph
+  assert "neighbourhood only" in g.note
+  assert {f"in{k}" for k in range(5)} | {"out0", "out1"} <= {n.id for n in g.nodes}
+
+
 @pytest.fixture(scope="module")
 def deep():
   """A 48-layer transformer-like stack (small dims), layer 30's GELU bwd wrong."""

@@ -37,7 +37,7 @@ def diagnose(session: Session, exc: BaseException | None,
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
         name_stack=site.name_stack if site else "",
-        detail=rec.detail or (_FAILED_LATER if failed_later and rec.severity != ERROR else None),
+        detail=rec.detail or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site))
   return out

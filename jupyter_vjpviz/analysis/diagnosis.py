@@ -5,6 +5,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from ..capture.records import ERROR
 from .graph import Graph
 
 KINDS = (
@@ -72,7 +73,7 @@ class Diagnosis:
         "bwd_type": f"{who} returned {self.got}{where}; the cotangent must be {self.expected}",
         "silent_dtype": (f"{who} returned {self.got}{where}; JAX let it through, so the "
                          f"gradient is {self.got} where it should be {self.expected}"
-                         if self.severity != "error" else
+                         if self.severity != ERROR else
                          f"{who} returned {self.got}{where}; JAX accepted it there and "
                          f"failed further on; the cotangent must be {self.expected}"),
         "bwd_structure": f"{who} returned a cotangent tree of the wrong structure"

@@ -30,7 +30,7 @@ def locate(graph: Graph, rec: Record) -> str | None:
 
 def _custom_node(graph: Graph, rec: Record) -> str | None:
   site = rec.site
-  candidates = [n for n in graph.nodes if n.custom and _same_function(n.function, site.function)]
+  candidates = [n for n in graph.nodes if n.custom and n.function == site.function]
   avals = tuple(a.str_short() for a in site.in_avals)
   for narrow in (lambda n: n.call_site == site.call_site,
                  lambda n: n.name_stack == site.name_stack,
@@ -42,11 +42,6 @@ def _custom_node(graph: Graph, rec: Record) -> str | None:
     return None
   k = (site.occurrence or 1) - 1
   return candidates[k].id if k < len(candidates) else candidates[0].id
-
-
-def _same_function(in_jaxpr: str | None, name: str) -> bool:
-  """JAX's debug info keeps a function's name up to its first space; we keep all of it."""
-  return in_jaxpr is not None and (in_jaxpr == name or in_jaxpr == name.split(" ")[0])
 
 
 def _existing(graph: Graph, node_id: str) -> str | None:

@@ -235,7 +235,10 @@ def _neighbourhood(jaxpr: core.Jaxpr, inputs: list[Node], foci: list[str | None]
       links = _links(level, prefix, [n.id for n in inputs] if top else [],
                      [_out_id(i) for i in range(len(level.outvars))] if top else [], clock)
       near.update(_nearest(links, center, limits.hops, limits.max_nodes - len(near)))
-  select = _Select(lambda nid, eqn: nid in near, chain.__contains__, near.__contains__)
+  # Every program input and output stays (one per argument leaf): fixes that rebuild
+  # the call (f_vjp.with_refs) read the whole argument list from the graph.
+  select = _Select(lambda nid, eqn: nid in near, chain.__contains__,
+                   lambda nid: nid in near or not nid.startswith("e"))
   graph = _graph(jaxpr, inputs, select, clock, counts)
   shown = (f"showing the failing node's neighbourhood only, {len(graph.nodes)} nodes within "
            f"{limits.hops} data edges of it" if near else "the failing node was not found in it")
@@ -386,10 +389,8 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
   """(primal function, bwd rule) names of a custom-rule equation."""
   params = eqn.params
   if eqn.primitive.name == "custom_vjp_call":
-    fun_info = getattr(params.get("call_jaxpr"), "debug_info", None)
-    bwd_info = getattr(params.get("bwd"), "debug_info", None)
-    return (fun_info.func_name if fun_info else None,
-            bwd_info.func_name if bwd_info else None)
+    return (capture_names.function_of(params.get("call_jaxpr"))[0],
+            capture_names.function_of(params.get("bwd"))[0])
   prim = params.get("_prim")
   if prim is None:
     return None, None

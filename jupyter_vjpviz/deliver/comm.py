@@ -31,7 +31,6 @@ from ..render import svg, views
 
 TARGET = "vjpviz"
 VERSION = 1
-OPS = ("history", "view", "expand", "collapse", "search", "verify", "apply")
 
 
 def _limits() -> dict:
@@ -53,12 +52,11 @@ NEEDS = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
          "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
 
 _state = {"registered": False, "listening": False, "push_comm": None}
-_panel_comms: list = []
 
 
 # --------------------------------------------------------------------------- lifecycle
 
-def register(ip) -> None:
+def register() -> None:
   """Start pushing diagnoses and answering panel requests (from ``%load_ext vjpviz``)."""
   if not _state["registered"]:
     manager = _comm_manager()
@@ -68,7 +66,7 @@ def register(ip) -> None:
   safely(_open_push_comm, {"v": VERSION, "type": "hello"})
 
 
-def unregister(ip) -> None:
+def unregister() -> None:
   if _state["registered"]:
     manager = _comm_manager()
     if manager is not None:
@@ -120,10 +118,6 @@ def _attach(c) -> None:
 
 def _on_panel_open(c, open_msg) -> None:
   _state["listening"] = True
-  _panel_comms.append(c)
-  on_close = getattr(c, "on_close", None)
-  if on_close is not None:
-    on_close(lambda msg, c=c: c in _panel_comms and _panel_comms.remove(c))
   _attach(c)
   data = (open_msg.get("content") or {}).get("data") if isinstance(open_msg, dict) else None
   if data not in (None, {}):  # an open carrying anything but "no request" gets its reply
@@ -325,36 +319,33 @@ def _op_apply(args: dict) -> dict:
 # ---- graph views: render.views + render.svg (an error reply when they are missing)
 
 def _op_view(args: dict) -> dict:
-  d = _diagnosis(args)
-  return _view(d, set(args.get("expanded", [])), set(args.get("collapsed", [])))
+  d, view = _requested_view(args)
+  return _render_view(d, view)
 
 
 def _op_expand(args: dict) -> dict:
-  d = _diagnosis(args)
-  node = args["node"]
-  return _view(d, set(args.get("expanded", [])) | {node}, set(args.get("collapsed", [])) - {node})
+  d, view = _requested_view(args)
+  return _render_view(d, views.expand(view, args["node"]))
 
 
 def _op_collapse(args: dict) -> dict:
-  d = _diagnosis(args)
-  node = args["node"]
-  return _view(d, set(args.get("expanded", [])) - {node}, set(args.get("collapsed", [])) | {node})
+  d, view = _requested_view(args)
+  return _render_view(d, views.collapse(view, args["node"]))
 
 
 def _op_search(args: dict) -> dict:
-  d = _diagnosis(args)
+  d, view = _requested_view(args)
   matches = list(views.search(d.graph, args["query"]))
-  view = views.default_view(d.graph, d.node, expanded=frozenset(args.get("expanded", [])),
-                            collapsed=frozenset(args.get("collapsed", [])))
   for m in matches[:3]:  # open clusters until the first hits are drawn as themselves
     view = views.reveal(view, m)
   return {"matches": matches, "view": _render_view(d, view)}
 
 
-def _view(d, expanded: set, collapsed: set = frozenset()) -> dict:
-  view = views.default_view(d.graph, d.node, expanded=frozenset(expanded),
-                            collapsed=frozenset(collapsed))
-  return _render_view(d, view)
+def _requested_view(args: dict):
+  """The diagnosis asked about, and its view with the panel's opened and closed boxes."""
+  d = _diagnosis(args)
+  return d, views.default_view(d.graph, d.node, expanded=frozenset(args.get("expanded", [])),
+                               collapsed=frozenset(args.get("collapsed", [])))
 
 
 def _render_view(d, view) -> dict:
@@ -368,5 +359,4 @@ _OPS: dict[str, Callable[[dict], Any]] = {
     "history": _op_history, "view": _op_view, "expand": _op_expand,
     "collapse": _op_collapse, "search": _op_search, "verify": _op_verify, "apply": _op_apply,
 }
-
-
+OPS = tuple(_OPS)

@@ -6,10 +6,6 @@ from ..capture.records import safely
 
 MIME_TYPE = "application/vnd.vjpviz.diagnosis+json"
 
-SHOWN_PER_CELL = 20
-"""Diagnoses shown (and pushed to the panel) per cell: a loop that fails every step
-shows its first ones; the history keeps the newest, for ``vjpviz.diagnoses()``."""
-
 
 def mimebundle(d: Diagnosis) -> dict:
   """Every representation we can make; a renderer failing drops only its own entry."""

@@ -14,7 +14,10 @@ from ..analysis.diagnosis import Diagnosis
 from ..capture.records import safely
 from ..render import layout
 from . import comm, magics, widgets
-from .display import SHOWN_PER_CELL
+
+SHOWN_PER_CELL = 20
+"""Diagnoses shown (and pushed to the panel) per cell: a loop that fails every step
+shows its first ones; the history keeps the newest, for ``vjpviz.diagnoses()``."""
 
 _pending: list[Diagnosis] = []   # this cell's diagnoses, shown after its traceback
 _not_shown = 0                   # this cell's diagnoses beyond SHOWN_PER_CELL
@@ -27,7 +30,7 @@ def load(ip) -> None:
   # Start the layout worker now, so the first failing cell does not wait for it.
   safely(layout.warm)
   safely(magics.register, ip)
-  safely(comm.register, ip)
+  safely(comm.register)
 
 
 def unload(ip) -> None:
@@ -36,7 +39,7 @@ def unload(ip) -> None:
     ip.events.unregister("post_run_cell", _show)
   except ValueError:
     pass
-  safely(comm.unregister, ip)
+  safely(comm.unregister)
   safely(magics.unregister, ip)
   runtime.uninstall()
 

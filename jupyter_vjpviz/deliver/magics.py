@@ -20,17 +20,12 @@ from ..analysis.diagnose import key
 from ..capture import jax_flags
 from ..capture.check_sites import observe_applications
 from ..lint import check, spec
+from . import comm
 from .display import mimebundle
 
 
 class VjpvizProblems(RuntimeError):
   """Raised by ``%%vjpviz --strict`` when a checked rule has a problem."""
-
-
-def panel_listening() -> bool:
-  """Whether a JupyterLab panel has talked to this kernel."""
-  from . import comm  # deliver.comm registers only through %load_ext; reading is free
-  return comm.listening()
 
 
 def status() -> str:
@@ -42,10 +37,8 @@ def status() -> str:
       f"hook points: {len(points)} wrapped, {len(skipped)} skipped",
       *(f"  skipped {point}: {why}" for point, why in skipped),
       f"diagnoses so far: {len(runtime.history())}",
-      f"panel listening: {'yes' if panel_listening() else 'no'}"]
+      f"panel listening: {'yes' if comm.listening() else 'no'}"]
   return "\n".join(lines)
-
-
 
 
 _EXPORTS = {"html": lambda d: d.to_html(), "svg": lambda d: d.to_svg(),
