@@ -14,6 +14,7 @@ import {
   IApplyResult,
   IVerifyResult,
   IViewResult,
+  RequestOp,
   fields
 } from './protocol';
 
@@ -170,7 +171,7 @@ export class VjpvizPanel extends Panel {
     if (!kernelId) {
       return { graph: null, fix: null, jumpToSource: () => undefined };
     }
-    const request = async (op: Parameters<VjpvizComms['request']>[1], args: JSONObject) =>
+    const request = async (op: RequestOp, args: JSONObject) =>
       this._comms.request(kernelId, op, { diagnosis_id: d.id, ...args });
     return {
       graph: {
@@ -189,7 +190,7 @@ export class VjpvizPanel extends Panel {
       fix: {
         verify: async code =>
           (await request('verify', { code })) as unknown as IVerifyResult,
-        apply: code => this._apply(d.id, d.rule ?? d.function ?? null, code, request),
+        apply: code => this._apply(d.rule ?? d.function ?? null, code, request),
         copy: text => this._copy(text)
       },
       jumpToSource: () => this._jump(d.rule ?? d.function ?? null)
@@ -201,34 +202,27 @@ export class VjpvizPanel extends Panel {
    * same text into the defining cell through its shared model (undoable).
    */
   private async _apply(
-    diagnosisId: string,
     rule: string | null,
     code: string,
     request: (op: 'apply', args: JSONObject) => Promise<unknown>
   ): Promise<IApplied> {
-    let kernelNote = '';
-    let diff: string | null = null;
+    let result: IApplyResult;
     try {
-      const result = (await request('apply', { code })) as IApplyResult;
-      if (!result.applied) {
-        if (result.problems && result.problems.length) {
-          const first = result.problems[0] as { headline?: string };
-          throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
-        }
-        if (result.diff) {
-          diff = result.diff;
-          kernelNote = ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged: make this change there.`;
-        }
-      } else {
-        kernelNote = ' The kernel now uses the fixed rule.';
-      }
+      result = (await request('apply', { code })) as IApplyResult;
     } catch (error) {
-      const message = (error as Error).message;
-      if (message.startsWith('the fix still fails')) {
-        throw error;
-      }
-      kernelNote = ` The kernel could not apply it (${message}); re-run the cell.`;
+      const note = ` The kernel could not apply it (${(error as Error).message}); re-run the cell.`;
+      return { message: this._applyToCell(code, rule) + note };
     }
+    if (!result.applied && result.problems?.length) {
+      const first = result.problems[0] as { headline?: string };
+      throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
+    }
+    const diff = result.applied ? null : result.diff ?? null;
+    const kernelNote = result.applied
+      ? ' The kernel now uses the fixed rule.'
+      : diff
+        ? ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged: make this change there.`
+        : '';
     return { message: this._applyToCell(code, rule) + kernelNote, diff };
   }
 
