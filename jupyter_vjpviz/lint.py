@@ -13,6 +13,7 @@ import numpy as np
 from jax._src import core
 
 from . import runtime
+from .capture import custom_rules
 from .analysis.diagnosis import Diagnosis
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -83,10 +84,9 @@ def spec(x):
   if isinstance(x, jax.ShapeDtypeStruct):
     return x
   try:
-    aval = core.typeof(x)
+    return custom_rules.spec(core.typeof(x))
   except TypeError:
     return x
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
 def _cache_key(nums, specs, kwargs):

@@ -225,7 +225,7 @@ def _primal_out(cvjp, args):
   except Exception:
     return None
   if key not in per_fun:
-    specs = [_spec(a) if isinstance(a, core.AbstractValue) else a for a in avals]
+    specs = [spec(a) if isinstance(a, core.AbstractValue) else a for a in avals]
     records.state.suspended += 1
     try:
       shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, specs))
@@ -380,7 +380,7 @@ def _is_array(x) -> bool:
 def _without_arrays(x):
   """A leaf a site may keep: arrays as ShapeDtypeStructs, callables weakly, the rest as is."""
   if isinstance(x, (jax.Array, np.ndarray)):
-    return _spec(core.typeof(x))
+    return spec(core.typeof(x))
   if callable(x) and not isinstance(x, type):
     try:
       return records.Weak(weakref.ref(x))
@@ -389,7 +389,8 @@ def _without_arrays(x):
   return x
 
 
-def _spec(aval):
+def spec(aval):
+  """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with."""
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax._src import custom_derivatives as cd
 
-from ..capture import records
+from ..capture import custom_rules, records
 from ..analysis.diagnosis import Diagnosis
 from ..capture.records import Weak
 from ..lint import check
@@ -64,7 +64,7 @@ def recheck(diagnosis: Diagnosis, cvjp) -> list[Diagnosis]:
 
 def _specs(site) -> tuple:
   """The differentiable arguments of the failing call, as ShapeDtypeStructs."""
-  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in site.in_avals]
+  specs = [custom_rules.spec(a) for a in site.in_avals]
   return jax.tree_util.tree_unflatten(site.in_tree, specs)
 
 
