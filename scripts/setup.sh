@@ -32,7 +32,20 @@ venv() {
 }
 
 python_packages() {
-  .venv/bin/pip install --disable-pip-version-check -e '.[test]'
+  # Skipped when pyproject.toml is what the venv was last installed from. A JAX
+  # already in the venv is pinned: installing the test extra never changes it.
+  local stamp=.venv/.installed-from constraints=.venv/.jax-constraints
+  if [[ -f $stamp ]] && cmp -s pyproject.toml "$stamp"; then return; fi
+  .venv/bin/python - >"$constraints" <<'PY'
+import importlib.metadata as m
+for name in ("jax", "jaxlib"):
+    try:
+        print(f"{name}=={m.version(name)}")
+    except m.PackageNotFoundError:
+        pass
+PY
+  .venv/bin/pip install --disable-pip-version-check -c "$constraints" -e '.[test]'
+  cp pyproject.toml "$stamp"
 }
 
 npm_packages() {
