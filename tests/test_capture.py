@@ -449,6 +449,57 @@ def test_text_fallback_when_no_check_site_reported(path, monkeypatch):
   assert "JAX's message" in d.detail
 
 
+def _plain_jax_message(thunk) -> str:
+  """What JAX itself says, hook off."""
+  assert not vv.installed()
+  return str(raises(thunk))
+
+
+def _transposing_rule_grad(custom_vjp3):
+  jax.config.update("jax_custom_vjp3", custom_vjp3)
+  f = custom(lambda x: x * 2., lambda r, g: (g.T,))
+  return lambda: jax.grad(lambda x: f(x).sum())(jnp.ones((2, 3)))
+
+
+def _sharded_psum_grad():
+  mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+  f = custom(lambda x: x * 2., lambda r, g: (jax.lax.psum(g, "dp"),))
+  inner = lambda x: jax.grad(lambda x: f(x).sum())(x)
+  return lambda: jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=P("dp"), out_specs=P("dp")))(
+      jnp.ones((8, 16)))
+
+
+def _accumulator_grad():
+  from jax.experimental.hijax import ShapedArray, ValAccum
+  _, f_vjp = jax.vjp(jnp.sin, jnp.ones((2, 3)))
+  return lambda: f_vjp.with_refs(ValAccum(ShapedArray((3, 2), jnp.float32)))(jnp.ones((2, 3)))
+
+
+def _ref_grad():
+  _, f_vjp = jax.vjp(lambda w, x: jnp.sin(w[...] * x), jax.new_ref(jnp.ones((2, 3))), jnp.ones((2, 3)))
+  return lambda: f_vjp.with_refs(jax.new_ref(jnp.zeros((3, 2))), jax.ad.GradValue())(jnp.ones((2, 3)))
+
+
+@pytest.mark.parametrize("make, kind, expected, got", [
+    (lambda: _transposing_rule_grad(False), "bwd_type", "float32[2,3]", "float32[3,2]"),
+    (lambda: _transposing_rule_grad(True), "bwd_type", "float32[2,3]", "float32[3,2]"),
+    (_sharded_psum_grad, "bwd_type", "float32[2,16]{V:dp}", "float32[2,16]"),
+    (_accumulator_grad, "accumulator_type", "float32[2,3]", "float32[3,2]"),
+    (lambda: (lambda f: lambda: f(jnp.ones((3, 2))))(jax.vjp(jnp.sin, jnp.ones((2, 3)))[1]),
+     "vjp_cotangent_type", "float32[2,3]", "float32[3,2]"),
+    (_ref_grad, "grad_ref_type", "Ref{float32[2,3]}", "Ref{float32[3,2]}"),
+])
+def test_text_fallback_reads_multi_dim_types_whole(make, kind, expected, got):
+  """Real JAX messages: a type with commas, spaces or braces is read whole, never cut."""
+  from jupyter_vjpviz.analysis import fallback
+  try:
+    message = _plain_jax_message(make())
+  finally:
+    jax.config.update("jax_custom_vjp3", False)
+  (rec,) = fallback.records_from_text(message)
+  assert (rec.kind, rec.expected, rec.got) == (kind, expected, got), message
+
+
 def test_unsupported_jax_version_says_so_once_and_still_works(monkeypatch, capsys):
   monkeypatch.setattr(jax, "__version__", "0.99.0")
   vv.install()

@@ -3,6 +3,11 @@
 The hook captures structured data wherever JAX checks types; this is the
 safety net for a check site it does not wrap (another JAX version, a new code
 path). A record made here says so in its ``detail``.
+
+A type is matched whole, however ``str_short`` writes it (``float32[2,3]``,
+``float32<pinned_host>[8,4]{V:dp, U:x}``, ``Ref{float32[3]}``, a hijax type's
+``QArray(int8[3,3])``): commas and spaces inside brackets belong to it, so a
+type is never cut in half.
 """
 from __future__ import annotations
 
@@ -10,25 +15,36 @@ import re
 
 from ..capture.records import ERROR, Record
 
+_TYPE = r"(?:[^\s,()\[\]{}<>]|<\w+>|\([^()]*\)|\[[^\[\]]*\]|\{[^{}]*\})+?"
+"""A type token: bracketed groups are taken whole; it ends where the message goes on."""
+_END = r"(?=[,.;:]?(?:\s|$))"
+
+
+def _type(name: str) -> str:
+  return f"(?P<{name}>{_TYPE})"
+
+
 _PATTERNS = (
     ("bwd_type", re.compile(
         r"attached to (?P<function>\S+) at (?P<source>\S+) must produce an output with the same "
-        r"type.*?at output(?P<path>\S*) the bwd rule produced an output of type "
-        r"(?P<got>\S+) corresponding to an input of type (?P<expected>[^\s,]+)", re.S)),
+        rf"type.*?at output(?P<path>\S*) the bwd rule produced an output of type {_type('got')} "
+        rf"corresponding to an input of type {_type('expected')}{_END}", re.S)),
     ("bwd_type", re.compile(
         r"(?:at output(?P<path>\S*) )?the bwd rule attached to (?P<function>\S+) at "
-        r"(?P<source>\S+) produced an output of type (?P<got>\S+) which doesn't match "
-        r"expected type (?P<expected>[^\s.]+)")),
+        rf"(?P<source>\S+) produced an output of type {_type('got')} which doesn't match "
+        rf"expected type {_type('expected')}{_END}")),
     ("accumulator_type", re.compile(
-        r"Accumulator aval mismatch: expected (?P<expected>.+?), got (?P<got>\S+)")),
+        rf"Accumulator aval mismatch: expected {_type('expected')}, got {_type('got')}{_END}")),
     ("accumulator_type", re.compile(
-        r"Expected cotangent type (?P<expected>\S+) but got (?P<got>\S+)")),
+        rf"Expected cotangent type {_type('expected')} but got {_type('got')}{_END}")),
     ("grad_ref_type", re.compile(
         r"for the argument at position (?P<path>\S+) of the differentiated function "
-        r"(?P<function>\S+) at (?P<source>\S+?): the given ref has type (?P<got>\S+), but "
-        r"accumulating this argument's gradient requires a ref of type (?P<expected>\S+)")),
+        rf"(?P<function>\S+) at (?P<source>\S+?): the given ref has type {_type('got')}, but "
+        rf"accumulating this argument's gradient requires a ref of type {_type('expected')}"
+        rf"{_END}")),
     ("vjp_cotangent_type", re.compile(
-        r"for argument to VJP function: got (?P<got>\S+), but expected (?P<expected>\S+)")),
+        rf"for argument to VJP function: got {_type('got')}, but expected {_type('expected')}"
+        rf"{_END}")),
 )
 
 
