@@ -1,0 +1,492 @@
+"""The primal's own derivative as the judge of a custom rule's cotangents.
+
+A custom rule exists for speed, memory or numerical stability; in most real code
+its primal function is differentiable by JAX itself. ``jax.vjp`` of the primal at
+random inputs of the recorded avals, with a random output cotangent, gives the
+reference cotangent of every input, and a candidate rule is right when it gives
+the same. Where JAX cannot differentiate the primal (a ``pure_callback``),
+central finite differences along random directions are the second judge; where
+the primal's derivative is zero almost everywhere (``round``, ``sign``: a
+straight-through estimator), nothing can judge the rule, and the verdict says so.
+
+An ``Oracle`` holds arrays (its draws): it lives for one ranking of fixes or one
+gradient check and is never kept in a Diagnosis; a ``Verdict`` holds numbers
+and strings only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core
+from jax._src import custom_derivatives as cd
+
+from ..capture import records
+from ..capture.records import RuleSite, Weak
+
+RIGHT = "right"                 # equal to the reference on every draw
+WRONG = "wrong"                 # well-typed, different values
+TYPE_ERROR = "type_error"       # the rule's output has another structure or type
+FAILED = "failed"               # the rule raised
+UNVERIFIABLE = "unverifiable"   # no judge for (some of) the cotangents
+
+DRAWS = 3
+
+# Relative tolerance by dtype, scaled by the largest reference magnitude of the leaf:
+# two correct formulations of one gradient agree to a few ulps times the depth of
+# the computation, not elementwise near zero.
+_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+_FD_RTOL = 1e-2      # central differences in float32; float64 where it can be enabled
+
+# Primitives whose derivative is zero almost everywhere: autodiff of a primal
+# built on them says "zero", which is no judgement of a surrogate gradient.
+_FLAT = frozenset({"round", "floor", "ceil", "sign", "argmax", "argmin", "is_finite",
+                   "random_bits", "nextafter"})
+_INDEXING = frozenset({"gather", "scatter", "scatter-add", "scatter_add", "scatter-mul",
+                       "scatter_mul", "scatter-min", "scatter-max", "dynamic_slice",
+                       "dynamic_update_slice"})
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+_PASS_THROUGH = frozenset({"convert_element_type", "broadcast_in_dim", "reshape", "squeeze",
+                           "expand_dims", "add", "sub", "select_n", "neg", "concatenate",
+                           "transpose", "copy", "clamp", "max", "min"})
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafError:
+  """How one input's cotangent compares with the reference, over all draws."""
+  index: int                  # among the rule's differentiable input leaves
+  name: str                   # as the user spells it: ``x``, ``params['w']``
+  max_abs: float
+  max_rel: float              # max_abs over the largest reference magnitude
+  where: tuple[int, ...]      # element with the largest difference
+  reference_zero: bool        # the reference is zero at every draw
+  got_zero: bool              # so is the rule's cotangent
+  judged: bool = True         # False: no judge for this leaf (see Verdict.reason)
+  ok: bool = True
+
+  def describe(self) -> str:
+    if not self.judged:
+      return f"{self.name}: not judged"
+    if self.ok:
+      return f"{self.name}: equal to the reference (max abs error {self.max_abs:.2g})"
+    if self.got_zero:
+      return f"{self.name}: zero, but the reference is not"
+    return (f"{self.name}: differs from the reference, max abs {self.max_abs:.3g}, "
+            f"rel {self.max_rel:.2g} at {list(self.where)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """What a candidate rule's cotangents are worth: numbers and words, no arrays."""
+  status: str
+  reason: str
+  leaves: tuple[LeafError, ...] = ()
+  judge: str = "autodiff"     # "autodiff" | "finite differences" | ""
+
+  @property
+  def right(self) -> bool:
+    return self.status == RIGHT
+
+  def breaks(self) -> str | None:
+    """What this candidate gets wrong, in one clause: ``the gradient of scale becomes zero``."""
+    bad = [l for l in self.leaves if l.judged and not l.ok]
+    if not bad:
+      return None
+    zeroed = [l.name for l in bad if l.got_zero]
+    wrong = [l.name for l in bad if not l.got_zero]
+    parts = ([f"the gradient of {_names(zeroed)} becomes zero"] if zeroed else []) + \
+        ([f"the gradient of {_names(wrong)} differs from the primal's "
+          f"(rel {max(l.max_rel for l in bad if not l.got_zero):.2g})"] if wrong else [])
+    return "; ".join(parts)
+
+
+def _names(names: list[str]) -> str:
+  return ", ".join(f"`{n}`" for n in names)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Draw:
+  args: tuple                 # every argument of the call, nondiff included
+  ct: Any                     # the output cotangent
+  reference: tuple | None     # per input leaf (None: no reference at this draw)
+
+
+@dataclasses.dataclass
+class Oracle:
+  """Reference cotangents of one rule application, drawn once, reused for every candidate."""
+  site: RuleSite
+  fun: Callable
+  draws: tuple[_Draw, ...]
+  judge: str                  # "autodiff" | "finite differences" | "" (none)
+  reason: str = ""            # why some or all leaves have no judge
+  unjudged: frozenset = frozenset()   # leaf indices without a judge
+
+  @classmethod
+  def of(cls, site: RuleSite, fun: Callable, draws: int = DRAWS, seed: int = 0) -> Oracle:
+    """Draw inputs and cotangents for ``site`` and differentiate ``fun`` there."""
+    with _suspended():
+      return _build(cls, site, fun, draws, seed)
+
+  @property
+  def available(self) -> bool:
+    return bool(self.judge) and len(self.unjudged) < len(self.site.in_paths)
+
+  def reference_zero(self, index: int) -> bool:
+    """Whether the reference cotangent of input leaf ``index`` is zero at every draw."""
+    refs = [d.reference[index] for d in self.draws if d.reference is not None]
+    return bool(refs) and all(not np.any(r) for r in refs if r is not None)
+
+  def verdict(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False,
+              nondiff_argnums: tuple = ()) -> Verdict:
+    """Run ``bwd(fwd(args))`` at each draw and compare it leaf by leaf with the reference."""
+    with _suspended():
+      try:
+        outs = [_run_rule(self.site, d, fwd, bwd, symbolic_zeros, nondiff_argnums)
+                for d in self.draws]
+      except _TypeMismatch as e:
+        return Verdict(TYPE_ERROR, str(e), judge=self.judge)
+      except Exception as e:  # noqa: BLE001 - the candidate's own bug is its verdict
+        return Verdict(FAILED, f"the rule raised {type(e).__name__}: {e}"[:300], judge=self.judge)
+      if not self.judge:
+        return Verdict(UNVERIFIABLE, self.reason, judge="")
+      leaves = self._compare(outs, fwd, bwd, symbolic_zeros, nondiff_argnums)
+    if any(l.judged and not l.ok for l in leaves):
+      return Verdict(WRONG, "; ".join(l.describe() for l in leaves if l.judged and not l.ok),
+                     tuple(leaves), self.judge)
+    if any(not l.judged for l in leaves):
+      return Verdict(UNVERIFIABLE, self.reason, tuple(leaves), self.judge)
+    return Verdict(RIGHT, f"equal to the primal's {self.judge} at {len(self.draws)} random "
+                   "points", tuple(leaves), self.judge)
+
+  def _compare(self, outs, fwd, bwd, symbolic_zeros, nondiff_argnums) -> list[LeafError]:
+    if self.judge == "finite differences":
+      return _compare_directional(self, outs)
+    leaves = []
+    for i, name in enumerate(self.site.in_names):
+      refs = [d.reference[i] if d.reference is not None else None for d in self.draws]
+      gots = [o[i] for o in outs]
+      leaves.append(_leaf_error(i, name, refs, gots, self.site.in_avals[i],
+                                judged=i not in self.unjudged))
+    return leaves
+
+
+class _TypeMismatch(Exception):
+  pass
+
+
+# ---------------------------------------------------------------- building
+
+def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracle:
+  specs = _all_specs(site)
+  bounds = _index_bounds(fun, specs)
+  key = np.random.default_rng(seed)
+  draws, judge, reason = [], "autodiff", ""
+  for k in range(n_draws):
+    args = _draw_args(site, specs, key, positive=k % 2 == 1, bounds=bounds)
+    out = jax.eval_shape(fun, *args)
+    ct = jax.tree_util.tree_map(lambda s: _draw_like(s, key), out)
+    try:
+      reference = _reference(site, fun, args, ct)
+    except Exception as e:  # noqa: BLE001 - JAX cannot differentiate the primal
+      judge, reason = "finite differences", (f"JAX cannot differentiate {site.function} "
+                                             f"({type(e).__name__}); judged by finite differences")
+      reference = None
+    draws.append(_Draw(tuple(args), ct, reference))
+  unjudged, flat_reason = _flat_leaves(site, fun, specs, draws) if judge == "autodiff" \
+      else (frozenset(), "")
+  if flat_reason:
+    reason = flat_reason
+  return cls(site, fun, tuple(draws), judge, reason, unjudged)
+
+
+def _all_specs(site: RuleSite) -> list:
+  """Every argument of the call as ShapeDtypeStructs (arrays) or its value (the rest)."""
+  diff = jax.tree_util.tree_unflatten(
+      site.in_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in site.in_avals])
+  static = dict(site.nondiff)
+  rest = iter(diff)
+  return [static[i] if i in static else next(rest) for i in range(len(diff) + len(static))]
+
+
+def _draw_args(site, specs, rng, positive: bool, bounds: dict) -> list:
+  """Random values of every argument: nondiff arrays too, callables resolved."""
+  flat, tree = jax.tree_util.tree_flatten(specs, is_leaf=lambda x: isinstance(x, Weak))
+  drawn = []
+  for j, leaf in enumerate(flat):
+    if isinstance(leaf, Weak):
+      fn = leaf.get()
+      if fn is None:
+        raise ValueError("a callable argument of the failing call no longer exists")
+      drawn.append(fn)
+    elif isinstance(leaf, jax.ShapeDtypeStruct):
+      drawn.append(_draw_like(leaf, rng, positive, bounds.get(j)))
+    else:
+      drawn.append(leaf)
+  return jax.tree_util.tree_unflatten(tree, drawn)
+
+
+def _draw_like(spec, rng, positive: bool = False, bound: int | None = None):
+  dtype = np.dtype(spec.dtype)
+  if dtype == jax.dtypes.float0:
+    return np.zeros(spec.shape, jax.dtypes.float0)
+  if jnp.issubdtype(dtype, jnp.bool_):
+    return jnp.asarray(rng.random(spec.shape) < 0.5)
+  if jnp.issubdtype(dtype, jnp.integer):
+    return jnp.asarray(rng.integers(0, max(bound or 2, 1), spec.shape), dtype)
+  values = rng.uniform(0.25, 2.0, spec.shape) if positive else rng.standard_normal(spec.shape)
+  if jnp.issubdtype(dtype, jnp.complexfloating):
+    values = values + 1j * rng.standard_normal(spec.shape)
+  return jnp.asarray(values, dtype)
+
+
+def _reference(site: RuleSite, fun, args, ct) -> tuple:
+  """Per input leaf: the cotangent JAX's autodiff of the primal gives (numpy, float64)."""
+  positions = _diff_positions(site, len(args))
+  diff = tuple(args[i] for i in positions)
+
+  def restricted(*d):
+    full = list(args)
+    for i, v in zip(positions, d):
+      full[i] = v
+    return fun(*full)
+  _, pullback = jax.vjp(restricted, *diff)
+  cts = pullback(ct)
+  return tuple(_host(l) for l in jax.tree_util.tree_leaves(cts))
+
+
+def _diff_positions(site: RuleSite, n_args: int) -> list[int]:
+  nondiff = {i for i, _ in site.nondiff}
+  return [i for i in range(n_args) if i not in nondiff]
+
+
+def _host(x):
+  """float64 numpy of a cotangent leaf; None for float0 (an integer input's)."""
+  if getattr(x, "dtype", None) == jax.dtypes.float0:
+    return None
+  return np.asarray(x, np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
+def _run_rule(site, draw: _Draw, fwd, bwd, symbolic_zeros, nondiff_argnums) -> list:
+  """The rule's cotangent per input leaf (None for float0 / integer inputs) at one draw."""
+  args = list(draw.args)
+  positions = _diff_positions(site, len(args))
+  if symbolic_zeros:
+    for i in positions:
+      args[i] = jax.tree_util.tree_map(lambda a: cd.CustomVJPPrimal(a, True), args[i])
+  _, res = fwd(*args)
+  nondiff = [draw.args[i] for i in sorted(i for i, _ in site.nondiff)]
+  cts = bwd(*nondiff, res, draw.ct)
+  return _flatten_cts(site, cts)
+
+
+def _flatten_cts(site: RuleSite, cts) -> list:
+  """``cts`` per input leaf, as float64 numpy; zeros for None and symbolic zeros."""
+  if isinstance(cts, list):
+    cts = tuple(cts)
+  n_args = len(site.in_tree.children())
+  if not isinstance(cts, tuple) or len(cts) != n_args:
+    raise _TypeMismatch(f"the rule returns {type(cts).__name__} where {n_args} "
+                        "cotangent(s) are due")
+  index_tree = jax.tree_util.tree_unflatten(site.in_tree, list(range(len(site.in_paths))))
+  flat: list = [None] * len(site.in_paths)
+
+  def put(ct, idx):
+    for i in jax.tree_util.tree_leaves(idx):
+      flat[i] = ct
+  try:
+    jax.tree_util.tree_map(put, cts, index_tree, is_leaf=_none_or_zero)
+  except (ValueError, TypeError) as e:
+    raise _TypeMismatch(f"the rule's cotangents have another structure: {e}"[:300]) from None
+  out = []
+  for i, (ct, primal) in enumerate(zip(flat, site.in_avals)):
+    want = primal.to_ct_aval()
+    if want.dtype == jax.dtypes.float0:
+      out.append(None)
+      continue
+    if ct is None or isinstance(ct, (cd.SymbolicZero, cd.Zero)):
+      out.append(np.zeros(want.shape))
+      continue
+    got = core.typeof(ct)
+    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+      raise _TypeMismatch(f"{site.in_names[i]}'s cotangent is {got.str_short()}, "
+                          f"not {want.str_short()}")
+    out.append(_host(ct))
+  return out
+
+
+def _none_or_zero(x) -> bool:
+  return x is None or isinstance(x, (cd.SymbolicZero, cd.Zero))
+
+
+# --------------------------------------------------------------- comparing
+
+def _leaf_error(i, name, refs, gots, primal, judged: bool) -> LeafError:
+  dtype = str(primal.to_ct_aval().dtype)
+  if jax.dtypes.float0 == primal.to_ct_aval().dtype:   # an integer input has no gradient
+    return LeafError(i, name, 0.0, 0.0, (), True, True)
+  pairs = [(r, g) for r, g in zip(refs, gots) if r is not None and g is not None]
+  if not pairs:
+    return LeafError(i, name, 0.0, 0.0, (), True, True, judged=False, ok=True)
+  worst, where, scale = 0.0, (), 0.0
+  for r, g in pairs:
+    known = np.isfinite(r)          # a stable rule may be finite where autodiff is not
+    diff = np.where(known, np.abs(g - np.where(known, r, 0)), 0)
+    scale = max(scale, float(np.max(np.abs(np.where(known, r, 0)), initial=0.0)))
+    if diff.size and float(np.max(diff)) > worst:
+      worst = float(np.max(diff))
+      where = tuple(int(k) for k in np.unravel_index(int(np.argmax(diff)), diff.shape))
+  rtol = _RTOL.get(dtype, 1e-4)
+  ok = worst <= rtol * scale + rtol * 1e-2
+  return LeafError(i, name, worst, worst / scale if scale else math.inf if worst else 0.0,
+                   where, reference_zero=scale == 0.0,
+                   got_zero=all(not np.any(g) for _, g in pairs), judged=judged,
+                   ok=ok or not judged)
+
+
+def _compare_directional(oracle: Oracle, outs) -> list[LeafError]:
+  """Per input leaf: <rule ct, v> against the central difference of <ct, f> along v."""
+  site = oracle.site
+  leaves = []
+  rng = np.random.default_rng(1)
+  for i, name in enumerate(site.in_names):
+    errs, scale, got_zero = [], 0.0, True
+    for draw, out in zip(oracle.draws, outs):
+      if out[i] is None:
+        continue
+      v = rng.standard_normal(out[i].shape)
+      fd = _central_difference(site, oracle.fun, draw, i, v)
+      if fd is None:
+        continue
+      ad = float(np.real(np.vdot(out[i], v)))
+      errs.append(abs(ad - fd))
+      scale = max(scale, abs(fd))
+      got_zero = got_zero and not np.any(out[i])
+    if not errs:
+      leaves.append(LeafError(i, name, 0.0, 0.0, (), True, True, judged=False))
+      continue
+    worst = max(errs)
+    leaves.append(LeafError(i, name, worst, worst / scale if scale else 0.0, (),
+                            reference_zero=scale == 0.0, got_zero=got_zero,
+                            ok=worst <= _FD_RTOL * max(scale, 1e-3)))
+  return leaves
+
+
+def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
+  """d/de <ct, f(x + e v)> at e = 0, perturbing input leaf ``leaf`` only."""
+  args = list(draw.args)
+  positions = _diff_positions(site, len(args))
+  diff = tuple(args[i] for i in positions)
+  flat, tree = jax.tree_util.tree_flatten(diff)
+  x = np.asarray(flat[leaf], np.float64)
+  eps = 1e-3 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
+
+  def value(sign):
+    moved = list(flat)
+    moved[leaf] = jnp.asarray(x + sign * eps * v, flat[leaf].dtype)
+    full = list(args)
+    for i, d in zip(positions, jax.tree_util.tree_unflatten(tree, moved)):
+      full[i] = d
+    out = fun(*full)
+    return sum(float(np.real(np.vdot(np.asarray(c, np.float64), np.asarray(o, np.float64))))
+               for c, o in zip(jax.tree_util.tree_leaves(draw.ct), jax.tree_util.tree_leaves(out))
+               if getattr(c, "dtype", None) != jax.dtypes.float0)
+  try:
+    return (value(1) - value(-1)) / (2 * eps)
+  except Exception:  # noqa: BLE001 - a primal that cannot run off its draw gets no judge
+    return None
+
+
+# ------------------------------------------------ what the primal tells us
+
+def _index_bounds(fun, specs) -> dict[int, int]:
+  """For integer argument leaves: the size of what the primal indexes or compares them with.
+
+  Labels and indices must be drawn in range, or both the rule and autodiff see
+  out-of-bounds gathers (clamped or dropped) and agree on nothing useful.
+  """
+  flat, tree = jax.tree_util.tree_flatten(specs, is_leaf=lambda x: isinstance(x, Weak))
+  ints = [j for j, l in enumerate(flat) if isinstance(l, jax.ShapeDtypeStruct)
+          and jnp.issubdtype(l.dtype, jnp.integer)]
+  if not ints:
+    return {}
+  try:
+    closed = jax.make_jaxpr(lambda *a: fun(*a))(*specs)
+  except Exception:  # noqa: BLE001 - without a jaxpr, draws fall back to {0, 1}
+    return {}
+  arrays = [j for j, l in enumerate(flat) if isinstance(l, jax.ShapeDtypeStruct)]
+  invars = dict(zip(closed.jaxpr.invars, arrays))
+  bounds = {}
+  for var, j in invars.items():
+    if j in ints:
+      found = _bound(closed.jaxpr, var)
+      if found:
+        bounds[j] = found
+  return bounds
+
+
+def _bound(jaxpr, var) -> int | None:
+  """The smallest size ``var`` (or what derives from it) indexes or is compared against."""
+  derived, best = {var}, None
+  iotas = {e.outvars[0]: e.params.get("shape", (0,)) for e in jaxpr.eqns
+           if e.primitive.name == "iota"}
+  for eqn in jaxpr.eqns:
+    touching = [v for v in eqn.invars if isinstance(v, core.Var) and v in derived]
+    if not touching:
+      continue
+    name = eqn.primitive.name
+    sizes = []
+    if name in _INDEXING:
+      sizes = [d for d in eqn.invars[0].aval.shape if d > 0]
+    elif name in _COMPARISONS:
+      sizes = [max(iotas[v]) for v in eqn.invars if isinstance(v, core.Var) and v in iotas]
+    for sub in core.jaxprs_in_params(eqn.params):
+      for outer, inner in zip(eqn.invars, sub.invars):
+        if isinstance(outer, core.Var) and outer in derived:
+          found = _bound(sub, inner)
+          sizes += [found] if found else []
+    if sizes:
+      best = min([best, *sizes]) if best else min(sizes)
+    if name in _PASS_THROUGH:
+      derived.update(eqn.outvars)
+  return best
+
+
+def _flat_leaves(site, fun, specs, draws) -> tuple[frozenset, str]:
+  """Input leaves whose reference is zero because the primal is flat (round, sign, ...)."""
+  zero = {i for i in range(len(site.in_paths))
+          if all(d.reference is not None and (d.reference[i] is None or not np.any(d.reference[i]))
+                 for d in draws)}
+  if not zero:
+    return frozenset(), ""
+  try:
+    closed = jax.make_jaxpr(lambda *a: fun(*a))(*specs)
+  except Exception:  # noqa: BLE001
+    return frozenset(), ""
+  flat = sorted(_primitives(closed.jaxpr) & _FLAT)
+  if not flat:
+    return frozenset(), ""
+  return frozenset(zero), (f"{site.function}'s derivative is zero almost everywhere "
+                           f"({', '.join(flat)}): autodiff cannot judge a surrogate gradient")
+
+
+def _primitives(jaxpr) -> set[str]:
+  found = set()
+  for eqn in jaxpr.eqns:
+    found.add(eqn.primitive.name)
+    for sub in core.jaxprs_in_params(eqn.params):
+      found |= _primitives(sub)
+  return found
+
+
+class _suspended:
+  """The hook stands aside while the oracle runs the user's rules and primal."""
+
+  def __enter__(self):
+    records.state.suspended += 1
+
+  def __exit__(self, *exc):
+    records.state.suspended -= 1

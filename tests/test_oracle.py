@@ -1,0 +1,119 @@
+"""The oracle judges a rule by the primal's own derivative, with real JAX."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jupyter_vjpviz.analysis import oracle
+from jupyter_vjpviz.analysis.oracle import Oracle
+
+
+def site_of(hook, f, *args, argnums=0):
+  """The RuleSite of ``f``'s failing application, from a real diagnosis."""
+  with pytest.raises(Exception):
+    jax.grad(lambda *a: jnp.sum(f(*a)), argnums=argnums)(*args)
+  return hook.last().site
+
+
+def tanh_layer(bwd):
+  @jax.custom_vjp
+  def layer(x, w):
+    return jnp.tanh(x @ w)
+
+  def layer_fwd(x, w):
+    y = jnp.tanh(x @ w)
+    return y, (x, w, y)
+  layer.defvjp(layer_fwd, bwd)
+  return layer, layer_fwd
+
+
+def right_bwd(res, g):
+  x, w, y = res
+  d = g * (1 - y ** 2)
+  return d @ w.T, x.T @ d
+
+
+def transposed_bwd(res, g):
+  dx, dw = right_bwd(res, g)
+  return dx, dw.T
+
+
+@pytest.fixture
+def layer_site(hook):
+  layer, fwd = tanh_layer(transposed_bwd)
+  return layer, fwd, site_of(hook, layer, jnp.ones((4, 3)), jnp.ones((3, 2)), argnums=(0, 1))
+
+
+def test_the_right_rule_is_right_and_each_wrong_one_says_how(layer_site):
+  layer, fwd, site = layer_site
+  judge = Oracle.of(site, layer.fun)
+  assert judge.judge == "autodiff" and judge.available
+  assert judge.verdict(fwd, right_bwd).status == oracle.RIGHT
+  assert judge.verdict(fwd, transposed_bwd).status == oracle.TYPE_ERROR
+  zeros = judge.verdict(fwd, lambda res, g: (None, right_bwd(res, g)[1]))
+  assert zeros.status == oracle.WRONG
+  assert zeros.breaks() == "the gradient of `x` becomes zero"
+  scaled = judge.verdict(fwd, lambda res, g: (right_bwd(res, g)[0] * 1.5, right_bwd(res, g)[1]))
+  assert scaled.status == oracle.WRONG
+  (x_leaf, w_leaf) = scaled.leaves
+  assert not x_leaf.ok and w_leaf.ok
+  assert x_leaf.max_rel == pytest.approx(0.5, rel=1e-3)
+  failing = judge.verdict(fwd, lambda res, g: 1 / 0)
+  assert failing.status == oracle.FAILED and "ZeroDivisionError" in failing.reason
+
+
+def test_verdicts_hold_no_arrays(layer_site):
+  layer, fwd, site = layer_site
+  verdict = Oracle.of(site, layer.fun).verdict(fwd, right_bwd)
+  values = [getattr(leaf, f) for leaf in verdict.leaves for f in leaf.__dataclass_fields__]
+  assert all(isinstance(v, (int, float, str, bool, tuple)) for v in values)
+
+
+def test_a_flat_primal_has_no_autodiff_judge(hook):
+  @jax.custom_vjp
+  def straight_through(x):
+    return jnp.round(x)
+  straight_through.defvjp(lambda x: (jnp.round(x), None), lambda r, g: (g.T,))
+  site = site_of(hook, straight_through, jnp.ones((3, 2)))
+  verdict = Oracle.of(site, straight_through.fun).verdict(
+      straight_through.fwd, lambda r, g: (g,))
+  assert verdict.status == oracle.UNVERIFIABLE
+  assert "round" in verdict.reason
+
+
+def test_an_opaque_primal_is_judged_by_finite_differences(hook):
+  def host_sin(x):
+    return jax.pure_callback(lambda a: np.sin(a).astype(a.dtype),
+                             jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+  @jax.custom_vjp
+  def sin(x):
+    return host_sin(x)
+  fwd = lambda x: (host_sin(x), x)
+  sin.defvjp(fwd, lambda x, g: ((jnp.cos(x) * g).T,))
+  site = site_of(hook, sin, jnp.ones((3, 2)))
+  judge = Oracle.of(site, sin.fun)
+  assert judge.judge == "finite differences"
+  assert judge.verdict(fwd, lambda x, g: (jnp.cos(x) * g,)).status == oracle.RIGHT
+  assert judge.verdict(fwd, lambda x, g: (jnp.sin(x) * g,)).status == oracle.WRONG
+
+
+def test_integer_inputs_are_drawn_in_the_range_the_primal_indexes_with(hook):
+  @jax.custom_vjp
+  def nll(logits, labels):
+    picked = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=1)
+    return -picked.sum()
+
+  def nll_fwd(logits, labels):
+    return nll(logits, labels), (logits, labels)
+
+  def nll_bwd(res, g):
+    logits, labels = res
+    return (g * (jax.nn.softmax(logits) - jax.nn.one_hot(labels, 7))).T, None
+  nll.defvjp(nll_fwd, nll_bwd)
+  site = site_of(hook, nll, jnp.ones((5, 7)), jnp.zeros(5, jnp.int32))
+  judge = Oracle.of(site, nll.fun)
+  labels = np.concatenate([np.asarray(d.args[1]) for d in judge.draws])
+  assert labels.min() >= 0 and labels.max() < 5 and len(set(labels.tolist())) > 1
+  right = lambda res, g: (g * (jax.nn.softmax(res[0]) - jax.nn.one_hot(res[1], 7)), None)
+  assert judge.verdict(nll_fwd, right).status == oracle.RIGHT
