@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up a development machine (Debian, as root): system packages, .venv with the
+# Set up a development machine (Debian, as root; needs Python >= 3.12 with venv, found
+# by scripts/find-python.sh, and node >= 18): system packages, .venv with the
 # package installed editable (which builds the labextension) and the npm dev deps.
 # Safe to re-run: every step is skipped or fast when already done.
 set -euo pipefail
@@ -27,7 +28,16 @@ system_packages() {
 
 venv() {
   if [[ ! -x .venv/bin/python ]]; then
-    PYENV_VERSION=3.12.1 python3.12 -m venv .venv || python3.12 -m venv .venv
+    "$(bash scripts/find-python.sh)" -m venv .venv
+  fi
+}
+
+node_present() {
+  # jlpm (the labextension build, jest, the browser tests) runs on node >= 18.
+  if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)' 2>/dev/null; then
+    echo "setup: node 18 or newer is needed (found: $(node --version 2>/dev/null || echo none)); " \
+      "install it, e.g. apt-get install nodejs npm, or from https://nodejs.org" >&2
+    exit 1
   fi
 }
 
@@ -44,7 +54,7 @@ for name in ("jax", "jaxlib"):
     except m.PackageNotFoundError:
         pass
 PY
-  .venv/bin/pip install --disable-pip-version-check -c "$constraints" -e '.[test]'
+  .venv/bin/pip install --disable-pip-version-check -c "$constraints" -e '.[test,test-libraries]'
   cp pyproject.toml "$stamp"
 }
 
@@ -56,7 +66,8 @@ npm_packages() {
 export PATH="$PWD/.venv/bin:$PATH"
 
 phase "system packages" system_packages
+phase "node" node_present
 phase "venv" venv
-phase "pip install -e .[test] (builds the labextension)" python_packages
+phase "pip install -e .[test,test-libraries] (builds the labextension)" python_packages
 phase "npm dev dependencies" npm_packages
 test -f jupyter_vjpviz/labextension/package.json

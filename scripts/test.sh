@@ -11,7 +11,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 # A real JAX outside the supported range, for tests/test_unsupported_jax.py (this
 # checkout runs there from PYTHONPATH; only the runtime dependencies are installed).
 if [[ ! -x .venv-jax-old/bin/python ]]; then
-  PYENV_VERSION=3.12.1 python3.12 -m venv .venv-jax-old || python3.12 -m venv .venv-jax-old
+  "$(bash scripts/find-python.sh)" -m venv .venv-jax-old
   .venv-jax-old/bin/pip install --disable-pip-version-check -q jax==0.7.2 jaxlib==0.7.2 \
     ipython ipywidgets graphviz 'pygraphviz>=2.0.4' comm
 fi

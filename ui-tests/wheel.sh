@@ -49,8 +49,7 @@ PY
 step "built $(basename "$WHEEL")"
 
 # 2. A fresh venv, and node masked.
-PYENV_VERSION=3.12.1 python3.12 -m venv "$TMP/v" 2>/dev/null || python3.12 -m venv "$TMP/v" \
-  || fail "could not make a venv"
+"$(bash "$ROOT/scripts/find-python.sh")" -m venv "$TMP/v" || fail "could not make a venv"
 source "$HERE/mask-node.sh"
 mask_node "$TMP/nonode"
 NONODE_PATH="$TMP/nonode:$TMP/v/bin:/usr/local/bin:/usr/bin:/bin"
