@@ -9,8 +9,10 @@ error) is unchanged. It also sees what JAX lets through (silent dtypes).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import threading
 import weakref
 from typing import Any
 
@@ -21,27 +23,31 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import jax_flags, names, records
+from . import arguments, frames, jax_flags, names, records, wrappers
+from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 
 
 class InstrumentedRule:
   """A callable that JAX cannot tell from the user's rule (name, repr, source).
 
-  It holds its custom_vjp weakly: the clone cache is keyed weakly on that
+  A fwd holds its custom_vjp weakly: the clone cache is keyed weakly on that
   object, and a strong reference back would keep it (and every JAX cache keyed
-  on its functions, with their constants) alive forever.
+  on its functions, with their constants) alive forever. A bwd needs no owner
+  (``owner=None``): its check reads only the site in the residuals, so it runs
+  even when the custom_vjp was made for one call and is gone by the backward pass.
   """
 
-  def __init__(self, rule, owner, call):
+  def __init__(self, rule, call, owner=None):
     functools.update_wrapper(self, rule)
-    self._owner = weakref.ref(owner)
+    self._owner = weakref.ref(owner) if owner is not None else None
     self._call = call
 
   def __call__(self, *args, **kwargs):
+    if self._owner is None:
+      return self._call(*args, **kwargs)
     owner = self._owner()
     if owner is None:  # a JAX cache outlived the user's object: be the plain rule
-      args = [a.res if isinstance(a, TaggedResiduals) else a for a in args]
       return self.__wrapped__(*args, **kwargs)
     return self._call(owner, *args, **kwargs)
 
@@ -86,8 +92,11 @@ def instrumented(cvjp):
     return cached[1]
   clone = object.__new__(type(cvjp))
   clone.__dict__.update(cvjp.__dict__)
-  clone.fwd = InstrumentedRule(cvjp.fwd, cvjp, _fwd)
-  clone.bwd = InstrumentedRule(cvjp.bwd, cvjp, _bwd_with_accums if option(cvjp, "with_accums") else _bwd)
+  clone.fwd = InstrumentedRule(cvjp.fwd, _fwd, owner=cvjp)
+  clone.bwd = InstrumentedRule(cvjp.bwd, (
+      functools.partial(_bwd_with_accums, cvjp.bwd, len(cvjp.nondiff_argnums))
+      if option(cvjp, "with_accums") else
+      functools.partial(_bwd, cvjp.bwd, bool(option(cvjp, "with_logs")))))
   _clones[cvjp] = (key, clone)
   return clone
 
@@ -95,24 +104,49 @@ def instrumented(cvjp):
 # ------------------------------------------------------------------ forward
 
 def _fwd(cvjp, *args):
-  out_res = cvjp.fwd(*args)
-  site = records.safely(_site, cvjp, args)
+  watch = records.safely(_user_fwd_to_watch, cvjp, args)
+  if watch is None:
+    out_res, spelled = cvjp.fwd(*args), None
+  else:
+    out_res, spelled = arguments.observe(lambda: cvjp.fwd(*args), *watch)
+  site = records.safely(_site, cvjp, args, spelled)
   if site is None:
     return out_res
   if not (isinstance(out_res, (tuple, list)) and len(out_res) == 2):
-    records.record(Record(
+    records.record(retained(Record(
         kind="fwd_structure", severity=ERROR, function=site.function,
         source=site.source, rule=site.fwd_rule, site=site, path="",
         expected="(primal_out, residuals)",
         got=_structure(out_res),
-        detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)"))
+        detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)")))
     return out_res
   out, res = out_res
   if names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
     site = records.safely(_with_closed_rule, site, res, default=site)
   for rec in records.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
-    records.record(rec)
+    records.record(retained(rec))
+  for observe in _site_observers.callbacks:
+    records.safely(observe, site, args)
   return type(out_res)((out, TaggedResiduals(res, site)))
+
+
+class _SiteObservers(threading.local):
+  def __init__(self):
+    self.callbacks: list = []
+
+
+_site_observers = _SiteObservers()
+
+
+@contextlib.contextmanager
+def observe_sites(callback):
+  """Call ``callback(site, args)`` on every site a fwd makes in this thread meanwhile:
+  how ``vjpviz.gradcheck`` learns each rule application a function reaches, at any depth."""
+  _site_observers.callbacks.append(callback)
+  try:
+    yield
+  finally:
+    _site_observers.callbacks.remove(callback)
 
 
 def _with_closed_rule(site: RuleSite, res) -> RuleSite:
@@ -129,25 +163,50 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
-def _site(cvjp, args) -> RuleSite:
-  diff = tuple(a for i, a in enumerate(args) if i not in cvjp.nondiff_argnums)
+def _user_fwd_to_watch(cvjp, args):
+  """(code, structure, leaves) when a library's fwd stands for the user's and how the
+  user spells its inputs is not known yet (``arguments``); else None."""
+  code = _watched_code(cvjp)
+  if code is None:
+    return None
+  structure = jax.tree_util.tree_structure(_diff_args(cvjp, args), is_leaf=_is_primal_box)
+  if arguments.cached(code, structure) is not None:
+    return None
+  leaves = jax.tree_util.tree_leaves(_diff_args(cvjp, args), is_leaf=_is_primal_box)
+  return code, structure, [_unbox(x) for x in leaves]
+
+
+def _diff_args(cvjp, args) -> tuple:
+  return tuple(a for i, a in enumerate(args) if i not in cvjp.nondiff_argnums)
+
+
+def _site(cvjp, args, spelled=None) -> RuleSite:
+  diff = _diff_args(cvjp, args)
   leaves, treedef = jax.tree_util.tree_flatten_with_path(diff, is_leaf=_is_primal_box)
   in_avals = tuple(core.typeof(_unbox(x)) for _, x in leaves)
   call_site, name_stack = _call_site()
   occurrence = None
   session = records.current_session()
+  if session is not None:
+    session.held[id(cvjp)] = cvjp
   if session is not None and session.entry == "vjp":
     key = (id(cvjp.fun), call_site, name_stack)
     session.occurrences[key] += 1
     occurrence = session.occurrences[key]
   params = names.positional_names(cvjp.fun)
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
-  in_names = tuple(names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
-                   for p, _ in leaves)
+  code = _watched_code(cvjp)
+  spelled = spelled or (arguments.cached(code, treedef) if code is not None else None) or ()
+  in_names = tuple(
+      (spelled[k] if k < len(spelled) and spelled[k] else None)
+      or names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
+      for k, (p, _) in enumerate(leaves))
   return RuleSite(
       **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
       in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=in_names,
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
+      perturbed=(tuple(bool(x.perturbed) for _, x in leaves)
+                 if any(_is_primal_box(x) for _, x in leaves) else None),
       nondiff=tuple((i, jax.tree_util.tree_map(_without_arrays, args[i]))
                     for i in cvjp.nondiff_argnums),
       owner=weakref.ref(cvjp))
@@ -160,18 +219,30 @@ def _rule_names(cvjp) -> dict:
   """Names and sources of the primal and its rules: fixed per rule set, so computed
   once (``_site`` runs on every fwd) and recomputed only after a new ``defvjp``."""
   key = (cvjp.fun, cvjp.fwd, cvjp.bwd)
-  cached = _names_cache.get(cvjp)
+  cached = _names_cache.get(cvjp)   # (key, names, the user fwd's code to watch or None)
   if cached is None or cached[0] != key:
     cached = _names_cache[cvjp] = (key, dict(
         function=names.function_name(cvjp.fun), source=names.function_source(cvjp.fun),
         rule=names.function_name(cvjp.bwd), fwd_rule=names.function_name(cvjp.fwd),
-        rule_source=names.function_source(cvjp.bwd)))
+        rule_source=names.function_source(cvjp.bwd)), _user_fwd_code(cvjp))
   return cached[1]
+
+
+def _watched_code(cvjp):
+  _rule_names(cvjp)
+  return _names_cache[cvjp][2]
+
+
+def _user_fwd_code(cvjp):
+  """The code of the user's fwd, when a library's (not JAX's) fwd calls it."""
+  fwd, path = wrappers.behind(cvjp.fwd)
+  code = getattr(fwd, "__code__", None)
+  return code if path and not names.inside_jax(getattr(cvjp.fwd, "__code__", code).co_filename) else None
 
 
 def _call_site() -> tuple[str | None, str]:
   info = source_info_util.current()
-  frame = source_info_util.user_frame(info.traceback)
+  frame = frames.user_frame(info.traceback)
   where = f"{frame.file_name}:{frame.start_line}" if frame else None
   return where, names.scope_names(info.name_stack)
 
@@ -240,33 +311,32 @@ def _primal_out(cvjp, args):
 
 # ----------------------------------------------------------------- backward
 
-def _bwd(cvjp, *args):
+def _bwd(bwd, with_logs: bool, *args):
   *static, tagged, ct = args
   if not isinstance(tagged, TaggedResiduals):
-    return cvjp.bwd(*args)
+    return bwd(*args)
   site = tagged.site
   records.state.rule_stack.append(site)
   try:
-    cts = cvjp.bwd(*static, tagged.res, ct)
+    cts = bwd(*static, tagged.res, ct)
   finally:
     records.state.rule_stack.pop()
   if records.current_session() is not None:
     payload = cts
-    if option(cvjp, "with_logs") and isinstance(cts, (tuple, list)) and len(cts) == 2:
+    if with_logs and isinstance(cts, (tuple, list)) and len(cts) == 2:
       payload = cts[0]
     for rec in records.safely(compare_cotangents, site, payload, default=[]):
-      records.record(rec)
+      records.record(retained(rec))
   return cts
 
 
-def _bwd_with_accums(cvjp, *args):
-  n_static = len(cvjp.nondiff_argnums)
+def _bwd_with_accums(bwd, n_static: int, *args):
   static, (tagged, ct), accums = args[:n_static], args[n_static:n_static + 2], args[n_static + 2:]
   if not isinstance(tagged, TaggedResiduals):
-    return cvjp.bwd(*args)
+    return bwd(*args)
   records.state.rule_stack.append(tagged.site)
   try:
-    return cvjp.bwd(*static, tagged.res, ct, *accums)
+    return bwd(*static, tagged.res, ct, *accums)
   finally:
     records.state.rule_stack.pop()
 
@@ -304,6 +374,14 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
         expected=expected.str_short(), got=got.str_short(), flat_index=i,
         expected_aval=expected, got_aval=got, **base))
   return found
+
+
+def perturbed_args(site: RuleSite) -> tuple[int, ...]:
+  """The differentiable arguments with a leaf that was differentiated: what a re-check
+  differentiates (a library may assert that the rest are not)."""
+  flags = site.perturbed or (True,) * len(site.in_paths)
+  args = jax.tree_util.tree_unflatten(site.in_tree, flags)
+  return tuple(i for i, a in enumerate(args) if any(jax.tree_util.tree_leaves(a)))
 
 
 def _match_structure(site, cts):
@@ -399,6 +477,7 @@ def _structure(x) -> str:
 
 
 def clear_caches() -> None:
+  arguments.clear()
   _clones.clear()
   _names_cache.clear()
   _primal_out_avals.clear()

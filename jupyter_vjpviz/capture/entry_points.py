@@ -15,13 +15,14 @@ import jax
 from jax._src import api, core
 from jax._src import traceback_util
 
-from . import check_sites, frames, names, records
+from . import check_sites, frames, names, records, user_calls
 from .patches import PatchSet
 from .records import Origin, Session
 
 Sink = Callable[[Session, BaseException | None], None]
 
 _origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Boundary:
@@ -62,18 +63,23 @@ def _wrap_vjp(original, sink):
   def vjp(fun, *primals, **kwargs):
     if not records.active():
       return original(fun, *primals, **kwargs)
-    with Boundary("vjp", records.safely(_origin, fun, primals), sink) as session:
+    with (Boundary("vjp", records.safely(_origin, fun, primals), sink) as session,
+          user_calls.Watch(session, primals)):
       result = original(fun, *primals, **kwargs)
-    if session.origin is not None:
-      records.safely(_remember_origin, result, session.origin)
+    records.safely(_remember, result, session)
     return result
   vjp.__wrapped__ = original
   return vjp
 
 
-def _remember_origin(vjp_result, origin: Origin) -> None:
-  """So applying the VJP function later knows the user's function and argument types."""
-  _origins[vjp_result[1].jaxpr] = origin
+def _remember(vjp_result, session: Session) -> None:
+  """So applying the VJP function later knows the user's function and argument types,
+  and the custom rules it applied live as long as it can report on them."""
+  jaxpr = vjp_result[1].jaxpr
+  if session.origin is not None:
+    _origins[jaxpr] = session.origin
+  if session.held:
+    _held[jaxpr] = tuple(session.held.values())
 
 
 def _origin(fun, primals) -> Origin:

@@ -30,3 +30,47 @@ def strip(exc: BaseException) -> None:
     tb.tb_next = nxt
     tb = nxt
   exc.__traceback__ = head
+
+
+# ------------------------------------------------------------ the user's files
+
+def _library_dirs() -> tuple[str, ...]:
+  """Directories of code that is not the user's: the interpreter's and installed packages'."""
+  import site
+  import sysconfig
+  found = {PACKAGE_DIR, os.path.dirname(os.path.abspath(os.__file__))}
+  found.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+  found.update(getattr(site, "getsitepackages", lambda: [])())
+  found.add(getattr(site, "getusersitepackages", lambda: "")() or PACKAGE_DIR)
+  return tuple(sorted(os.path.join(os.path.abspath(d), "") for d in found if d))
+
+
+_LIBRARY_DIRS = _library_dirs()
+_PACKAGE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+_is_library: dict[str, bool] = {}
+
+
+def library_file(filename: str | None) -> bool:
+  """Whether a file (or ``file:line``) is a library's (JAX, installed packages, Python's own)
+  rather than the user's. Cached per name: call sites ask on every custom rule application."""
+  if not filename:
+    return False
+  try:
+    return _is_library[filename]
+  except KeyError:
+    pass
+  found = _is_library[filename] = (filename.startswith(_LIBRARY_DIRS)
+                                   or any(p in filename for p in _PACKAGE_PARTS))
+  return found
+
+
+def user_frame(traceback):
+  """The innermost frame of the user's own code (JAX only skips its own files), or None."""
+  if traceback is None:
+    return None
+  from jax._src import source_info_util
+  codes, lasti = traceback.raw_frames()
+  for code, i in zip(codes, lasti):
+    if not library_file(code.co_filename) and source_info_util.is_user_filename(code.co_filename):
+      return source_info_util.raw_frame_to_frame(code, i)
+  return None

@@ -8,6 +8,8 @@ import weakref
 
 import jax
 
+from . import wrappers
+
 _positional_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -15,11 +17,11 @@ _JAX_DIR = os.path.dirname(jax.__file__) + os.sep
 
 
 def _unwrap(fun):
-  """The user's function behind ``__wrapped__``, partials and JAX's own wrappers."""
+  """The user's function behind ``__wrapped__``, partials and libraries' wrappers."""
   fun = inspect.unwrap(fun)
   while isinstance(fun, functools.partial):
     fun = inspect.unwrap(fun.func)
-  return _behind_jax(fun)
+  return _behind_library(fun)
 
 
 def inside_jax(location: str | None) -> bool:
@@ -27,17 +29,15 @@ def inside_jax(location: str | None) -> bool:
   return bool(location) and location.startswith(_JAX_DIR)
 
 
+def _behind_library(fun):
+  """The user's function behind a library's wrapper (``jax.custom_gradient``,
+  equinox's ``filter_custom_vjp``, flax's ``nn.custom_vjp`` wrap one so)."""
+  return wrappers.behind(fun)[0]
+
+
 def _behind_jax(fun):
-  """A JAX-internal closure's user function (``jax.custom_gradient`` wraps one so)."""
   code = getattr(fun, "__code__", None)
-  if code is None or not inside_jax(code.co_filename):
-    return fun
-  for cell in getattr(fun, "__closure__", None) or ():
-    inner = getattr(cell, "cell_contents", None)
-    inner_code = getattr(inner, "__code__", None)
-    if inner_code is not None and not inside_jax(inner_code.co_filename):
-      return inner
-  return fun
+  return _behind_library(fun) if code is not None and inside_jax(code.co_filename) else fun
 
 
 def function_of(jaxpr) -> tuple[str | None, str | None]:
@@ -64,7 +64,10 @@ def function_source(fun) -> str | None:
 
 
 def positional_names(fun) -> tuple[str, ...]:
-  """Positional parameter names, cached: the hook asks on every custom_vjp fwd."""
+  """Positional parameter names, cached: the hook asks on every custom_vjp fwd.
+
+  Only JAX's own wrappers (``custom_gradient``) pass their arguments on as they
+  got them; another library's rearranges them (see ``arguments``)."""
   try:
     return _positional_cache[fun]
   except (KeyError, TypeError):

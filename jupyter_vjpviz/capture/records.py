@@ -36,11 +36,18 @@ class RuleSite:
   in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
   in_tree: Any                   # PyTreeDef of the differentiable args tuple
   hijax: bool = False
+  perturbed: tuple[bool, ...] | None = None
+  """Per input leaf, whether it was differentiated (symbolic_zeros rules are told; None: all)."""
   nondiff: tuple[tuple[int, Any], ...] = dataclasses.field(default=(), compare=False)
   """(argnum, value) of each nondiff argument, so a fix can re-run the call: the value
   itself for Python data (scalars, strings, callables), a ShapeDtypeStruct for arrays."""
   owner: Any = dataclasses.field(default=None, compare=False, repr=False)
-  """weakref to the user's custom_vjp object, so fixes can be verified against it."""
+  """The user's custom_vjp object, so fixes can be verified against it: a weakref
+  (the site travels in JAX's residual trees and caches), or in a record's copy a
+  ``Strong`` one (``retain.retained``: kept as long as the diagnosis, if it holds no arrays)."""
+  method: Any = dataclasses.field(default=None, compare=False, repr=False)
+  """For a hijax primitive: (weakref to its class, the rule's attribute name), so fixes
+  can read the rule (``getattr``) and rebind it (``setattr``)."""
 
   @property
   def in_structure(self) -> str:
@@ -55,6 +62,17 @@ class Weak:
   def get(self):
     """The callable, or None once the user's program has dropped it."""
     return self.ref()
+
+
+class Strong:
+  """A strong reference that reads like a weakref (``site.owner()``)."""
+  __slots__ = ("obj",)
+
+  def __init__(self, obj):
+    self.obj = obj
+
+  def __call__(self):
+    return self.obj
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +118,9 @@ class Session:
   records: list[Record] = dataclasses.field(default_factory=list)
   occurrences: collections.Counter = dataclasses.field(
       default_factory=collections.Counter)
+  held: dict = dataclasses.field(default_factory=dict)
+  """id -> each custom_vjp applied here: a rule made for one call must outlive the call
+  until the backward pass that may report on it (kept with the VJP function)."""
 
 
 class _State(threading.local):

@@ -1,0 +1,206 @@
+"""The user's functions behind a library's custom_vjp, and how to put edited ones back.
+
+A library that builds the ``jax.custom_vjp`` for its user (equinox's
+``filter_custom_vjp``, flax linen's ``nn.custom_vjp``, JAX's ``custom_gradient``)
+hands JAX functions of its own, which call the user's. A wrapper names what it
+calls: a free variable (a closure cell), or an attribute it loads
+(``self.fn_bwd(...)``: ``fn_bwd`` is in its ``co_names``) of an object in a
+cell. Following those, nearest first, finds the user's function and the way
+back to it: a fix then runs in the library's place on copies of the wrapper
+(``UserRules.placed``), or is rebound where the library reads it (``rebind``).
+Nothing here knows a library by name.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import types
+from typing import Any, Callable
+
+from . import frames
+
+Path = tuple[tuple[str, str], ...]
+"""Steps from a wrapper to the user's function: ("cell", freevar), ("attr", name), and in
+a partial ("func", ""), ("arg", index), ("kw", name)."""
+
+MAX_DEPTH = 4     # wrappers of wrappers: flax linen nests three
+
+
+def user_code(fn) -> bool:
+  code = getattr(fn, "__code__", None)
+  return code is not None and not frames.library_file(code.co_filename)
+
+
+def behind(fun) -> tuple[Any, Path | None]:
+  """The user's function ``fun`` stands for and the path to it: ``(fun, ())`` if it is
+  the user's, ``(fun, None)`` if no user function is found behind the library's."""
+  if user_code(fun):
+    return fun, ()
+  frontier, seen = [(fun, ())], {id(fun)}
+  for _ in range(MAX_DEPTH):
+    deeper = []
+    for fn, path in frontier:
+      for steps, value in _called(fn):
+        if id(value) in seen:
+          continue
+        seen.add(id(value))
+        if user_code(value):
+          return value, path + steps
+        deeper.append((value, path + steps))
+    frontier = deeper
+  return fun, None
+
+
+def _called(fn):
+  """(steps, callable) for what a library function may call: cells, and loaded attributes."""
+  if isinstance(fn, functools.partial):   # what a partial calls, and the functions it passes
+    yield (("func", ""),), fn.func
+    yield from (((("arg", str(i)),), a) for i, a in enumerate(fn.args) if _callable(a))
+    yield from (((("kw", k),), a) for k, a in fn.keywords.items() if _callable(a))
+    return
+  code = getattr(fn, "__code__", None)
+  if code is None or not isinstance(fn, types.FunctionType):
+    return
+  for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+    try:
+      value = cell.cell_contents
+    except ValueError:   # a free variable not bound yet
+      continue
+    if _callable(value):
+      yield (("cell", name),), value
+      continue
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict) and not isinstance(value, (type, types.ModuleType)):
+      for attr in code.co_names:
+        if _callable(attrs.get(attr)):
+          yield (("cell", name), ("attr", attr)), attrs[attr]
+
+
+def _callable(x) -> bool:
+  return isinstance(x, (types.FunctionType, functools.partial))
+
+
+def replaced(root, path: Path, new):
+  """A copy of ``root`` that calls ``new`` where it called the function at ``path``;
+  ``root`` and everything on the way are left untouched."""
+  if not path:
+    return new
+  (kind, name), rest = path[0], path[1:]
+  if kind in ("func", "arg", "kw"):
+    func, args, keywords = root.func, list(root.args), dict(root.keywords)
+    if kind == "func":
+      func = replaced(func, rest, new)
+    elif kind == "arg":
+      args[int(name)] = replaced(args[int(name)], rest, new)
+    else:
+      keywords[name] = replaced(keywords[name], rest, new)
+    return functools.partial(func, *args, **keywords)
+  if kind == "attr":
+    clone = copy.copy(root)
+    object.__setattr__(clone, name, replaced(getattr(root, name), rest, new))
+    return clone
+  i = root.__code__.co_freevars.index(name)
+  cells = list(root.__closure__)
+  cells[i] = types.CellType(replaced(cells[i].cell_contents, rest, new))
+  clone = types.FunctionType(root.__code__, root.__globals__, root.__name__,
+                             root.__defaults__, tuple(cells))
+  clone.__kwdefaults__, clone.__qualname__ = root.__kwdefaults__, root.__qualname__
+  clone.__dict__.update(root.__dict__)
+  return clone
+
+
+def rebind(root, path: Path, new) -> None:
+  """Make ``root`` call ``new`` from now on, where the library reads the user's function."""
+  holder = root
+  for kind, name in path[:-1]:
+    holder = _step(holder, kind, name)
+  kind, name = path[-1]
+  if kind == "cell":
+    holder.__closure__[holder.__code__.co_freevars.index(name)].cell_contents = new
+  elif kind == "attr":
+    object.__setattr__(holder, name, new)
+  else:   # a partial's parts are read-only
+    raise ValueError("the rule sits in a functools.partial, which cannot be rebound: "
+                     "apply the fix in your source and re-run it")
+
+
+def _step(holder, kind: str, name: str):
+  if kind == "func":
+    return holder.func
+  if kind == "arg":
+    return holder.args[int(name)]
+  if kind == "kw":
+    return holder.keywords[name]
+  if kind == "attr":
+    return getattr(holder, name)
+  return holder.__closure__[holder.__code__.co_freevars.index(name)].cell_contents
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UserRules:
+  """A custom_vjp as its user wrote it: their primal and rules, and where they sit.
+
+  Reads like the custom_vjp itself (``symbolic_zeros``, ``with_accums``, ... come
+  from the object JAX runs), so fix code written for ``jax.custom_vjp`` works on it.
+  """
+  owner: Any                      # the jax.custom_vjp JAX runs
+  fun: Callable
+  fwd: Callable
+  bwd: Callable
+  paths: dict                     # role -> Path from the owner's function to the user's
+
+  def __getattr__(self, name):
+    return getattr(self.owner, name)
+
+  @property
+  def seen_through(self) -> bool:
+    return any(self.paths.values())
+
+  @property
+  def nondiff_argnums(self) -> tuple:
+    """Arguments before the residuals in the user's bwd: a library passes its own, not these."""
+    return () if self.paths.get("bwd") else self.owner.nondiff_argnums
+
+  def placed(self, fwd: Callable, bwd: Callable) -> tuple[Callable, Callable]:
+    """The functions JAX must run to run the user's ``fwd`` and ``bwd`` (copies of the
+    library's wrappers where those are edited)."""
+    return (self._place("fwd", fwd), self._place("bwd", bwd))
+
+  def _place(self, role: str, new: Callable) -> Callable:
+    if new is getattr(self, role):
+      return getattr(self.owner, role)
+    path = self.paths.get(role)
+    return replaced(getattr(self.owner, role), path, new) if path else new
+
+  def with_rules(self, fwd: Callable, bwd: Callable):
+    """A shallow copy of the custom_vjp running ``fwd``/``bwd``: the user's is untouched."""
+    clone = object.__new__(type(self.owner))
+    clone.__dict__.update(self.owner.__dict__)
+    clone.fwd, clone.bwd = self.placed(fwd, bwd)
+    return clone
+
+  def defvjp(self, fwd: Callable, bwd: Callable, **flags) -> None:
+    """Rebind the rules: where the library reads them, or JAX's ``defvjp``."""
+    self._redefine(fwd, bwd, lambda f, b: self.owner.defvjp(f, b, **flags))
+
+  def defvjp_with_accums(self, fwd: Callable, bwd: Callable, **flags) -> None:
+    self._redefine(fwd, bwd, lambda f, b: self.owner.defvjp_with_accums(f, b, **flags))
+
+  def _redefine(self, fwd, bwd, define) -> None:
+    if not self.seen_through:
+      define(fwd, bwd)
+      return
+    for role, new in (("fwd", fwd), ("bwd", bwd)):
+      if new is not getattr(self, role):
+        if not self.paths.get(role):
+          raise ValueError(f"no user {role} rule was found behind the library's; "
+                           "apply the fix in your source and re-run it")
+        rebind(getattr(self.owner, role), self.paths[role], new)
+
+
+def user_rules(owner) -> UserRules:
+  """The user's side of ``owner``: what fixes read, verify runs and apply rebinds."""
+  found = {role: behind(getattr(owner, role)) for role in ("fun", "fwd", "bwd")}
+  return UserRules(owner=owner, **{role: fn for role, (fn, _) in found.items()},
+                   paths={role: path or () for role, (_, path) in found.items()})

@@ -1,0 +1,230 @@
+"""Rules real users write: made per call (factories, flax linen's nn.custom_vjp,
+jax.custom_gradient in a loop) and behind a library's wrapper (equinox's
+filter_custom_vjp, which diffrax, optimistix and lineax are built on).
+
+Each is diagnosed as the user wrote it: their function and rule, sources and
+call sites in this file, the input spelled as they would type it, and fixes
+verified against their own rule.
+"""
+import gc
+
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.capture.records import Strong
+
+HERE = __file__
+
+
+def _diagnosed(thunk):
+  with pytest.raises((ValueError, TypeError)):
+    thunk()
+  gc.collect()            # whatever only the failing call held is gone now
+  d = vv.last()
+  assert d is not None
+  return d
+
+
+def _in_this_file(where):
+  assert where is not None and where.startswith(HERE + ":"), where
+
+
+# ------------------------------------------------------------- rules made per call
+
+def make_scaled(scale, bwd):
+  """A factory: a fresh custom_vjp per call, its fwd not even referring to it."""
+  f = jax.custom_vjp(lambda x: x * scale)
+
+  def scaled_fwd(x):
+    return x * scale, None
+  f.defvjp(scaled_fwd, bwd)
+  return f
+
+
+def bad_scaled_bwd(res, g):
+  return (g[:2] * 2.,)
+
+
+def test_a_factory_rule_gone_before_the_backward_pass_is_diagnosed_with_fixes(hook):
+  loss = lambda x: make_scaled(2., bad_scaled_bwd)(x).sum()
+  d = _diagnosed(lambda: jax.jit(jax.grad(loss))(jnp.ones(3)))
+  assert (d.kind, d.rule, d.argument) == ("bwd_type", "bad_scaled_bwd", "x")
+  _in_this_file(d.rule_source)
+  _in_this_file(d.call_site)
+  assert d.fixes and "def bad_scaled_bwd" in d.fixes[0].code
+  good = "def bad_scaled_bwd(res, g):\n  return (g * 2.,)\n"
+  assert vv.verify_fix(d, good) == []
+  assert vv.verify_fix(d, "def bad_scaled_bwd(res, g):\n  return (g[1:],)\n")
+
+
+def test_a_factory_rules_structure_error_is_diagnosed(hook):
+  loss = lambda x: make_scaled(2., lambda res, g: g * 2.)(x).sum()
+  d = _diagnosed(lambda: jax.grad(loss)(jnp.ones(3)))
+  assert (d.kind, d.function) == ("bwd_structure", "<lambda>")
+  _in_this_file(d.call_site)
+  assert d.fixes
+
+
+def test_a_diagnosis_keeps_no_per_call_rule_that_closes_over_arrays(hook):
+  baseline = {id(a) for a in jax.live_arrays()}
+  for step in range(12):
+    data = jnp.full((512, 1024), float(step))          # 2 MiB the rule closes over
+
+    def bwd(res, g, data=data):
+      return ((g * data)[:-1],)
+    loss = lambda x: make_scaled(data, bwd)(x).sum()
+    with pytest.raises(ValueError):
+      jax.grad(loss)(jnp.ones((512, 1024)))
+  del data, bwd, loss
+  gc.collect()
+  assert len(vv.diagnoses()) == 12
+  assert not isinstance(vv.last().site.owner, Strong)
+  extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
+  assert extra == [], f"device buffers kept alive: {extra}"
+
+
+def test_custom_gradient_made_in_a_loop_names_the_users_vjp(hook):
+  def loss(x):
+    for _ in range(3):
+      @jax.custom_gradient
+      def double(x):
+        def double_vjp(g):
+          return g[:2] * 2.
+        return x * 2., double_vjp
+      x = double(x)
+    return x.sum()
+  d = _diagnosed(lambda: jax.grad(loss)(jnp.ones(3)))
+  assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "double", "double_vjp", "x")
+  _in_this_file(d.source)
+  _in_this_file(d.rule_source)
+  _in_this_file(d.call_site)
+
+
+class Dense3(nn.Module):
+  """flax linen's nn.custom_vjp: a jax.custom_vjp made anew on every call."""
+  drop_input_grad: bool
+
+  @nn.compact
+  def __call__(self, x):
+    def dense(mdl, x):
+      return mdl(x)
+
+    def dense_fwd(mdl, x):
+      return nn.vjp(dense, mdl, x)
+
+    def dense_bwd(vjp_fn, y_t):
+      params_t, input_t = vjp_fn(y_t)
+      return (params_t,) if self.drop_input_grad else (params_t, input_t)
+    return nn.custom_vjp(dense, forward_fn=dense_fwd, backward_fn=dense_bwd)(nn.Dense(3), x)
+
+
+def test_flax_linen_custom_vjp_is_the_users_rule(hook):
+  x = jnp.ones((2, 3))
+  model = Dense3(drop_input_grad=True)
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
+  assert (d.kind, d.function, d.rule) == ("bwd_structure", "dense", "dense_bwd")
+  _in_this_file(d.source)
+  _in_this_file(d.rule_source)
+  _in_this_file(d.call_site)
+  assert d.fixes and all("def dense_bwd" in f.code for f in d.fixes)
+
+
+# ------------------------------------------------------------- equinox filter_custom_vjp
+
+class Layer(eqx.Module):
+  weight: jax.Array
+
+  def __call__(self, x):
+    return self.weight @ x
+
+
+class Model(eqx.Module):
+  layers: list
+
+  def __call__(self, x):
+    for layer in self.layers:
+      x = layer(x)
+    return x
+
+
+@eqx.filter_custom_vjp
+def run(model, x):
+  return model(x)
+
+
+@run.def_fwd
+def run_fwd(perturbed, model, x):
+  return model(x), None
+
+
+@run.def_bwd
+def run_bwd(residuals, grad_obj, perturbed, model, x):
+  grads = jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)
+  return jax.tree_util.tree_map(lambda a: a.T, grads)     # transposed: wrong for non-square
+
+
+GOOD_RUN_BWD = """
+def run_bwd(residuals, grad_obj, perturbed, model, x):
+  return jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)
+"""
+
+
+def _model():
+  return Model([Layer(jnp.ones((3, 3))), Layer(jnp.ones((3, 3))), Layer(jnp.ones((4, 3)))])
+
+
+def test_equinox_filter_custom_vjp_is_reported_as_the_user_wrote_it(hook):
+  x = jnp.ones(3)
+  d = _diagnosed(lambda: eqx.filter_grad(lambda m: run(m, x).sum())(_model()))
+  assert (d.kind, d.function, d.rule) == ("bwd_type", "run", "run_bwd")
+  assert d.argument == "model.layers[2].weight"
+  assert d.argument in d.headline
+  _in_this_file(d.source)
+  _in_this_file(d.rule_source)
+  _in_this_file(d.call_site)
+
+
+def test_equinox_fixes_verify_on_the_users_bwd_signature_without_touching_it(hook):
+  x = jnp.ones(3)
+  d = _diagnosed(lambda: eqx.filter_grad(lambda m: run(m, x).sum())(_model()))
+  before = run.fn_bwd
+  assert vv.verify_fix(d, GOOD_RUN_BWD) == []
+  wrong = vv.verify_fix(d, GOOD_RUN_BWD.replace("(model)\n", "(model)\n  return model\n"))
+  assert wrong == [] or wrong[0].rule == "run_bwd"
+  transposed = vv.verify_fix(d, "def run_bwd(residuals, grad_obj, perturbed, model, x):\n"
+                                "  g = jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)\n"
+                                "  return jax.tree_util.tree_map(lambda a: a.T, g)\n")
+  assert transposed and transposed[0].kind == "bwd_type" and transposed[0].rule == "run_bwd"
+  assert run.fn_bwd is before
+  applied = vv.apply_fix(d, GOOD_RUN_BWD)
+  assert applied.path == HERE and not applied.applied     # a .py file's rule: a diff to apply
+  assert "+  return jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)" in applied.diff
+
+
+def test_a_diffrax_style_solver_on_filter_custom_vjp_is_the_users_rule(hook):
+  """A library's solver with a user-supplied vector field (the diffrax/optimistix shape)."""
+  def make_solver(vector_field):
+    @eqx.filter_custom_vjp
+    def solve(y0, args):
+      return y0 + vector_field(y0, args)
+
+    @solve.def_fwd
+    def solve_fwd(perturbed, y0, args):
+      return solve(y0, args), y0
+
+    @solve.def_bwd
+    def solve_bwd(y0_saved, grad_obj, perturbed, y0, args):
+      return grad_obj[:-1]
+    return solve
+  solve = make_solver(lambda y, a: a * y)
+  d = _diagnosed(lambda: jax.grad(lambda y: solve(y, 2.).sum())(jnp.ones(3)))
+  assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "solve", "solve_bwd", "y0")
+  _in_this_file(d.rule_source)
+  _in_this_file(d.call_site)
+  assert vv.verify_fix(d, "def solve_bwd(y0_saved, grad_obj, perturbed, y0, args):\n"
+                          "  return grad_obj * (1. + args)\n") == []
