@@ -1,0 +1,158 @@
+"""The user's own call behind a library's transform, seen as it happens.
+
+A library's grad (flax nnx's ``nnx.grad``, equinox's ``filter_grad``) hands
+``jax.vjp`` a wrapper of its own, which turns the user's objects into flat
+state and back, and need not survive a second call (nnx's pops a deque): the
+analysis cannot re-trace it for the graph. The function the user wrote is
+behind that wrapper (``__wrapped__``, partials, closure cells); while JAX runs
+the forward pass, ``sys.monitoring`` watches that one code object start and
+takes the arguments it was called with, as avals: an ``Origin`` that is safe to
+trace again and names the inputs as the user does (``model.layers[3].w``).
+
+Nothing else is watched (local events on one code object cost nothing
+elsewhere), the tool id is held only while a forward pass is watched, and a
+failure here leaves the wrapper's own ``Origin`` in place.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+import types
+
+import jax
+import numpy as np
+from jax._src import core
+
+from . import names, records, wrappers
+from .records import Origin, Session
+
+_monitoring = getattr(sys, "monitoring", None)
+_lock = threading.Lock()
+_tool: int | None = None
+_users = 0                       # windows open in any thread while ``_tool`` is held
+_watched: dict = {}              # code object -> windows watching it
+_local = threading.local()       # this thread's open windows, innermost last
+
+
+class Watch:
+  """A context manager around one forward pass: on exit, the session's origin is the user's
+  call if it was seen. Only the first start of the user's function counts."""
+
+  def __init__(self, session: Session, primals: tuple):
+    self.session, self.primals = session, primals
+    self.fun = records.safely(_target, session.origin)
+    self.code = getattr(self.fun, "__code__", None)
+    self.call = None             # (args, kwargs) when seen
+
+  def __enter__(self):
+    if self.code is not None and records.safely(_open, self.code, default=False):
+      _windows().append(self)
+    else:
+      self.code = None
+    return self
+
+  def __exit__(self, *exc):
+    if self.code is None:
+      return False
+    _windows().remove(self)
+    records.safely(_close, self.code)
+    if self.call is not None:
+      origin = records.safely(user_origin, self.fun, *self.call, self.primals)
+      self.session.origin = origin or self.session.origin
+    self.call = None             # its tracers must not outlive the forward pass
+    return False
+
+
+def _windows() -> list:
+  if not hasattr(_local, "windows"):
+    _local.windows = []
+  return _local.windows
+
+
+def _target(origin: Origin | None):
+  """The user's function behind a library's ``origin.fun``, or None when ``origin.fun``
+  is the user's own (then it is re-traced as it is)."""
+  if origin is None or _monitoring is None or wrappers.user_code(origin.fun):
+    return None
+  user = _plain(names._unwrap(origin.fun))
+  return user if user is not origin.fun and wrappers.user_code(user) else None
+
+
+def _plain(fun):
+  """A bound method's function: ``self`` is then an argument, and its arrays inputs."""
+  return fun.__func__ if isinstance(fun, types.MethodType) else fun
+
+
+def _open(code) -> bool:
+  global _tool, _users
+  with _lock:
+    if _tool is None:
+      _tool = next((i for i in (3, 4) if _monitoring.get_tool(i) is None), None)
+      if _tool is None:       # both free tool ids are taken (debuggers, profilers)
+        return False
+      _monitoring.use_tool_id(_tool, "vjpviz")
+      _monitoring.register_callback(_tool, _monitoring.events.PY_START, _started)
+    _users += 1
+    if not _watched.get(code):
+      _monitoring.set_local_events(_tool, code, _monitoring.events.PY_START)
+    _watched[code] = _watched.get(code, 0) + 1
+  return True
+
+
+def _close(code) -> None:
+  global _tool, _users
+  with _lock:
+    _watched[code] -= 1
+    if not _watched[code]:
+      del _watched[code]
+      _monitoring.set_local_events(_tool, code, 0)
+    _users -= 1
+    if not _users:
+      _monitoring.register_callback(_tool, _monitoring.events.PY_START, None)
+      _monitoring.free_tool_id(_tool)
+      _tool = None
+
+
+def _started(code, offset):
+  """sys.monitoring's PY_START callback; it must never raise into the user's code."""
+  try:
+    windows = getattr(_local, "windows", None)
+    window = windows[-1] if windows else None
+    if window is not None and window.code is code and window.call is None:
+      window.call = _arguments(sys._getframe(1))
+  except Exception:  # noqa: BLE001 - then the wrapper's origin stands
+    pass
+
+
+def _arguments(frame) -> tuple[tuple, dict]:
+  """(args, kwargs) of a call, read from its frame before its first line runs."""
+  code, local = frame.f_code, frame.f_locals
+  n, given = code.co_argcount, code.co_varnames
+  args = [local[v] for v in given[:n]]
+  i = n + code.co_kwonlyargcount
+  kwargs = {v: local[v] for v in given[n:i]}
+  if code.co_flags & inspect.CO_VARARGS:
+    args += list(local[given[i]])
+    i += 1
+  if code.co_flags & inspect.CO_VARKEYWORDS:
+    kwargs.update(local[given[i]])
+  return tuple(args), kwargs
+
+
+def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin:
+  """The user's call as an Origin: arrays (tracers of the forward pass) become avals; an
+  array leaf that is one of the VJP's primals is differentiated, in the VJP's input order."""
+  flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+  position = {id(p): k for k, p in enumerate(jax.tree_util.tree_leaves(primals))}
+  leaves, diff = [], {}
+  for j, x in enumerate(flat):
+    if isinstance(x, (jax.Array, np.ndarray)):
+      k = position.get(id(getattr(x, "primal", x)))   # a linearize tracer carries its primal
+      if k is not None:
+        diff.setdefault(k, j)
+      x = core.typeof(x)
+    leaves.append(x)
+  return Origin(fun=fun, leaves=tuple(leaves), tree=tree,
+                diff_leaves=tuple(diff[k] for k in sorted(diff)),
+                name=names.function_name(fun), source=names.function_source(fun))
