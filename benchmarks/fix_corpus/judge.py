@@ -1,0 +1,224 @@
+"""The benchmark's own judge: is a fix right, whatever vjpviz claims about it?
+
+Right means type-correct and equal to the primal's own autodiff. The fix code runs
+in a copy of the rule's namespace (as ``jupyter_vjpviz/fixes/verify.py`` does), a
+fresh ``jax.custom_vjp`` is built from the primal with the fixed fwd/bwd, and its
+VJP is compared with ``jax.vjp`` of the reference primal at several random inputs
+and random output cotangents, leaf by leaf, with tolerances by dtype. The hook
+must be off while judging: this is plain JAX.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import linecache
+import textwrap
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from .rules import Base
+
+DRAWS = 3
+RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3,
+        np.dtype(jnp.bfloat16): 2e-2}
+
+_serial = itertools.count(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+  """A rule to judge: its cell's namespace and the reference primal (the base's, verified)."""
+  base: Base
+  ns: dict
+  reference: Any                # the correct primal function (undecorated)
+
+  @property
+  def owner(self):
+    return self.ns[self.base.name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  typed: bool          # compiled, ran, and every output and cotangent has the reference's type
+  right: bool          # typed, and every value within tolerance at every draw
+  zeros: bool          # some cotangent is all zeros where the reference is not
+  detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Draw:
+  """One random point: every argument, an output cotangent, and the reference's answer."""
+  args: tuple
+  ct: Any
+  want: Any
+
+
+def references(subject: Subject, seed: int = 0) -> list[Draw]:
+  """``DRAWS`` random points with the reference primal's (output, cotangents) at each."""
+  rng = np.random.default_rng(1000 + seed)
+  draws = []
+  for _ in range(DRAWS):
+    args = subject.base.args(rng)
+    ct = cotangent(subject, args, rng)
+    draws.append(Draw(args, ct, vjp_at(subject.reference, subject, args, ct)))
+  return draws
+
+
+def judge_fix(subject: Subject, code: str, role: str, draws: list[Draw] | None = None) -> Verdict:
+  """The verdict on ``code`` replacing the rule (``role`` "fwd"/"bwd": what a lone def replaces)."""
+  try:
+    fwd, bwd = compile_fix(subject, code, role)
+  except Exception as e:  # noqa: BLE001 - a fix that does not compile is wrong
+    return Verdict(False, False, False, f"does not compile: {type(e).__name__}: {_first_line(e)}")
+  return judge_rules(subject, fwd, bwd, draws)
+
+
+def compile_fix(subject: Subject, code: str, role: str):
+  """(fwd, bwd) after running ``code`` in a copy of the rule's namespace.
+
+  A def named like a rule replaces it (or ending in ``_fwd``/``_bwd`` when the
+  rule is a lambda); a lone def of another name replaces ``role``.
+  """
+  owner = subject.owner
+  code = textwrap.dedent(code)
+  filename = f"<fix-quality-{next(_serial)}>"
+  linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+  space = dict(subject.ns)
+  space.update(_closure(owner))
+  exec(compile(code, filename, "exec"), space)  # noqa: S102 - our own corpus's fixes
+  defs = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+  named = {_name(owner.fwd): "fwd", _name(owner.bwd): "bwd"}
+  rules = {"fwd": owner.fwd, "bwd": owner.bwd}
+  for name in defs:
+    which = (named.get(name) or next((r for r in ("fwd", "bwd") if name.endswith("_" + r)), None)
+             if len(defs) > 1 else named.get(name, role))
+    if which:
+      rules[which] = space[name]
+  return rules["fwd"], rules["bwd"]
+
+
+def judge_rules(subject: Subject, fwd, bwd, draws: list[Draw] | None = None) -> Verdict:
+  """Rebuild the custom_vjp with ``fwd``/``bwd`` and compare it with the reference."""
+  owner = subject.owner
+  fixed = jax.custom_vjp(owner.fun, nondiff_argnums=owner.nondiff_argnums)
+  fixed.defvjp(fwd, bwd, symbolic_zeros=owner.symbolic_zeros)
+  zeros = False
+  for i, draw in enumerate(draws if draws is not None else references(subject)):
+    try:
+      got = vjp_at(fixed, subject, draw.args, draw.ct)
+    except Exception as e:  # noqa: BLE001 - JAX refusing the fix is a wrong type
+      return Verdict(False, False, zeros, f"JAX raised: {type(e).__name__}: {_first_line(e)}")
+    problem, leaf_zeros = compare(got, draw.want)
+    zeros = zeros or leaf_zeros
+    if problem is not None:
+      return Verdict(problem[0], False, zeros, f"draw {i}: {problem[1]}")
+  return Verdict(True, True, zeros)
+
+
+def vjp_at(fn, subject: Subject, args: tuple, ct):
+  """(output, cotangents of the differentiable arguments) of ``fn`` at ``args``, ``ct``."""
+  owner = subject.owner
+  diff = [i for i in range(len(args)) if i not in owner.nondiff_argnums]
+
+  def run(diff_args, ct):
+    def f(*d):
+      full = list(args)
+      for i, v in zip(diff, d):
+        full[i] = v
+      return fn(*full)
+    out, f_vjp = jax.vjp(f, *diff_args)
+    return out, f_vjp(ct)
+  diff_args = tuple(args[i] for i in diff)
+  if subject.base.specs is None:
+    return run(diff_args, ct)
+  in_specs, out_spec = _specs(subject.base)
+  ins = tuple(in_specs[i] for i in diff)
+  return jax.jit(jax.shard_map(run, mesh=mesh(), in_specs=(ins, out_spec),
+                               out_specs=(out_spec, ins)))(diff_args, ct)
+
+
+def cotangent(subject: Subject, args: tuple, rng):
+  """A random output cotangent (global shapes) for the reference at ``args``."""
+  out = output_types(subject, args)
+  return jax.tree_util.tree_map(
+      lambda a: rng.standard_normal(a.shape).astype(a.dtype), out)
+
+
+def output_types(subject: Subject, args: tuple):
+  """The primal output's global ShapeDtypeStructs (under shard_map when the rule needs it)."""
+  if subject.base.specs is None:
+    nondiff = subject.owner.nondiff_argnums
+    static = {i: a for i, a in enumerate(args) if i in nondiff}
+    rest = [a for i, a in enumerate(args) if i not in nondiff]
+
+    def call(*d):
+      it = iter(d)
+      return subject.reference(*[static[i] if i in static else next(it) for i in range(len(args))])
+    return jax.eval_shape(call, *rest)
+  in_specs, out_spec = _specs(subject.base)
+  sm = jax.shard_map(subject.reference, mesh=mesh(), in_specs=in_specs, out_specs=out_spec)
+  return jax.eval_shape(sm, *args)
+
+
+def compare(got, want) -> tuple[tuple[bool, str] | None, bool]:
+  """((typed, what differs) or None when equal, whether a leaf is zeros where ``want`` is not)."""
+  got_leaves, got_tree = jax.tree_util.tree_flatten(got)
+  want_leaves, want_tree = jax.tree_util.tree_flatten(want)
+  if got_tree != want_tree:
+    return (False, f"structure {got_tree} != {want_tree}"), False
+  zeros, problem = False, None
+  for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+    g, w = np.asarray(g), np.asarray(w)
+    if g.shape != w.shape or g.dtype != w.dtype:
+      return (False, f"leaf {i}: {g.dtype}{list(g.shape)} != {w.dtype}{list(w.shape)}"), zeros
+    if w.dtype == jax.dtypes.float0 or not np.issubdtype(w.dtype, np.inexact):
+      continue
+    g64, w64 = g.astype(np.float64), w.astype(np.float64)
+    zeros = zeros or (not g64.any() and w64.any())
+    err = error(g64, w64, RTOL.get(w.dtype, 1e-5))
+    if err > 1 and problem is None:
+      problem = (True, f"leaf {i}: values differ ({err:.3g}x the tolerance)")
+  return problem, zeros
+
+
+def error(got: np.ndarray, want: np.ndarray, rtol: float) -> float:
+  """max |got - want| / (rtol |want| + atol), atol = rtol x the leaf's largest magnitude."""
+  atol = rtol * max(float(np.abs(want).max(initial=0.)), 1e-30)
+  return float((np.abs(got - want) / (rtol * np.abs(want) + atol)).max(initial=0.))
+
+
+@functools.cache
+def mesh():
+  return jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _specs(base: Base):
+  spec = lambda s: P(s) if s else P()
+  in_specs, out_spec = base.specs
+  return tuple(spec(s) for s in in_specs), spec(out_spec)
+
+
+def _closure(owner) -> dict:
+  found = {}
+  for rule in (owner.fwd, owner.bwd):
+    try:
+      found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)
+    except TypeError:
+      pass
+  return found
+
+
+def _name(fn) -> str | None:
+  return getattr(inspect.unwrap(fn), "__name__", None)
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return text[0][:160] if text else ""
