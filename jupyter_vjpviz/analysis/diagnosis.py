@@ -65,8 +65,11 @@ class Diagnosis:
   def headline(self) -> str:
     """One sentence in plain words."""
     who = f"{self.function}'s {'fwd' if self.kind.startswith('fwd') else 'bwd'} rule"
-    if self.rule and self.kind in ("bwd_type", "silent_dtype", "bwd_structure", "fwd_type"):
-      who += f" {self.rule}"
+    if self.rule and self.kind in ("bwd_type", "silent_dtype", "bwd_structure", "fwd_type",
+                                   "accumulator_type"):
+      # A hijax primitive's rule is its method (``RMSNorm.vjp_bwd_retval``): it names both.
+      method = self.function and self.rule.startswith(f"{self.function}.")
+      who = self.rule if method else f"{who} {self.rule}"
     where = (f" for input {self.argument}: {self.primal}" if self.argument and self.primal
              else f" for input {self.path}" if self.path else "")
     text = {
@@ -81,9 +84,11 @@ class Diagnosis:
         "fwd_type": f"{who} produced primal output {self.got} at {self.path or 'the top'}, "
                     f"but {self.function} produces {self.expected}",
         "fwd_structure": f"{who} returned the wrong structure",
-        "accumulator_type": f"a gradient accumulator for {self.path or 'an input'} of "
-                            f"{self.function or 'the function'} expected {self.expected} "
-                            f"but got {self.got}",
+        "accumulator_type": (f"{who} pushed {self.got} into the accumulator{where}; the "
+                             f"cotangent must be {self.expected}" if self.rule else
+                             f"a gradient accumulator for {self.path or 'an input'} of "
+                             f"{self.function or 'the function'} expected {self.expected} "
+                             f"but got {self.got}"),
         "ref_grad_unbound": f"{self.path} of {self.function} is a Ref: its gradient needs a "
                             "gradient ref bound with with_refs",
         "ref_grad_as_value": f"{self.path} of {self.function} is a Ref: its gradient can't "

@@ -15,7 +15,7 @@ from jax._src import api, core
 from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 
-from . import custom_rules, frames, jax_flags, names, records
+from . import custom_rules, frames, hijax_prims, jax_flags, names, records
 from .patches import PatchSet
 from .records import ERROR, WARNING, Record, RuleSite
 
@@ -24,7 +24,7 @@ def install(patches: PatchSet) -> None:
   patches.apply(api, "_vjp_accum", _wrap_vjp_accum)
   patches.apply(ad, "ct_check", _wrap_ct_check)
   patches.apply(cd.custom_vjp, "__call__", _wrap_custom_vjp_call)
-  _patch_hi_primitive_transpose(patches)
+  hijax_prims.install(patches)
 
 
 def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
@@ -97,17 +97,23 @@ def _wrap_ct_check(original):
     try:
       original(accum, ct)
     except Exception:
-      if records.active():
+      if records.active() and not _checked_already():
         records.record(records.safely(_ct_check_record, accum, ct, ERROR))
       raise
     # JAX skips dtypes here; only rules that push into accumulators themselves
     # (defvjp_with_accums, hijax primitives) can slip one through, so the hot
     # path of ordinary accumulation pays one list lookup.
     if (records.state.rule_stack and records.active() and records.current_session() is not None
-        and not jax_flags.on("jax_disable_bwd_checks")):
+        and not jax_flags.on("jax_disable_bwd_checks") and not _checked_already()):
       records.record(records.safely(_silent_dtype_record, accum, ct))
   ct_check.__wrapped__ = original
   return ct_check
+
+
+def _checked_already() -> bool:
+  """JAX is accumulating what a hijax ``vjp_bwd_retval`` returned: that check site has it."""
+  top = hijax_prims.current()
+  return top is not None and top.handing_over
 
 
 def _silent_dtype_record(accum, ct) -> Record | None:
@@ -120,7 +126,8 @@ def _silent_dtype_record(accum, ct) -> Record | None:
 def _ct_check_record(accum, ct, severity) -> Record:
   got = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct)
   site = records.state.rule_stack[-1] if records.state.rule_stack else None
-  path = _accum_path(site, accum.aval)
+  index = hijax_prims.input_index(accum) if site is not None and site.hijax else None
+  path = site.in_paths[index] if index is not None else _accum_path(site, accum.aval)
   return Record(
       kind="accumulator_type" if severity == ERROR else "silent_dtype",
       severity=severity, function=site.function if site else None,
@@ -168,48 +175,3 @@ def _wrap_custom_vjp_call(original):
       raise
   __call__.__wrapped__ = original
   return __call__
-
-
-def _patch_hi_primitive_transpose(patches: PatchSet) -> None:
-  """Name the hijax primitive whose backward rule is running (for ``ct_check``)."""
-  try:
-    from jax._src import hijax
-    prim = hijax.call_hi_primitive_linearized_p
-    table = ad.fancy_transposes
-  except (ImportError, AttributeError):
-    patches.skip("hijax primitive transpose", "absent in this JAX")
-    return
-
-  def wrap(original):
-    def transpose(cts, *args, _prim, **params):
-      site = _hi_site(_prim) if records.active() and not _is_custom_vjp3(_prim) else None
-      if site is None:
-        return original(cts, *args, _prim=_prim, **params)
-      records.state.rule_stack.append(site)
-      try:
-        return original(cts, *args, _prim=_prim, **params)
-      finally:
-        records.state.rule_stack.pop()
-    transpose.__wrapped__ = original
-    return transpose
-  patches.apply(table, prim, wrap)
-
-
-def _is_custom_vjp3(prim) -> bool:
-  return type(prim).__name__ == "CustomVJPTraced"
-
-
-def _hi_site(prim) -> RuleSite | None:
-  try:
-    paths = tuple(jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(
-        jax.tree_util.tree_unflatten(prim.in_tree, range(prim.in_tree.num_leaves))))
-    name = type(prim).__name__
-    rule = "vjp_bwd_retval" if "vjp_bwd_retval" in type(prim).__dict__ else "vjp_bwd"
-    return RuleSite(function=name, source=names.function_source(type(prim).__init__),
-                    rule=f"{name}.{rule}", fwd_rule=f"{name}.vjp_fwd",
-                    rule_source=names.function_source(getattr(type(prim), rule)),
-                    call_site=None, name_stack="", occurrence=None, in_paths=paths,
-                    in_names=tuple(f"args{p}" for p in paths),
-                    in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True)
-  except Exception:
-    return None

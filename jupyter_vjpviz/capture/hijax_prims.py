@@ -1,0 +1,245 @@
+"""Hijax primitives (subclasses of ``jax.experimental.hijax.HiPrim``) and their VJP rules.
+
+A primitive's ``vjp_fwd`` runs in JAX's linearize rule; its residuals then travel
+(flattened, as the ``residuals_tree`` param) to the transpose rule, which calls
+``vjp_bwd``: the user's, pushing cotangents into accumulators, or JAX's default,
+which hands what the user's ``vjp_bwd_retval`` returned to ``_accum_args_grad``.
+
+The linearize wrapper tags the residuals with a ``RuleSite`` through a pytree
+node that unflattens to the residuals themselves: the rule always receives
+exactly what ``vjp_fwd`` returned, even from a trace made before uninstall. The
+transpose wrapper reads the site back from the tree; ``_accum_args_grad`` is
+where a returned value meets its inputs' accumulators, so it is compared there
+with JAX's own predicate, and JAX then raises (or not) exactly as it would.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+
+import jax
+from jax._src import core
+from jax._src.interpreters import ad
+
+from . import custom_rules, jax_flags, names, records
+from .patches import PatchSet
+from .records import ERROR, WARNING, Record, RuleSite
+
+
+class _SiteTag:
+  """Residuals plus a site as aux data; unflattening yields the bare residuals."""
+  __slots__ = ("res", "site")
+
+  def __init__(self, res, site):
+    self.res, self.site = res, site
+
+
+jax.tree_util.register_pytree_node(
+    _SiteTag, lambda t: ((t.res,), t.site), lambda site, children: children[0])
+
+
+@dataclasses.dataclass
+class Transpose:
+  """One hijax primitive's transpose in progress (per thread)."""
+  site: RuleSite | None               # None: a custom_vjp on the hijax path (custom_rules checks it)
+  accums: dict                        # id(accumulator) -> flat input index
+  handing_over: bool = False          # JAX is accumulating a returned value we already checked
+
+
+class _Local(threading.local):
+  def __init__(self):
+    self.transposes: list[Transpose] = []
+
+
+_local = _Local()
+
+
+def install(patches: PatchSet) -> None:
+  try:
+    from jax._src import hijax
+    lin_p, prim_p = hijax.call_hi_primitive_linearized_p, hijax.call_hi_primitive_p
+  except (ImportError, AttributeError):
+    patches.skip("hijax primitives", "absent in this JAX")
+    return
+  patches.apply(ad.primitive_linearizations, prim_p, _wrap_linearize)
+  patches.apply(ad.fancy_transposes, lin_p, _wrap_transpose)
+  patches.apply(hijax, "_accum_args_grad", _wrap_accum_args_grad)
+
+
+def current() -> Transpose | None:
+  return _local.transposes[-1] if _local.transposes else None
+
+
+def input_index(accum) -> int | None:
+  """Which input of the primitive being transposed ``accum`` accumulates for."""
+  top = current()
+  return top.accums.get(id(accum)) if top is not None else None
+
+
+# ------------------------------------------------------------------ forward
+
+def _wrap_linearize(original):
+  def linearize(is_vjp, nz_in_flat, *args_flat, _prim):
+    out = original(is_vjp, nz_in_flat, *args_flat, _prim=_prim)
+    if not (is_vjp and records.active()) or _is_custom_vjp3(_prim):
+      return out
+    site = records.safely(site_of, _prim)
+    if site is None:
+      return out
+    ans, nzs_out, residuals, sres, linearized = out
+    return ans, nzs_out, _SiteTag(residuals, site), sres, linearized
+  linearize.__wrapped__ = original
+  return linearize
+
+
+def _is_custom_vjp3(prim) -> bool:
+  return type(prim).__name__ == "CustomVJPTraced"
+
+
+def site_of(prim) -> RuleSite:
+  """The site of one application of ``prim``, at its call in the user's forward pass."""
+  cls = type(prim)
+  static = _static(cls)
+  leaves = jax.tree_util.tree_leaves_with_path(
+      jax.tree_util.tree_unflatten(prim.in_tree, range(prim.in_tree.num_leaves)))
+  call_site, name_stack = custom_rules._call_site()
+  occurrence = None
+  session = records.current_session()
+  if session is not None and session.entry == "vjp":
+    key = (cls, call_site, name_stack)
+    session.occurrences[key] += 1
+    occurrence = session.occurrences[key]
+  params = static["params"]
+  return RuleSite(
+      function=static["function"], source=static["source"], rule=static["rule"],
+      fwd_rule=static["fwd_rule"], rule_source=static["rule_source"],
+      call_site=call_site, name_stack=name_stack, occurrence=occurrence,
+      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves),
+      in_names=tuple(names.argument_name(params, p[0].idx, jax.tree_util.keystr(p[1:]))
+                     for p, _ in leaves),
+      in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True,
+      method=(weakref.ref(cls), static["method"]))
+
+
+_statics: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _static(cls) -> dict:
+  """Names and sources of a primitive class and its rules: computed once per class, and
+  again once its rules are rebound (an applied fix)."""
+  key = (cls.vjp_fwd, cls.vjp_bwd, cls.vjp_bwd_retval, cls.expand)
+  cached = _statics.get(cls)
+  if cached is not None and cached[0] == key:
+    return cached[1]
+  from jax._src.hijax import HiPrim
+  method = "vjp_bwd" if cls.vjp_bwd is not HiPrim.vjp_bwd else "vjp_bwd_retval"
+  rule_source = names.function_source(getattr(cls, method))
+  own = [s for s in (names.function_source(getattr(cls, m, None))
+                     for m in ("__init__", "expand", "vjp_fwd")) if s and not names.inside_jax(s)]
+  found = dict(
+      function=cls.__name__, source=own[0] if own else rule_source,
+      rule=f"{cls.__name__}.{method}", fwd_rule=f"{cls.__name__}.vjp_fwd",
+      rule_source=rule_source, method=method, params=_input_names(cls))
+  _statics[cls] = (key, found)
+  return found
+
+
+def _input_names(cls) -> tuple[str, ...]:
+  """The primitive's inputs as the user named them: ``vjp_fwd(self, nzs_in, x, w)``'s
+  ``x, w``, else ``expand(self, x, w)``'s; JAX's derived rules name nothing."""
+  for method, bound in (("vjp_fwd", 2), ("expand", 1)):
+    fn = getattr(cls, method, None)
+    if fn is None or names.inside_jax(names.function_source(fn)):
+      continue
+    params = names.positional_names(fn)[bound:]
+    if params:
+      return params
+  return ()
+
+
+# ----------------------------------------------------------------- backward
+
+def _wrap_transpose(original):
+  def transpose(cts, *args, _prim, residuals_tree, nz_in_flat, **params):
+    call = lambda: original(cts, *args, _prim=_prim, residuals_tree=residuals_tree,
+                            nz_in_flat=nz_in_flat, **params)
+    if not records.active():
+      return call()
+    entry = records.safely(_transpose_entry, _prim, residuals_tree, nz_in_flat, args, params)
+    if entry is None:
+      return call()
+    _local.transposes.append(entry)
+    if entry.site is not None:
+      records.state.rule_stack.append(entry.site)
+    try:
+      return call()
+    finally:
+      if entry.site is not None:
+        records.state.rule_stack.pop()
+      _local.transposes.pop()
+  transpose.__wrapped__ = original
+  return transpose
+
+
+def _transpose_entry(prim, residuals_tree, nz_in_flat, args, params) -> Transpose:
+  if _is_custom_vjp3(prim):
+    return Transpose(site=None, accums={})
+  tree = residuals_tree.children()[0] if params.get("has_sres") else residuals_tree
+  data = tree.node_data()
+  site = data[1] if data is not None and data[0] is _SiteTag else None
+  accums = iter(args[residuals_tree.num_leaves:])
+  return Transpose(site=site, accums={id(next(accums)): i for i, nz in enumerate(nz_in_flat) if nz})
+
+
+def _wrap_accum_args_grad(original):
+  def accum_args_grad(arg_accums, args_grad):
+    top = current()
+    if top is None or top.site is None or not records.active():
+      return original(arg_accums, args_grad)
+    found = records.safely(returned_records, top.site, arg_accums, args_grad, default=[])
+    top.handing_over = True
+    try:
+      original(arg_accums, args_grad)
+    except Exception:
+      for rec in found:
+        records.record(rec)
+      raise
+    finally:
+      top.handing_over = False
+    for rec in found:
+      records.record(rec)
+  accum_args_grad.__wrapped__ = original
+  return accum_args_grad
+
+
+def returned_records(site: RuleSite, arg_accums, args_grad) -> list[Record]:
+  """What is wrong with a ``vjp_bwd_retval``'s returned value, by JAX's own checks.
+
+  The structure must be the inputs' (``flatten_up_to``, as JAX does it); each
+  cotangent JAX accumulates must match its accumulator's aval up to dtype (JAX's
+  ``ct_check``), and one whose dtype differs goes through silently.
+  """
+  base = dict(function=site.function, source=site.source, rule=site.rule, site=site)
+  accums, treedef = jax.tree_util.tree_flatten(arg_accums)
+  try:
+    cts = treedef.flatten_up_to(args_grad)
+  except (ValueError, TypeError) as e:
+    got = jax.tree_util.tree_structure(args_grad, is_leaf=lambda x: isinstance(x, ad.Zero))
+    return [Record(kind="bwd_structure", severity=ERROR, path="", expected=site.in_structure,
+                   got=str(got), detail=f"{site.rule} must return one cotangent per input of "
+                   f"{site.function}, structured like its inputs: {e}", **base)]
+  found = []
+  for i, (acc, ct) in enumerate(zip(accums, cts)):
+    if not isinstance(acc, ad.GradAccum) or isinstance(acc, ad.NullAccum) or ct is None:
+      continue
+    got, want = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct), acc.aval
+    if core.typematch(got, want) and got.dtype == want.dtype:
+      continue
+    accepted = (jax_flags.on("jax_disable_bwd_checks")
+                or core.typematch(got, want, no_dtype_check=True))
+    found.append(Record(
+        kind="silent_dtype" if accepted and got.shape == want.shape else "bwd_type", severity=WARNING if accepted else ERROR,
+        path=site.in_paths[i], expected=want.str_short(), got=got.str_short(), flat_index=i,
+        expected_aval=want, got_aval=got, **base))
+  return found

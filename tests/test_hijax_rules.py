@@ -1,0 +1,216 @@
+"""Hijax primitives (``jax.experimental.hijax.HiPrim``) written the way JAX's own tests write
+them: ``vjp_fwd`` with ``vjp_bwd_retval`` (returns cotangents) or ``vjp_bwd`` (pushes them
+into accumulators), bound through a helper function. Each wrong rule is diagnosed as a
+custom_vjp rule is; each correct one is a silent control."""
+import inspect
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental.hijax import HiPrim, vjp_from_jvp
+
+import jupyter_vjpviz as vv
+
+
+def raises(thunk):
+  with pytest.raises(Exception) as info:
+    thunk()
+  return info.value
+
+
+def line_of(fn) -> str:
+  return f"{__file__}:{inspect.getsourcelines(fn)[1]}"
+
+
+class SinTimesY(HiPrim):
+  """sin(x) * y, rules returning cotangents; ``wrong`` picks a mistake."""
+
+  def __init__(self, x_aval, y_aval, *, wrong=None):
+    self.in_avals, self.out_aval, self.params = (x_aval, y_aval), x_aval, dict(wrong=wrong)
+    super().__init__()
+
+  def expand(self, x, y):
+    return jnp.sin(x) * y
+
+  def vjp_fwd(self, nzs_in, x, y):
+    return self(x, y), (x, y)
+
+  def vjp_bwd_retval(self, res, g):
+    x, y = res
+    if self.wrong == "transpose":
+      return (jnp.cos(x) * y * g, (jnp.sin(x) * g).T)
+    if self.wrong == "one":
+      return (jnp.cos(x) * y * g,)
+    if self.wrong == "bf16":
+      return (jnp.cos(x) * y * g, (jnp.sin(x) * g).astype(jnp.bfloat16))
+    return (jnp.cos(x) * y * g, jnp.sin(x) * g)
+
+
+def sin_times_y(x, y, wrong=None):
+  return SinTimesY(jax.typeof(x), jax.typeof(y), wrong=wrong)(x, y)   # the call site
+
+
+CALL = f"{__file__}:{inspect.getsourcelines(sin_times_y)[1] + 1}"
+
+
+class MulAcc(HiPrim):
+  """x * y, a rule pushing into accumulators; ``wrong`` pushes a transposed one for y."""
+
+  def __init__(self, aval, *, wrong=False):
+    self.in_avals, self.out_aval, self.params = (aval, aval), aval, dict(wrong=wrong)
+    super().__init__()
+
+  def expand(self, x, y):
+    return x * y
+
+  def vjp_fwd(self, nzs_in, x, y):
+    return self(x, y), (x, y)
+
+  def vjp_bwd(self, res, g, x_acc, y_acc):
+    x, y = res
+    x_acc.accum(g * y)
+    y_acc.accum((x * g).T if self.wrong else x * g)
+
+
+def mul(x, y, wrong=False):
+  return MulAcc(jax.typeof(x), wrong=wrong)(x, y)
+
+
+class Cube(HiPrim):
+  """Rules derived by JAX from a jvp: the rule is JAX's, never edited."""
+
+  def __init__(self, aval):
+    self.in_avals, self.out_aval, self.params = (aval,), aval, {}
+    super().__init__()
+
+  def expand(self, x):
+    return x ** 3
+
+  def jvp(self, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return self(x), 3 * x ** 2 * t
+
+  vjp_fwd, vjp_bwd_retval = vjp_from_jvp
+
+
+def loss(x, y, wrong=None):
+  return sin_times_y(x, y, wrong).sum()
+
+
+X, Y = jnp.ones((3, 4)), jnp.full((3, 4), 2.)
+
+
+# ---------------------------------------------------------------- returned
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_retval_transposed_cotangent_is_the_rules_bwd_type(hook, jit):
+  grad = jax.grad(lambda x, y: loss(x, y, "transpose"), argnums=(0, 1))
+  err = raises(lambda: (jax.jit(grad) if jit else grad)(X, Y))
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.severity, d.function, d.rule) == (
+      "bwd_type", "error", "SinTimesY", "SinTimesY.vjp_bwd_retval")
+  assert (d.argument, d.primal, d.path, d.expected, d.got) == (
+      "y", "float32[3,4]", "[1]", "float32[3,4]", "float32[4,3]")
+  assert d.rule_source == line_of(SinTimesY.vjp_bwd_retval)
+  assert d.call_site == CALL
+  assert d.headline.startswith("SinTimesY.vjp_bwd_retval returned float32[4,3] for input y")
+  node = d.graph.node(d.node)
+  assert node.custom and node.function == "SinTimesY"
+  assert [(e.dst, e.cotangent_got) for e in d.graph.edges if e.mismatch] == [(d.node, "float32[4,3]")]
+  assert str(err) == d.message and any(n.startswith("vjpviz: SinTimesY.vjp_bwd_retval") for n in err.__notes__)
+
+
+def test_retval_of_the_wrong_structure(hook):
+  raises(lambda: jax.grad(lambda x, y: loss(x, y, "one"), argnums=(0, 1))(X, Y))
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.severity, d.rule) == ("bwd_structure", "error", "SinTimesY.vjp_bwd_retval")
+  assert d.expected == str(jax.tree.structure((0, 0)))
+  assert d.got == str(jax.tree.structure((0,)))
+
+
+def test_retval_dtype_jax_lets_through_is_a_warning(hook):
+  gx, gy = jax.grad(lambda x, y: loss(x, y, "bf16"), argnums=(0, 1))(X, Y)
+  assert gy.dtype == jnp.bfloat16        # JAX let it through
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.severity, d.argument, d.expected, d.got) == (
+      "silent_dtype", "warning", "y", "float32[3,4]", "bfloat16[3,4]")
+
+
+def test_failing_instance_among_identical_blocks(hook):
+  """Four applications from one line; only the third block's rule is wrong."""
+  def model(ys, x):
+    for k, y in enumerate(ys):
+      x = sin_times_y(x, y, "transpose" if k == 2 else None)
+    return x.sum()
+  raises(lambda: jax.grad(model)([Y] * 4, X))
+  (d,) = vv.diagnoses()
+  applications = [n.id for n in d.graph.nodes if n.function == "SinTimesY"]
+  assert len(applications) == 4 and d.node == applications[2]
+  assert d.argument == "y"
+
+
+def test_inputs_named_by_the_rules_parameters_through_pytrees(hook):
+  class Scale(HiPrim):
+    def __init__(self, x_aval, p_aval):
+      self.in_avals, self.out_aval, self.params = (x_aval, p_aval), x_aval, {}
+      super().__init__()
+
+    def expand(self, x, params):
+      return x * params["w"]
+
+    def vjp_fwd(self, nzs_in, x, params):
+      return self(x, params), (x, params)
+
+    def vjp_bwd_retval(self, res, g):
+      x, params = res
+      return (g * params["w"], {"w": (g * x)[:2]})
+
+  def scale(x, params):
+    return Scale(jax.typeof(x), jax.tree.map(jax.typeof, params))(x, params)
+  raises(lambda: jax.grad(lambda p: scale(X, p).sum())({"w": Y}))
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.argument, d.path, d.got) == ("bwd_type", "params['w']", "[1]['w']", "float32[2,4]")
+
+
+# ------------------------------------------------------------- accumulators
+
+def test_vjp_bwd_pushing_a_wrong_cotangent_is_accumulator_type(hook):
+  """Both inputs have one type: the accumulator itself says which input it was."""
+  raises(lambda: jax.grad(lambda x, y: mul(x, y, True).sum(), argnums=(0, 1))(X, Y))
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.severity, d.rule, d.argument, d.expected, d.got) == (
+      "accumulator_type", "error", "MulAcc.vjp_bwd", "y", "float32[3,4]", "float32[4,3]")
+  assert d.rule_source == line_of(MulAcc.vjp_bwd)
+  assert d.headline.startswith("MulAcc.vjp_bwd pushed float32[4,3] into the accumulator for input y")
+
+
+# ------------------------------------------------------------------ controls
+
+@pytest.mark.parametrize("run", [
+    lambda: jax.grad(loss, argnums=(0, 1))(X, Y),
+    lambda: jax.jit(jax.grad(loss, argnums=(0, 1)))(X, Y),
+    lambda: jax.grad(lambda x, y: mul(x, y).sum(), argnums=(0, 1))(X, Y),
+    lambda: jax.grad(lambda x: Cube(jax.typeof(x))(x).sum())(X),
+    lambda: jax.grad(lambda x, ys: jax.lax.scan(lambda c, y: (sin_times_y(c, y), None), x, ys)[0]
+                     .sum(), argnums=(0, 1))(X, jnp.stack([Y, Y])),
+], ids=["retval", "retval-jit", "accum", "from-jvp", "scan"])
+def test_correct_primitives_are_silent_and_unchanged(hook, run):
+  hooked = run()
+  assert vv.diagnoses() == []
+  vv.uninstall()
+  plain = run()
+  assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), hooked, plain))
+
+
+def test_residuals_reach_the_rule_unchanged_after_uninstall(hook):
+  """A VJP function made while hooked still runs the user's rule on their residuals."""
+  seen = []
+
+  class Probe(SinTimesY):
+    def vjp_bwd_retval(self, res, g):
+      seen.append(type(res))
+      return super().vjp_bwd_retval(res, g)
+  _, f_vjp = jax.vjp(lambda x, y: Probe(jax.typeof(x), jax.typeof(y))(x, y), X, Y)
+  vv.uninstall()
+  f_vjp(jnp.ones((3, 4)))
+  assert seen == [tuple]
