@@ -26,13 +26,14 @@ def check(fun, *args, argnums=0, **kwargs) -> list[Diagnosis]:
   per_fun = _cached(fun)
   if per_fun is not None and cache_key is not None and cache_key in per_fun:
     return list(per_fun[cache_key])
-  found = _run(fun, specs, nums, kwargs)
+  found = run(fun, specs, nums, kwargs)
   if per_fun is not None and cache_key is not None:
     per_fun[cache_key] = tuple(found)
   return found
 
 
-def _run(fun, specs, nums, kwargs) -> list[Diagnosis]:
+def run(fun, specs, nums, kwargs) -> list[Diagnosis]:
+  """Differentiate ``fun`` w.r.t. ``nums`` abstractly with the hook on; what it found."""
   traced = [i for i, a in enumerate(specs) if _all_specs(a)]
 
   def probe(*traced_args):

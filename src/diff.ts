@@ -176,6 +176,46 @@ export function treeLeaves(text: string): string[] | null {
 }
 
 /**
+ * How one input's cotangent differs from the primal's derivative (a
+ * `bwd_value` diagnosis's `leaf_errors`, the kernel's `oracle.LeafError`).
+ */
+export interface ILeafError {
+  readonly name: string;
+  readonly max_abs: number;
+  readonly max_rel: number | null; // null: the reference is zero
+  readonly where: readonly number[];
+  readonly got_zero: boolean;
+  readonly reference_at: number;
+  readonly got_at: number;
+  readonly scale: number;
+}
+
+const num = (x: number | null): string =>
+  x === null ? '∞' : Number(x.toPrecision(4)).toString();
+
+/**
+ * A value row: the reference beside the rule's value where they differ most.
+ * Kernel numbers are untrusted like its text: only ever shown as text.
+ */
+function valueRow(l: ILeafError): IDiffRow {
+  const error = `max abs error ${num(l.max_abs)}, rel ${num(l.max_rel)}`;
+  const perElement = l.reference_at !== l.got_at;
+  const at = perElement ? ` at [${l.where.map(num).join(', ')}]` : '';
+  return {
+    path: l.name,
+    expected: perElement
+      ? `reference ${num(l.reference_at)}${at}`
+      : `finite differences along random directions, up to ${num(l.scale)}`,
+    got: l.got_zero
+      ? `zero (the reference reaches ${num(l.scale)})`
+      : perElement
+        ? `rule ${num(l.got_at)}${at}; ${error}`
+        : error,
+    status: 'mismatch'
+  };
+}
+
+/**
  * The diff rows of a diagnosis.
  */
 export function diffRows(d: {
@@ -183,7 +223,11 @@ export function diffRows(d: {
   path?: string | null;
   expected?: string | null;
   got?: string | null;
+  leaf_errors?: readonly ILeafError[] | null;
 }): IDiffRow[] {
+  if (d.kind === 'bwd_value' && Array.isArray(d.leaf_errors) && d.leaf_errors.length) {
+    return d.leaf_errors.map(valueRow);
+  }
   const expected = d.expected ?? '';
   const got = d.got ?? '';
   if (d.kind.endsWith('_structure')) {

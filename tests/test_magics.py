@@ -30,6 +30,19 @@ x = jnp.ones(3)
     "strict": "%%vjpviz --strict\ng = jax.grad(loss)(x)",
     "clean": "%%vjpviz --strict\ny = good(x)",
     "check": "%vjpviz check loss(x)",
+    "values_define": """
+@jax.custom_vjp
+def twice(x): return jnp.sin(x)
+twice.defvjp(lambda x: (twice(x), x), lambda x, g: (2 * jnp.cos(x) * g,))
+@jax.custom_vjp
+def ste(x): return jnp.round(x)
+ste.defvjp(lambda x: (ste(x), None), lambda _, g: (g,))
+def vloss(x): return jax.jit(lambda x: ste(twice(x)).sum())(x)
+""",
+    "values_check": "%vjpviz check --values vloss(x)",
+    "values_cell": "%%vjpviz --values\ng = jax.grad(vloss)(x)\nprint('grad', g.shape)",
+    "values_strict": "%%vjpviz --values --strict\ng = jax.grad(vloss)(x)",
+    "no_values": "%%vjpviz\ng = jax.grad(vloss)(x)",
     "failing": """
 @jax.custom_vjp
 def lin(x): return x
@@ -124,3 +137,27 @@ def test_status_list_last_export_clear_off(run):
   assert "wrote" in text(outputs["export"])
   assert text(outputs["clear"]).strip() == "after clear"
   assert "vjpviz: not installed" in text(outputs["off"])
+
+
+def test_values_line_magic_warns_about_a_wrong_rule_and_says_what_it_cannot_judge(run):
+  outputs, _ = run
+  out = text(outputs["values_check"])
+  assert ("vloss(x): 2 custom rules value-checked: 1 differs from the primal's derivative, "
+          "1 not judged") in out
+  assert "not judged: ste's bwd rule <lambda>: unverifiable" in out and "round" in out
+  (d,) = diagnoses(outputs["values_check"])
+  assert d["kind"] == "bwd_value" and d["function"] == "twice" and d["argument"] == "x"
+  (leaf,) = d["leaf_errors"]
+  assert leaf["name"] == "x" and leaf["max_rel"] > 0.5
+  assert any(e.get("value_error") for e in d["graph"]["edges"])
+
+
+def test_values_cell_magic_checks_the_rules_the_cell_differentiated(run):
+  outputs, _ = run
+  out = text(outputs["values_cell"])
+  assert "grad (3,)" in out and "2 custom rules checked, 0 problems" in out
+  assert "2 custom rules value-checked: 1 differs" in out
+  assert [d["kind"] for d in diagnoses(outputs["values_cell"])] == ["bwd_value"]
+  assert "VjpvizProblems" in text(outputs["values_strict"])
+  plain = text(outputs["no_values"])     # opt-in: without --values no value is judged
+  assert "value-checked" not in plain and diagnoses(outputs["no_values"]) == []

@@ -11,7 +11,7 @@ from .graph import Graph
 KINDS = (
     "bwd_type", "bwd_structure", "fwd_type", "fwd_structure", "accumulator_type",
     "ref_grad_unbound", "ref_grad_as_value", "grad_ref_type",
-    "vjp_cotangent_type", "vjp_cotangent_structure", "silent_dtype",
+    "vjp_cotangent_type", "vjp_cotangent_structure", "silent_dtype", "bwd_value",
 )
 
 _ids = itertools.count(1)
@@ -60,6 +60,9 @@ class Diagnosis:
   got_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
   site: Any = dataclasses.field(default=None, repr=False, compare=False)
   """The capture stage's RuleSite (avals, paths, a weakref to the custom_vjp)."""
+  leaf_errors: tuple = ()
+  """bwd_value: per input leaf, how the rule's cotangent differs from the primal's
+  derivative (``oracle.LeafError``: numbers and strings, never arrays)."""
 
   @property
   def headline(self) -> str:
@@ -99,15 +102,18 @@ class Diagnosis:
                               f"{self.path} is {self.got}, but must be {self.expected}",
         "vjp_cotangent_structure": f"the cotangent passed to {self.function}'s VJP function "
                                    "has the wrong tree structure",
+        "bwd_value": f"{self.function}'s bwd rule returns well-typed cotangents that are not "
+                     f"{self.function}'s derivative: {self.got}",
     }.get(self.kind, f"{self.kind}: expected {self.expected}, got {self.got}")
     return text + "."
 
   def to_dict(self) -> dict:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-         if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site")}
+         if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors")}
     d["headline"] = self.headline
     d["graph"] = self.graph.to_dict()
     d["fixes"] = [f.to_dict() for f in self.fixes]
+    d["leaf_errors"] = [l.to_dict() for l in self.leaf_errors]
     return d
 
   # Renderings (the render stage does the work; these are the public spellings).

@@ -41,6 +41,7 @@ class Edge(NamedTuple):
   cotangent: str           # the cotangent aval the backward pass must produce for it
   cotangent_got: str | None = None   # what the backward pass actually produced, where known
   position: int = 0        # input position at dst
+  value_error: str | None = None     # well-typed, wrong values: "rel 0.31" (vjpviz.gradcheck)
 
   @property
   def mismatch(self) -> bool:

@@ -67,6 +67,15 @@ class LeafError:
   got_zero: bool              # so is the rule's cotangent
   judged: bool = True         # False: no judge for this leaf (see Verdict.reason)
   ok: bool = True
+  reference_at: float = 0.0   # the reference at ``where`` (on the draw with the worst error)
+  got_at: float = 0.0         # the rule's cotangent there
+  scale: float = 0.0          # the largest reference magnitude
+
+  def to_dict(self) -> dict:
+    """Plain JSON: an infinite relative error (a zero reference) becomes None."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else
+            list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(self).items()}
 
   def describe(self) -> str:
     if not self.judged:
@@ -141,11 +150,15 @@ class Oracle:
     return bool(refs) and all(not np.any(r) for r in refs if r is not None)
 
   def verdict(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False,
-              nondiff_argnums: tuple = ()) -> Verdict:
-    """Run ``bwd(fwd(args))`` at each draw and compare it leaf by leaf with the reference."""
+              nondiff_argnums: tuple = (), perturbed: tuple[bool, ...] | None = None) -> Verdict:
+    """Run ``bwd(fwd(args))`` at each draw and compare it leaf by leaf with the reference.
+
+    ``perturbed`` (per input leaf, for ``symbolic_zeros`` rules) says which inputs the
+    application differentiated; the others owe no cotangent and are not compared.
+    """
     with _suspended():
       try:
-        outs = [_run_rule(self.site, d, fwd, bwd, symbolic_zeros, nondiff_argnums)
+        outs = [_run_rule(self.site, d, fwd, bwd, symbolic_zeros, perturbed)
                 for d in self.draws]
       except _TypeMismatch as e:
         return Verdict(TYPE_ERROR, str(e), judge=self.judge)
@@ -153,7 +166,8 @@ class Oracle:
         return Verdict(FAILED, f"the rule raised {type(e).__name__}: {e}"[:300], judge=self.judge)
       if not self.judge:
         return Verdict(UNVERIFIABLE, self.reason, judge="")
-      leaves = self._compare(outs, fwd, bwd, symbolic_zeros, nondiff_argnums)
+      leaves = [l for l in self._compare(outs)
+                if perturbed is None or not symbolic_zeros or perturbed[l.index]]
     if any(l.judged and not l.ok for l in leaves):
       return Verdict(WRONG, "; ".join(l.describe() for l in leaves if l.judged and not l.ok),
                      tuple(leaves), self.judge)
@@ -162,7 +176,7 @@ class Oracle:
     return Verdict(RIGHT, f"equal to the primal's {self.judge} at {len(self.draws)} random "
                    "points", tuple(leaves), self.judge)
 
-  def _compare(self, outs, fwd, bwd, symbolic_zeros, nondiff_argnums) -> list[LeafError]:
+  def _compare(self, outs) -> list[LeafError]:
     if self.judge == "finite differences":
       return _compare_directional(self, outs)
     leaves = []
@@ -188,7 +202,7 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracl
   for k in range(n_draws):
     args = _draw_args(site, specs, key, positive=k % 2 == 1, bounds=bounds)
     out = jax.eval_shape(fun, *args)
-    ct = jax.tree_util.tree_map(lambda s: _draw_like(s, key), out)
+    ct = jax.tree_util.tree_map(lambda s: _draw_like(_ct_spec(s), key), out)
     try:
       reference = _reference(site, fun, args, ct)
     except Exception as e:  # noqa: BLE001 - JAX cannot differentiate the primal
@@ -227,6 +241,11 @@ def _draw_args(site, specs, rng, positive: bool, bounds: dict) -> list:
     else:
       drawn.append(leaf)
   return jax.tree_util.tree_unflatten(tree, drawn)
+
+
+def _ct_spec(out):
+  """The cotangent type of a primal output: float0 for integer and boolean outputs."""
+  return jax.ShapeDtypeStruct(out.shape, core.primal_dtype_to_tangent_dtype(out.dtype))
 
 
 def _draw_like(spec, rng, positive: bool = False, bound: int | None = None):
@@ -270,13 +289,17 @@ def _host(x):
   return np.asarray(x, np.complex128 if np.iscomplexobj(x) else np.float64)
 
 
-def _run_rule(site, draw: _Draw, fwd, bwd, symbolic_zeros, nondiff_argnums) -> list:
+def _run_rule(site, draw: _Draw, fwd, bwd, symbolic_zeros, perturbed) -> list:
   """The rule's cotangent per input leaf (None for float0 / integer inputs) at one draw."""
   args = list(draw.args)
   positions = _diff_positions(site, len(args))
   if symbolic_zeros:
-    for i in positions:
-      args[i] = jax.tree_util.tree_map(lambda a: cd.CustomVJPPrimal(a, True), args[i])
+    leaves, tree = jax.tree_util.tree_flatten([args[i] for i in positions])
+    flags = perturbed or (True,) * len(leaves)
+    boxed = jax.tree_util.tree_unflatten(
+        tree, [cd.CustomVJPPrimal(a, p) for a, p in zip(leaves, flags)])
+    for i, b in zip(positions, boxed):
+      args[i] = b
   _, res = fwd(*args)
   nondiff = [draw.args[i] for i in sorted(i for i, _ in site.nondiff)]
   cts = bwd(*nondiff, res, draw.ct)
@@ -331,20 +354,22 @@ def _leaf_error(i, name, refs, gots, primal, judged: bool) -> LeafError:
   pairs = [(r, g) for r, g in zip(refs, gots) if r is not None and g is not None]
   if not pairs:
     return LeafError(i, name, 0.0, 0.0, (), True, True, judged=False, ok=True)
-  worst, where, scale = 0.0, (), 0.0
+  worst, where, scale, at = 0.0, (), 0.0, (0.0, 0.0)
   for r, g in pairs:
     known = np.isfinite(r)          # a stable rule may be finite where autodiff is not
     diff = np.where(known, np.abs(g - np.where(known, r, 0)), 0)
     scale = max(scale, float(np.max(np.abs(np.where(known, r, 0)), initial=0.0)))
     if diff.size and float(np.max(diff)) > worst:
       worst = float(np.max(diff))
-      where = tuple(int(k) for k in np.unravel_index(int(np.argmax(diff)), diff.shape))
+      k = np.unravel_index(int(np.argmax(diff)), diff.shape)
+      where = tuple(int(j) for j in k)
+      at = (float(np.real(r[k])), float(np.real(g[k])))
   rtol = _RTOL.get(dtype, 1e-4)
   ok = worst <= rtol * scale + rtol * 1e-2
   return LeafError(i, name, worst, worst / scale if scale else math.inf if worst else 0.0,
                    where, reference_zero=scale == 0.0,
                    got_zero=all(not np.any(g) for _, g in pairs), judged=judged,
-                   ok=ok or not judged)
+                   ok=ok or not judged, reference_at=at[0], got_at=at[1], scale=scale)
 
 
 def _compare_directional(oracle: Oracle, outs) -> list[LeafError]:
@@ -371,7 +396,7 @@ def _compare_directional(oracle: Oracle, outs) -> list[LeafError]:
     worst = max(errs)
     leaves.append(LeafError(i, name, worst, worst / scale if scale else 0.0, (),
                             reference_zero=scale == 0.0, got_zero=got_zero,
-                            ok=worst <= _FD_RTOL * max(scale, 1e-3)))
+                            ok=worst <= _FD_RTOL * max(scale, 1e-3), scale=scale))
   return leaves
 
 

@@ -15,11 +15,12 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .. import runtime
+from .. import runtime, value_check
 from ..analysis.diagnose import key
-from ..capture import jax_flags
+from ..capture import jax_flags, records
 from ..capture.check_sites import observe_applications
 from ..lint import check, spec
+from ..value_check import floating
 from . import comm
 from .display import mimebundle
 
@@ -76,17 +77,10 @@ def _type_key(specs):
 def check_application(cvjp, specs) -> list:
   """vjpviz.check on one custom_vjp application, w.r.t. its float array arguments."""
   args, kwargs = specs
-  nums = tuple(i for i, a in enumerate(args) if i not in cvjp.nondiff_argnums and _floating(a))
+  nums = tuple(i for i, a in enumerate(args) if i not in cvjp.nondiff_argnums and floating(a))
   if not nums:
     return []
   return check(lambda *a, **k: cvjp(*a, **k), *args, argnums=nums, **kwargs)
-
-
-def _floating(tree) -> bool:
-  leaves = jax.tree_util.tree_leaves(tree)
-  return bool(leaves) and all(isinstance(l, jax.ShapeDtypeStruct)
-                              and jax.numpy.issubdtype(l.dtype, jax.numpy.inexact)
-                              for l in leaves)
 
 
 def unique(found: list) -> list:
@@ -108,26 +102,35 @@ class VjpvizMagics(Magics):
 
   @magic_arguments()
   @argument("action", nargs="?", default="status",
-            help="status (default) | on | off | clear | last | list | export PATH | check EXPR")
+            help="status (default) | on | off | clear | last | list | export PATH | "
+                 "check [--values] EXPR")
   @argument("target", nargs="*", help="export: the file to write; check: a call such as "
                                       "loss(params, batch)")
   @argument("--format", choices=sorted(_EXPORTS), default=None,
             help="export format (default: from the file extension)")
   @argument("--strict", action="store_true",
             help="cell magic: raise if any custom rule the cell ran has a problem")
+  @argument("--values", action="store_true",
+            help="also judge each custom rule's cotangent values by its primal's own "
+                 "derivative at random inputs (bwd_value warnings; opt-in: surrogate "
+                 "gradients differ on purpose, mark them with vjpviz.surrogate)")
   @line_cell_magic
   def vjpviz(self, line: str, cell: str | None = None):
     """Gradient debugger controls; as a cell magic, check every custom rule the cell runs.
 
     %%vjpviz [--strict] runs the cell with the hook on, re-checks each custom_vjp
     it applied abstractly (silent dtypes included), prints "N custom rules
-    checked, M problems" and shows each problem.
+    checked, M problems" and shows each problem. With --values (also
+    %vjpviz check --values EXPR) each rule whose fwd ran is judged by its
+    primal's own derivative at random inputs of the types it was applied to
+    (vjpviz.gradcheck); JAX's caches are cleared first, so jitted code re-traces.
     """
     if cell is not None:
       return self._cell(parse_argstring(self.vjpviz, line), cell)
     action, _, rest = line.strip().partition(" ")
     if action == "check":  # the expression is Python, not shell-style arguments
-      return self._check(rest.strip())
+      flag, _, expr = rest.strip().partition(" ")
+      return self._values(expr.strip()) if flag == "--values" else self._check(rest.strip())
     args = parse_argstring(self.vjpviz, line)
     handler = {"status": lambda: print(status()), "on": runtime.install,
                "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
@@ -156,25 +159,37 @@ class VjpvizMagics(Magics):
     print(f"vjpviz: wrote {export(found[-1], args.target[0], args.format)}")
 
   def _check(self, expr: str) -> list:
-    call = ast.parse(expr, mode="eval").body
-    if not isinstance(call, ast.Call):
-      raise ValueError("usage: %vjpviz check f(args...), e.g. loss(params, batch)")
-    ns = self.shell.user_ns
-    value = lambda node: eval(compile(ast.Expression(node), "<vjpviz check>", "eval"), ns)  # noqa: S307
-    fun = value(call.func)
-    args = [value(a) for a in call.args]
-    kwargs = {k.arg: value(k.value) for k in call.keywords}
+    fun, args, kwargs = self._call(expr)
     found = check(fun, *args, **kwargs)
     print(f"{expr}: {len(found)} problem{'s' * (len(found) != 1)}")
     for d in found:
       show(d)
     return found
 
+  def _values(self, expr: str) -> value_check.GradCheck:
+    fun, args, kwargs = self._call(expr)
+    result = value_check.gradcheck(fun, *args, **kwargs)
+    report_values(f"{expr}: ", result)
+    return result
+
+  def _call(self, expr: str):
+    """The function, arguments and keywords of ``f(args...)``, evaluated in the user's namespace."""
+    call = ast.parse(expr, mode="eval").body
+    if not isinstance(call, ast.Call):
+      raise ValueError("usage: %vjpviz check [--values] f(args...), e.g. loss(params, batch)")
+    ns = self.shell.user_ns
+    value = lambda node: eval(compile(ast.Expression(node), "<vjpviz check>", "eval"), ns)  # noqa: S307
+    return (value(call.func), [value(a) for a in call.args],
+            {k.arg: value(k.value) for k in call.keywords})
+
   def _cell(self, args, cell: str):
     was_installed = runtime.installed()
     runtime.install()
+    if args.values:
+      jax.clear_caches()   # a jitted function traced before would not run its rules' fwd
     try:
-      with runtime.collecting() as found, applications() as applied:
+      with (runtime.collecting() as found, applications() as applied,
+            value_check.applications() if args.values else contextlib.nullcontext({}) as sites):
         self.shell.run_cell(cell)
       for cvjp, specs in applied.values():
         found.extend(check_application(cvjp, specs))
@@ -185,9 +200,22 @@ class VjpvizMagics(Magics):
     print(summary(len(applied), problems))
     for d in problems:
       show(d)
-    if args.strict and problems:
-      raise VjpvizProblems(summary(len(applied), problems) + ": "
-                           + "; ".join(d.headline for d in problems))
+    values = records.safely(value_check.judge, sites) if args.values else None
+    if values is not None:
+      report_values("", values)
+    if args.strict and (problems or values):
+      shown = [*problems, *(values or ())]
+      raise VjpvizProblems(summary(len(applied), shown) + ": "
+                           + "; ".join(d.headline for d in shown))
+
+
+def report_values(prefix: str, result) -> None:
+  """A gradcheck's summary line, each rule not judged (why, in one line), each warning."""
+  print(prefix + result.summary())
+  for r in result.not_judged:
+    print(f"  not judged: {r.line()}")
+  for d in result:
+    show(d)
 
 
 def show(d) -> None:

@@ -134,13 +134,20 @@ def _avals(side: str, avals: tuple[str, ...]) -> str:
 
 
 def _edge_attrs(e: ViewEdge, labels: bool) -> dict:
-  shown = e.shown
+  differs = next((x for x in e.edges if x.value_error), None)   # well-typed, wrong values
+  shown = e.shown if e.mismatch or differs is None else differs
+  flagged = e.mismatch or differs is not None
   count = f"×{len(e.edges)} " if len(e.edges) > 1 else ""
-  text = f"{'✖ ' if e.mismatch else ''}{count}P {shown.primal} / CT {shown.cotangent}"
-  got = f"got {shown.cotangent_got}" if e.mismatch else ""
-  attrs = dict(label=_text(text, got) if labels or e.mismatch else "",
-               **{"class": "vjpviz-edge" + (" vjpviz-edge-mismatch" if e.mismatch else "")})
-  if e.mismatch:
+  text = f"{'✖ ' if flagged else ''}{count}P {shown.primal} / CT {shown.cotangent}"
+  got = (f"got {shown.cotangent_got}" if e.mismatch else
+         f"CT value differs: {differs.value_error}" if differs else "")
+  attrs = dict(label=_text(text, got) if labels or flagged else "",
+               **{"class": "vjpviz-edge" + (" vjpviz-edge-mismatch" if flagged else "")
+                  + (" vjpviz-edge-value" if differs else "")})
+  if differs:
+    attrs.update(tooltip=_text(f"{got}: the rule's cotangent has the expected type, but its "
+                               "values are not the primal's derivative", passes=2))
+  if flagged:
     attrs.update(color=FAIL, fontcolor=FAIL, penwidth="2.5", style="bold,dashed")
   return attrs
 

@@ -25,11 +25,23 @@ def facts(d) -> list[tuple[str, str | None]]:
   return [("kind", d.kind), ("function", _at(d.function, d.source)),
           ("bwd rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
           ("scope", d.name_stack), ("input", d.path), ("expected", d.expected),
-          ("got", d.got)]
+          ("got", d.got), *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors)]
+
+
+def leaf_values(leaf) -> str:
+  """A bwd_value leaf: the reference beside the rule's value where they differ most."""
+  error = f"max abs error {leaf.max_abs:.3g}, rel {leaf.max_rel:.2g}"
+  if leaf.got_zero:
+    return f"zero, where the reference reaches {leaf.scale:.4g}"
+  if leaf.reference_at == leaf.got_at:   # judged along random directions, not per element
+    return f"{error} (finite differences along random directions)"
+  return (f"reference {leaf.reference_at:.4g}, rule {leaf.got_at:.4g} at "
+          f"{list(leaf.where)}; {error}")
 
 
 def edge_text(e: Edge) -> str:
-  mark = f"  ✖ got {e.cotangent_got}" if e.mismatch else ""
+  mark = (f"  ✖ got {e.cotangent_got}" if e.mismatch else
+          f"  ✖ CT value differs: {e.value_error}" if e.value_error else "")
   return f"P {e.primal} / CT {e.cotangent}{mark}"
 
 

@@ -121,3 +121,26 @@ describe('renderRuleSource', () => {
     expect(lines[2].textContent).toContain('return g.T,');
   });
 });
+
+describe('diffRows of a bwd_value', () => {
+  it('shows the reference beside the rule, leaf by leaf', () => {
+    const rows = diffRows({
+      kind: 'bwd_value',
+      path: '[0]',
+      expected: "the primal's derivative (autodiff)",
+      got: 'the gradient of `x` differs',
+      leaf_errors: [
+        { name: 'x', max_abs: 0.84, max_rel: 0.31, where: [2, 1], got_zero: false,
+          reference_at: 0.84, got_at: 1.68, scale: 2.7 },
+        { name: "p['w']", max_abs: 1.5, max_rel: 1, where: [0], got_zero: true,
+          reference_at: 1.5, got_at: 0, scale: 1.5 }
+      ]
+    });
+    expect(rows).toEqual([
+      { path: 'x', expected: 'reference 0.84 at [2, 1]',
+        got: 'rule 1.68 at [2, 1]; max abs error 0.84, rel 0.31', status: 'mismatch' },
+      { path: "p['w']", expected: 'reference 1.5 at [0]',
+        got: 'zero (the reference reaches 1.5)', status: 'mismatch' }
+    ]);
+  });
+});
