@@ -14,6 +14,7 @@ import tempfile
 import traceback
 
 from . import runtime
+from .runtime import NOTE_POINTER
 from .render import html
 
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_script(script: str, args: list[str], report: str | None = None) -> int:
   runtime.install()
   runtime.clear()
+  runtime.NOTE_POINTER = ("the diagnosis follows the traceback, and vjpviz prints where "
+                          "its HTML report is written")
   sys.argv = [script, *args]
   sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
   status = 0
@@ -44,6 +47,7 @@ def run_script(script: str, args: list[str], report: str | None = None) -> int:
     status = 1
   finally:
     runtime.uninstall()
+    runtime.NOTE_POINTER = NOTE_POINTER
   found = runtime.history()
   if found:
     for d in found:

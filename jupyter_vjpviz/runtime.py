@@ -21,6 +21,10 @@ HISTORY_LIMIT = 200
 WARNINGS_REMEMBERED = 100
 """Warnings already shown, so each shows once; beyond this the oldest may show again."""
 
+NOTE_POINTER = "vjpviz.last() has the full diagnosis"
+"""Where the error's note sends the user: true where diagnoses are delivered (the
+``run`` CLI says where its report goes, as a script cannot call ``vjpviz.last()``)."""
+
 _history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
@@ -100,7 +104,7 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
     _remember_warnings(found)
   else:
     _mark(exc, found)
-    exc.add_note(f"vjpviz: {found[0].headline} (vjpviz.last() has the full diagnosis)")
+    exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
   with _lock:
     _history.extend(found)
   for listener in list(_listeners):

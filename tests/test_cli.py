@@ -38,6 +38,8 @@ def test_failing_script_reports_and_exits_1(tmp_path):
   assert "argv ['--lr', '0.1']" in proc.stdout
   assert "Traceback" in proc.stderr and "ValueError" in proc.stderr
   assert "act's bwd rule act_bwd returned float32[2]" in proc.stderr
+  note = [l for l in proc.stderr.splitlines() if l.startswith("vjpviz: act's bwd rule")][0]
+  assert "vjpviz.last()" not in note and "HTML report" in note   # a script can't call vjpviz.last()
   m = re.search(r"HTML report: (\S+)", proc.stderr)
   assert m and pathlib.Path(m.group(1)) == report
   html = report.read_text()
