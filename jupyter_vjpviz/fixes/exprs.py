@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import itertools
 
+import jax
+
 from .source import RuleSource
 
 _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
@@ -102,6 +104,13 @@ _COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter")
 def varying(aval) -> frozenset:
   """The manual mesh axes an aval varies over (``{V:dp}``); empty outside shard_map."""
   return getattr(getattr(aval, "manual_axis_type", None), "varying", frozenset())
+
+
+def revaried(text: str, axes: tuple) -> str:
+  """``text`` marked varying over ``axes`` again, as this JAX spells it."""
+  if hasattr(jax.lax, "pvary"):
+    return f"jax.lax.pvary({text}, {axes})"
+  return f"jax.lax.pcast({text}, {axes}, to='varying')"
 
 
 def collectives(node: ast.expr) -> list[ast.Call]:

@@ -1,23 +1,36 @@
-"""Which return statements of a rule produced the failing cotangent.
+"""Which return statements of a rule produced the failing cotangent, and what was in scope.
 
 A rule with several returns (an if/else on a static flag, an early return) runs
 only some of them for a given call, and editing a branch that was already right
 would break it. So a copy of the rule reports what each return gives, runs at
 the failing call's types under ``eval_shape``, and only the returns whose
-element at the failing path has the failing type are edited.
+element at the failing path has the failing type are edited. The same run
+records the types of the rule's locals at each return, which fixes search for
+names of the right type (types and Python scalars only: no array is kept).
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import itertools
+from typing import Any
 
 import jax
+import numpy as np
 
 from . import source, verify
 
 _serial = itertools.count(1)
 _REPORT = "__vjpviz_returned__"
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+@dataclasses.dataclass(frozen=True)
+class Returned:
+  """What one return statement gave, and the locals in scope there, as types."""
+  value: Any
+  scope: dict   # local name -> its types (avals, Python scalars); other values left out
 
 
 def failing_elements(rule) -> list[ast.expr] | None:
@@ -29,16 +42,22 @@ def failing_elements(rule) -> list[ast.expr] | None:
     element = source.element(returns[0].value, rule.keys)
     return [element] if element is not None else None
   got = rule.d.got_aval
-  seen = _returned_types(rule) if got is not None else None
-  if not seen:
-    return None
-  hits = [k for k, value in seen.items() if _matches(_at(value, rule.keys), got)]
-  elements = [source.element(returns[k].value, rule.keys) for k in hits]
+  hits = failing_returns(rule)
+  elements = [source.element(returns[k].value, rule.keys) for k in hits or ()]
   return elements if elements and None not in elements else None
 
 
-def _returned_types(rule) -> dict | None:
-  """{index of a bwd return statement: the types it returned} for the failing call.
+def failing_returns(rule, seen: dict | None = None) -> list[int] | None:
+  """Indices of the returns whose element at the failing path has the failing type."""
+  got = rule.d.got_aval
+  seen = returned(rule) if seen is None else seen
+  if got is None or not seen:
+    return None
+  return [k for k, r in seen.items() if _matches(at(r.value, rule.keys), got)]
+
+
+def returned(rule) -> dict[int, Returned] | None:
+  """{index of a bwd return statement: what it returned} for the failing call.
 
   Nothing the user did not run may run here: the copy is only the body the live
   rule was compiled from (no decorators, annotations or default expressions; the
@@ -48,15 +67,16 @@ def _returned_types(rule) -> dict | None:
   tree = ast.parse(rule.src.text)
   copy = source.RuleSource(rule.src.text, tree.body[0])
   _bare(copy.node)
-  if not _compiles_to(tree, live):
+  if not compiles_to(tree, live):
     return None
   for k, ret in enumerate(copy.returns()):
-    ret.value = ast.Call(ast.Name(_REPORT, ast.Load()), [ast.Constant(k), ret.value], [])
+    scope = ast.Call(ast.Name("locals", ast.Load()), [], [])
+    ret.value = ast.Call(ast.Name(_REPORT, ast.Load()), [ast.Constant(k), ret.value, scope], [])
   ast.fix_missing_locations(tree)
   seen = {}
 
-  def report(k, value):
-    seen[k] = jax.tree_util.tree_map(jax.typeof, value)
+  def report(k, value, scope):
+    seen[k] = Returned(jax.tree_util.tree_map(jax.typeof, value), _types(scope))
     return value
   namespace = verify.namespace(rule.owner)
   namespace[_REPORT] = report
@@ -68,6 +88,17 @@ def _returned_types(rule) -> dict | None:
   except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: no branch is known
     return None
   return seen
+
+
+def _types(scope: dict) -> dict:
+  """Each local whose leaves are all arrays or Python scalars, arrays as their avals."""
+  found = {}
+  for name, value in scope.items():
+    leaves = jax.tree_util.tree_leaves(value)
+    if all(isinstance(l, (jax.Array, np.ndarray, *_SCALARS)) for l in leaves):
+      found[name] = jax.tree_util.tree_map(
+          lambda l: l if isinstance(l, _SCALARS) else jax.typeof(l), value)
+  return found
 
 
 def _bare(node: ast.FunctionDef) -> None:
@@ -82,7 +113,7 @@ def _bare(node: ast.FunctionDef) -> None:
   args.kw_defaults = [None] * len(args.kwonlyargs)
 
 
-def _compiles_to(tree: ast.Module, live) -> bool:
+def compiles_to(tree: ast.Module, live) -> bool:
   """Whether this text is what the live rule was compiled from (same names and constants).
 
   Compiled on its own, the rule's free variables read as globals, so both sides
@@ -100,7 +131,8 @@ def _compiles_to(tree: ast.Module, live) -> bool:
           and consts(mine) == consts(theirs))
 
 
-def _at(tree, keys: list):
+def at(tree, keys: list):
+  """The subtree of ``tree`` at a path's keys, or None."""
   for key in keys:
     try:
       tree = getattr(tree, key) if isinstance(key, str) and not isinstance(tree, dict) \

@@ -1,0 +1,854 @@
+"""Candidate fixes searched around the failing return, not picked per example.
+
+The templates in ``suggest`` read one rewrite off the two types. These
+generators search a small space built from the rule itself: other names of its
+scope where the failing cotangent reads one (``w1`` for ``w2``, a residual
+unpacked in the wrong order), reductions, broadcasts, transposes and reshapes to
+the expected type, literal sizes replaced by the inputs' shapes, locals computed
+but never returned, missing entries filled from locals, collectives that fix the
+varying mesh axes, and a gather's cotangent scattered back. Nothing here knows a
+function: every candidate comes from the AST, the rule's local types recorded
+at the failing call (``returns.returned``) and the expected avals.
+
+Every candidate is judged afterwards (types abstractly, values against the
+primal's autodiff), so the generators may be generous; but each yields its most
+plausible candidates first, a cheap abstract run of the changed expressions
+(``Scope.predict``) drops those certain to be ill-typed, and the number per
+generator and per rule is capped.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+import re
+from typing import Any, Iterator
+
+import jax
+from jax._src import core
+
+from ..analysis.diagnosis import Fix
+from ..capture import custom_rules, records
+from . import exprs, returns, source, verify
+
+PER_GENERATOR = 6
+PER_RULE = 30
+_TYPE_KINDS = ("bwd_type", "silent_dtype")
+_KINDS = (*_TYPE_KINDS, "bwd_structure", "bwd_value")
+_OUT = "__vjpviz_candidate__"
+ILL = "ill-typed"   # Scope.type_of of an expression that raises
+
+
+def for_rule(rule) -> list[Fix]:
+  """Candidate whole-rule fixes for a bwd rule's diagnosis, most plausible first."""
+  if rule.d.kind not in _KINDS or rule.d.site is None:
+    return []
+  scope = Scope.of(rule)
+  if scope is None:
+    return []
+  found = []
+  for generate in _GENERATORS:
+    found += sorted(generate(scope), key=lambda c: c.rank)[:PER_GENERATOR]
+  found.sort(key=lambda c: c.rank)   # stable: generator order breaks ties
+  unique: dict[str, Fix] = {}
+  for c in found:
+    unique.setdefault(c.fix.code, c.fix)
+  return list(unique.values())[:PER_RULE]
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  rank: float     # 0: predicted to have the expected type and read as the intent; higher: less so
+  fix: Fix
+
+
+# ------------------------------------------------------------------ the scope
+
+@dataclasses.dataclass
+class Scope:
+  """The failing return and what the rule could name there, as types."""
+  rule: Any
+  types: dict                   # local name -> its types at the failing return
+  nodes: list                   # the failing element in each return that produced it
+  returned: Any                 # what the failing return gave, as types
+  ret: ast.Return
+  namespace: dict
+  _typed: dict = dataclasses.field(default_factory=dict)
+
+  @classmethod
+  def of(cls, rule) -> Scope | None:
+    """The scope at the failing return; without types where the rule cannot run on its
+    own (a collective needs its mesh), so that only what the AST says is searched."""
+    seen = returns.returned(rule)
+    if not seen:
+      nodes, ret = returns.failing_elements(rule), rule.src.only_return()
+      return cls(rule, {}, nodes or [], None, ret, verify.namespace(rule.owner)) if ret else None
+    hits = returns.failing_returns(rule, seen) if rule.d.kind in _TYPE_KINDS else None
+    hits = hits or sorted(seen)
+    rets = rule.src.returns()
+    nodes = [source.element(rets[k].value, rule.keys) for k in hits]
+    first = hits[0]
+    return cls(rule, seen[first].scope, [n for n in nodes if n is not None] if None not in nodes
+               else [], seen[first].value, rets[first], verify.namespace(rule.owner))
+
+  @property
+  def src(self) -> source.RuleSource:
+    return self.rule.src
+
+  @property
+  def want(self):
+    """The failing input's cotangent type (a value problem carries no aval: from the site)."""
+    d = self.rule.d
+    if d.expected_aval is not None or d.path not in d.site.in_paths:
+      return d.expected_aval
+    return custom_rules.ct_aval(d.site.in_avals[d.site.in_paths.index(d.path)])
+
+  @property
+  def got(self):
+    found = self.rule.d.got_aval
+    return found if found is not None else returns.at(self.returned, self.rule.keys)
+
+  @property
+  def typed(self) -> bool:
+    """A type error in shape or dtype (not only the varying axes), both types known, and
+    an element to rewrite."""
+    return self.rule.d.kind in _TYPE_KINDS and bool(self.nodes) and not _same(self.want, self.got) \
+        and self.want is not None and self.got is not None
+
+  @property
+  def jnp(self) -> str:
+    return self.rule.jnp
+
+  @property
+  def input_key(self) -> str:
+    """The last key of the failing input's name: ``w`` for ``params['w']``."""
+    site, path = self.rule.d.site, self.rule.d.path
+    name = site.in_names[site.in_paths.index(path)] if path in site.in_paths else ""
+    keys = re.findall(r"\w+", name)
+    return keys[-1] if keys else ""
+
+  def arrays(self) -> dict[str, Any]:
+    """Expression -> aval for every array the rule can name at the failing return:
+    locals, and the entries of tuples and dicts of them (``res[1]``)."""
+    found = {}
+    for name, t in self.types.items():
+      if _is_aval(t):
+        found[name] = t
+      elif isinstance(t, (tuple, list)):
+        found.update((f"{name}[{i}]", a) for i, a in enumerate(t) if _is_aval(a))
+      elif isinstance(t, dict):
+        found.update((f"{name}[{k!r}]", a) for k, a in t.items() if _is_aval(a))
+    return found
+
+  def computed(self) -> set[str]:
+    """Names the rule body assigns a computation to (not a mere unpacking of its arguments)."""
+    found = set()
+    for stmt in _walk(self.src.node):
+      if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.value is not None \
+          and not isinstance(stmt.value, (ast.Name, ast.Subscript, ast.Tuple, ast.Attribute)):
+        found |= {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return found
+
+  def defined_before(self, line: int) -> set[str]:
+    """The parameters and the names assigned by statements ending before ``line``."""
+    found = set(self.src.params)
+    for stmt in _walk(self.src.node):
+      if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.end_lineno < line:
+        found |= {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return found
+
+  def cotangents(self) -> set[str]:
+    """The bwd's cotangent parameter and the names computed from it (the rest are primal
+    values: residuals and what is computed from them alone)."""
+    params = self.src.params
+    at = len(self.rule.owner.nondiff_argnums) + 1
+    found = {params[at]} if at < len(params) else set()
+    for stmt in _walk(self.src.node):
+      if isinstance(stmt, (ast.Assign, ast.AugAssign)) and _loads(stmt.value) & found:
+        found |= {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return found
+
+  def dependencies(self, node: ast.expr) -> list[ast.stmt]:
+    """The assignments before the failing return that ``node``'s value comes from, in order."""
+    stmts = [s for s in _walk(self.src.node) if isinstance(s, (ast.Assign, ast.AugAssign))
+             and s.lineno < self.ret.lineno]
+    needed, deps = _loads(node), []
+    for stmt in reversed(stmts):
+      targets = [t for target in _targets(stmt) for t in ast.walk(target)
+                 if isinstance(t, ast.Name)]
+      if any(t.id in needed for t in targets):
+        deps.append(stmt)
+        needed |= _loads(stmt.value) | ({t.id for t in targets} if isinstance(stmt, ast.AugAssign)
+                                        else set())
+    return deps[::-1]
+
+  def type_of(self, expr: str, stmts: tuple[str, ...] = ()):
+    """The type ``expr`` has after ``stmts``, run under ``eval_shape`` on the recorded
+    types of the rule's locals; ``ILL`` if it raises, None if it cannot be run here
+    (a collective outside its mesh)."""
+    key = (stmts, expr)
+    if key not in self._typed:
+      self._typed[key] = self._evaluate(expr, stmts)
+    return self._typed[key]
+
+  def _evaluate(self, expr: str, stmts: tuple[str, ...]):
+    try:
+      code = compile("\n".join([*stmts, f"{_OUT} = ({expr})"]), "<vjpviz-candidate>", "exec")
+    except SyntaxError:
+      return None
+    flat, tree = jax.tree_util.tree_flatten(self.types)
+    at = [i for i, leaf in enumerate(flat) if _is_aval(leaf)]
+
+    def run(*arrays):
+      values = list(flat)
+      for i, a in zip(at, arrays):
+        values[i] = a
+      ns = {**self.namespace, **jax.tree_util.tree_unflatten(tree, values)}
+      exec(code, ns)  # noqa: S102 - the user's own statements, abstractly
+      return ns[_OUT]
+    records.state.suspended += 1
+    try:
+      return jax.eval_shape(run, *[custom_rules.spec(flat[i]) for i in at])
+    except NameError:   # a local we keep no type of, an axis name outside its mesh
+      return None
+    except Exception:  # noqa: BLE001 - the edited expression itself is ill-typed
+      return ILL
+    finally:
+      records.state.suspended -= 1
+
+  def predict(self, edits: list) -> Any:
+    """The failing element's type after ``edits``; None when it cannot be told cheaply
+    (an edit outside the element and the statements it depends on)."""
+    node = self.nodes[0]
+    deps = self.dependencies(node)
+    within = lambda outer: {id(n) for n in ast.walk(outer)}
+    spans = [within(s) for s in deps]
+    mine = within(node)
+    if any(id(e) not in mine and not any(id(e) in s for s in spans) for e, _ in edits):
+      return None
+    stmts = tuple(self.src.replace([e for e in edits if id(e[0]) in s], within=st)
+                  for st, s in zip(deps, spans))
+    return self.type_of(self.src.replace([e for e in edits if id(e[0]) in mine], within=node),
+                        stmts)
+
+  def fits(self, t) -> bool:
+    return _same(t, self.want)
+
+  def fits_fully(self, aval) -> bool:
+    """The expected type, varying mesh axes included (known for recorded locals only)."""
+    return _same(aval, self.want) and exprs.varying(aval) == exprs.varying(self.want)
+
+  def candidate(self, rank: float, title: str, edits: list, reason: str) -> Candidate:
+    return Candidate(rank, Fix(title, self.src.replace(edits), reason, exact=False))
+
+  def shape_text(self, shape: tuple) -> str:
+    """``x.shape`` for a name with that shape (the input's own first), else the literal."""
+    names = [n for n, a in self.arrays().items() if tuple(a.shape) == tuple(shape)]
+    names.sort(key=lambda n: (-_about(n, self.input_key), not self.fits(self.arrays()[n]), n))
+    return f"{names[0]}.shape" if names else str(tuple(shape))
+
+  def zeros_text(self, aval) -> str:
+    like = [n for n, a in self.arrays().items() if _same(a, aval)]
+    like.sort(key=lambda n: -_about(n, self.input_key))
+    if like:
+      return f"{self.jnp}.zeros_like({like[0]})"
+    return f"{self.jnp}.zeros({self.shape_text(aval.shape)}, {self.jnp}.{aval.dtype})"
+
+
+# ---------------------------------------------------------------- generators
+
+def _swaps(s: Scope) -> Iterator[Candidate]:
+  """Another name of the same role where the failing cotangent reads one.
+
+  Sites are the names, tuple unpackings and constant indices in the failing
+  element and in the assignments it depends on; a replacement is another array
+  of the scope, likelier the more alike the names (``w1``/``w2``, ``dq``/``dk``,
+  targets of one unpacking). For a type error only replacements predicted to
+  give the expected type are kept; for a value error, those of unchanged type.
+  """
+  if len(s.nodes) != 1 or s.want is None:
+    return
+  node = s.nodes[0]
+  deps = s.dependencies(node)
+  arrays = {n: a for n, a in s.arrays().items() if n.isidentifier()}
+  siblings, cotangents = _siblings(s.src.node), s.cotangents()
+  options = []
+  for depth, (part, line) in enumerate([(node, s.ret.lineno),
+                                        *((d.value, d.lineno) for d in reversed(deps))]):
+    known = s.defined_before(line)
+    for site in _walk(part) if part is not node else _walk_with(node):
+      if site is node:
+        continue   # another name in place of the whole element: see _unreturned
+      if isinstance(site, ast.Name) and isinstance(site.ctx, ast.Load) and site.id in arrays:
+        for other in (a for a in arrays if a in known):
+          score = _alike(site.id, other, siblings) \
+              + 3 * ((site.id in cotangents) == (other in cotangents))
+          if other != site.id and (score or s.typed):
+            options.append((-score, depth, f"Use {other} instead of {site.id}",
+                            [(site, other)], f"{other} has the role {site.id} has here"))
+      elif isinstance(site, ast.Subscript) and isinstance(site.value, ast.Name) \
+          and isinstance(site.slice, ast.Constant) and isinstance(site.slice.value, int):
+        options += _index_swaps(s, site, depth)
+  for depth, stmt in enumerate(reversed(deps)):
+    options += _unpack_swaps(s, stmt, depth)
+  options.sort(key=lambda o: o[:2])
+  for score, depth, title, edits, reason in options[:4 * PER_GENERATOR]:
+    t = s.predict(edits)
+    if t is None and s.typed:
+      yield s.candidate(3 + depth / 10, title, edits, reason)
+    elif s.fits(t) and (s.typed or s.rule.d.kind == "bwd_value"):
+      yield s.candidate((0 if -score >= 5 else 0.5 if -score >= 3 else 1) + depth / 10,
+                        title, edits, reason)
+
+
+def _index_swaps(s: Scope, site: ast.Subscript, depth: int) -> list:
+  t = s.types.get(site.value.id)
+  if not isinstance(t, (tuple, list)):
+    return []
+  i = site.slice.value
+  return [(-4, depth, f"Use {site.value.id}[{j}] instead of {site.value.id}[{i}]",
+           [(site.slice, str(j))], f"entry {j} of {site.value.id} is the one meant here")
+          for j in range(len(t)) if j != i and _is_aval(t[j])]
+
+
+def _unpack_swaps(s: Scope, stmt: ast.stmt, depth: int) -> list:
+  """``x, w = res`` unpacked in the other order: two targets exchanged."""
+  if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+          and isinstance(stmt.targets[0], (ast.Tuple, ast.List))):
+    return []
+  elts = stmt.targets[0].elts
+  names = [e.id if isinstance(e, ast.Name) else None for e in elts]
+  return [(-5, depth, f"Unpack {names[i]} and {names[j]} in the other order",
+           [(elts[i], names[j]), (elts[j], names[i])],
+           f"{s.src.segment(stmt.value)} holds them the other way round")
+          for i, j in itertools.combinations(range(len(elts)), 2)
+          if names[i] and names[j] and not _same(s.types.get(names[i]), s.types.get(names[j]))]
+
+
+def _shapes(s: Scope) -> Iterator[Candidate]:
+  """Reductions, broadcasts, transposes and reshapes of the failing element to the
+  expected type; a ``sum`` over too few axes is widened in place, and each
+  reduction has a ``mean`` variant ranked after it."""
+  if not s.typed:
+    if s.rule.d.kind == "bwd_value" and s.nodes:
+      yield from _mean_sum(s)
+    return
+  want, got = tuple(s.want.shape), tuple(s.got.shape)
+  cast = s.want.dtype != s.got.dtype
+  rewrites = []
+  for how, rank, reason in (("sum", 0, f"the primal {want} was broadcast to {got}: its "
+                             "gradient sums over the broadcast axes"),
+                            ("mean", 2, "an average over the broadcast axes")):
+    for drop, keep in _reductions(got, want):
+      rewrites.append((rank, f"{how} to {s.want.str_short()}",
+                       lambda n, d=drop, k=keep, h=how: _reduced(s, n, d, k, h), reason))
+    if how == "sum":   # before the mean of the same axes
+      rewrites.append((0, f"widen the reduction to {s.want.str_short()}",
+                       lambda n: _widened(s, n), "the reduction leaves out axes that the "
+                       "primal broadcast"))
+  for axes in _expansions(got, want):
+    rewrites.append((0, "broadcast back to the input's shape",
+                     lambda n, a=axes: _broadcast(s, n, a, want),
+                     f"the primal {want} was reduced to {got} (a mask, a mean): its gradient "
+                     "is broadcast back"))
+  for perm in _permutations(got, want):
+    rewrites.append((0, f"transpose {perm}", lambda n, p=perm: exprs.transposed(s.src, n, p),
+                     f"{got} is {want} with its axes permuted"))
+  if got != want and _size(got) == _size(want):
+    rewrites.append((2, f"reshape to {want}",
+                     lambda n: f"{exprs.paren(s.src, n)}.reshape({s.shape_text(want)})",
+                     "same number of elements; the order must be the gradient's"))
+  for rank, title, rewrite, reason in rewrites:
+    texts = [rewrite(n) for n in s.nodes]
+    if None in texts:
+      continue
+    if cast:
+      texts = [exprs.cast(t, f"{s.jnp}.{s.want.dtype}") for t in texts]
+      title += f" and cast to {s.want.dtype}"
+    edits = list(zip(s.nodes, texts))
+    t = s.predict(edits[:1])
+    if t is None or s.fits(t):
+      yield s.candidate(rank + (t is None), title[0].upper() + title[1:], edits, reason)
+
+
+def _reductions(got: tuple, want: tuple) -> list[tuple[tuple, tuple]]:
+  """(axes dropped, axes then kept as size 1) reducing ``got`` to ``want``;
+  trailing-aligned first (how broadcasting lines shapes up)."""
+  if len(got) < len(want) or got == want:
+    return []
+  found = []
+  for p in itertools.combinations(range(len(got)), len(want)):
+    if all(got[i] == w or w == 1 for i, w in zip(p, want)):
+      drop = tuple(i for i in range(len(got)) if i not in p)
+      keep = tuple(k for k, (i, w) in enumerate(zip(p, want)) if w == 1 and got[i] != 1)
+      found.append((-sum(p), drop, keep))
+  return [(drop, keep) for _, drop, keep in sorted(found)[:3]]
+
+
+def _reduced(s: Scope, node: ast.expr, drop: tuple, keep: tuple, how: str = "sum") -> str:
+  text = exprs.paren(s.src, node)
+  if drop:
+    text = f"{text}.{how}(axis={_axis(drop)})"
+  if keep:
+    text = f"{text}.{how}(axis={_axis(keep)}, keepdims=True)"
+  return text
+
+
+def _widened(s: Scope, node: ast.expr) -> str | None:
+  """``X.sum(axis=a)`` summing too few axes (or dropping one it should keep) as one
+  reduction of ``X`` to the expected shape."""
+  inner = _reduction_operand(node)
+  t = s.type_of(s.src.segment(inner)) if inner is not None else None
+  found = _reductions(tuple(t.shape), tuple(s.want.shape)) if hasattr(t, "shape") else []
+  if not found:
+    return None
+  drop, keep = found[0]
+  how = node.func.attr
+  if drop and keep:
+    return _reduced(s, inner, drop, keep, how)
+  axes = drop or tuple(i for i in range(len(t.shape)) if i in
+                       {p for p, w in enumerate(s.want.shape) if w == 1 and t.shape[p] != 1})
+  return f"{exprs.paren(s.src, inner)}.{how}(axis={_axis(axes)}" \
+      f"{', keepdims=True' if not drop else ''})"
+
+
+def _axis(axes: tuple) -> str:
+  return str(axes[0]) if len(axes) == 1 else str(axes)
+
+
+def _reduction_operand(node: ast.expr) -> ast.expr | None:
+  """``X`` in ``X.sum(...)`` / ``X.mean(...)`` with only an axis argument."""
+  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+      and node.func.attr in ("sum", "mean") and len(node.args) <= 1 \
+      and all(k.arg == "axis" for k in node.keywords):
+    return node.func.value
+  return None
+
+
+def _mean_sum(s: Scope) -> Iterator[Candidate]:
+  """A ``mean`` where a ``sum`` was meant, or the other way round (a value error)."""
+  node = s.nodes[0]
+  for call in (c for part in [node, *(d.value for d in s.dependencies(node))]
+               for c in _walk(part) if isinstance(c, ast.Call)
+               and isinstance(c.func, ast.Attribute) and c.func.attr in ("sum", "mean")):
+    other = "mean" if call.func.attr == "sum" else "sum"
+    start = s.src.segment(call.func.value)
+    text = s.src.segment(call)
+    yield s.candidate(1, f"Use {other} instead of {call.func.attr}",
+                      [(call, text.replace(f"{start}.{call.func.attr}", f"{start}.{other}", 1))],
+                      f"a {call.func.attr} scales the gradient by the reduced size")
+
+
+def _expansions(got: tuple, want: tuple) -> list[tuple]:
+  """Axes to insert in ``got`` so that it broadcasts to ``want`` (leading-aligned first)."""
+  if len(got) > len(want) or _size(got) >= _size(want):
+    return []
+  found = []
+  for p in itertools.combinations(range(len(want)), len(got)):
+    if all(g == want[i] or g == 1 for g, i in zip(got, p)):
+      found.append(tuple(i for i in range(len(want)) if i not in p))
+  return found[:3]
+
+
+def _broadcast(s: Scope, node: ast.expr, axes: tuple, want: tuple) -> str:
+  text = s.src.segment(node)
+  if axes and axes != tuple(range(len(axes))):   # leading new axes broadcast on their own
+    text = f"{s.jnp}.expand_dims({text}, {axes[0] if len(axes) == 1 else axes})"
+  return f"{s.jnp}.broadcast_to({text}, {s.shape_text(want)})"
+
+
+def _permutations(got: tuple, want: tuple) -> list[tuple]:
+  first = exprs.permutation(got, want)
+  if first is None:
+    return []
+  others = [p for p in itertools.permutations(range(len(got)))
+            if p != first and tuple(got[i] for i in p) == want]
+  return [first, *others][:3]
+
+
+def _constants(s: Scope) -> Iterator[Candidate]:
+  """A literal size that disagrees with the recorded types, replaced by an input's shape.
+
+  For a type error, a constant equal to a dimension the cotangent has and should
+  not is replaced by the dimension it should have (``x.shape[0]``), every
+  occurrence at once first, then one by one. Otherwise a size matching no array
+  of the scope is replaced by those the inputs have.
+  """
+  sites = _size_literals(s) if s.typed or s.rule.d.kind == "bwd_value" else []
+  if not sites:
+    return
+  dims = _dims(s)
+  by_value: dict[float, list] = {}
+  for node, value in sites:
+    by_value.setdefault(value, []).append(node)
+  seen_sizes = {d for a in s.arrays().values() for d in (*a.shape, _size(a.shape))}
+  for value, nodes in by_value.items():
+    targets = _stale_targets(s, value) if s.typed else []
+    stale = not targets and value not in seen_sizes
+    if stale:
+      targets = [d for d in dims if d != value][:3]
+    for d in targets:
+      text = dims.get(d)
+      if text is None:
+        continue
+      groups = [nodes] + ([[n] for n in nodes] if len(nodes) > 1 else [])
+      for group in groups:
+        edits = [(n, text) for n in group]
+        t = s.predict(edits) if s.nodes else None
+        if t is ILL or (s.typed and t is not None and not s.fits(t)):
+          continue
+        rank = (0 if s.fits(t) else 2) + (len(group) < len(nodes)) + stale
+        yield s.candidate(rank, f"Use {text} instead of the constant {_num(value)}", edits,
+                          f"{_num(value)} is a size from other inputs; this call's is {d}")
+
+
+def _stale_targets(s: Scope, value: float) -> list[int]:
+  """The expected dimension(s) a constant equal to a wrong dimension of the cotangent stands for."""
+  want, got = tuple(s.want.shape), tuple(s.got.shape)
+  if len(want) == len(got):
+    return [w for g, w in zip(got, want) if g != w and g == value]
+  return [w for w in want if w not in got] if value in got and value not in want else []
+
+
+def _size_literals(s: Scope) -> list[tuple[ast.AST, float]]:
+  """Integral literals >= 2 and module-level integers the rule uses as sizes (not axes,
+  not tuple indices)."""
+  skip = set()
+  for n in _walk(s.src.node):
+    if isinstance(n, ast.keyword) and n.arg in ("axis", "axes", "keepdims", "dtype"):
+      skip |= {id(m) for m in ast.walk(n.value)}
+    elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+        and not _is_aval(s.types.get(n.value.id)):
+      skip |= {id(m) for m in ast.walk(n.slice)}
+  found = []
+  for n in _walk(s.src.node):
+    if id(n) in skip:
+      continue
+    if isinstance(n, ast.Constant) and not isinstance(n.value, bool) \
+        and isinstance(n.value, (int, float)) and n.value >= 2 and float(n.value).is_integer():
+      found.append((n, n.value))
+    elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in s.types:
+      value = s.namespace.get(n.id)
+      if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+        found.append((n, value))
+  return found
+
+
+def _dims(s: Scope) -> dict[int, str]:
+  """Dimension -> ``x.shape[i]`` (or ``x.size``), from the input's own name first."""
+  names = sorted(s.arrays().items(), key=lambda na: (-_about(na[0], s.input_key),
+                                                     not s.fits(na[1]), na[0]))
+  found: dict[int, str] = {}
+  for name, a in names:
+    for i, d in enumerate(a.shape):
+      found.setdefault(d, f"{name}.shape[{i}]")
+  for name, a in names:
+    found.setdefault(_size(a.shape), f"{name}.size")
+  return found
+
+
+def _unreturned(s: Scope) -> Iterator[Candidate]:
+  """A local of the expected type that the rule computed but no return uses."""
+  if not s.nodes or s.want is None:
+    return
+  used = {n.id for r in s.src.returns() for n in _walk(r.value) if isinstance(n, ast.Name)}
+  computed = s.computed()
+  names = [n for n, a in s.types.items()
+           if n in computed and n not in used and _is_aval(a) and s.fits_fully(a)]
+  loads = {n.id for n in _walk(s.src.node) if isinstance(n, ast.Name)
+           and isinstance(n.ctx, ast.Load)}
+  names.sort(key=lambda n: (-_about(n, s.input_key), n in loads, n))
+  for n in names:
+    yield s.candidate(0 if _about(n, s.input_key) else 1, f"Return {n}",
+                      [(node, n) for node in s.nodes],
+                      f"{n} is computed with the cotangent's type but never returned")
+
+
+def _entries(s: Scope) -> Iterator[Candidate]:
+  """Missing entries of a returned tuple or dict, filled from locals of their type."""
+  if s.rule.d.kind != "bwd_structure":
+    return
+  want = _expected_args(s.rule.d.site)
+  top = _filled(s, s.ret.value, s.returned, want, _arg_names(s.rule.d.site))
+  for options in itertools.islice(top, PER_GENERATOR):
+    edits, filled = options
+    if edits:
+      yield s.candidate(0 if filled else 2, "Return the missing entries from "
+                        + (", ".join(filled) if filled else "zeros"), edits,
+                        "the primal argument has these entries; their cotangents are computed "
+                        "as " + (", ".join(filled) if filled else "zero"))
+
+
+def _filled(s: Scope, node: ast.expr, got, want, keys: list | None = None
+            ) -> Iterator[tuple[list, list]]:
+  """(edits, names used) making ``node`` (returning ``got``) the structure of ``want``;
+  ``keys`` names a tuple's slots."""
+  node = _literal_of(s, node)
+  if isinstance(want, dict) and isinstance(got, dict):
+    yield from _filled_dict(s, node, got, want)
+  elif isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) \
+      and isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == len(got):
+    if len(got) == len(want):
+      for k, (e, g, w) in enumerate(zip(node.elts, got, want)):
+        if _structure(g) != _structure(w):
+          yield from _filled(s, e, g, w)
+          return
+    else:
+      yield from _filled_tuple(s, node, got, want, keys or list(range(len(want))))
+
+
+def _filled_dict(s: Scope, node, got: dict, want: dict):
+  missing = [k for k in want if k not in got]
+  if not missing:
+    for k in want:
+      if _structure(got[k]) != _structure(want[k]) and isinstance(node, ast.Dict):
+        value = next((v for key, v in zip(node.keys, node.values)
+                      if isinstance(key, ast.Constant) and key.value == k), None)
+        if value is not None:
+          yield from _filled(s, value, got[k], want[k])
+        return
+    return
+  for choice in _choices(s, [(k, want[k]) for k in missing]):
+    items = [f"{k!r}: {text}" for k, text in choice]
+    used = [text for _, text in choice if text.isidentifier()]
+    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+      kept = [f"{s.src.segment(k)}: {s.src.segment(v)}" for k, v in zip(node.keys, node.values)]
+      yield [(node, "{" + ", ".join(kept + items) + "}")], used
+    elif node is not None:
+      yield [(node, "{**" + exprs.paren(s.src, node) + ", " + ", ".join(items) + "}")], used
+
+
+def _filled_tuple(s: Scope, node, got, want, keys: list):
+  """Too few entries: each present one kept in the slot its name or type says (``dz`` is
+  ``z``'s), the rest filled."""
+  if len(got) > len(want):
+    return
+  fits = lambda m, k: _structure(got[m]) == _structure(want[k]) and _same_leaves(got[m], want[k])
+  slot: dict[int, int] = {}
+  for m, e in enumerate(node.elts):
+    named = [k for k in range(len(want)) if isinstance(e, ast.Name)
+             and _about(e.id, str(keys[k])) == 2 and fits(m, k) and k not in slot.values()]
+    if named:
+      slot[m] = named[0]
+  k = 0
+  for m in range(len(got)):
+    if m in slot:
+      continue
+    while k < len(want) and (k in slot.values() or not fits(m, k)):
+      k += 1
+    if k == len(want):
+      return
+    slot[m] = k
+  texts = {k: s.src.segment(node.elts[m]) for m, k in slot.items()}
+  empty = [(keys[k], want[k]) for k in range(len(want)) if k not in texts]
+  for choice in _choices(s, empty):
+    filled = dict(choice)
+    items = [texts[k] if k in texts else filled[keys[k]] for k in range(len(want))]
+    used = [t for t in filled.values() if t.isidentifier()]
+    yield [(node, f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})")], used
+
+
+def _arg_names(site) -> list[str]:
+  """The primal's argument names as the diagnosis spells its inputs (``x``, ``params``)."""
+  leaves = jax.tree_util.tree_unflatten(site.in_tree, list(site.in_names))
+  names = []
+  for k, arg in enumerate(leaves):
+    first = jax.tree_util.tree_leaves(arg)
+    names.append(re.match(r"\w*", first[0]).group() if first else str(k))
+  return names
+
+
+def _choices(s: Scope, slots: list[tuple[Any, Any]]) -> Iterator[list[tuple[Any, str]]]:
+  """Fillings of ``slots`` ((key, expected types)): the likeliest local per slot first,
+  then the second likeliest, then zeros."""
+  per_slot = []
+  returned = {n.id for r in s.src.returns() for n in _walk(r.value) if isinstance(n, ast.Name)}
+  for key, w in slots:
+    options = [n for n, a in s.types.items() if _is_aval(a) and _is_aval(w) and _same(a, w)
+               and n in s.computed() and n not in returned]
+    options.sort(key=lambda n: -_about(n, str(key)))
+    zero = _zeros_tree(s, w)
+    per_slot.append([*options[:2], zero] if zero is not None else options[:2])
+  if not all(per_slot):
+    return
+  for k in range(3):
+    choice = [(key, options[min(k, len(options) - 1)]) for (key, _), options
+              in zip(slots, per_slot)]
+    yield choice
+
+
+def _zeros_tree(s: Scope, tree) -> str | None:
+  if _is_aval(tree):
+    return "None" if tree.dtype == jax.dtypes.float0 else s.zeros_text(tree)
+  if isinstance(tree, dict):
+    items = {k: _zeros_tree(s, v) for k, v in tree.items()}
+    return None if None in items.values() else \
+        "{" + ", ".join(f"{k!r}: {v}" for k, v in items.items()) + "}"
+  return None
+
+
+def _literal_of(s: Scope, node: ast.expr) -> ast.expr:
+  """A returned name bound once to a literal in the rule: that literal (edited in place)."""
+  if not isinstance(node, ast.Name):
+    return node
+  found = [a.value for a in _walk(s.src.node) if isinstance(a, ast.Assign)
+           and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+           and a.targets[0].id == node.id]
+  return found[0] if len(found) == 1 and isinstance(found[0], (ast.Dict, ast.Tuple)) else node
+
+
+def _collectives(s: Scope) -> Iterator[Candidate]:
+  """Under shard_map: a cotangent varying over mesh axes its input does not (``psum``,
+  ``pmean``), or no longer varying over those it does (the collective removed, or
+  the result marked varying again)."""
+  if s.want is None or s.got is None or not s.nodes:
+    return
+  gained = sorted(exprs.varying(s.got) - exprs.varying(s.want))
+  lost = sorted(exprs.varying(s.want) - exprs.varying(s.got))
+  if gained:
+    axes = _axes_text(gained)
+    for rank, how, reason in ((0, "psum", "sums the per-device contributions"),
+                              (1, "pmean", "averages the per-device contributions")):
+      yield s.candidate(rank, f"{how} over {axes}",
+                        [(n, f"jax.lax.{how}({s.src.segment(n)}, {axes})") for n in s.nodes],
+                        f"the input is the same on every device of {axes}: its cotangent is "
+                        f"the {how} of the per-device ones ({reason})")
+  if lost:
+    node = s.nodes[0]
+    for call in (c for part in [node, *(d.value for d in s.dependencies(node))]
+                 for c in exprs.collectives(part)):
+      yield s.candidate(0, f"Remove {s.src.segment(call.func)}",
+                        [(call, s.src.segment(call.args[0]))],
+                        f"the cotangent of an input varying over {lost} varies over them too")
+    yield s.candidate(1, f"Mark the cotangent varying over {_axes_text(lost)}",
+                      [(n, exprs.revaried(s.src.segment(n), tuple(lost))) for n in s.nodes],
+                      "keeps the computation and restores the varying axes")
+
+
+def _axes_text(axes: list) -> str:
+  return repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
+
+
+def _scatters(s: Scope) -> Iterator[Candidate]:
+  """A gather's or top-k's cotangent put back where it was taken from: ``.at[idx].add``
+  into zeros of the input's type, with integer indices of the scope."""
+  if not s.typed or _size(s.got.shape) >= _size(s.want.shape):
+    return
+  want, got = tuple(s.want.shape), tuple(s.got.shape)
+  zeros = s.zeros_text(s.want)
+  ints = [(n, a) for n, a in s.arrays().items()
+          if jax.numpy.issubdtype(a.dtype, jax.numpy.integer)]
+  for name, a in ints:
+    idx = tuple(a.shape)
+    for axis in range(len(want)):
+      if got == want[:axis] + idx + want[axis + 1:]:
+        where = ":, " * axis + name
+        for rank, how in ((0, "add"), (1, "set")):
+          yield s.candidate(rank, f"Scatter back into zeros at {name} ({how})",
+                            [(n, f"{zeros}.at[{where}].{how}({s.src.segment(n)})")
+                             for n in s.nodes],
+                            f"the primal gathered entries {name} of an input {want}: its "
+                            "gradient is zero elsewhere")
+      if idx == got and len(got) == len(want) and \
+          [i for i, (g, w) in enumerate(zip(got, want)) if g != w] == [axis]:
+        yield s.candidate(0, f"Put back along axis {axis} at {name}",
+                          [(n, f"{s.jnp}.put_along_axis({zeros}, {name}, {s.src.segment(n)}, "
+                               f"axis={axis}, inplace=False)") for n in s.nodes],
+                          f"the primal took entries {name} along axis {axis} (top-k, "
+                          "take_along_axis): its gradient is zero elsewhere")
+
+
+_GENERATORS = (_unreturned, _swaps, _shapes, _scatters, _collectives, _entries, _constants)
+
+
+# ------------------------------------------------------------------- helpers
+
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+  """``ast.walk`` of a rule, not into nested functions or classes."""
+  for child in ast.iter_child_nodes(node):
+    yield child
+    if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+      yield from _walk(child)
+
+
+def _walk_with(node: ast.AST) -> Iterator[ast.AST]:
+  yield node
+  yield from _walk(node)
+
+
+def _loads(node: ast.AST) -> set[str]:
+  return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _targets(stmt: ast.stmt) -> list[ast.expr]:
+  return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+
+
+def _siblings(fn: ast.FunctionDef) -> set[frozenset]:
+  """Pairs of names unpacked together (``x, w = res``): the same role, often swapped."""
+  found = set()
+  for stmt in _walk(fn):
+    if isinstance(stmt, ast.Assign):
+      for target in stmt.targets:
+        if isinstance(target, (ast.Tuple, ast.List)):
+          names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+          found |= {frozenset(p) for p in itertools.combinations(names, 2)}
+  return found
+
+
+def _alike(a: str, b: str, siblings: set) -> int:
+  """How alike two names read: 3 for one letter or digit apart (1 for one-letter names)
+  or unpacked together, 2 for the same stem, else 0."""
+  if frozenset((a, b)) in siblings:
+    return 3
+  if len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1:
+    return 3 if len(a) > 1 else 1
+  stem = lambda n: re.sub(r"\d+|_", "", n)
+  return 2 if stem(a) == stem(b) and stem(a) else 0
+
+
+def _about(name: str, key: str) -> int:
+  """How much ``name`` reads as the cotangent of ``key``: ``dw``, ``grad_w``, ``w_bar``."""
+  if not key:
+    return 0
+  parts = [p for p in re.split(r"_+", name.lower()) if p]
+  k = key.lower()
+  if name.lower() in (f"d{k}", f"g{k}", f"d_{k}", f"g_{k}", f"grad_{k}", f"{k}_grad",
+                      f"{k}_bar", f"ct_{k}", f"{k}_ct", f"dl_d{k}"):
+    return 2
+  return 1 if k in parts or (len(k) > 1 and k in name.lower()) else 0
+
+
+def _is_aval(x) -> bool:
+  return isinstance(x, core.AbstractValue) and hasattr(x, "shape")
+
+
+def _same(a, b) -> bool:
+  return a is not None and b is not None and hasattr(a, "shape") and hasattr(b, "shape") \
+      and (tuple(a.shape), a.dtype) == (tuple(b.shape), b.dtype)
+
+
+def _same_leaves(a, b) -> bool:
+  la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  return len(la) == len(lb) and all(_same(x, y) for x, y in zip(la, lb))
+
+
+def _structure(tree):
+  return jax.tree_util.tree_structure(tree)
+
+
+def _size(shape) -> int:
+  n = 1
+  for d in shape:
+    n *= d
+  return n
+
+
+def _num(value: float) -> str:
+  return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _expected_args(site) -> tuple:
+  """The cotangent types the rule must return, one subtree per primal argument."""
+  cts = [custom_rules.ct_aval(a) for a in site.in_avals]
+  return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))
