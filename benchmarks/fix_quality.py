@@ -31,7 +31,9 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import io  # noqa: E402
+import pathlib  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -54,9 +56,9 @@ DEEP_SAMPLE = 5            # mutants timed behind it (one per mutation kind)
 class Run:
   """One failing grad: what it raised (type, message) and how long it took."""
   error: tuple[str, str] | None
-  seconds: float
+  seconds: np.ndarray       # (wall, process CPU)
   in_rule: bool = False     # raised while the rule's own code ran (not at a cotangent check)
-  attach: float = 0.0       # seconds inside suggest.attach
+  attach: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(2))   # in suggest.attach
   attach_calls: int = 0
   found: list = dataclasses.field(default_factory=list)
 
@@ -183,21 +185,26 @@ def _prefixed(tree, steps: int):
   return jax.tree_util.tree_unflatten(treedef, [leaves[0] + 0. * y, *leaves[1:]])
 
 
+def clock() -> np.ndarray:
+  """(wall, process CPU) seconds: on a loaded machine CPU time is the closer estimate of idle wall time."""
+  return np.array([time.perf_counter(), time.process_time()])
+
+
 class AttachTimer:
   """Seconds spent in ``fixes.suggest.attach`` (looked up by the runtime at each call)."""
 
   def __init__(self):
     from jupyter_vjpviz.fixes import suggest
     self.module, self.inner = suggest, suggest.attach
-    self.seconds, self.calls = 0.0, 0
+    self.seconds, self.calls = np.zeros(2), 0
 
   def __enter__(self):
     def timed(*a, **k):
-      t = time.perf_counter()
+      t = clock()
       try:
         return self.inner(*a, **k)
       finally:
-        self.seconds += time.perf_counter() - t
+        self.seconds += clock() - t
         self.calls += 1
     self.module.attach = timed
     return self
@@ -212,15 +219,15 @@ def run(m: Mutant, thunk, hooked: bool, stderr: io.StringIO) -> Run:
   timer = AttachTimer() if hooked else contextlib.nullcontext()
   error, in_rule = None, False
   with timer, contextlib.redirect_stderr(stderr):
-    t = time.perf_counter()
+    t = clock()
     try:
       jax.block_until_ready(thunk())
     except Exception as e:  # noqa: BLE001 - the failure is the point
-      seconds = time.perf_counter() - t
+      seconds = clock() - t
       error = (type(e).__name__, str(e))
       in_rule = any(f.f_code.co_filename == m.filename for f, _ in traceback.walk_tb(e.__traceback__))
     else:
-      seconds = time.perf_counter() - t
+      seconds = clock() - t
   result = Run(error, seconds, in_rule)
   if hooked:
     result.found = vv.diagnoses()
@@ -284,12 +291,14 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
   dropped_silent = len(mutants) - len(kept) - dropped_rule
   print(f"  dropped: {dropped_rule} raise inside the rule's own code, "
         f"{dropped_silent} neither raise nor warn")
-  print(f"\n{'kind':16s} {'kept':>4s} {'first':>6s} {'top3':>6s} {'any':>6s} {'zeros1':>6s} {'nofix':>6s}")
+  print(f"\n{'kind':16s} {'kept':>4s} {'drop':>4s} {'first':>6s} {'top3':>6s} {'any':>6s} "
+        f"{'zeros@1':>7s} {'nofix':>6s}")
   for kind in KINDS:
     group = [m for m in kept if m.mutation.kind == kind]
+    dropped = sum(1 for m in mutants if m.mutation.kind == kind and not m.kept)
     s = summary(group)
-    print(f"{kind:16s} {s['n']:4d} {pct(s['first'], s['n'])} {pct(s['top3'], s['n'])} "
-          f"{pct(s['any'], s['n'])} {pct(s['zeros'], s['n'])} {pct(s['none'], s['n'])}")
+    print(f"{kind:16s} {s['n']:4d} {dropped:4d} {pct(s['first'], s['n'])} {pct(s['top3'], s['n'])} "
+          f"{pct(s['any'], s['n'])}  {pct(s['zeros'], s['n'])} {pct(s['none'], s['n'])}")
   s = summary(kept)
   print(f"\nfirst fix right:            {pct(s['first'], s['n'])}   (target >= 90%)")
   print(f"right in top 3:             {pct(s['top3'], s['n'])}")
@@ -299,7 +308,7 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
   print(f"first fix type-correct:     {pct(s['typed'], s['n'])}")
   print(f"no fix at all:              {pct(s['none'], s['n'])}   "
         f"({sum(1 for m in kept if m.diagnosis is None)} without a diagnosis)")
-  claims = [(f.exact, v.right) for m in kept for f, v in zip(m.diagnosis.fixes if m.diagnosis else (),
+  claims = [(getattr(f, "exact", False), v.right) for m in kept for f, v in zip(m.diagnosis.fixes if m.diagnosis else (),
                                                                  m.verdicts)]
   print(f"Fix.exact claims:           {sum(1 for e, r in claims if e and r)} right, "
         f"{sum(1 for e, r in claims if e and not r)} wrong; "
@@ -320,30 +329,38 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
 def timings(title: str, kept: list[Mutant]):
   attach = [m.hooked.attach for m in kept if m.hooked.attach_calls]
   path = [m.hooked.seconds - m.plain.seconds for m in kept]
-  print(f"\ntimes, {title} ({len(kept)} mutants), median / p90:")
+  print(f"\ntimes, {title} ({len(kept)} mutants), ms, median / p90, wall and process CPU:")
   if attach:
-    print("  fixes ready (in suggest.attach):          %7.1f / %7.1f ms   (target <= 1000 ms)"
-          % tuple(1e3 * x for x in quantiles(attach)))
+    print(f"  fixes ready (in suggest.attach):         {_ms(attach)}   (target <= 1000 ms)")
   else:
     print("  fixes ready: suggest.attach was never called (the runtime no longer calls it by "
           "that name); see the error path")
-  print("  error path (hooked grad - plain grad):    %7.1f / %7.1f ms"
-        % tuple(1e3 * x for x in quantiles(path)))
+  print(f"  error path (grad with vjpviz - without): {_ms(path)}   (JAX's error to vv.last(): "
+        "hook, diagnosis, graph, fixes)")
+
+
+def _ms(pairs: list[np.ndarray]) -> str:
+  wall = quantiles([1e3 * p[0] for p in pairs])
+  cpu = quantiles([1e3 * p[1] for p in pairs])
+  return f"wall {wall[0]:7.1f} / {wall[1]:7.1f}   cpu {cpu[0]:7.1f} / {cpu[1]:7.1f}"
 
 
 def table(mutants: list[Mutant]):
   print(f"\n{'mutant':28s} {'kept':4s} {'diagnosis':14s} {'fixes':10s} {'ms':>6s}  first fix / why")
   for m in mutants:
     d = m.diagnosis
-    marks = "".join("R" if v.right else "T" if v.typed else "x" for v in m.verdicts) or "-"
+    fixes = d.fixes if d is not None else ()
+    marks = "".join(("R" if v.right else "T" if v.typed else "x")
+                    + ("!" if getattr(f, "exact", False) and not v.right else "")
+                    for f, v in zip(fixes, m.verdicts)) or "-"
     marks += "0" if m.verdicts and m.verdicts[0].zeros else ""
     first = (d.fixes[0].title if d is not None and d.fixes else
              "(raised in the rule)" if m.plain.in_rule else "(no fix)")
     why = m.verdicts[0].detail if m.verdicts and not m.verdicts[0].right else ""
     print(f"{m.label:28s} {'yes' if m.kept else 'no':4s} {d.kind if d else '-':14s} {marks:10s} "
-          f"{1e3 * m.hooked.attach:6.0f}  {m.mutation.note}: {first}{' -- ' + why if why else ''}")
-  print("fixes: R right, T type-correct only, x wrong type or does not run; 0: first fix zeros a "
-        "non-zero gradient")
+          f"{1e3 * m.hooked.attach[0]:6.0f}  {m.mutation.note}: {first}{' -- ' + why if why else ''}")
+  print("fixes: R right, T type-correct only, x wrong type or does not run; ! claimed exact but "
+        "not right; 0: first fix zeros a non-zero gradient; ms: wall in suggest.attach")
 
 
 def deep_sample(mutants: list[Mutant]) -> list[Mutant]:
@@ -377,7 +394,22 @@ def main(argv=None):
     for m, h, p in zip(deep, hooked, plain):
       m.hooked, m.plain = h, p
   report(mutants, deep, eqns, stderr, opts.verbose)
-  print(f"\n({time.perf_counter() - t0:.0f} s; jax {jax.__version__}, {len(jax.devices())} host devices)")
+  print(f"\n({time.perf_counter() - t0:.0f} s; {provenance()}; jax {jax.__version__}, "
+        f"{len(jax.devices())} host devices; load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores)")
+
+
+def provenance() -> str:
+  """Which code was measured: the commit, and whether the package had uncommitted changes."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True).stdout
+  try:
+    head, dirty = git("rev-parse", "--short", "HEAD").strip(), git("status", "--porcelain", "--",
+                                                                    "jupyter_vjpviz").splitlines()
+  except OSError:
+    return "code: unknown commit"
+  return f"code: {head or 'unknown commit'}" + (
+      f" + uncommitted changes to {len(dirty)} jupyter_vjpviz files" if dirty else "")
 
 
 if __name__ == "__main__":

@@ -97,3 +97,12 @@ def test_correct_rules_are_right(name):
   _, ns = cell(base.code, "harness")
   subject = judge.Subject(base, ns, ns[name].fun)
   assert judge.judge_rules(subject, subject.owner.fwd, subject.owner.bwd).right
+
+
+def test_every_mutation_edits_its_rule_once_and_every_kind_is_covered():
+  for base in rules.BASES:
+    for mutation in base.mutations:
+      assert mutation.apply(base.code) != base.code
+  assert {m.kind for b in rules.BASES for m in b.mutations} == set(rules.KINDS)
+  with pytest.raises(ValueError, match="occurs 0 times"):
+    rules.m("dtype", "no such text", "x", "absent").apply(BASES["gelu"].code)
