@@ -548,7 +548,8 @@ def _dims(s: Scope) -> dict[int, str]:
 
 
 def _unreturned(s: Scope) -> Iterator[Candidate]:
-  """A local of the expected type that the rule computed but no return uses."""
+  """A local of the expected type that the rule computed but no return uses (``_`` and
+  other names marked unused last)."""
   if not s.nodes or s.want is None:
     return
   used = {n.id for r in s.src.returns() for n in _walk(r.value) if isinstance(n, ast.Name)}
@@ -557,7 +558,7 @@ def _unreturned(s: Scope) -> Iterator[Candidate]:
            if n in computed and n not in used and _is_aval(a) and s.fits_fully(a)]
   loads = {n.id for n in _walk(s.src.node) if isinstance(n, ast.Name)
            and isinstance(n.ctx, ast.Load)}
-  names.sort(key=lambda n: (-_about(n, s.input_key), n in loads, n))
+  names.sort(key=lambda n: (n.startswith("_"), -_about(n, s.input_key), n in loads, n))
   for n in names:
     yield s.candidate(0 if _about(n, s.input_key) else 1, f"Return {n}",
                       [(node, n) for node in s.nodes],
@@ -570,13 +571,11 @@ def _entries(s: Scope) -> Iterator[Candidate]:
     return
   want = _expected_args(s.rule.d.site)
   top = _filled(s, s.ret.value, s.returned, want, _arg_names(s.rule.d.site))
-  for options in itertools.islice(top, PER_GENERATOR):
-    edits, filled = options
-    if edits:
-      yield s.candidate(0 if filled else 2, "Return the missing entries from "
-                        + (", ".join(filled) if filled else "zeros"), edits,
+  for edits, filled in itertools.islice(top, PER_GENERATOR):
+    if edits and filled:   # zeros alone are the templates' placeholder, not a search result
+      yield s.candidate(0, f"Return the missing entries from {', '.join(filled)}", edits,
                         "the primal argument has these entries; their cotangents are computed "
-                        "as " + (", ".join(filled) if filled else "zero"))
+                        f"as {', '.join(filled)}")
 
 
 def _filled(s: Scope, node: ast.expr, got, want, keys: list | None = None
