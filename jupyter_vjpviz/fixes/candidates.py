@@ -226,8 +226,10 @@ class Scope:
     mine = within(node)
     if any(id(e) not in mine and not any(id(e) in s for s in spans) for e, _ in edits):
       return None
+    edited = [k for k, s in enumerate(spans) if any(id(e) in s for e, _ in edits)]
+    first = edited[0] if edited else len(deps)   # the statements before it are as recorded
     stmts = tuple(self.src.replace([e for e in edits if id(e[0]) in s], within=st)
-                  for st, s in zip(deps, spans))
+                  for st, s in zip(deps[first:], spans[first:]))
     return self.type_of(self.src.replace([e for e in edits if id(e[0]) in mine], within=node),
                         stmts)
 
@@ -280,11 +282,14 @@ def _swaps(s: Scope) -> Iterator[Candidate]:
       if site is node:
         continue   # another name in place of the whole element: see _unreturned
       if isinstance(site, ast.Name) and isinstance(site.ctx, ast.Load) and site.id in arrays:
-        for other in (a for a in arrays if a in known):
+        for other in (a for a in arrays if a in known and a != site.id):
+          if s.typed and _same(arrays[other], arrays[site.id]):
+            continue   # a name of the same type cannot mend a type
           score = _alike(site.id, other, siblings) \
               + 3 * ((site.id in cotangents) == (other in cotangents))
-          if other != site.id and (score or s.typed):
-            options.append((-score, depth, f"Use {other} instead of {site.id}",
+          if score or s.typed:
+            options.append((-score - _explains(s, arrays[site.id], arrays[other]), depth,
+                            f"Use {other} instead of {site.id}",
                             [(site, other)], f"{other} has the role {site.id} has here"))
       elif isinstance(site, ast.Subscript) and isinstance(site.value, ast.Name) \
           and isinstance(site.slice, ast.Constant) and isinstance(site.slice.value, int):
@@ -292,13 +297,22 @@ def _swaps(s: Scope) -> Iterator[Candidate]:
   for depth, stmt in enumerate(reversed(deps)):
     options += _unpack_swaps(s, stmt, depth)
   options.sort(key=lambda o: o[:2])
-  for score, depth, title, edits, reason in options[:4 * PER_GENERATOR]:
+  for score, depth, title, edits, reason in options[:2 * PER_GENERATOR]:   # each costs a trace
     t = s.predict(edits)
     if t is None and s.typed:
       yield s.candidate(3 + depth / 10, title, edits, reason)
     elif s.fits(t) and (s.typed or s.rule.d.kind == "bwd_value"):
       yield s.candidate((0 if -score >= 5 else 0.5 if -score >= 3 else 1) + depth / 10,
                         title, edits, reason)
+
+
+def _explains(s: Scope, old, new) -> int:
+  """1 if ``new`` has a dimension the cotangent lacks and ``old`` has not (a cheap hint,
+  before any trace, that the swap mends the type)."""
+  if not s.typed:
+    return 0
+  missing = set(s.want.shape) - set(s.got.shape)
+  return int(bool(missing & (set(new.shape) - set(old.shape))))
 
 
 def _index_swaps(s: Scope, site: ast.Subscript, depth: int) -> list:
