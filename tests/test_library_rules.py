@@ -102,6 +102,10 @@ def test_custom_gradient_made_in_a_loop_names_the_users_vjp(hook):
   _in_this_file(d.source)
   _in_this_file(d.rule_source)
   _in_this_file(d.call_site)
+  fixed = "def double(x):\n  def double_vjp(g):\n    return g * 2.\n  return x * 2., double_vjp\n"
+  assert vv.verify_fix(d, fixed) == []
+  wrong = vv.verify_fix(d, fixed.replace("g * 2.", "g[1:] * 2."))
+  assert wrong and wrong[0].rule == "double_vjp"
 
 
 class Dense3(nn.Module):
@@ -183,6 +187,7 @@ def test_equinox_filter_custom_vjp_is_reported_as_the_user_wrote_it(hook):
   d = _diagnosed(lambda: eqx.filter_grad(lambda m: run(m, x).sum())(_model()))
   assert (d.kind, d.function, d.rule) == ("bwd_type", "run", "run_bwd")
   assert d.argument == "model.layers[2].weight"
+  assert d.path == ".layers[2].weight"      # where in run_bwd's own return, not equinox's
   assert d.argument in d.headline
   _in_this_file(d.source)
   _in_this_file(d.rule_source)
@@ -226,5 +231,7 @@ def test_a_diffrax_style_solver_on_filter_custom_vjp_is_the_users_rule(hook):
   assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "solve", "solve_bwd", "y0")
   _in_this_file(d.rule_source)
   _in_this_file(d.call_site)
+  assert d.fixes and all("def solve_bwd(y0_saved, grad_obj, perturbed, y0, args)" in f.code
+                         for f in d.fixes)
   assert vv.verify_fix(d, "def solve_bwd(y0_saved, grad_obj, perturbed, y0, args):\n"
                           "  return grad_obj * (1. + args)\n") == []

@@ -25,34 +25,65 @@ def cached(code, structure) -> tuple[str | None, ...] | None:
   return _cache.get((code, structure))
 
 
+def known(code, structure) -> bool:
+  """Whether that call was watched already (even if it named nothing)."""
+  return (code, structure) in _cache
+
+
 def observe(call: Callable[[], Any], code, structure, leaves: list) -> tuple[Any, tuple | None]:
   """``call()``'s result, and for each of ``leaves`` the path of the user's parameter
-  it reached in the first frame of ``code`` (None where it reached none)."""
+  it reached in the first frame of ``code`` (None where it reached none); cached."""
+  result, seen = watch(call, code, "start")
+  return result, remember(code, structure, [seen.get(id(leaf)) for leaf in leaves] if seen else None)
+
+
+def observe_return(call: Callable[[], Any], code, structure, leaves_of: Callable) -> tuple[Any, tuple | None]:
+  """``call()``'s result, and for each of ``leaves_of(result)`` its path in what ``code``
+  returned (``.layers[2].weight``): where a library's bwd put the user's cotangents; cached."""
+  result, seen = watch(call, code, "return")
+  names = None
+  if seen:
+    names = [seen.get(id(leaf)) for leaf in leaves_of(result)]
+  return result, remember(code, structure, names)
+
+
+def remember(code, structure, names) -> tuple | None:
+  names = tuple(names) if names is not None else None
+  if len(_cache) >= _LIMIT:
+    _cache.clear()
+  _cache[(code, structure)] = names
+  return names
+
+
+def watch(call: Callable[[], Any], code, event: str) -> tuple[Any, dict]:
+  """``call()``'s result, and ``id -> path`` of the array leaves of the first frame of
+  ``code`` that starts (its parameters) or returns (its value) meanwhile, in this thread."""
   monitoring = getattr(sys, "monitoring", None)
   tool = _free_tool(monitoring)
   if tool is None or not _lock.acquire(blocking=False):
-    return call(), None
+    return call(), {}
   seen: dict = {}
   thread = threading.get_ident()
 
   def started(started_code, _offset):
     if started_code is code and thread == threading.get_ident() and not seen:
       seen.update(_spelled(sys._getframe(1).f_locals))
+
+  def returned(returning_code, _offset, value):
+    if returning_code is code and thread == threading.get_ident() and not seen:
+      seen.update(_spelled({"": value}))
+  kind = monitoring.events.PY_START if event == "start" else monitoring.events.PY_RETURN
   try:
     monitoring.use_tool_id(tool, "vjpviz")
-    monitoring.register_callback(tool, monitoring.events.PY_START, started)
-    monitoring.set_local_events(tool, code, monitoring.events.PY_START)
+    monitoring.register_callback(tool, kind, started if event == "start" else returned)
+    monitoring.set_local_events(tool, code, kind)
     result = call()
   finally:
     monitoring.set_local_events(tool, code, 0)
-    monitoring.register_callback(tool, monitoring.events.PY_START, None)
+    monitoring.register_callback(tool, kind, None)
     monitoring.free_tool_id(tool)
     _lock.release()
-  names = tuple(seen.get(id(leaf)) for leaf in leaves) if seen else None
-  if len(_cache) >= _LIMIT:
-    _cache.clear()
-  _cache[(code, structure)] = names
-  return result, names
+  return result, seen
 
 
 def _free_tool(monitoring) -> int | None:

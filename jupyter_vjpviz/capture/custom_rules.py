@@ -170,7 +170,7 @@ def _user_fwd_to_watch(cvjp, args):
   if code is None:
     return None
   structure = jax.tree_util.tree_structure(_diff_args(cvjp, args), is_leaf=_is_primal_box)
-  if arguments.cached(code, structure) is not None:
+  if arguments.known(code, structure):
     return None
   leaves = jax.tree_util.tree_leaves(_diff_args(cvjp, args), is_leaf=_is_primal_box)
   return code, structure, [_unbox(x) for x in leaves]
@@ -316,18 +316,58 @@ def _bwd(bwd, with_logs: bool, *args):
   if not isinstance(tagged, TaggedResiduals):
     return bwd(*args)
   site = tagged.site
+  code = records.safely(_user_bwd_code, bwd)
   records.state.rule_stack.append(site)
   try:
-    cts = bwd(*static, tagged.res, ct)
+    if code is None or arguments.known(code, site.in_tree):
+      cts = bwd(*static, tagged.res, ct)
+    else:
+      cts, _ = arguments.observe_return(lambda: bwd(*static, tagged.res, ct), code, site.in_tree,
+                                        lambda out: _leaf_cts(site, out, with_logs))
   finally:
     records.state.rule_stack.pop()
   if records.current_session() is not None:
-    payload = cts
-    if with_logs and isinstance(cts, (tuple, list)) and len(cts) == 2:
-      payload = cts[0]
+    payload = _payload(cts, with_logs)
+    returned = arguments.cached(code, site.in_tree) if code is not None else None
     for rec in records.safely(compare_cotangents, site, payload, default=[]):
-      records.record(retained(rec))
+      records.record(retained(_in_users_return(rec, returned)))
   return cts
+
+
+def _payload(cts, with_logs: bool):
+  if with_logs and isinstance(cts, (tuple, list)) and len(cts) == 2:
+    return cts[0]
+  return cts
+
+
+def _leaf_cts(site, cts, with_logs: bool) -> list:
+  """The rule's cotangent for each input leaf (None where it gave none)."""
+  flat = _match_structure(site, _payload(cts, with_logs))
+  return [None] * len(site.in_paths) if isinstance(flat, Record) else flat
+
+
+def _in_users_return(rec: Record, returned) -> Record:
+  """``rec`` at the path of the user's own return, when a library's bwd put it elsewhere."""
+  i = rec.flat_index
+  if not returned or i is None or i >= len(returned) or returned[i] is None:
+    return rec
+  return dataclasses.replace(rec, path=returned[i])
+
+
+_user_bwd_codes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _user_bwd_code(bwd):
+  """The code of the user's bwd when a library's (not JAX's) bwd calls it, else None."""
+  try:
+    return _user_bwd_codes[bwd]
+  except KeyError:
+    pass
+  user, path = wrappers.behind(bwd)
+  own = getattr(bwd, "__code__", None)
+  code = _user_bwd_codes[bwd] = (user.__code__ if path and own is not None
+                                 and not names.inside_jax(own.co_filename) else None)
+  return code
 
 
 def _bwd_with_accums(bwd, n_static: int, *args):
@@ -478,6 +518,7 @@ def _structure(x) -> str:
 
 def clear_caches() -> None:
   arguments.clear()
+  _user_bwd_codes.clear()
   _clones.clear()
   _names_cache.clear()
   _primal_out_avals.clear()
