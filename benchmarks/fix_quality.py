@@ -148,7 +148,7 @@ def failing_grad(m: Mutant, deep: int = 0):
   grad = jax.grad(loss, argnums)
   nondiff = m.subject.owner.nondiff_argnums
   if m.base.specs is not None:
-    in_specs, out_spec = judge._specs(m.base)
+    in_specs, out_spec = judge.specs(m.base)
     run = jax.jit(jax.shard_map(lambda a, w: grad(*a, w), mesh=judge.mesh(),
                                 in_specs=(in_specs, out_spec),
                                 out_specs=tuple(in_specs[i] for i in argnums)))
@@ -178,8 +178,8 @@ def _prefixed(tree, steps: int):
   would; JAX only stages them (the gradient is unchanged, and far cheaper to take).
   """
   leaves, treedef = jax.tree_util.tree_flatten(tree)
-  x = y = jax.lax.stop_gradient(leaves[0])
-  c = jnp.full(x.shape, 1e-3, x.dtype)
+  y = jax.lax.stop_gradient(leaves[0])
+  c = jnp.full(y.shape, 1e-3, y.dtype)
   for _ in range(steps):   # lax, not jnp: each jnp call would be a nested jit
     y = jax.lax.add(y, jax.lax.mul(c, jax.lax.sin(y)))
   return jax.tree_util.tree_unflatten(treedef, [leaves[0] + 0. * y, *leaves[1:]])
@@ -400,15 +400,15 @@ def main(argv=None):
 
 
 def provenance() -> str:
-  """Which code was measured: the commit, and whether the package had uncommitted changes."""
-  root = pathlib.Path(__file__).resolve().parents[1]
+  """Which code was measured: the package imported, its commit, and uncommitted changes."""
+  root = pathlib.Path(vv.__file__).resolve().parents[1]
   git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True).stdout
   try:
     head, dirty = git("rev-parse", "--short", "HEAD").strip(), git("status", "--porcelain", "--",
                                                                     "jupyter_vjpviz").splitlines()
   except OSError:
     return "code: unknown commit"
-  return f"code: {head or 'unknown commit'}" + (
+  return f"code: {root}/jupyter_vjpviz at {head or 'no git commit'}" + (
       f" + uncommitted changes to {len(dirty)} jupyter_vjpviz files" if dirty else "")
 
 

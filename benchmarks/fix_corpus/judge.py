@@ -138,7 +138,7 @@ def vjp_at(fn, subject: Subject, args: tuple, ct):
   diff_args = tuple(args[i] for i in diff)
   if subject.base.specs is None:
     return run(diff_args, ct)
-  in_specs, out_spec = _specs(subject.base)
+  in_specs, out_spec = specs(subject.base)
   ins = tuple(in_specs[i] for i in diff)
   return jax.jit(jax.shard_map(run, mesh=mesh(), in_specs=(ins, out_spec),
                                out_specs=(out_spec, ins)))(diff_args, ct)
@@ -162,7 +162,7 @@ def output_types(subject: Subject, args: tuple):
       it = iter(d)
       return subject.reference(*[static[i] if i in static else next(it) for i in range(len(args))])
     return jax.eval_shape(call, *rest)
-  in_specs, out_spec = _specs(subject.base)
+  in_specs, out_spec = specs(subject.base)
   sm = jax.shard_map(subject.reference, mesh=mesh(), in_specs=in_specs, out_specs=out_spec)
   return jax.eval_shape(sm, *args)
 
@@ -199,7 +199,7 @@ def mesh():
   return jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def _specs(base: Base):
+def specs(base: Base):
   spec = lambda s: P(s) if s else P()
   in_specs, out_spec = base.specs
   return tuple(spec(s) for s in in_specs), spec(out_spec)
