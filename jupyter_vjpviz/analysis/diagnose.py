@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..capture.records import ERROR, WARNING, Record, Session
 from . import fallback, program
 from .diagnosis import Diagnosis
-from .locate import locate, mark_got
+from .locate import instance, locate, mark_got
 
 
 def diagnose(session: Session, exc: BaseException | None,
@@ -36,7 +36,7 @@ def diagnose(session: Session, exc: BaseException | None,
         graph=mark_got(graph, node, rec),
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
-        name_stack=site.name_stack if site else "",
+        name_stack=site.name_stack if site else "", instance=instance(graph, node),
         detail=rec.detail or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site))

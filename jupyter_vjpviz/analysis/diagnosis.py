@@ -53,6 +53,7 @@ class Diagnosis:
   argument: str | None = None        # the input as the user named it: "x", "p['w']"
   primal: str | None = None          # that input's primal aval
   name_stack: str = ""
+  instance: str | None = None        # which of several identical blocks: "model.layers[3]"
   detail: str | None = None
   hijax: bool = False
   id: str = dataclasses.field(default_factory=lambda: f"d{next(_ids)}")
@@ -105,7 +106,7 @@ class Diagnosis:
         "bwd_value": f"{self.function}'s bwd rule returns well-typed cotangents that are not "
                      f"{self.function}'s derivative: {self.got}",
     }.get(self.kind, f"{self.kind}: expected {self.expected}, got {self.got}")
-    return text + "."
+    return text + (f" (in {self.instance})" if self.instance else "") + "."
 
   def to_dict(self) -> dict:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

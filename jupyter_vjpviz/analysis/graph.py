@@ -56,10 +56,17 @@ class Graph:
   nodes: tuple[Node, ...] = ()
   edges: tuple[Edge, ...] = ()
   note: str | None = None          # why the graph is empty or partial
+  upstream: tuple[tuple[str, tuple[str, ...]], ...] = ()
+  """(failing node, the ids of the program inputs nearest upstream of it), for the
+  located nodes only: which instance of a repeated block it is (``locate.instance``)."""
 
   def node(self, node_id: str) -> Node | None:
     return next((n for n in self.nodes if n.id == node_id), None)
 
+  def upstream_of(self, node_id: str | None) -> tuple[str, ...]:
+    return next((ids for nid, ids in self.upstream if nid == node_id), ())
+
   def to_dict(self) -> dict:
     return {"nodes": [n.to_dict() for n in self.nodes],
-            "edges": [e.to_dict() for e in self.edges], "note": self.note}
+            "edges": [e.to_dict() for e in self.edges], "note": self.note,
+            "upstream": {nid: list(ids) for nid, ids in self.upstream}}

@@ -44,6 +44,87 @@ def _custom_node(graph: Graph, rec: Record) -> str | None:
   return candidates[k].id if k < len(candidates) else candidates[0].id
 
 
+def instance(graph: Graph, node_id: str | None) -> str | None:
+  """Which of several identical blocks the failing node is, as the user names it.
+
+  From the inputs that feed it (``Graph.upstream``): the deepest part of their
+  common path that has siblings built alike, named alike up to a number
+  (``model.layers[3]``, ``params['params']['blocks_3']``). A scanned stack of
+  layers fails in every iteration alike, so the stack is named. Blocks without
+  parameters of their own are told apart by the order they run in.
+  """
+  node = graph.node(node_id) if node_id else None
+  if node is None or node.kind != "eqn":
+    return None
+  inputs = {n.id: n for n in graph.nodes if n.kind in ("input", "static")}
+  paths = [_parts(n.label) for n in inputs.values()]
+  feeding = [inputs[i] for i in graph.upstream_of(node_id) if i in inputs]
+  common = (_common([_parts(n.label) for n in feeding])   # else the parameters, not the data
+            or _common([_parts(n.label) for n in feeding if n.kind == "input"]))
+  block = _repeated(common, paths)
+  if block is not None:
+    return block
+  if common and _in_scan(graph, node):
+    return f"{_enclosing(common, paths)}, in every iteration of its scan"
+  same = [n.id for n in graph.nodes if n.custom and n.function == node.function]
+  if len(same) > 1 and graph.note is None:   # a partial graph holds only some of them
+    return f"{node.function} call {same.index(node.id) + 1} of {len(same)}"
+  return None
+
+
+_PART = re.compile(r"\[[^\]]*\]|\.[^.\[]+|[^.\[]+")
+
+
+def _parts(label: str) -> tuple[str, ...]:
+  """``m.layers[3].w`` -> ``('m', '.layers', '[3]', '.w')``: a path as written."""
+  return tuple(_PART.findall(label))
+
+
+def _common(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
+  if not paths:
+    return ()
+  first = paths[0]
+  n = min(len(p) for p in paths)
+  i = next((i for i in range(n) if any(p[i] != first[i] for p in paths)), n)
+  return first[:i]
+
+
+def _repeated(common: tuple[str, ...], paths: list[tuple[str, ...]]) -> str | None:
+  """The deepest prefix of ``common`` ending in a part that has a sibling named alike up
+  to a number and holding some of the same paths: one block of several."""
+  found = None
+  for i, own in enumerate(common):
+    head, below = common[:i], {}
+    for p in paths:
+      if len(p) > i and p[:i] == head and _stem(p[i]) == _stem(own):
+        below.setdefault(p[i], set()).add(p[i + 1:])
+    mine = below.get(own, set())
+    if any(part != own and inside & mine for part, inside in below.items()):
+      found = i
+  return "".join(common[:found + 1]) if found is not None else None
+
+
+def _stem(part: str) -> str:
+  return re.sub(r"\d+", "", part)
+
+
+def _enclosing(common: tuple[str, ...], paths: list[tuple[str, ...]]) -> str:
+  """The smallest part of the tree around ``common`` that holds more than one input."""
+  for i in range(len(common), 0, -1):
+    if sum(p[:i] == common[:i] for p in paths) > 1:
+      return "".join(common[:i])
+  return "".join(common)
+
+
+def _in_scan(graph: Graph, node) -> bool:
+  parents = {n.id: n for n in graph.nodes}
+  while node.parent is not None and node.parent in parents:
+    node = parents[node.parent]
+    if node.primitive == "scan":
+      return True
+  return False
+
+
 def _existing(graph: Graph, node_id: str) -> str | None:
   return node_id if graph.node(node_id) is not None else None
 

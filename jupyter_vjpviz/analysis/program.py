@@ -98,13 +98,15 @@ def _bounded(jaxpr: core.Jaxpr, inputs: list[Node], locate: Locate,
     if n <= limits.max_eqns:
       try:
         graph = _graph(jaxpr, inputs, _ALL, whole, counts)
-        return graph, locate(graph)
+        found = locate(graph)
+        return _with_upstream(graph, jaxpr, inputs, found, total), found
       except OutOfTime:
         why = f"the whole graph took over {limits.seconds / 2:g} s"
     else:
       why = f"a program of {n:,} equations"
     found = locate(_graph(jaxpr, inputs, _CUSTOM, total, counts))
-    return _neighbourhood(jaxpr, inputs, found, why, limits, total, counts), found
+    graph = _neighbourhood(jaxpr, inputs, found, why, limits, total, counts)
+    return _with_upstream(graph, jaxpr, inputs, found, total), found
   except OutOfTime:
     return _bare(f"no graph: building it took over {limits.seconds:g} s", locate)
 
@@ -243,6 +245,94 @@ def _neighbourhood(jaxpr: core.Jaxpr, inputs: list[Node], foci: list[str | None]
   shown = (f"showing the failing node's neighbourhood only, {len(graph.nodes)} nodes within "
            f"{limits.hops} data edges of it" if near else "the failing node was not found in it")
   return dataclasses.replace(graph, note=f"{why}: {shown}")
+
+
+def _with_upstream(graph: Graph, jaxpr: core.Jaxpr, inputs: list[Node],
+                   found: list[str | None], clock: _Clock) -> Graph:
+  ids = [n.id for n in inputs]
+  upstream = tuple((f, _upstream(jaxpr, ids, f, clock)) for f in dict.fromkeys(found) if f)
+  return dataclasses.replace(graph, upstream=upstream)
+
+
+def _upstream(jaxpr: core.Jaxpr, inputs: list[str], focus: str, clock: _Clock,
+              max_hops: int = 64) -> tuple[str, ...]:
+  """The program inputs nearest upstream of equation ``focus``: those the fewest
+  equations away, through the bodies that enclose it.
+
+  They say which instance of a block the equation belongs to: in a dozen
+  identical layers, the failing rule's nearest inputs are its own layer's
+  parameters (``model.layers[3].w``), however deep in scans and remats it sits.
+  """
+  if not focus.startswith("e"):
+    return ()
+  walk = _Upstream(_levels(jaxpr, focus), clock)
+  frontier = [(len(walk.bodies) - 1, v) for v in walk.path[-1].invars]
+  found: dict[str, None] = {}
+  for _ in range(max_hops):
+    deeper = []
+    for depth, v in frontier:
+      depth, v = walk.outermost(depth, v)
+      if depth < 0:
+        found[inputs[v]] = None
+      elif v is not None:
+        eqn = walk.producer(depth, v)
+        deeper += [(depth, u) for u in eqn.invars] if eqn is not None else []
+    if found or not deeper:
+      break
+    frontier = deeper
+  return tuple(found)
+
+
+class _Upstream:
+  """Walking data edges backwards from one equation, out through its enclosing bodies."""
+
+  def __init__(self, levels, clock: _Clock):
+    self.bodies = [level for level, _, _ in levels]
+    self.path = [level.eqns[_index(nid)] for level, _, nid in levels]
+    self.clock = clock
+    self.seen: set = set()
+    self._made: dict[int, dict] = {}
+    self._positions: dict[int, dict] = {}
+
+  def outermost(self, depth: int, v):
+    """Follow ``v`` out of each body whose input it is, to its equation's operand (a
+    body's inputs are its equation's last operands: scan, cond, while, pjit, remat):
+    (depth, variable) where it is made, (-1, position) for a program input, or
+    (depth, None) for a constant or a variable already walked."""
+    while True:
+      self.clock.tick()
+      if isinstance(v, core.Literal) or (depth, v) in self.seen:
+        return depth, None
+      self.seen.add((depth, v))
+      position = self._positions_in(depth).get(v)
+      if position is None:
+        return depth, v
+      if depth == 0:
+        return -1, position
+      operands, body = self.path[depth - 1].invars, self.bodies[depth]
+      position += len(operands) - len(body.invars)
+      if position < 0:
+        return depth, None
+      depth, v = depth - 1, operands[position]
+
+  def producer(self, depth: int, v):
+    """The equation of body ``depth`` that makes ``v`` (None for its constants)."""
+    if depth not in self._made:
+      made = self._made[depth] = {}
+      for eqn in self.bodies[depth].eqns:
+        self.clock.tick()
+        made.update((out, eqn) for out in eqn.outvars)
+    return self._made[depth].get(v)
+
+  def _positions_in(self, depth: int) -> dict:
+    if depth not in self._positions:
+      self._positions[depth] = {v: i for i, v in enumerate(self.bodies[depth].invars)}
+    return self._positions[depth]
+
+
+def _index(nid: str) -> int:
+  """The equation's index in its own jaxpr (see ``_eqn_id``)."""
+  return int(nid[1:].rsplit(".", 1)[-1])
 
 
 def _levels(jaxpr: core.Jaxpr, focus: str) -> list[tuple[core.Jaxpr, str | None, str]]:

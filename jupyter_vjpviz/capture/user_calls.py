@@ -140,9 +140,10 @@ def _arguments(frame) -> tuple[tuple, dict]:
   return tuple(args), kwargs
 
 
-def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin:
+def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None:
   """The user's call as an Origin: arrays (tracers of the forward pass) become avals; an
-  array leaf that is one of the VJP's primals is differentiated, in the VJP's input order."""
+  array leaf that is one of the VJP's primals is differentiated, in the VJP's input order.
+  None if an argument that is no pytree holds a tracer: keeping it would keep its arrays."""
   flat, tree = jax.tree_util.tree_flatten((args, kwargs))
   position = {id(p): k for k, p in enumerate(jax.tree_util.tree_leaves(primals))}
   leaves, diff = [], {}
@@ -152,7 +153,26 @@ def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin:
       if k is not None:
         diff.setdefault(k, j)
       x = core.typeof(x)
+    elif _holds_tracer(x):
+      return None
     leaves.append(x)
   return Origin(fun=fun, leaves=tuple(leaves), tree=tree,
                 diff_leaves=tuple(diff[k] for k in sorted(diff)),
                 name=names.function_name(fun), source=names.function_source(fun))
+
+
+def _holds_tracer(x, depth: int = 3, budget: int = 256) -> bool:
+  """Whether an object's attributes and items reach a tracer within ``depth`` steps
+  (functions, classes and modules are not looked into: their globals are not the call's)."""
+  layer = [x]
+  for _ in range(depth):
+    deeper = []
+    for obj in layer:
+      if isinstance(obj, core.Tracer):
+        return True
+      if isinstance(obj, (dict, list, tuple, set)):
+        deeper += list(obj.values() if isinstance(obj, dict) else obj)
+      elif not isinstance(obj, (type, types.FunctionType, types.ModuleType, str, bytes)):
+        deeper += list(getattr(obj, "__dict__", {}).values())
+    layer = deeper[:budget]
+  return any(isinstance(obj, core.Tracer) for obj in layer)
