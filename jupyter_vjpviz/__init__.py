@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis",
          "gradcheck": ".value_check", "surrogate": ".surrogates",
-         "check": ".lint", "verify_fix": ".fixes.verify", "apply_fix": ".fixes.verify"}
+         "check": ".lint", "verify_fix": ".lint", "apply_fix": ".lint"}
 
 
 def __getattr__(name: str):

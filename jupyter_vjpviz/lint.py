@@ -3,6 +3,8 @@
 It runs ``jax.vjp`` and the backward pass under ``jax.eval_shape`` with the
 hook on, so every custom rule reached, at any depth, is checked (silent dtypes
 included) without a single FLOP, and caches the answer per function and avals.
+It is also the checker the fixes stage is handed to verify a fix with
+(``verify_fix``/``apply_fix`` here): that stage sits below this one.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from jax._src import core
 from . import runtime
 from .capture import custom_rules
 from .analysis.diagnosis import Diagnosis
+from .fixes import verify as fix_verify
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -73,6 +76,20 @@ def _unit_cotangent(out):
   if aval.dtype == jax.dtypes.float0:
     return np.zeros(aval.shape, jax.dtypes.float0)
   return jax.numpy.ones(aval.shape, aval.dtype)
+
+
+def verify_fix(diagnosis: Diagnosis, code: str) -> list[Diagnosis]:
+  """What is still wrong with the rule once ``code`` replaces it: types (checked like
+  ``check``), then values against the primal's own derivative; ``[]`` means fixed."""
+  return fix_verify.verify_fix(diagnosis, code, check)
+
+
+def apply_fix(diagnosis: Diagnosis, code: str, verify: bool = True) -> fix_verify.Applied:
+  """Rebind a notebook rule to ``code`` once it verifies, or return the diff for a file rule."""
+  result = fix_verify.apply_fix(diagnosis, code, check if verify else None)
+  if result.applied:
+    clear_cache()   # the cached answers were about the old rule
+  return result
 
 
 def clear_cache() -> None:

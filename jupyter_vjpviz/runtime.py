@@ -12,8 +12,9 @@ import threading
 
 from .analysis.diagnose import diagnose
 from .analysis.diagnosis import Diagnosis
-from .capture import hook, records
+from .capture import check_sites, hook, records
 from .capture.records import Session
+from .fixes import suggest
 
 HISTORY_LIMIT = 200
 """Diagnoses kept; the oldest go first, so a loop that fails every step stays bounded."""
@@ -86,12 +87,25 @@ def _collectors() -> list[list[Diagnosis]]:
 
 
 def _on_session(session: Session, exc: BaseException | None) -> None:
+  if session.entry == "run":   # the outermost jit ran what it traced: now JAX has spoken
+    return _deliver(_held_sessions(), exc)
   if exc is not None and _seen(exc):
     return
+  if exc is None and not _collectors() and check_sites.staged():
+    # Accepted while tracing: whether JAX lets it through is known when the trace runs.
+    _held().append(session)
+    return
+  _deliver(_held_sessions(), None)   # a trace that never ran (make_jaxpr, lower): JAX let it be
+  _deliver([session], exc)
+
+
+def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   collector = _collectors()[-1] if _collectors() else None
   skip = _warned.keys() if exc is None and collector is None else None
+  found = []
   with _gc_paused():
-    found = records.safely(diagnose, session, exc, skip, default=[])
+    for session in sessions:
+      found += records.safely(diagnose, session, exc, skip, default=[])
   if not found:
     return
   found = [_with_fixes(d) for d in found]
@@ -109,6 +123,19 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
     _history.extend(found)
   for listener in list(_listeners):
     records.safely(listener, found, exc)
+
+
+_holding = threading.local()
+
+
+def _held() -> list[Session]:
+  """Sessions that ended while JAX was tracing, in this thread, not yet delivered."""
+  return _holding.__dict__.setdefault("sessions", [])
+
+
+def _held_sessions() -> list[Session]:
+  found, _holding.sessions = _held(), []
+  return found
 
 
 @contextlib.contextmanager
@@ -148,5 +175,4 @@ def _key(d: Diagnosis) -> tuple:
 
 
 def _with_fixes(d: Diagnosis) -> Diagnosis:
-  from .fixes import suggest  # here, not at the top: fixes verify through check, which imports us
   return records.safely(suggest.attach, d, default=d)

@@ -1,7 +1,62 @@
 import { CodeEditor, CodeEditorWrapper } from '@jupyterlab/codeeditor';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { IFix, IVerifyResult } from './protocol';
+import { FixVerdict, IFix, ILeafError, IVerifyResult } from './protocol';
+
+/**
+ * How each verdict reads in the picker and above the editor.
+ */
+const VERDICTS: Record<string, { mark: string; label: string }> = {
+  verified: { mark: '✓ ', label: "Verified: equal to the primal's own derivative" },
+  'type-only': { mark: '✗ ', label: 'Type-only' },
+  unverifiable: { mark: '? ', label: 'Unverifiable' }
+};
+
+/**
+ * One line saying what a verdict means for this fix (the note says what it
+ * breaks, or why it could not be judged).
+ */
+export function verdictText(verdict: FixVerdict | undefined, note?: string): string {
+  const known = verdict ? VERDICTS[verdict] : undefined;
+  if (!known) {
+    return '';
+  }
+  return verdict === 'verified' || !note ? known.label : `${known.label}: ${note}`;
+}
+
+/**
+ * The per-leaf errors of a fix whose values differ from the primal's derivative.
+ */
+export function renderLeafErrors(leaves: readonly ILeafError[]): HTMLTableElement {
+  const table = document.createElement('table');
+  table.className = 'jp-Vjpviz-leafErrors';
+  const head = table.createTHead().insertRow();
+  for (const label of ['input', 'max abs error', 'max rel error', 'at']) {
+    const th = document.createElement('th');
+    th.textContent = label;
+    head.appendChild(th);
+  }
+  const body = table.createTBody();
+  for (const leaf of leaves) {
+    const tr = body.insertRow();
+    tr.className = `jp-Vjpviz-leafError jp-mod-${leaf.ok ? 'ok' : 'bad'}`;
+    tr.setAttribute('data-vjpviz-leaf', leaf.name);
+    const rel = leaf.got_zero
+      ? 'zero, but the reference is not'
+      : leaf.max_rel === null || leaf.max_rel === undefined
+        ? '—'
+        : leaf.max_rel.toPrecision(2);
+    for (const text of [
+      leaf.name,
+      leaf.max_abs.toPrecision(3),
+      rel,
+      `[${(leaf.where ?? []).join(', ')}]`
+    ]) {
+      tr.insertCell().textContent = text;
+    }
+  }
+  return table;
+}
 
 /**
  * What the fix editor needs from its owner.
@@ -38,9 +93,11 @@ export class FixEditor extends Panel {
     this._picker.addEventListener('change', () =>
       this._choose(Number(this._picker.value))
     );
+    this._verdict = document.createElement('div');
+    this._verdict.className = 'jp-Vjpviz-fixVerdict';
     this._reason = document.createElement('div');
     this._reason.className = 'jp-Vjpviz-fixReason';
-    this._header.node.append(this._picker, this._reason);
+    this._header.node.append(this._picker, this._verdict, this._reason);
     this.addWidget(this._header);
 
     this._model = new CodeEditor.Model({ mimeType: 'text/x-python' });
@@ -96,7 +153,8 @@ export class FixEditor extends Panel {
     this._fixes.forEach((fix, i) => {
       const option = document.createElement('option');
       option.value = String(i);
-      option.textContent = `${fix.exact ? '✓ ' : ''}${fix.title}`;
+      option.textContent = `${VERDICTS[fix.verdict ?? '']?.mark ?? ''}${fix.title}`;
+      option.dataset.vjpvizVerdict = fix.verdict ?? '';
       this._picker.appendChild(option);
     });
     this._picker.hidden = this._fixes.length < 2;
@@ -115,12 +173,11 @@ export class FixEditor extends Panel {
   private _choose(i: number): void {
     const fix = this._fixes[i];
     this.code = fix?.code ?? '';
+    this._verdict.textContent = verdictText(fix?.verdict, fix?.note);
+    this._verdict.className = `jp-Vjpviz-fixVerdict${fix?.verdict ? ` jp-mod-${fix.verdict}` : ''}`;
+    this._verdict.dataset.vjpvizVerdict = fix?.verdict ?? '';
     this._reason.textContent = fix
-      ? `${fix.reason ?? ''}${fix.exact === false && fix.reason ? ' ' : ''}${
-          fix.exact === false
-            ? '(makes the types line up; check the maths)'
-            : ''
-        }`
+      ? fix.reason ?? ''
       : 'No suggestion for this diagnosis.';
     this._clearResult();
   }
@@ -142,6 +199,7 @@ export class FixEditor extends Panel {
   private _clearResult(): void {
     this._result.textContent = '';
     this._result.removeAttribute('data-vjpviz-verify');
+    this._result.removeAttribute('data-vjpviz-verdict');
     this._result.removeAttribute('data-vjpviz-copied');
     this._result.className = 'jp-Vjpviz-verifyResult';
   }
@@ -167,6 +225,13 @@ export class FixEditor extends Panel {
         state
       );
       this._result.setAttribute('data-vjpviz-verify', state);
+      this._result.setAttribute('data-vjpviz-verdict', result.verdict ?? '');
+      const leaves = ([] as ILeafError[]).concat(
+        ...(result.diff ?? []).map(p => p.leaf_errors ?? [])
+      );
+      if (leaves.length) {
+        this._result.appendChild(renderLeafErrors(leaves));
+      }
     } catch (error) {
       this._say(`Could not verify: ${(error as Error).message}`, 'fail');
       this._result.setAttribute('data-vjpviz-verify', 'fail');
@@ -211,6 +276,7 @@ export class FixEditor extends Panel {
 
   private _header: Widget;
   private _picker: HTMLSelectElement;
+  private _verdict: HTMLElement;
   private _reason: HTMLElement;
   private _model: CodeEditor.Model;
   private _editor: CodeEditorWrapper;

@@ -47,13 +47,48 @@ export interface IGraphEdge {
 }
 
 /**
- * A fix suggestion (`Fix.to_dict()`).
+ * What the primal's own derivative says of a fix: equal to it (`verified`),
+ * well-typed with wrong values (`type-only`), or no judge (`unverifiable`).
+ */
+export type FixVerdict = 'verified' | 'type-only' | 'unverifiable' | '';
+
+/**
+ * A fix suggestion (`Fix.to_dict()`). `exact` is true only when verified;
+ * `note` says what a type-only fix breaks, or why a fix is unverifiable.
  */
 export interface IFix {
   readonly title: string;
   readonly code: string;
   readonly reason?: string;
   readonly exact?: boolean;
+  readonly verdict?: FixVerdict;
+  readonly note?: string;
+}
+
+/**
+ * How one input's cotangent differs from the primal's derivative
+ * (analysis/oracle.py `LeafError.to_dict()`); `max_rel` is null for a zero reference.
+ */
+export interface ILeafError {
+  readonly index?: number;
+  readonly name: string;
+  readonly max_abs: number;
+  readonly max_rel?: number | null;
+  readonly where?: readonly number[];
+  readonly reference_zero?: boolean;
+  readonly got_zero?: boolean;
+  readonly judged?: boolean;
+  readonly ok: boolean;
+}
+
+/**
+ * A problem verify still found (a bwd_value one carries `leaf_errors`).
+ */
+export interface IVerifyProblem {
+  readonly kind?: string;
+  readonly headline?: string;
+  readonly path?: string | null;
+  readonly leaf_errors?: readonly ILeafError[];
 }
 
 /**
@@ -119,7 +154,9 @@ export interface IViewResult {
 export interface IVerifyResult {
   readonly pass: boolean;
   readonly summary?: string;
-  readonly diff?: ReadonlyJSONObject[];
+  readonly diff?: readonly IVerifyProblem[];
+  readonly verdict?: FixVerdict;
+  readonly note?: string;
 }
 
 /**

@@ -15,10 +15,16 @@ import pytest
 import softclip
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.fixes import suggest
-from jupyter_vjpviz.fixes.verify import apply_fix, verify_fix
+from jupyter_vjpviz.fixes import rank, suggest
+from jupyter_vjpviz.lint import apply_fix, verify_fix
 
 _cells = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def untimed(monkeypatch):
+  """Every candidate judged whatever the machine's load: verdicts, not timings, are tested."""
+  monkeypatch.setattr(rank, "BUDGET", 600.)
 
 
 def cell(code: str) -> dict:
@@ -148,15 +154,16 @@ def act_bwd(x, g): return (jnp.cos(x) * g,)
 act.defvjp(act_fwd, act_bwd)
 def loss(x): return act(x).sum()
 """, lambda x: jnp.sin(x).sum(), (V,), "act(x), x"),
-    "accumulator_slice": ("""
+}
+
+ACCUMULATOR = """
 @jax.custom_vjp
 def dbl(x): return x * 2.
 def dbl_fwd(x): return dbl(x), None
 def dbl_bwd(res, g, acc): acc.accum(g[:2] * 2.)
 dbl.defvjp_with_accums(dbl_fwd, dbl_bwd)
 def loss(x): return (dbl(x) ** 2).sum()
-""", lambda x: ((x * 2.) ** 2).sum(), (V,), "acc.accum(g * 2.)"),
-}
+"""
 
 
 @pytest.mark.parametrize("case", sorted(EXACT))
@@ -164,7 +171,7 @@ def test_exact_fix_gives_plain_autodiff_gradient(case):
   code, plain, args, expected_text = EXACT[case]
   ns = cell(code)
   d, fix, grads = fixed_grad(ns, "loss", args)
-  assert fix.exact and "only type-correct" not in fix.title
+  assert fix.exact and fix.verdict == "verified" and "type-only" not in fix.title
   assert expected_text in fix.code, fix.code
   assert fix.reason and "\n" not in fix.reason
   assert_grads_equal(grads, jax.grad(plain, argnums=tuple(range(len(args))))(*args))
@@ -184,7 +191,15 @@ def loss(x): return act(x).sum()
   assert_grads_equal(grads, jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
 
 
-TYPE_CORRECT = {
+def test_an_accumulator_rule_is_fixed_but_said_to_be_unjudged():
+  ns = cell(ACCUMULATOR)
+  d, fix, grads = fixed_grad(ns, "loss", (V,))
+  assert "acc.accum(g * 2.)" in fix.code
+  assert fix.verdict == "unverifiable" and not fix.exact and "accumulators" in fix.note
+  assert_grads_equal(grads, jax.grad(lambda x: ((x * 2.) ** 2).sum(), argnums=(0,))(V))
+
+
+NO_TEMPLATE = {
     "missing_input": ("""
 @jax.custom_vjp
 def mul(x, y): return x * y
@@ -192,7 +207,7 @@ def mul_fwd(x, y): return mul(x, y), (x, y)
 def mul_bwd(res, g): return (res[1] * g,)
 mul.defvjp(mul_fwd, mul_bwd)
 def loss(x, y): return mul(x, y).sum()
-""", (V, V), "(res[1] * g, None)"),
+""", lambda x, y: (x * y).sum(), (V, V), "(res[1] * g, None)"),
     "missing_dict_key": ("""
 @jax.custom_vjp
 def prod(p): return p['a'] * p['b']
@@ -200,7 +215,8 @@ def prod_fwd(p): return prod(p), p
 def prod_bwd(p, g): return ({'a': p['b'] * g},)
 prod.defvjp(prod_fwd, prod_bwd)
 def loss(p): return prod(p).sum()
-""", ({"a": V, "b": V},), "'b': jnp.zeros((3,), jnp.float32)"),
+""", lambda p: (p['a'] * p['b']).sum(), ({"a": V, "b": V},),
+      "'b': jnp.zeros((3,), jnp.float32)"),
     "unrelated_shape": ("""
 @jax.custom_vjp
 def act(x): return jnp.sin(x)
@@ -208,7 +224,7 @@ def act_fwd(x): return act(x), x
 def act_bwd(x, g): return (jnp.ones(5),)
 act.defvjp(act_fwd, act_bwd)
 def loss(x): return act(x).sum()
-""", (V,), "jnp.zeros((3,), jnp.float32)"),
+""", lambda x: jnp.sin(x).sum(), (V,), "jnp.zeros((3,), jnp.float32)"),
     "several_returns_of_a_variable": ("""
 @jax.custom_vjp
 def act(x): return jnp.sin(x)
@@ -220,17 +236,21 @@ def act_bwd(x, g):
   return (jnp.cos(x) * g,)
 act.defvjp(act_fwd, act_bwd)
 def loss(x): return act(x).sum()
-""", (V,), "return (jnp.zeros((3,), jnp.float32),)\n  return (jnp.zeros((3,), jnp.float32),)"),
+""", lambda x: jnp.sin(x).sum(), (V,), "jnp.zeros((3,), jnp.float32)"),
 }
 
 
-@pytest.mark.parametrize("case", sorted(TYPE_CORRECT))
-def test_type_correct_fix_type_checks_and_says_so(case):
-  code, args, expected_text = TYPE_CORRECT[case]
+@pytest.mark.parametrize("case", sorted(NO_TEMPLATE))
+def test_where_no_template_is_right_differentiating_the_primal_comes_first(case):
+  """Before the oracle these offered zeros (or None) first: a silently zero gradient."""
+  code, plain, args, zeros_text = NO_TEMPLATE[case]
   ns = cell(code)
   d, fix, grads = fixed_grad(ns, "loss", args)
-  assert not fix.exact and "only type-correct" in fix.title
-  assert expected_text in fix.code, fix.code
+  assert fix.verdict == "verified" and "pullback" in fix.code and "forward pass" in fix.reason
+  assert all(zeros_text not in f.code or f.verdict == "type-only" for f in d.fixes)
+  assert all("type-only: the gradient of" in f.title for f in d.fixes if f.verdict == "type-only")
+  assert_grads_equal(jax.tree.leaves(grads),
+                     jax.tree.leaves(jax.grad(plain, argnums=tuple(range(len(args))))(*args)))
 
 
 def test_nondiff_cotangent_is_dropped():
@@ -334,8 +354,10 @@ def test_attach_keeps_the_diagnosis_and_orders_exact_first():
   d = first_problem(ns["loss"], V, B)
   again = suggest.attach(d)
   assert again.kind == d.kind and again.fixes == d.fixes
-  exact = [f.exact for f in d.fixes]
-  assert exact == sorted(exact, reverse=True)
+  order = ["verified", "unverifiable", "type-only"]
+  verdicts = [order.index(f.verdict) for f in d.fixes]
+  assert verdicts == sorted(verdicts) and [f.exact for f in d.fixes] == [
+      f.verdict == "verified" for f in d.fixes]
 
 
 def test_lost_varying_axes_suggest_removing_the_collective():
@@ -449,7 +471,7 @@ def test_with_refs_fix_for_a_dict_argument_is_a_dict_of_refs():
   d, out, f_vjp = _call_diagnosis(f, (params, V), lambda f_vjp: f_vjp(jnp.ones(3)))
   assert d.kind == "ref_grad_unbound" and d.path == "args[0]['w']"
   fix = d.fixes[0]
-  assert fix.exact and fix.code == (
+  assert fix.verdict == "unverifiable" and fix.code == (
       "f_vjp.with_refs({'b': jax.ad.GradValue(), 'w': jax.new_ref(jnp.zeros((3,), jnp.float32))}, "
       "jax.ad.GradValue())(ct)")
   refs = []
@@ -469,7 +491,7 @@ def test_accumulator_fix_without_a_rule_builds_a_val_accum_from_the_input():
       ValAccum(ShapedArray((4,), jnp.float32)), jax.ad.GradValue())(jnp.ones(3)))
   assert d.kind == "accumulator_type" and d.site is None
   fix = d.fixes[0]
-  assert fix.exact and fix.code == "f_vjp.with_refs(ValAccum(jax.typeof(x)), jax.ad.GradValue())(ct)"
+  assert fix.verdict == "unverifiable" and fix.code == "f_vjp.with_refs(ValAccum(jax.typeof(x)), jax.ad.GradValue())(ct)"
   grads = eval(fix.code, {"jax": jax, "ValAccum": ValAccum, "f_vjp": f_vjp, "x": x,
                           "ct": jnp.ones(3)})
   assert_grads_equal(grads, jax.grad(lambda x, y: f(x, y).sum(), argnums=(0, 1))(x, y))
@@ -481,7 +503,7 @@ def test_cotangent_fix_for_a_dict_output_casts_only_the_failing_leaf():
   d, out, f_vjp = _call_diagnosis(f, (V,), lambda f_vjp: f_vjp(ct))
   assert d.kind == "vjp_cotangent_type" and d.path == "out['a']"
   fix = d.fixes[0]
-  assert fix.exact and fix.code == "f_vjp({**ct, 'a': ct['a'].astype(jnp.float32)})"
+  assert fix.verdict == "unverifiable" and fix.code == "f_vjp({**ct, 'a': ct['a'].astype(jnp.float32)})"
   (g,) = eval(fix.code, {"jnp": jnp, "f_vjp": f_vjp, "ct": ct})
   plain = jax.grad(lambda x: jnp.sin(x).sum() + x.sum() + x.sum())(V)
   assert_grads_equal((g,), (plain,))

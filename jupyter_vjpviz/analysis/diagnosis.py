@@ -17,12 +17,21 @@ KINDS = (
 _ids = itertools.count(1)
 
 
+VERIFIED, TYPE_ONLY, UNVERIFIABLE = "verified", "type-only", "unverifiable"
+"""A fix's verdict: equal to the primal's own derivative; well-typed but wrong (``note``
+says what it breaks); or not judged (``note`` says why: no oracle, out of time)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Fix:
+  """A suggested rewrite. Generators set ``exact`` to their own claim; ranking replaces it
+  with the verdict: True means verified equal to the primal's derivative, nothing else."""
   title: str
   code: str
   reason: str = ""
-  exact: bool = False      # True: makes the gradient right; False: only type-correct
+  exact: bool = False
+  verdict: str = ""        # VERIFIED | TYPE_ONLY | UNVERIFIABLE; "" before ranking
+  note: str = ""           # what a type-only fix breaks, why a fix is unverifiable
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)

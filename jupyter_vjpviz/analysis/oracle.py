@@ -158,8 +158,9 @@ class Oracle:
     """
     with _suspended():
       try:
-        outs = [_run_rule(self.site, d, fwd, bwd, symbolic_zeros, perturbed)
-                for d in self.draws]
+        run = _compiled(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
+                        (self.draws[0].args, self.draws[0].ct))
+        outs = [_flatten_cts(self.site, run((d.args, d.ct))) for d in self.draws]
       except _TypeMismatch as e:
         return Verdict(TYPE_ERROR, str(e), judge=self.judge)
       except Exception as e:  # noqa: BLE001 - the candidate's own bug is its verdict
@@ -198,13 +199,14 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracl
   specs = _all_specs(site)
   bounds = _index_bounds(fun, specs)
   key = np.random.default_rng(seed)
-  draws, judge, reason = [], "autodiff", ""
+  draws, judge, reason, pull = [], "autodiff", "", None
   for k in range(n_draws):
     args = _draw_args(site, specs, key, positive=k % 2 == 1, bounds=bounds)
-    out = jax.eval_shape(fun, *args)
+    out = _shapes(fun, args)
     ct = jax.tree_util.tree_map(lambda s: _draw_like(_ct_spec(s), key), out)
     try:
-      reference = _reference(site, fun, args, ct)
+      pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
+      reference = tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct))))
     except Exception as e:  # noqa: BLE001 - JAX cannot differentiate the primal
       judge, reason = "finite differences", (f"JAX cannot differentiate {site.function} "
                                              f"({type(e).__name__}); judged by finite differences")
@@ -262,8 +264,8 @@ def _draw_like(spec, rng, positive: bool = False, bound: int | None = None):
   return jnp.asarray(values, dtype)
 
 
-def _reference(site: RuleSite, fun, args, ct) -> tuple:
-  """Per input leaf: the cotangent JAX's autodiff of the primal gives (numpy, float64)."""
+def _pullback(site: RuleSite, fun, args, ct):
+  """The cotangents JAX's autodiff of the primal gives its differentiable arguments."""
   positions = _diff_positions(site, len(args))
   diff = tuple(args[i] for i in positions)
 
@@ -272,9 +274,7 @@ def _reference(site: RuleSite, fun, args, ct) -> tuple:
     for i, v in zip(positions, d):
       full[i] = v
     return fun(*full)
-  _, pullback = jax.vjp(restricted, *diff)
-  cts = pullback(ct)
-  return tuple(_host(l) for l in jax.tree_util.tree_leaves(cts))
+  return jax.vjp(restricted, *diff)[1](ct)
 
 
 def _diff_positions(site: RuleSite, n_args: int) -> list[int]:
@@ -289,9 +289,10 @@ def _host(x):
   return np.asarray(x, np.complex128 if np.iscomplexobj(x) else np.float64)
 
 
-def _run_rule(site, draw: _Draw, fwd, bwd, symbolic_zeros, perturbed) -> list:
-  """The rule's cotangent per input leaf (None for float0 / integer inputs) at one draw."""
-  args = list(draw.args)
+def _run_rule(site, args_ct, fwd, bwd, symbolic_zeros, perturbed):
+  """The rule's cotangents at one draw ``(args, output cotangent)``."""
+  args, ct = list(args_ct[0]), args_ct[1]
+  given = list(args)
   positions = _diff_positions(site, len(args))
   if symbolic_zeros:
     leaves, tree = jax.tree_util.tree_flatten([args[i] for i in positions])
@@ -301,9 +302,56 @@ def _run_rule(site, draw: _Draw, fwd, bwd, symbolic_zeros, perturbed) -> list:
     for i, b in zip(positions, boxed):
       args[i] = b
   _, res = fwd(*args)
-  nondiff = [draw.args[i] for i in sorted(i for i, _ in site.nondiff)]
-  cts = bwd(*nondiff, res, draw.ct)
-  return _flatten_cts(site, cts)
+  nondiff = [given[i] for i in sorted(i for i, _ in site.nondiff)]
+  return bwd(*nondiff, res, ct)
+
+
+def _shapes(fun, args):
+  """``jax.eval_shape(fun, *args)`` with callables and Python data among ``args`` held fixed."""
+  leaves, tree, dyn = _arrays(args)
+
+  def run(arrays):
+    full = list(leaves)
+    for i, a in zip(dyn, arrays):
+      full[i] = a
+    return fun(*jax.tree_util.tree_unflatten(tree, full))
+  return jax.eval_shape(run, [leaves[i] for i in dyn])
+
+
+def _arrays(example):
+  """``example``'s leaves, tree, and the indices of the leaves that are arrays."""
+  leaves, tree = jax.tree_util.tree_flatten(example, is_leaf=_none_or_zero)
+  dyn = [i for i, l in enumerate(leaves) if isinstance(l, (jax.Array, np.ndarray))
+         and l.dtype != jax.dtypes.float0]
+  return leaves, tree, dyn
+
+
+def _compiled(fn, example):
+  """``fn(x)`` for ``x`` shaped like ``example``, compiled once over its arrays (everything
+  else, callables and Python data, stays as in ``example``); eagerly if it cannot be jitted.
+
+  One XLA compilation of the whole rule, where running it eagerly compiles each of its
+  primitives on a cold process (seconds, against the 1 s that ranking fixes may take).
+  """
+  leaves, tree, dyn = _arrays(example)
+
+  def run(arrays):
+    full = list(leaves)
+    for i, a in zip(dyn, arrays):
+      full[i] = a
+    out = fn(jax.tree_util.tree_unflatten(tree, full))
+    return jax.tree_util.tree_map(lambda x: None if _none_or_zero(x) else x, out,
+                                  is_leaf=_none_or_zero)
+  jitted = jax.jit(run)
+
+  def call(x):
+    arrays = [l for i, l in enumerate(jax.tree_util.tree_leaves(x, is_leaf=_none_or_zero))
+              if i in dyn]
+    try:
+      return jitted(arrays)
+    except Exception:  # noqa: BLE001 - Python control flow on values: run it as written
+      return fn(x)
+  return call
 
 
 def _flatten_cts(site: RuleSite, cts) -> list:
@@ -508,10 +556,14 @@ def _primitives(jaxpr) -> set[str]:
 
 
 class _suspended:
-  """The hook stands aside while the oracle runs the user's rules and primal."""
+  """The hook stands aside while the oracle runs the user's rules and primal, eagerly even
+  when the error was found inside a trace (``vjpviz.check`` diagnoses under eval_shape)."""
 
   def __enter__(self):
     records.state.suspended += 1
+    self._eager = core.eval_context()
+    self._eager.__enter__()
 
   def __exit__(self, *exc):
+    self._eager.__exit__(*exc)
     records.state.suspended -= 1

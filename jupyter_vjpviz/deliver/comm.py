@@ -24,7 +24,9 @@ import traceback
 from importlib import resources
 from typing import Any, Callable
 
-from .. import runtime
+from .. import lint, runtime
+from ..analysis import oracle
+from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
 from ..capture.records import safely
 from ..fixes import verify as fix_verify
 from ..render import svg, views
@@ -294,24 +296,44 @@ def _op_verify(args: dict) -> dict:
 
 
 def verify_result(d, code: str) -> dict:
-  """verify_fix as {pass, summary, diff} (also used by the inline widgets)."""
+  """verify_fix as {pass, summary, diff, verdict} (also used by the inline widgets).
+
+  ``verdict`` says what the values are worth once the types are right: "verified"
+  (equal to the primal's derivative), "type-only" (the diff's bwd_value problem
+  has the per-leaf errors) or "unverifiable" (``note`` says why).
+  """
   try:
     compile(code, "<vjpviz fix>", "exec")
   except SyntaxError as err:
     where = f" (line {err.lineno})" if err.lineno else ""
     return {"pass": False, "summary": f"the code does not parse: {err.msg}{where}", "diff": []}
-  problems = [_problem(x) for x in fix_verify.verify_fix(d, code)]
-  summary = ("the edited rule type-checks at the failing call's types" if not problems
-             else "; ".join(p["headline"] for p in problems))
-  return {"pass": not problems, "summary": summary, "diff": problems}
+  outcome = fix_verify.checked(d, code, lint.check)
+  problems = [_problem(x) for x in outcome.problems]
+  if outcome.verdict is None:
+    return {"pass": False, "summary": "; ".join(p["headline"] for p in problems),
+            "diff": problems}
+  verdict = _VERDICTS.get(outcome.verdict.status, UNVERIFIABLE)
+  summary = {VERIFIED: "the edited rule type-checks and equals the primal's derivative "
+                         f"({outcome.verdict.reason})",
+             TYPE_ONLY: "; ".join(p["headline"] for p in problems),
+             UNVERIFIABLE: "the edited rule type-checks at the failing call's types; its "
+                             f"values were not judged: {outcome.verdict.reason}"}[verdict]
+  return {"pass": not problems, "summary": summary, "diff": problems, "verdict": verdict,
+          "note": outcome.verdict.reason}
+
+
+_VERDICTS = {oracle.RIGHT: VERIFIED, oracle.WRONG: TYPE_ONLY}
 
 
 def _problem(d) -> dict:
-  return {k: getattr(d, k) for k in ("id", "kind", "headline", "path", "expected", "got")}
+  found = {k: getattr(d, k) for k in ("id", "kind", "headline", "path", "expected", "got")}
+  if d.leaf_errors:
+    found["leaf_errors"] = [l.to_dict() for l in d.leaf_errors]
+  return found
 
 
 def _op_apply(args: dict) -> dict:
-  result = fix_verify.apply_fix(_diagnosis(args), args["code"])
+  result = lint.apply_fix(_diagnosis(args), args["code"])
   return {"applied": result.applied, "problems": [_problem(x) for x in result.problems],
           "diff": result.diff, "path": result.path}
 

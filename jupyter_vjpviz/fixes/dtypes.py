@@ -27,13 +27,13 @@ def saved_dtype_fix(rule, nodes: list[ast.expr]) -> Fix | None:
   """fwd saves a zero of the primal's dtype; bwd casts each of ``nodes`` with it."""
   want = rule.d.expected_aval
   fwd = source.of(rule.owner.fwd)
-  ret = fwd.only_return() if fwd is not None and _named_defs(rule, fwd) else None
+  ret = fwd.only_return() if fwd is not None and named_defs(rule, fwd) else None
   if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2):
     return None
   primal = next((p for p, aval in primal_params(rule, fwd) if aval.dtype == want.dtype), None)
   if primal is None:
     return None
-  carrier = _unused(f"{primal}_zero", rule.src)
+  carrier = unused(f"{primal}_zero", rule.src)
   res = ret.value.elts[1]
   new_fwd = fwd.replace([(res, f"({fwd.segment(res)}, {rule.jnp}.zeros((), {primal}.dtype))")])
   res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
@@ -46,13 +46,13 @@ def saved_dtype_fix(rule, nodes: list[ast.expr]) -> Fix | None:
              exact=True)
 
 
-def _named_defs(rule, fwd: source.RuleSource) -> bool:
+def named_defs(rule, fwd: source.RuleSource) -> bool:
   """Both rules are defs, so a fix redefining both can be matched to them by name."""
   names = (inspect.unwrap(rule.owner.fwd).__name__, inspect.unwrap(rule.owner.bwd).__name__)
   return (fwd.node.name, rule.src.node.name) == names
 
 
-def _unused(name: str, src: source.RuleSource) -> str:
+def unused(name: str, src: source.RuleSource) -> str:
   taken = {n.id for n in ast.walk(src.node) if isinstance(n, ast.Name)} | set(src.params)
   while name in taken:
     name += "_"

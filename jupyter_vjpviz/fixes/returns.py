@@ -66,7 +66,7 @@ def returned(rule) -> dict[int, Returned] | None:
   live = inspect.unwrap(rule.owner.bwd)
   tree = ast.parse(rule.src.text)
   copy = source.RuleSource(rule.src.text, tree.body[0])
-  _bare(copy.node)
+  source.bare(copy.node)
   if not compiles_to(tree, live):
     return None
   for k, ret in enumerate(copy.returns()):
@@ -99,18 +99,6 @@ def _types(scope: dict) -> dict:
       found[name] = jax.tree_util.tree_map(
           lambda l: l if isinstance(l, _SCALARS) else jax.typeof(l), value)
   return found
-
-
-def _bare(node: ast.FunctionDef) -> None:
-  """Strip what a ``def`` statement evaluates besides making the function."""
-  node.decorator_list = []
-  node.returns = None
-  args = node.args
-  for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
-    if arg is not None:
-      arg.annotation = None
-  args.defaults = []
-  args.kw_defaults = [None] * len(args.kwonlyargs)
 
 
 def compiles_to(tree: ast.Module, live) -> bool:

@@ -44,19 +44,28 @@ class RuleSource:
     return out
 
   def prepend(self, stmt: str) -> tuple[ast.AST, str]:
-    """An edit putting ``stmt`` before the body's first statement (after a docstring).
+    """An edit putting ``stmt`` before the body's first statement (after a docstring)."""
+    return self.before(self.first_statement, [stmt])
 
-    A body written on the ``def`` line stays on it (``stmt; ...``) rather than
-    being reflowed.
-    """
+  @property
+  def first_statement(self) -> ast.stmt:
     body = self.node.body
     docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
         and isinstance(body[0].value.value, str)
-    first = body[1] if docstring and len(body) > 1 else body[0]
-    at = ast.Pass(lineno=first.lineno, col_offset=first.col_offset,
-                  end_lineno=first.lineno, end_col_offset=first.col_offset)
-    same_line = first.lineno == self.node.lineno
-    return at, f"{stmt}; " if same_line else f"{stmt}\n{' ' * first.col_offset}"
+    return body[1] if docstring and len(body) > 1 else body[0]
+
+  def before(self, stmt: ast.stmt, lines: list[str]) -> tuple[ast.AST, str]:
+    """An edit putting ``lines`` right before ``stmt``, in its block.
+
+    A statement sharing its line with what precedes it (a body on the ``def``
+    line, ``if c: return x``) keeps the line: ``a; b; return x``.
+    """
+    at = ast.Pass(lineno=stmt.lineno, col_offset=stmt.col_offset,
+                  end_lineno=stmt.lineno, end_col_offset=stmt.col_offset)
+    line = self.text.splitlines()[stmt.lineno - 1]
+    if line[:stmt.col_offset].strip():
+      return at, "".join(f"{l}; " for l in lines)
+    return at, "".join(f"{l}\n{' ' * stmt.col_offset}" for l in lines)
 
   def only_return(self) -> ast.Return | None:
     """The single return statement, when there is exactly one to edit."""
@@ -76,6 +85,19 @@ class RuleSource:
           visit(child)
     visit(self.node)
     return found
+
+
+def bare(node: ast.FunctionDef) -> None:
+  """Strip what a ``def`` statement evaluates besides making the function (decorators,
+  annotations, defaults): running a copy of a rule must run nothing but its body."""
+  node.decorator_list = []
+  node.returns = None
+  args = node.args
+  for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+    if arg is not None:
+      arg.annotation = None
+  args.defaults = []
+  args.kw_defaults = [None] * len(args.kwonlyargs)
 
 
 def of(fn, name: str = "rule") -> RuleSource | None:

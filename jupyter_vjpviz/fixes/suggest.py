@@ -1,13 +1,14 @@
-"""Fix suggestions for a Diagnosis, best first, derived from types and the rule's AST.
+"""Fix suggestions for a Diagnosis, best first: generate every candidate, then judge and rank.
 
 Each rule fix is the whole rule with the failing expression rewritten (in every
 return that produced it), so the user reads it in their own words; a dtype fix
 that needs the primal's dtype in the residuals rewrites fwd and bwd together.
-The rewrite is chosen from the expected and produced types
-(``Diagnosis.expected_aval``/``got_aval``, and the abstract output of the rule)
-and the shape of the returned expression; nothing is specific to a function. ``exact=True`` marks rewrites the types justify (transpose, swap,
-sum over broadcast axes, remove a shrinking slice, cast, re-wrap); the rest
-only make the types line up and say so in the title.
+Candidates come from the templates here (read off the expected and produced
+types, ``Diagnosis.expected_aval``/``got_aval``, and the shape of the returned
+expression), from the search in ``candidates``, from differentiating the
+primal (``primal``), and zeros as a placeholder; nothing is specific to a
+function. A template's ``exact`` is only its claim; ``rank`` judges every
+candidate alike against the primal's own derivative and sets the verdict.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from typing import Any
 import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
-from ..capture import names
+from ..capture import wrappers
 from ..capture.custom_rules import ct_aval
-from . import calls, dtypes, exprs, returns, source, verify
+from . import calls, candidates, dtypes, exprs, primal, rank, returns, source, verify
 from .source import RuleSource
 
 
@@ -33,11 +34,18 @@ def attach(d: Diagnosis) -> Diagnosis:
 def suggestions(d: Diagnosis) -> list[Fix]:
   owner = d.site.owner() if d.site is not None and d.site.owner is not None else None
   if owner is None:
-    return calls.suggestions(d)
-  rule = Rule.of(d, owner)
+    return rank.unjudged(calls.suggestions(d), _NO_RULE)
+  rule = Rule.of(d, wrappers.user_rules(owner))
   if rule is None:
     return []
-  return _BY_KIND.get(d.kind, lambda r: [])(rule)
+  judge = rank.Judge.of(rule)
+  found = _BY_KIND.get(d.kind, lambda r: [])(rule) + candidates.for_rule(rule)
+  fallbacks = primal.fallbacks(rule) if judge.differentiable else []
+  return rank.rank(judge, found, fallbacks, _placeholders(rule))
+
+
+_NO_RULE = ("no custom rule to judge it against: the fix is the call to write, and JAX "
+            "differentiates the rest itself")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,14 +64,13 @@ class Rule:
       name += "_"
     rule = getattr(owner, role)
     code = getattr(inspect.unwrap(rule), "__code__", None)
-    if code is None or names.inside_jax(code.co_filename):   # never edit JAX's own code
+    if code is None or not wrappers.user_code(inspect.unwrap(rule)):   # never edit a library's code
       return None
     src = source.of(rule, name)
     return cls(d, owner, src) if src is not None else None
 
   def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
-    if not exact:
-      title += " (only type-correct)"
+    """A candidate; ``exact`` is the template's claim, a prior until it is judged."""
     return Fix(title, self.src.replace(edits), reason, exact)
 
   @property
@@ -91,7 +98,7 @@ def _type_fixes(rule: Rule) -> list[Fix]:
   """bwd_type, silent_dtype, accumulator_type: rewrite the failing expression(s).
 
   Without an expression to point at (a returned variable, returns that cannot
-  be told apart) the fallback is the expected structure of zeros.
+  be told apart) only the placeholders and the primal's derivative are left.
   """
   if rule.d.kind == "accumulator_type":
     arg = _accum_arg(rule)
@@ -101,8 +108,6 @@ def _type_fixes(rule: Rule) -> list[Fix]:
   fixes = _swaps(rule) if rule.d.kind == "bwd_type" else []
   if nodes:
     fixes += _expression_fixes(rule, nodes, fallback=not fixes)
-  elif not fixes and rule.d.kind != "accumulator_type":
-    fixes += _zeros_template(rule)
   return fixes
 
 
@@ -139,8 +144,8 @@ def _expression_fixes(rule: Rule, nodes: list[ast.expr], fallback: bool = True) 
       edits = [(n, options[title][0]) for n, options in zip(nodes, per_node)]
       fixes.append(rule.fix(title[0].upper() + title[1:], edits, reason, exact=True))
   fixes += _collective_fixes(rule, nodes, want, got)
-  if not fixes and fallback:
-    fixes.append(_generic(rule, nodes, want, got))
+  if not fixes and fallback and math.prod(got.shape) == math.prod(want.shape):
+    fixes.append(_reshaped(rule, nodes, want, got))
   return fixes
 
 
@@ -190,17 +195,25 @@ def _reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
            f"{src.segment(cut[0])} keeps only part of the gradient, which must be {want}")
 
 
-def _generic(rule: Rule, nodes: list[ast.expr], want, got) -> Fix:
-  if math.prod(got.shape) == math.prod(want.shape):
-    def reshaped(node):
-      text = f"{rule.jnp}.reshape({rule.src.segment(node)}, {tuple(want.shape)})"
-      return exprs.cast(text, _dtype_text(rule, want.dtype)) if got.dtype != want.dtype else text
-    return rule.fix(f"Reshape to {want.str_short()}", [(n, reshaped(n)) for n in nodes],
-                    "same number of elements; check that the order is the gradient's", False)
-  return rule.fix(f"Return zeros of type {want.str_short()}",
-                  [(n, rule.zeros(want)) for n in nodes],
-                  "a placeholder with the right type; the gradient itself is still to write",
-                  False)
+def _reshaped(rule: Rule, nodes: list[ast.expr], want, got) -> Fix:
+  def reshaped(node):
+    text = f"{rule.jnp}.reshape({rule.src.segment(node)}, {tuple(want.shape)})"
+    return exprs.cast(text, _dtype_text(rule, want.dtype)) if got.dtype != want.dtype else text
+  return rule.fix(f"Reshape to {want.str_short()}", [(n, reshaped(n)) for n in nodes],
+                  "same number of elements; check that the order is the gradient's", False)
+
+
+def _placeholders(rule: Rule) -> list[Fix]:
+  """Zeros of the expected type: right only where the primal's derivative is zero."""
+  if rule.d.kind not in ("bwd_type", "silent_dtype", "bwd_structure"):
+    return []
+  want = rule.d.expected_aval
+  nodes = returns.failing_elements(rule) if rule.d.kind != "bwd_structure" else None
+  if nodes and want is not None:
+    return [rule.fix(f"Return zeros of type {want.str_short()}",
+                     [(n, rule.zeros(want)) for n in nodes],
+                     "zero is this input's gradient here", False)]
+  return _zeros_template(rule)
 
 
 def _swaps(rule: Rule) -> list[Fix]:
@@ -237,30 +250,9 @@ def _reachable_primals(rule: Rule):
     yield from dtypes.primal_params(rule, rule.src)
     return
   fwd = source.of(rule.owner.fwd)
-  ret = fwd.only_return() if fwd else None
-  if ret is None or not isinstance(ret.value, ast.Tuple) or len(ret.value.elts) != 2:
-    return
-  primals = dict(dtypes.primal_params(rule, fwd))
-  res = ret.value.elts[1]
-  res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
-  if isinstance(res, ast.Name) and res.id in primals:
-    yield res_param, primals[res.id]
-  elif isinstance(res, ast.Tuple):
-    unpacked = _unpacked(rule.src, res_param, len(res.elts))
-    for m, e in enumerate(res.elts):
-      if isinstance(e, ast.Name) and e.id in primals:
-        yield (unpacked[m] if unpacked else f"{res_param}[{m}]"), primals[e.id]
-
-
-def _unpacked(src: RuleSource, name: str, n: int) -> list[str] | None:
-  """Names in ``a, b = name`` in the rule body, if it unpacks ``name`` that way."""
-  for stmt in src.node.body:
-    if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name)
-        and stmt.value.id == name and isinstance(stmt.targets[0], ast.Tuple)
-        and len(stmt.targets[0].elts) == n
-        and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)):
-      return [e.id for e in stmt.targets[0].elts]
-  return None
+  arrays = [aval for _, aval in dtypes.primal_params(rule, fwd)] if fwd else []
+  for k, access in primal.saved_args(rule, fwd).items() if arrays else ():
+    yield access, arrays[k]
 
 
 # --------------------------------------------------------- cotangent trees
@@ -268,7 +260,7 @@ def _unpacked(src: RuleSource, name: str, n: int) -> list[str] | None:
 def _structure_fixes(rule: Rule) -> list[Fix]:
   ret = rule.src.only_return()
   if ret is None:
-    return _zeros_template(rule)
+    return []
   out, wanted = _rule_output(rule), _expected_args(rule.d.site)
   value, n = ret.value, len(wanted)
   fixes = []
@@ -281,7 +273,7 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
     fixes += _realigned(rule, value, out, wanted)
   elif isinstance(out, (tuple, list)):
     fixes += _key_fixes(rule, value, wanted)
-  return fixes + _zeros_template(rule)
+  return fixes
 
 
 def _zeros_template(rule: Rule) -> list[Fix]:
@@ -378,7 +370,7 @@ def _fwd_fixes(rule: Rule) -> list[Fix]:
 
 
 def _primal_call(rule: Rule) -> str | None:
-  name = next((k for k, v in rule.globals.items() if v is rule.owner), None)
+  name = next((k for k, v in rule.globals.items() if v is rule.d.site.owner()), None)
   return f"{name}({', '.join(rule.src.params)})" if name else None
 
 

@@ -2,7 +2,9 @@
 
 ``verify_fix`` never touches the user's objects: the code runs in a copy of the
 rule's globals and is attached to a shallow clone of their ``custom_vjp``, which
-``vjpviz.check`` then differentiates on ShapeDtypeStructs (no FLOPs).
+the caller's checker (``vjpviz.check``: this stage sits below it and is handed
+it) differentiates on ShapeDtypeStructs (no FLOPs); a well-typed rule is then
+judged by value against the primal's own derivative (``analysis.oracle``).
 ``apply_fix`` rebinds notebook-defined rules in place (the cell is the user's
 to re-run anyway) but only ever returns a diff for rules living in ``.py``
 files: writing the user's files is their call.
@@ -20,14 +22,14 @@ import textwrap
 
 import jax
 import numpy as np
+from jax._src import core
 from jax._src import custom_derivatives as cd
 
-from ..capture import custom_rules, records
+from ..capture import custom_rules, records, wrappers
+from ..analysis import oracle
 from ..analysis.diagnosis import Diagnosis
-from ..capture.records import Weak
-from ..lint import check
-from ..lint import clear_cache as clear_check_cache
-from . import source
+from ..capture.records import WARNING, Weak
+from . import exprs, source
 
 _serial = itertools.count(1)
 
@@ -41,11 +43,57 @@ class Applied:
   path: str | None = None
 
 
-def verify_fix(diagnosis: Diagnosis, code: str) -> list[Diagnosis]:
-  """Diagnoses of the rule with ``code`` substituted; ``[]`` means fixed."""
+@dataclasses.dataclass(frozen=True)
+class Checked:
+  """What verifying a fix found: type problems, else the oracle's verdict on its values."""
+  problems: tuple[Diagnosis, ...]
+  verdict: oracle.Verdict | None = None
+
+
+def verify_fix(diagnosis: Diagnosis, code: str, check) -> list[Diagnosis]:
+  """Diagnoses of the rule with ``code`` substituted; ``[]`` means fixed.
+
+  ``check`` is ``vjpviz.check`` (``(fun, *specs, argnums) -> [Diagnosis]``). A
+  rule that type-checks but whose cotangents differ from the primal's
+  derivative is a ``bwd_value`` problem carrying the per-leaf errors.
+  """
+  return list(checked(diagnosis, code, check).problems)
+
+
+def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
+  """Types first (the whole differentiated call, abstractly), then values."""
   owner = _owner(diagnosis)
   fwd, bwd = _compile(owner, code, namespace(owner), diagnosis.kind)
-  return recheck(diagnosis, _clone(owner, fwd, bwd))
+  edited = clone(owner, fwd, bwd)
+  problems = recheck(diagnosis, edited, check)
+  if problems:
+    return Checked(tuple(problems))
+  verdict = value_verdict(diagnosis.site, edited)
+  wrong = verdict.status == oracle.WRONG
+  return Checked((value_problem(diagnosis, verdict),) if wrong else (), verdict)
+
+
+def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verdict:
+  """The oracle's verdict on ``cvjp``'s rules (built here unless given)."""
+  try:
+    judge = judge or oracle.Oracle.of(site, site.owner().fun)
+  except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
+    return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
+                          f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
+  return judge.verdict(cvjp.fwd, cvjp.bwd, symbolic_zeros=cvjp.symbolic_zeros,
+                       nondiff_argnums=cvjp.nondiff_argnums)
+
+
+def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
+  """A well-typed rule whose cotangents are not the primal's derivative, as a Diagnosis."""
+  bad = [l for l in verdict.leaves if l.judged and not l.ok]
+  return Diagnosis(
+      kind="bwd_value", severity=WARNING, function=diagnosis.function, rule=diagnosis.rule,
+      source=diagnosis.source, path=diagnosis.site.in_paths[bad[0].index] if bad else None,
+      expected=f"the primal's derivative ({verdict.judge})", got=verdict.breaks(),
+      message=None, detail=verdict.reason, rule_source=diagnosis.rule_source,
+      call_site=diagnosis.call_site, argument=bad[0].name if bad else None,
+      leaf_errors=tuple(bad), site=diagnosis.site)
 
 
 def namespace(owner) -> dict:
@@ -55,11 +103,11 @@ def namespace(owner) -> dict:
   return found
 
 
-def recheck(diagnosis: Diagnosis, cvjp) -> list[Diagnosis]:
-  """Differentiate ``cvjp`` abstractly at the failing call's input types."""
+def recheck(diagnosis: Diagnosis, cvjp, check) -> list[Diagnosis]:
+  """Differentiate ``cvjp`` abstractly at the failing call's input types with ``check``."""
   site = diagnosis.site
   specs = _specs(site)
-  return check(lambda *a: cvjp(*arguments(site, a)), *specs, argnums=tuple(range(len(specs))))
+  return check(lambda *a: cvjp(*arguments(site, a)), *specs, argnums=custom_rules.perturbed_args(site))
 
 
 def _specs(site) -> tuple:
@@ -102,15 +150,23 @@ def rule_output(diagnosis: Diagnosis):
   return run_rules(diagnosis.site, owner.fwd, owner.bwd, owner.symbolic_zeros)
 
 
-def run_rules(site, fwd, bwd, symbolic_zeros: bool = False):
-  """``bwd(fwd(args))`` under ``eval_shape`` at the site's types, the hook suspended."""
-  box = (lambda a: cd.CustomVJPPrimal(a, True)) if symbolic_zeros else (lambda a: a)
+def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
+  """``bwd(fwd(args))`` under ``eval_shape`` at the site's types, the hook suspended.
+
+  ``look(args, out, cts)``, if given, sees the traced values (to compare types).
+  """
+  box = (lambda a, p: cd.CustomVJPPrimal(a, p)) if symbolic_zeros else (lambda a, p: a)
+  flags = jax.tree_util.tree_unflatten(site.in_tree, site.perturbed or [True] * len(site.in_paths))
   nondiff = [i for i, _ in site.nondiff]
+  fwd, bwd = wrappers.user_rules(site.owner()).placed(fwd, bwd)
 
   def run(*diff):
-    args = arguments(site, jax.tree_util.tree_map(box, diff))
+    args = arguments(site, jax.tree_util.tree_map(box, diff, flags))
     out, res = fwd(*args)
-    return bwd(*[args[i] for i in nondiff], res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
+    cts = bwd(*[args[i] for i in nondiff], res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
+    if look is not None:
+      look(args, out, cts)
+    return cts
   records.state.suspended += 1
   try:
     return jax.eval_shape(run, *_specs(site))
@@ -118,10 +174,11 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False):
     records.state.suspended -= 1
 
 
-def apply_fix(diagnosis: Diagnosis, code: str, verify: bool = True) -> Applied:
-  """Rebind a notebook rule to ``code`` (after verifying it), or diff a file rule."""
-  if verify:
-    problems = verify_fix(diagnosis, code)
+def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
+  """Rebind a notebook rule to ``code`` (after verifying it with ``check``, unless None),
+  or diff a file rule. The caller forgets what its checker cached about the old rule."""
+  if check is not None:
+    problems = verify_fix(diagnosis, code, check)
     if problems:
       return Applied(applied=False, problems=tuple(problems))
   owner = _owner(diagnosis)
@@ -136,7 +193,6 @@ def apply_fix(diagnosis: Diagnosis, code: str, verify: bool = True) -> Applied:
     owner.defvjp(fwd, bwd, optimize_remat=owner.optimize_remat,
                  generic_batching=owner.generic_batching, **flags)
   jax.clear_caches()  # trace caches can otherwise keep running the old rule
-  clear_check_cache()  # and vjpviz.check's answers were about the old rule
   return Applied(applied=True, path=path)
 
 
@@ -211,6 +267,56 @@ def _compile(owner, code: str, namespace: dict, kind: str):
   return rules["fwd"], rules["bwd"]
 
 
+def compile_candidate(owner, code: str, kind: str):
+  """(fwd, bwd) of a suggested fix, to judge it before anyone asked to run it.
+
+  Only the rules' bodies may run (as ``returns`` runs a copy of the rule): the
+  defs are stripped of decorators, annotations and default expressions (the
+  live rules' defaults are reused) and nothing else in ``code`` runs.
+  """
+  tree = ast.parse(textwrap.dedent(code))
+  tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+  for node in tree.body:
+    source.bare(node)
+  ns = namespace(owner)
+  exec(compile(tree, f"<vjpviz-candidate-{next(_serial)}>", "exec"), ns)  # noqa: S102
+  rules = {"fwd": owner.fwd, "bwd": owner.bwd}
+  for node, role in _roles(owner, tree.body, kind):
+    live, new = inspect.unwrap(rules[role]), ns[node.name]
+    new.__defaults__, new.__kwdefaults__ = live.__defaults__, live.__kwdefaults__
+    rules[role] = new
+  return rules["fwd"], rules["bwd"]
+
+
+def type_problems(site, fwd, bwd, symbolic_zeros: bool = False, primal=None) -> list:
+  """What the capture stage would record of ``bwd(fwd(args))`` at the site's types, and
+  fwd's primal output against ``primal``'s (abstract: no FLOPs)."""
+  found = []
+  judged = _outside_mesh(site)
+
+  def look(args, out, cts):
+    found.extend(custom_rules.compare_cotangents(judged, cts))
+    if primal is not None and not symbolic_zeros:
+      want = primal(*args)   # traced alongside, so callables among the arguments are fine
+      if _types(want) != _types(out):
+        found.append(f"fwd's primal output {_types(out)} is not {_types(want)}")
+  run_rules(site, fwd, bwd, symbolic_zeros, look)
+  return found
+
+
+def _outside_mesh(site):
+  """``site`` with its avals' varying mesh axes dropped: a rule run outside its
+  shard_map (as here) has none, so only shapes and dtypes can be compared."""
+  plain = tuple(core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+                if exprs.varying(a) else a for a in site.in_avals)
+  return dataclasses.replace(site, in_avals=plain)
+
+
+def _types(tree):
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return treedef, tuple((tuple(l.shape), jax.numpy.dtype(l.dtype)) for l in leaves)
+
+
 def _roles(owner, defs: list[ast.FunctionDef], kind: str):
   """(def, "fwd"|"bwd") for each def that replaces a rule; other defs are helpers.
 
@@ -232,12 +338,9 @@ def _defs(code: str) -> list[ast.FunctionDef]:
   return defs
 
 
-def _clone(owner, fwd, bwd):
+def clone(owner, fwd, bwd):
   """A shallow copy of the user's custom_vjp with other rules: theirs is untouched."""
-  clone = object.__new__(type(owner))
-  clone.__dict__.update(owner.__dict__)
-  clone.fwd, clone.bwd = fwd, bwd
-  return clone
+  return owner.with_rules(fwd, bwd)
 
 
 def _owner(diagnosis: Diagnosis):
@@ -246,7 +349,7 @@ def _owner(diagnosis: Diagnosis):
   if owner is None:
     raise ValueError(f"{diagnosis.kind} is not about a custom_vjp rule that is still alive; "
                      "only rule fixes can be verified or applied")
-  return owner
+  return wrappers.user_rules(owner)
 
 
 def _globals(owner) -> dict:

@@ -48,7 +48,8 @@ def fragment(d) -> str:
       for k, v in text.facts(d) if v)
   message = (f"<details><summary>JAX's message</summary><pre>{html.escape(d.message)}</pre>"
              "</details>") if d.message else ""
-  fixes = "".join(f"<details><summary>fix: {html.escape(f.title)}</summary>"
+  fixes = "".join(f"<details><summary>fix: {html.escape(text.fix_label(f))}"
+                  f"{html.escape(f.title)}</summary>"
                   f"<pre>{html.escape(f.code)}</pre>{html.escape(f.reason)}</details>"
                   for f in d.fixes)
   return (f'<div class="vjpviz" id="vjpviz-{html.escape(d.id)}"><style>{STYLE}</style>'

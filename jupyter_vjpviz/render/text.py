@@ -16,8 +16,16 @@ def render(d) -> str:
   lines += [f"  {k:<10}{v}" for k, v in facts(d) if v]
   lines += _neighbourhood(d.graph, d.node)
   if d.fixes:
-    lines += ["", "  fixes:"] + [f"    {i}. {f.title}" for i, f in enumerate(d.fixes, 1)]
+    lines += ["", "  fixes:"] + [f"    {i}. {fix_label(f)}{f.title}" for i, f in enumerate(d.fixes, 1)]
   return "\n".join(lines)
+
+
+def fix_label(f) -> str:
+  """``[verified] ``, ``[type-only] ``, ``[unverifiable: why] ``: what the oracle said of it."""
+  if not f.verdict:
+    return ""
+  why = f": {f.note}" if f.verdict == "unverifiable" and f.note else ""
+  return f"[{f.verdict}{why}] "
 
 
 def facts(d) -> list[tuple[str, str | None]]:

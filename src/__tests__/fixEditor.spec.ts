@@ -108,6 +108,71 @@ describe('FixEditor', () => {
   });
 });
 
+describe('FixEditor verdicts', () => {
+  it('marks each fix with its verdict and shows the per-leaf error of a wrong one', async () => {
+    const editor = new FixEditor(factory);
+    Widget.attach(editor, document.body);
+    const actions = spyActions();
+    editor.setFixes(
+      [
+        { title: 'Transpose', code: OTHER, exact: true, verdict: 'verified' },
+        {
+          title: 'Zeros (type-only: the gradient of `w` becomes zero)',
+          code: FIX,
+          verdict: 'type-only',
+          note: 'the gradient of `w` becomes zero'
+        },
+        { title: 'Cast', code: OTHER, verdict: 'unverifiable', note: 'no oracle: round' }
+      ],
+      null,
+      actions
+    );
+    const options = Array.from(editor.node.querySelectorAll('option'));
+    expect(options.map(o => o.dataset.vjpvizVerdict)).toEqual([
+      'verified',
+      'type-only',
+      'unverifiable'
+    ]);
+    expect(options[0].textContent?.startsWith('✓ ')).toBe(true);
+    expect(options[1].textContent?.startsWith('✗ ')).toBe(true);
+    const verdict = () => editor.node.querySelector<HTMLElement>('.jp-Vjpviz-fixVerdict')!;
+    expect(verdict().dataset.vjpvizVerdict).toBe('verified');
+    const picker = editor.node.querySelector('select')!;
+    picker.value = '1';
+    picker.dispatchEvent(new Event('change'));
+    expect(verdict().textContent).toBe('Type-only: the gradient of `w` becomes zero');
+    picker.value = '2';
+    picker.dispatchEvent(new Event('change'));
+    expect(verdict().textContent).toBe('Unverifiable: no oracle: round');
+
+    actions.verify.mockResolvedValueOnce({
+      pass: false,
+      summary: 'values differ',
+      verdict: 'type-only',
+      diff: [
+        {
+          kind: 'bwd_value',
+          leaf_errors: [
+            { name: '<img src=x onerror=alert(1)>', max_abs: 0.5, max_rel: 0.25, where: [1, 2], ok: false },
+            { name: 'b', max_abs: 2, max_rel: null, got_zero: true, ok: false }
+          ]
+        }
+      ]
+    });
+    button(editor.node, 'verify').click();
+    await settle();
+    const result = editor.node.querySelector('.jp-Vjpviz-verifyResult')!;
+    expect(result.getAttribute('data-vjpviz-verdict')).toBe('type-only');
+    const rows = Array.from(result.querySelectorAll('tr.jp-Vjpviz-leafError'));
+    expect(rows.map(r => Array.from(r.querySelectorAll('td')).map(td => td.textContent))).toEqual([
+      ['<img src=x onerror=alert(1)>', '0.500', '0.25', '[1, 2]'],
+      ['b', '2.00', 'zero, but the reference is not', '[]']
+    ]);
+    expect(result.querySelector('img')).toBeNull();
+    editor.dispose();
+  });
+});
+
 describe('the panel', () => {
   const ops = (comm: FakeComm) => comm.sent.map(m => m.op);
 

@@ -1,0 +1,194 @@
+"""The fix that is right whenever JAX can differentiate the primal: differentiate it.
+
+The cotangent a rule gets wrong becomes ``jax.vjp`` of the primal restricted to
+that input, written into the rule as readable code::
+
+    _, pullback = jax.vjp(lambda w: layer.fun(x, w), w)
+    dw, = pullback(g)
+
+bwd reaches the primal's inputs through the residuals where fwd already saves
+them; otherwise fwd is rewritten to save them too (both rules change, as in
+``dtypes.saved_dtype_fix``). It costs one extra forward pass of the primal in
+the backward pass, and says so; like any candidate it is judged by the oracle.
+"""
+from __future__ import annotations
+
+import ast
+
+import jax
+
+from ..analysis.diagnosis import Fix
+from ..capture.custom_rules import ct_aval
+from . import dtypes, source, verify
+from .source import RuleSource
+
+_KINDS = ("bwd_type", "silent_dtype", "bwd_structure")
+
+
+def saved_args(rule, fwd: RuleSource) -> dict[int, str]:
+  """{index among the differentiable arguments: how bwd names it}, for those fwd saves."""
+  ret = fwd.only_return()
+  if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2):
+    return {}
+  diff = _diff_params(rule, fwd)
+  res, res_param = ret.value.elts[1], rule.src.params[len(rule.owner.nondiff_argnums)]
+  if isinstance(res, ast.Name):
+    return {diff.index(res.id): res_param} if res.id in diff else {}
+  if not isinstance(res, ast.Tuple):
+    return {}
+  unpacked = _unpacked(rule.src, res_param, len(res.elts))
+  return {diff.index(e.id): unpacked[m] if unpacked else f"{res_param}[{m}]"
+          for m, e in enumerate(res.elts) if isinstance(e, ast.Name) and e.id in diff}
+
+
+def fallbacks(rule) -> list[Fix]:
+  """The cotangents the rule gets the type of wrong by differentiating the primal, and
+  every cotangent so (for what is wrong in value too): both are judged like any fix."""
+  found = [fallback(rule, whole=False), fallback(rule, whole=True)]
+  return list({f.code: f for f in found if f is not None}.values())
+
+
+def fallback(rule, whole: bool) -> Fix | None:
+  """Every return gives the ill-typed arguments' cotangents (all of them, if ``whole`` or
+  for a structure error) by differentiating the primal; None where it cannot be written."""
+  d, owner = rule.d, rule.owner
+  if d.kind not in _KINDS or owner.symbolic_zeros or getattr(owner, "with_accums", False):
+    return None
+  fwd = source.of(owner.fwd)
+  name = _owner_name(rule)
+  n_nondiff = len(owner.nondiff_argnums)
+  if fwd is None or name is None or len(rule.src.params) != n_nondiff + 2:
+    return None
+  n_diff = len(d.site.in_tree.children())
+  if len(fwd.params) != n_diff + n_nondiff:
+    return None
+  keys = rule.keys
+  whole = whole or d.kind == "bwd_structure" or not keys or not isinstance(keys[0], int) or any(
+      source.element(ret.value, [keys[0]]) is None for ret in rule.src.returns())
+  targets = list(range(n_diff)) if whole else _ill_typed(rule, n_diff, keys[0])
+  reach = saved_args(rule, fwd)
+  missing = [k for k in range(n_diff) if k not in reach]
+  edits, new_fwd, unpack = [], "", []
+  first = rule.src.first_statement
+  if missing:
+    saved = _save(rule, fwd, missing)
+    if saved is None:
+      return None
+    new_fwd, unpacking, names = saved
+    reach.update(names)
+    unpack = [unpacking]
+    if not isinstance(first, ast.Return):
+      edits.append(rule.src.before(first, unpack))
+  lines, results = _pullback(rule, fwd, name, reach, targets, whole)
+  for ret in rule.src.returns():
+    at = [ret.value] if whole else [source.element(ret.value, [k]) for k in targets]
+    if None in at:
+      return None
+    edits += [rule.src.before(ret, (unpack if ret is first else []) + lines)]
+    edits += list(zip(at, results))
+  diff = _diff_params(rule, fwd)
+  what = "every cotangent" if whole else \
+      f"the gradient of {' and '.join(diff[k] for k in targets)}"
+  saving = f"; fwd saves {', '.join(diff[k] for k in missing)} in the residuals for it" \
+      if missing else ""
+  return Fix(f"Compute {what} by differentiating {d.function}",
+             (new_fwd + "\n" if new_fwd else "") + rule.src.replace(edits),
+             f"jax.vjp of {d.function} itself, so equal to its derivative; costs one extra "
+             f"forward pass of {d.function} in the backward pass{saving}", exact=True)
+
+
+def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool):
+  """The lines computing the cotangent(s), and the expressions that then hold them."""
+  ns = verify.namespace(rule.owner)
+  jax_name = next((k for k, v in ns.items() if v is jax), None)
+  prefix = [] if jax_name else ["import jax"]
+  jax_name = jax_name or "jax"
+  diff = _diff_params(rule, fwd)
+  n_nondiff = len(rule.owner.nondiff_argnums)
+  nondiff = dict(zip(rule.owner.nondiff_argnums, rule.src.params[:n_nondiff]))
+  others = [reach[k] for k in range(len(diff)) if k not in targets] + list(nondiff.values())
+  params = {k: _fresh(diff[k], others) for k in targets}
+  args, k = [], 0
+  for i in range(len(fwd.params)):
+    if i in nondiff:
+      args.append(nondiff[i])
+      continue
+    args.append(params.get(k, reach[k]))
+    k += 1
+  primal = f"{name}.fun"
+  call = primal if whole and not nondiff else \
+      f"lambda {', '.join(params[k] for k in targets)}: {primal}({', '.join(args)})"
+  pullback = dtypes.unused("pullback", rule.src)
+  ct = rule.src.params[n_nondiff + 1]
+  lines = prefix + [f"_, {pullback} = {jax_name}.vjp({call}, "
+                    f"{', '.join(reach[k] for k in targets)})"]
+  if whole:
+    return lines, [f"{pullback}({ct})"]
+  outs = [dtypes.unused(f"d{diff[k]}", rule.src) for k in targets]
+  return lines + [f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {pullback}({ct})"], outs
+
+
+def _ill_typed(rule, n_diff: int, failing: int) -> list[int]:
+  """The arguments whose cotangents the rule gets the type of wrong (the failing one too)."""
+  try:
+    out = verify.rule_output(rule.d)
+  except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: the failing one only
+    return [failing]
+  site = rule.d.site
+  want = jax.tree_util.tree_unflatten(site.in_tree, [ct_aval(a) for a in site.in_avals])
+  if not isinstance(out, (tuple, list)) or len(out) != n_diff:
+    return [failing]
+  return [k for k in range(n_diff)
+          if k == failing or (out[k] is not None and _signature(out[k]) != _signature(want[k]))]
+
+
+def _signature(tree):
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return treedef, [(tuple(l.shape), jax.numpy.dtype(l.dtype)) for l in leaves]
+
+
+def _save(rule, fwd: RuleSource, missing: list[int]):
+  """fwd also saves the arguments ``missing``: (new fwd text, bwd's unpacking, their names)."""
+  ret = fwd.only_return()
+  if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2) \
+      or not dtypes.named_defs(rule, fwd):
+    return None
+  diff = _diff_params(rule, fwd)
+  res = ret.value.elts[1]
+  saved = [diff[k] for k in missing]
+  names = [dtypes.unused(s, rule.src) for s in saved]
+  tup = saved[0] if len(saved) == 1 else f"({', '.join(saved)})"
+  new_fwd = fwd.replace([(res, f"({fwd.segment(res)}, {tup})")])
+  res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
+  got = names[0] if len(names) == 1 else f"({', '.join(names)})"
+  return new_fwd, f"{res_param}, {got} = {res_param}", dict(zip(missing, names))
+
+
+def _diff_params(rule, fwd: RuleSource) -> list[str]:
+  nondiff = set(rule.owner.nondiff_argnums)
+  return [p for i, p in enumerate(fwd.params) if i not in nondiff]
+
+
+def _owner_name(rule) -> str | None:
+  """A name the rule sees bound to the custom_vjp JAX runs (whose ``.fun`` is the primal)."""
+  cvjp = rule.d.site.owner()
+  return next((k for k, v in verify.namespace(rule.owner).items() if v is cvjp), None)
+
+
+def _fresh(name: str, used: list[str]) -> str:
+  """``name``, suffixed until no expression in ``used`` reads it (a lambda parameter)."""
+  taken = {n.id for text in used for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}
+  while name in taken:
+    name += "_"
+  return name
+
+
+def _unpacked(src: RuleSource, name: str, n: int) -> list[str] | None:
+  """Names in ``a, b = name`` in the rule body, if it unpacks ``name`` that way."""
+  for stmt in src.node.body:
+    if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name)
+        and stmt.value.id == name and isinstance(stmt.targets[0], ast.Tuple)
+        and len(stmt.targets[0].elts) == n
+        and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)):
+      return [e.id for e in stmt.targets[0].elts]
+  return None

@@ -1,0 +1,154 @@
+"""Judging candidate fixes by the primal's own derivative, and ranking them by the verdict.
+
+Every candidate, whichever generator wrote it, is judged the same way: compiled
+(bodies only, in a copy of the rules' namespace), run abstractly at the failing
+call's types (cheap; a candidate that is ill-typed or raises is dropped), then
+numerically against ``analysis.oracle`` (the primal's autodiff, or finite
+differences). Its verdict replaces the generator's claim: verified fixes come
+first, unverifiable ones (no oracle, or out of time) next in the generators'
+order, and type-only ones last, each saying what it breaks.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import time
+
+from ..analysis import oracle
+from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
+from . import exprs, returns, source, verify
+
+BUDGET = 1.0
+"""Seconds from the start of judging after which fixes are no longer run by value."""
+
+_ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}
+
+
+@dataclasses.dataclass
+class Judge:
+  """One diagnosis's oracle and the rule it judges candidates for (lives for one ranking)."""
+  rule: object                  # suggest.Rule
+  oracle: oracle.Oracle | None
+  why_not: str                  # why there is no oracle (or why nothing may run)
+  deadline: float
+  runnable: bool = True         # False: candidates cannot be run (so none is dropped either)
+
+  @classmethod
+  def of(cls, rule) -> Judge:
+    deadline = time.monotonic() + BUDGET
+    if not _runs_as_written(rule):
+      return cls(rule, None, "the rule's source no longer matches the code that runs "
+                 "(edited since it was defined)", deadline, runnable=False)
+    if getattr(rule.owner, "with_accums", False):
+      return cls(rule, None, "not judged: rules with gradient accumulators cannot be run "
+                 "on their own yet", deadline, runnable=False)
+    site = rule.d.site
+    try:
+      judge = oracle.Oracle.of(site, site.owner().fun)
+    except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
+      return cls(rule, None, f"no oracle: {site.function} could not be run at random inputs "
+                 f"({type(e).__name__})", deadline)
+    if not judge.judge:
+      return cls(rule, None, judge.reason, deadline)
+    return cls(rule, judge, judge.reason, deadline)
+
+  @property
+  def differentiable(self) -> bool:
+    """JAX itself differentiates the primal (so differentiating it is a fix)."""
+    return self.oracle is not None and self.oracle.judge == "autodiff" and self.oracle.available
+
+  def zero_reference(self) -> bool:
+    """Every input's reference cotangent is zero (a zeros placeholder is then right)."""
+    return self.oracle is not None and all(
+        self.oracle.reference_zero(i) for i in range(len(self.rule.d.site.in_paths)))
+
+  def typed(self, fix: Fix):
+    """``fix``'s (fwd, bwd) when it type-checks abstractly; a Fix when it cannot be run
+    here (judged unverifiable); None when it is ill-typed or raises."""
+    if not self.runnable:
+      return _unverifiable(fix, self.why_not)
+    if time.monotonic() > self.deadline + BUDGET:   # abstract checks get a second budget
+      return _unverifiable(fix, f"not judged: the {BUDGET:g} s for judging fixes ran out")
+    owner, site = self.rule.owner, self.rule.d.site
+    try:
+      fwd, bwd = verify.compile_candidate(owner, fix.code, self.rule.d.kind)
+      problems = verify.type_problems(site, fwd, bwd, owner.symbolic_zeros, site.owner().fun)
+    except Exception as e:  # noqa: BLE001 - a candidate that raises is no fix
+      return _unverifiable(fix, _mesh_only(site, e)) if _mesh_only(site, e) else None
+    return None if problems else (fwd, bwd)
+
+  def valued(self, fix: Fix, fwd, bwd) -> Fix | None:
+    """A well-typed ``fix`` with the oracle's verdict on its values."""
+    if self.oracle is None:
+      return _unverifiable(fix, self.why_not)
+    if time.monotonic() > self.deadline:
+      return _unverifiable(fix, f"type-checked; not judged by value: the {BUDGET:g} s for "
+                           "judging fixes ran out")
+    verdict = verify.value_verdict(self.rule.d.site, verify.clone(self.rule.owner, fwd, bwd),
+                                   self.oracle)
+    return _with_verdict(fix, verdict, self.rule.d.site)
+
+
+def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
+         placeholders: list[Fix] = ()) -> list[Fix]:
+  """Judge every candidate and order them by verdict (then fallbacks, then generators' order).
+
+  ``fallbacks`` (differentiating the primal: right but costly) rank after other
+  verified fixes; ``placeholders`` (zeros) are offered only where the reference
+  is zero, or where there is no oracle to say.
+  """
+  if judge.oracle is not None and not judge.zero_reference():
+    placeholders = []
+  tiers = [(f, 0) for f in candidates] + [(f, 1) for f in fallbacks] + \
+      [(f, 2) for f in placeholders]
+  unique = list({f.code: (n, f, tier) for n, (f, tier) in reversed(list(enumerate(tiers)))}
+                .values())
+  # Types first for all (cheap), then values, the likeliest first while time lasts.
+  typed = [(n, f, tier, judge.typed(f)) for n, f, tier in sorted(unique, key=lambda u: u[0])]
+  likeliest = sorted((t for t in typed if t[3] is not None),
+                     key=lambda t: (not t[1].exact, t[2], t[0]))
+  ranked = []
+  for n, fix, tier, rules in likeliest:
+    judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules)
+    if judged is not None:
+      ranked.append(((_ORDER[judged.verdict], tier, not fix.exact, n), judged))
+  return [fix for _, fix in sorted(ranked, key=lambda r: r[0])]
+
+
+def unjudged(fixes: list[Fix], why: str) -> list[Fix]:
+  """Fixes no oracle can judge (a call to rewrite, not a rule), in the generators' order."""
+  return [_unverifiable(f, why) for f in fixes]
+
+
+def _with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
+  if verdict.status == oracle.RIGHT:
+    return dataclasses.replace(fix, exact=True, verdict=VERIFIED, note=verdict.reason)
+  if verdict.status == oracle.WRONG:
+    breaks = verdict.breaks() or "its cotangents differ from the primal's derivative"
+    return dataclasses.replace(fix, title=f"{fix.title} (type-only: {breaks})", exact=False,
+                               verdict=TYPE_ONLY, note=breaks)
+  if verdict.status == oracle.UNVERIFIABLE:
+    return _unverifiable(fix, verdict.reason)
+  return _unverifiable(fix, _mesh_only(site, verdict.reason)) \
+      if _mesh_only(site, verdict.reason) else None
+
+
+def _unverifiable(fix: Fix, why: str) -> Fix:
+  return dataclasses.replace(fix, exact=False, verdict=UNVERIFIABLE, note=why)
+
+
+def _mesh_only(site, error) -> str | None:
+  """Why a candidate that raised is kept anyway: it can only run inside its shard_map."""
+  if not any(exprs.varying(a) for a in site.in_avals):
+    return None
+  return f"not judged: it runs only inside its shard_map ({str(error)[:120]})"
+
+
+def _runs_as_written(rule) -> bool:
+  """The rule's source is what the live rule was compiled from: else a candidate made from
+  it would run code that never ran (a file edited since it was imported)."""
+  role = "fwd" if rule.d.kind.startswith("fwd") else "bwd"
+  tree = ast.parse(rule.src.text)
+  source.bare(tree.body[0])
+  return returns.compiles_to(tree, inspect.unwrap(getattr(rule.owner, role)))

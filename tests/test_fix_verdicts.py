@@ -1,0 +1,197 @@
+"""Fixes judged by the primal's own derivative: verdicts, ranking, the primal fallback, honesty.
+
+Real JAX, rules defined as notebook cells; none of these rules is in
+benchmarks/fix_corpus. The judging budget is lifted (``untimed``) except where
+the budget itself is tested, so verdicts never depend on the machine's load.
+"""
+import itertools
+import json
+import linecache
+import subprocess
+import sys
+from importlib import resources
+
+import jax
+import jax.numpy as jnp
+import jsonschema
+import numpy as np
+import pytest
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.analysis.diagnosis import Fix
+from jupyter_vjpviz.deliver import comm
+from jupyter_vjpviz.fixes import rank, suggest
+
+_cells = itertools.count(1)
+X, W = jnp.linspace(-1., 1., 12).reshape(4, 3), jnp.linspace(.5, 2., 6).reshape(3, 2)
+
+
+@pytest.fixture(autouse=True)
+def untimed(monkeypatch):
+  monkeypatch.setattr(rank, "BUDGET", 600.)
+
+
+def cell(code: str) -> dict:
+  name = f"<ipython-input-{next(_cells)}-verdicts>"
+  linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+  ns = {"jax": jax, "jnp": jnp, "np": np}
+  exec(compile(code, name, "exec"), ns)
+  return ns
+
+
+def diagnosis(fun, *args):
+  found = vv.check(fun, *args, argnums=tuple(range(len(args))))
+  assert found, "the broken rule was not diagnosed"
+  return found[0]
+
+
+CUBE = """
+@jax.custom_vjp
+def cube(x, k):
+  return k * x ** 3
+def cube_fwd(x, k):
+  return cube(x, k), None
+def cube_bwd(res, g):
+  return (jnp.ones(5), jnp.ones(4))
+cube.defvjp(cube_fwd, cube_bwd)
+def loss(x, k): return jnp.sin(cube(x, k)).sum()
+"""
+
+
+def test_with_nothing_saved_the_fallback_saves_the_inputs_and_is_verified_first():
+  """Before: zeros of the expected structure were the only fix (both gradients silently zero)."""
+  ns = cell(CUBE)
+  x, k = jnp.linspace(.1, 1., 4), jnp.full(4, 2.)
+  d = diagnosis(ns["loss"], x, k)
+  first = d.fixes[0]
+  assert first.verdict == "verified" and first.exact
+  assert "def cube_fwd" in first.code and "(None, (x, k))" in first.code
+  assert "_, pullback = jax.vjp(cube.fun, x, k)\n  return pullback(g)" in first.code
+  assert "one extra forward pass of cube" in first.reason
+  assert not any("zeros" in f.code for f in d.fixes), "zeros offered where the gradient is not zero"
+  assert vv.apply_fix(d, first.code).applied
+  got = jax.grad(ns["loss"], argnums=(0, 1))(x, k)
+  want = jax.grad(lambda x, k: jnp.sin(k * x ** 3).sum(), argnums=(0, 1))(x, k)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+LAYER = """
+@jax.custom_vjp
+def layer(x, w):
+  return jnp.tanh(x @ w)
+def layer_fwd(x, w):
+  y = jnp.tanh(x @ w)
+  return y, (x, w, y)
+def layer_bwd(res, g):
+  x, w, y = res
+  d = g * (1 - y ** 2)
+  return d @ w.T, (x.T @ d).T
+layer.defvjp(layer_fwd, layer_bwd)
+def loss(x, w): return layer(x, w).sum()
+"""
+
+RIGHT = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  return d @ w.T, x.T @ d\n"
+SCALED = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  return d @ w.T, 2. * (x.T @ d)\n"
+ZEROED = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  return jnp.zeros_like(x), x.T @ d\n"
+
+
+def _judge(d):
+  rule = suggest.Rule.of(d, suggest.wrappers.user_rules(d.site.owner()))
+  return rank.Judge.of(rule)
+
+
+def test_the_verdict_not_the_claim_ranks_and_type_only_fixes_say_what_they_break():
+  d = diagnosis(cell(LAYER)["loss"], X, W)
+  claims = [Fix("Zero dx", ZEROED, "", exact=True), Fix("Scale dw", SCALED, "", exact=True),
+            Fix("Transpose dw", RIGHT, "", exact=False),
+            Fix("Raises", RIGHT.replace("return", "1 / 0\n  return"), "", exact=True),
+            Fix("Ill-typed", RIGHT.replace("x.T @ d", "d.T @ x"), "", exact=True)]
+  ranked = rank.rank(_judge(d), claims)
+  assert [f.title.split(" (")[0] for f in ranked] == ["Transpose dw", "Zero dx", "Scale dw"]
+  right, zeroed, scaled = ranked
+  assert right.verdict == "verified" and right.exact
+  assert zeroed.verdict == "type-only" and not zeroed.exact
+  assert zeroed.note == "the gradient of `x` becomes zero" and zeroed.note in zeroed.title
+  assert scaled.verdict == "type-only" and "`w` differs from the primal's" in scaled.title
+
+
+def test_the_diagnosis_offers_the_transpose_first_and_verified():
+  d = diagnosis(cell(LAYER)["loss"], X, W)
+  assert d.fixes[0].verdict == "verified" and "x.T @ d" in d.fixes[0].code
+  verdicts = [f.verdict for f in d.fixes]
+  assert "type-only" not in verdicts[:verdicts.count("verified")]
+
+
+def test_out_of_time_fixes_are_kept_and_say_they_were_not_judged(monkeypatch):
+  monkeypatch.setattr(rank, "BUDGET", 0.)
+  d = diagnosis(cell(LAYER)["loss"], X, W)
+  assert d.fixes and all(f.verdict == "unverifiable" and not f.exact for f in d.fixes)
+  assert all("ran out" in f.note for f in d.fixes)
+
+
+def test_a_flat_primal_is_said_to_be_unjudgeable_and_gets_no_fallback():
+  """A straight-through estimator: autodiff of round says zero, which judges nothing."""
+  ns = cell("""
+@jax.custom_vjp
+def ste(x):
+  return jnp.round(x)
+ste.defvjp(lambda x: (ste(x), None), lambda r, g: (g.T,))
+def loss(x): return (ste(x) * x).sum()
+""")
+  d = diagnosis(ns["loss"], X)
+  assert d.fixes and all(f.verdict == "unverifiable" for f in d.fixes)
+  assert all("round" in f.note and "zero almost everywhere" in f.note for f in d.fixes)
+  assert not any("jax.vjp" in f.code for f in d.fixes)
+  assert any("(g,)" in f.code for f in d.fixes)
+
+
+def test_an_opaque_primal_is_judged_by_finite_differences():
+  ns = cell("""
+def host_exp(x):
+  return jax.pure_callback(lambda a: np.exp(a).astype(a.dtype),
+                           jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+@jax.custom_vjp
+def hexp(x):
+  return host_exp(x)
+def hexp_fwd(x):
+  y = host_exp(x)
+  return y, y
+def hexp_bwd(y, g):
+  return ((y * g).T,)
+hexp.defvjp(hexp_fwd, hexp_bwd)
+def loss(x): return hexp(x).sum()
+""")
+  d = diagnosis(ns["loss"], X)
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "finite differences" in first.note
+  assert not any("jax.vjp" in f.code for f in d.fixes)   # JAX cannot differentiate it
+
+
+def test_verify_reports_a_well_typed_wrong_rule_with_per_leaf_errors():
+  d = diagnosis(cell(LAYER)["loss"], X, W)
+  assert vv.verify_fix(d, RIGHT) == []
+  (problem,) = vv.verify_fix(d, SCALED)
+  assert problem.kind == "bwd_value" and problem.argument == "w"
+  (leaf,) = problem.leaf_errors
+  assert leaf.name == "w" and not leaf.ok and leaf.max_rel == pytest.approx(1., rel=1e-3)
+  assert not vv.apply_fix(d, SCALED).applied   # apply applies what verify passes
+
+  schema = json.loads((resources.files("jupyter_vjpviz") / "protocol.schema.json").read_text())
+  verify_schema = {**schema["definitions"]["VerifyResult"], "definitions": schema["definitions"]}
+  wrong, right = comm.verify_result(d, SCALED), comm.verify_result(d, RIGHT)
+  for reply in (wrong, right):
+    jsonschema.validate(json.loads(json.dumps(reply, allow_nan=False)), verify_schema)
+  assert not wrong["pass"] and wrong["verdict"] == "type-only"
+  assert wrong["diff"][0]["leaf_errors"][0]["name"] == "w"
+  assert right["pass"] and right["verdict"] == "verified"
+
+
+def test_the_fixes_stage_imports_nothing_above_it():
+  """It used to import lint (and so runtime) through verify: a cycle hidden by a deferred import."""
+  code = ("import sys, jupyter_vjpviz.fixes.suggest, jupyter_vjpviz.fixes.verify\n"
+          "print(sorted(m for m in sys.modules if m in ('jupyter_vjpviz.lint', "
+          "'jupyter_vjpviz.runtime') or m.startswith(('jupyter_vjpviz.render', "
+          "'jupyter_vjpviz.deliver'))))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "[]"
