@@ -13,6 +13,7 @@ import weakref
 MARK = "__vjpviz_surrogate__"
 
 _marked: weakref.WeakSet = weakref.WeakSet()   # objects that take no attributes
+_builtins: list = []                           # nor weak references: they live forever anyway
 
 
 def surrogate(f):
@@ -20,7 +21,10 @@ def surrogate(f):
   try:
     setattr(f, MARK, True)
   except (AttributeError, TypeError):
-    _marked.add(f)
+    try:
+      _marked.add(f)
+    except TypeError:
+      _builtins.append(f)
   return f
 
 
@@ -38,9 +42,11 @@ def is_surrogate(cvjp) -> bool:
 
 
 def _marked_one(x) -> bool:
+  if getattr(x, MARK, False) is True or any(x is b for b in _builtins):
+    return True
   try:
-    return getattr(x, MARK, False) is True or x in _marked
-  except TypeError:   # unhashable: not in the weak set
+    return x in _marked
+  except TypeError:   # unhashable or not weakly referenceable: not in the weak set
     return False
 
 

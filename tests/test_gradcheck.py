@@ -1,5 +1,7 @@
 """vjpviz.gradcheck: well-typed custom rules whose cotangents are not the primal's derivative."""
+import gc
 import json
+import weakref
 
 import equinox as eqx
 import jax
@@ -204,3 +206,17 @@ def test_a_wrong_rule_inside_a_flax_model():
   params = model.init(jax.random.PRNGKey(0), x)
   (d,) = vv.gradcheck(lambda p, x: model.apply(p, x).sum(), params, x, argnums=0)
   assert d.function == "scaled_tanh" and d.rule == "sign_bwd" and d.primal == "float32[8,4]"
+
+
+def _loss_over(big, act):
+  return lambda x: act(x, 1.0).sum() + jnp.sum(big) * 0
+
+
+def test_the_result_keeps_no_array_of_the_checked_function_alive():
+  big = jnp.ones((512, 512))
+  alive = weakref.ref(big)
+  loss = _loss_over(big, _rule(doubled_bwd))
+  result = vv.gradcheck(loss, jnp.ones(3))
+  del big, loss
+  gc.collect()
+  assert alive() is None and len(result) == 1 and result[0].leaf_errors
