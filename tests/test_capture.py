@@ -264,6 +264,32 @@ def test_bwd_type_under_transforms(path, transform):
   assert d.rule == "gelu_bwd"
 
 
+def _bf16_rule():
+  return custom(lambda x: x * 2., lambda r, g: ((g * 2.).astype(jnp.bfloat16),))
+
+
+def test_dtype_jax_accepts_while_tracing_but_fails_lowering_is_the_error(path):
+  """Under jit the scan's carry check fails when jit lowers the program, after every VJP
+  session ended: the error is the rule's, attached as the note of that exception."""
+  from jupyter_vjpviz import runtime
+  f = _bf16_rule()
+  loss = lambda x: jax.lax.scan(lambda c, _: (f(c), None), x, None, length=3)[0].sum()
+  err = raises(lambda: jax.jit(jax.grad(loss))(jnp.ones(3)))
+  assert "carry" in str(err)
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.severity, d.got, d.message) == ("silent_dtype", "error", "bfloat16[3]", str(err))
+  assert [n for n in err.__notes__ if n.startswith("vjpviz: ")] == [
+      f"vjpviz: {d.headline} ({runtime.NOTE_POINTER})"]
+
+
+def test_dtype_jax_lets_through_under_jit_is_a_warning_once_it_ran(path):
+  f = _bf16_rule()
+  g = jax.jit(jax.grad(lambda x: f(x).sum()))(jnp.ones(3))
+  assert g.dtype == jnp.bfloat16
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.severity) == ("silent_dtype", "warning")
+
+
 def test_shard_map_types_carry_varying_axes(path):
   mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
 

@@ -11,20 +11,49 @@ import contextlib
 from typing import Callable
 
 import jax
-from jax._src import api, core
+from jax._src import api, core, pjit
 from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 
 from . import custom_rules, frames, hijax_prims, jax_flags, names, records
 from .patches import PatchSet
-from .records import ERROR, WARNING, Record, RuleSite
+from .records import ERROR, WARNING, Record, RuleSite, Session
 
 
-def install(patches: PatchSet) -> None:
+def install(patches: PatchSet, sink: Callable | None = None) -> None:
   patches.apply(api, "_vjp_accum", _wrap_vjp_accum)
   patches.apply(ad, "ct_check", _wrap_ct_check)
   patches.apply(cd.custom_vjp, "__call__", _wrap_custom_vjp_call)
   hijax_prims.install(patches)
+  if sink is not None:
+    patches.apply(pjit, "_run_python_pjit", lambda o: _wrap_run_staged(o, sink))
+
+
+def staged() -> bool:
+  """Whether JAX is tracing now: what a rule returned has not run yet, and may still fail."""
+  return not core.trace_state_clean()
+
+
+def _wrap_run_staged(original, sink):
+  """The outermost ``jit`` lowering and running what it traced (on a cache miss only).
+
+  A cotangent JAX accepted while tracing can fail here, in lowering (a scan's carry
+  type check), after every VJP session has ended: the sink hears of the end of the
+  run, with its exception, as an empty ``"run"`` session.
+  """
+  def run_python_pjit(*args, **kwargs):
+    if not records.active() or staged():
+      return original(*args, **kwargs)
+    try:
+      out = original(*args, **kwargs)
+    except BaseException as e:
+      records.safely(sink, Session("run", None), e)
+      records.safely(frames.strip, e)
+      raise
+    records.safely(sink, Session("run", None), None)
+    return out
+  run_python_pjit.__wrapped__ = original
+  return run_python_pjit
 
 
 def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:

@@ -41,7 +41,7 @@ def _install(sink: entry_points.Sink) -> None:
     source_info_util.register_exclusion(frames.PACKAGE_DIR)
     _excluded = True
   entry_points.install(_patches, sink)
-  check_sites.install(_patches)
+  check_sites.install(_patches, sink)
   if not jax.__version__.startswith(SUPPORTED_JAX) or _patches.skipped:
     skipped = ", ".join(point for point, _ in _patches.skipped) or "none"
     print(f"vjpviz: built for jax {SUPPORTED_JAX}x, found {jax.__version__}; "
