@@ -174,7 +174,7 @@ def _collective_fixes(rule: Rule, nodes: list[ast.expr], want, got) -> list[Fix]
                           "too; JAX's transpose already sums where the primal was invariant",
                           exact=True))
     fixes.append(rule.fix(f"Mark the {rule.src.segment(call.func)} result varying again",
-                          [(call, f"jax.lax.pvary({rule.src.segment(call)}, {tuple(lost)})")],
+                          [(call, exprs.revaried(rule.src.segment(call), tuple(lost)))],
                           "keeps the reduction and restores the varying axes", exact=False))
   return fixes
 

@@ -32,7 +32,7 @@ def facts(d) -> list[tuple[str, str | None]]:
   """(label, value) rows shared with the HTML table; empty values are skipped by both."""
   return [("kind", d.kind), ("function", _at(d.function, d.source)),
           ("bwd rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
-          ("scope", d.name_stack), ("instance", d.instance), ("input", d.path),
+          ("scope", d.name_stack), ("instance", d.instance), ("input", d.argument or d.path),
           ("expected", d.expected), ("got", d.got),
           *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors)]
 
