@@ -122,6 +122,9 @@ def unjudged(fixes: list[Fix], why: str) -> list[Fix]:
 
 
 def _with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
+  if verdict.status == oracle.RIGHT and _varying(site):
+    return _unverifiable(fix, "its values equal the primal's derivative, judged outside its "
+                         "shard_map: the varying mesh axes it returns are not checked there")
   if verdict.status == oracle.RIGHT:
     return dataclasses.replace(fix, exact=True, verdict=VERIFIED, note=verdict.reason)
   if verdict.status == oracle.WRONG:
@@ -138,9 +141,14 @@ def _unverifiable(fix: Fix, why: str) -> Fix:
   return dataclasses.replace(fix, exact=False, verdict=UNVERIFIABLE, note=why)
 
 
+def _varying(site) -> bool:
+  """The rule runs inside a shard_map: its inputs vary over manual mesh axes."""
+  return any(exprs.varying(a) for a in site.in_avals)
+
+
 def _mesh_only(site, error) -> str | None:
   """Why a candidate that raised is kept anyway: it can only run inside its shard_map."""
-  if not any(exprs.varying(a) for a in site.in_avals):
+  if not _varying(site):
     return None
   return f"not judged: it runs only inside its shard_map ({str(error)[:120]})"
 
