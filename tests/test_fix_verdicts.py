@@ -4,9 +4,7 @@ Real JAX, rules defined as notebook cells; none of these rules is in
 benchmarks/fix_corpus. The judging budget is lifted (``untimed``) except where
 the budget itself is tested, so verdicts never depend on the machine's load.
 """
-import itertools
 import json
-import linecache
 import subprocess
 import sys
 from importlib import resources
@@ -21,28 +19,9 @@ import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis.diagnosis import Fix
 from jupyter_vjpviz.deliver import comm
 from jupyter_vjpviz.fixes import rank, suggest
+from test_fixes import cell, first_problem as diagnosis, untimed  # noqa: F401 - autouse fixture
 
-_cells = itertools.count(1)
 X, W = jnp.linspace(-1., 1., 12).reshape(4, 3), jnp.linspace(.5, 2., 6).reshape(3, 2)
-
-
-@pytest.fixture(autouse=True)
-def untimed(monkeypatch):
-  monkeypatch.setattr(rank, "BUDGET", 600.)
-
-
-def cell(code: str) -> dict:
-  name = f"<ipython-input-{next(_cells)}-verdicts>"
-  linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
-  ns = {"jax": jax, "jnp": jnp, "np": np}
-  exec(compile(code, name, "exec"), ns)
-  return ns
-
-
-def diagnosis(fun, *args):
-  found = vv.check(fun, *args, argnums=tuple(range(len(args))))
-  assert found, "the broken rule was not diagnosed"
-  return found[0]
 
 
 CUBE = """

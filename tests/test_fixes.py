@@ -31,7 +31,7 @@ def cell(code: str) -> dict:
   """Run ``code`` the way IPython runs a cell: source in linecache, no file on disk."""
   name = f"<ipython-input-{next(_cells)}-vjpviz>"
   linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
-  ns = {"jax": jax, "jnp": jnp, "functools": functools}
+  ns = {"jax": jax, "jnp": jnp, "np": np, "functools": functools}
   exec(compile(code, name, "exec"), ns)
   return ns
 
