@@ -16,7 +16,7 @@ _positional_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _JAX_DIR = os.path.dirname(jax.__file__) + os.sep
 
 
-def _unwrap(fun):
+def unwrap(fun):
   """The user's function behind ``__wrapped__``, partials and libraries' wrappers."""
   fun = inspect.unwrap(fun)
   while isinstance(fun, functools.partial):
@@ -50,14 +50,14 @@ def function_of(jaxpr) -> tuple[str | None, str | None]:
 
 
 def function_name(fun) -> str:
-  fun = _unwrap(fun)
+  fun = unwrap(fun)
   return getattr(fun, "__name__", None) or type(fun).__name__
 
 
 def function_source(fun) -> str | None:
   """``file:line`` of a function's definition, as JAX writes it."""
   try:
-    code = _unwrap(fun).__code__
+    code = unwrap(fun).__code__
   except AttributeError:
     return None
   return f"{code.co_filename}:{code.co_firstlineno}"

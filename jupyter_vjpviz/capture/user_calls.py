@@ -75,7 +75,7 @@ def _target(origin: Origin | None):
   is the user's own (then it is re-traced as it is)."""
   if origin is None or _monitoring is None or wrappers.user_code(origin.fun):
     return None
-  user = _plain(names._unwrap(origin.fun))
+  user = _plain(names.unwrap(origin.fun))
   return user if user is not origin.fun and wrappers.user_code(user) else None
 
 
