@@ -1,6 +1,7 @@
 """From a captured session to Diagnoses: merge records, build the graph once, locate."""
 from __future__ import annotations
 
+from ..base import kinds
 from ..capture.records import ERROR, WARNING, Record, Session
 from . import fallback, program
 from .diagnosis import Diagnosis
@@ -72,7 +73,7 @@ def merge(recs: list[Record]) -> list[Record]:
   seen, out = set(), []
   explained = {(r.expected, r.got) for r in recs if r.site is not None}
   for r in recs:
-    if r.site is None and r.kind == "silent_dtype" and (r.expected, r.got) in explained:
+    if r.site is None and kinds.of(r.kind).silent and (r.expected, r.got) in explained:
       continue
     if key(r) in seen:
       continue

@@ -5,14 +5,8 @@ import dataclasses
 import itertools
 from typing import Any
 
-from ..capture.records import ERROR
+from ..base import kinds
 from .graph import Graph
-
-KINDS = (
-    "bwd_type", "bwd_structure", "fwd_type", "fwd_structure", "accumulator_type",
-    "ref_grad_unbound", "ref_grad_as_value", "grad_ref_type",
-    "vjp_cotangent_type", "vjp_cotangent_structure", "silent_dtype", "bwd_value",
-)
 
 _ids = itertools.count(1)
 
@@ -77,45 +71,8 @@ class Diagnosis:
   @property
   def headline(self) -> str:
     """One sentence in plain words."""
-    who = f"{self.function}'s {'fwd' if self.kind.startswith('fwd') else 'bwd'} rule"
-    if self.rule and self.kind in ("bwd_type", "silent_dtype", "bwd_structure", "fwd_type",
-                                   "accumulator_type"):
-      # A hijax primitive's rule is its method (``RMSNorm.vjp_bwd_retval``): it names both.
-      method = self.function and self.rule.startswith(f"{self.function}.")
-      who = self.rule if method else f"{who} {self.rule}"
-    where = (f" for input {self.argument}: {self.primal}" if self.argument and self.primal
-             else f" for input {self.path}" if self.path else "")
-    text = {
-        "bwd_type": f"{who} returned {self.got}{where}; the cotangent must be {self.expected}",
-        "silent_dtype": (f"{who} returned {self.got}{where}; JAX let it through, so the "
-                         f"gradient is {self.got} where it should be {self.expected}"
-                         if self.severity != ERROR else
-                         f"{who} returned {self.got}{where}; JAX accepted it there and "
-                         f"failed further on; the cotangent must be {self.expected}"),
-        "bwd_structure": f"{who} returned a cotangent tree of the wrong structure"
-                         f"{' at ' + self.path if self.path else ''}",
-        "fwd_type": f"{who} produced primal output {self.got} at {self.path or 'the top'}, "
-                    f"but {self.function} produces {self.expected}",
-        "fwd_structure": f"{who} returned the wrong structure",
-        "accumulator_type": (f"{who} pushed {self.got} into the accumulator{where}; the "
-                             f"cotangent must be {self.expected}" if self.rule else
-                             f"a gradient accumulator for {self.path or 'an input'} of "
-                             f"{self.function or 'the function'} expected {self.expected} "
-                             f"but got {self.got}"),
-        "ref_grad_unbound": f"{self.path} of {self.function} is a Ref: its gradient needs a "
-                            "gradient ref bound with with_refs",
-        "ref_grad_as_value": f"{self.path} of {self.function} is a Ref: its gradient can't "
-                             "be returned as a value",
-        "grad_ref_type": f"the gradient ref for {self.path} of {self.function} is "
-                         f"{self.got}, but must be {self.expected}",
-        "vjp_cotangent_type": f"the cotangent passed to {self.function}'s VJP function at "
-                              f"{self.path} is {self.got}, but must be {self.expected}",
-        "vjp_cotangent_structure": f"the cotangent passed to {self.function}'s VJP function "
-                                   "has the wrong tree structure",
-        "bwd_value": f"{self.function}'s bwd rule returns well-typed cotangents that are not "
-                     f"{self.function}'s derivative: {self.got}",
-    }.get(self.kind, f"{self.kind}: expected {self.expected}, got {self.got}")
-    return text + (f" (in {self.instance})" if self.instance else "") + "."
+    return (kinds.of(self.kind).headline(self)
+            + (f" (in {self.instance})" if self.instance else "") + ".")
 
   def to_dict(self) -> dict:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

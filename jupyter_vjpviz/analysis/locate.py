@@ -9,19 +9,18 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from ..base import kinds
 from ..capture.records import Record
 from .graph import Graph
-
-_INPUT_KINDS = ("ref_grad_unbound", "ref_grad_as_value", "grad_ref_type", "accumulator_type")
-_OUTPUT_KINDS = ("vjp_cotangent_type", "vjp_cotangent_structure")
 
 
 def locate(graph: Graph, rec: Record) -> str | None:
   if rec.site is not None and rec.site.call_site is not None:
     return _custom_node(graph, rec)
-  if rec.kind in _INPUT_KINDS and rec.flat_index is not None:
+  subject = kinds.of(rec.kind).subject
+  if subject == kinds.INPUT and rec.flat_index is not None:
     return _existing(graph, f"in{rec.flat_index}")
-  if rec.kind in _OUTPUT_KINDS:
+  if subject == kinds.OUTPUT:
     return _existing(graph, f"out{rec.flat_index or 0}")
   if rec.function is not None:  # hijax primitives: by name
     return next((n.id for n in graph.nodes if n.custom and n.function == rec.function), None)

@@ -12,6 +12,8 @@ import dataclasses
 import threading
 from typing import Any, Callable
 
+from ..base import kinds
+
 ERROR = "error"
 WARNING = "warning"
 
@@ -91,6 +93,9 @@ class Record:
   expected_aval: Any = None
   got_aval: Any = None
   detail: str | None = None        # one line from us, when JAX's own text is poor
+
+  def __post_init__(self):
+    kinds.of(self.kind)   # every kind a capture site records has its registry entry
 
 
 @dataclasses.dataclass(frozen=True)

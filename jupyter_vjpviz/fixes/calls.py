@@ -14,6 +14,7 @@ import dataclasses
 import re
 
 from ..analysis.diagnosis import Diagnosis, Fix
+from ..base import kinds
 from . import source
 
 _AVAL = re.compile(r"^(Ref\{)?(\w+)\[([\d,\s]*)\]\}?$")
@@ -53,7 +54,7 @@ class Leaf:
 
 
 def suggestions(d: Diagnosis) -> list[Fix]:
-  return _BY_KIND.get(d.kind, lambda d: [])(d)
+  return [f for family in kinds.of(d.kind).call_fixers for f in _FIXERS[family](d)]
 
 
 def _inputs(d: Diagnosis) -> list[Leaf] | None:
@@ -172,8 +173,6 @@ def _cotangent_tree_fixes(d: Diagnosis) -> list[Fix]:
               f"the cotangent must have the output's structure {d.expected}", False)]
 
 
-_BY_KIND = {
-    "ref_grad_unbound": _ref_fixes, "ref_grad_as_value": _ref_fixes,
-    "grad_ref_type": _ref_fixes, "accumulator_type": _accumulator_fixes,
-    "vjp_cotangent_type": _cotangent_fixes, "vjp_cotangent_structure": _cotangent_tree_fixes,
-}
+_FIXERS = {"refs": _ref_fixes, "accumulator": _accumulator_fixes,
+           "cotangent": _cotangent_fixes, "cotangent_tree": _cotangent_tree_fixes}
+"""The call-fix families a kind's ``call_fixers`` name."""

@@ -28,20 +28,29 @@ import jax
 from jax._src import core
 
 from ..analysis.diagnosis import Fix
+from ..base import kinds
 from ..capture import custom_rules, records
 from . import exprs, returns, source, verify
 
 PER_GENERATOR = 6
 PER_RULE = 30
-_TYPE_KINDS = ("bwd_type", "silent_dtype")
-_KINDS = (*_TYPE_KINDS, "bwd_structure", "bwd_value")
 _OUT = "__vjpviz_candidate__"
 ILL = "ill-typed"   # Scope.type_of of an expression that raises
 
 
+def _typed(rule) -> bool:
+  """The rule returned cotangents of the wrong type (so the failing returns are known)."""
+  return kinds.of(rule.d.kind).wrong == kinds.TYPE
+
+
+def _by_value(rule) -> bool:
+  """The rule's cotangents are well-typed and wrong by value."""
+  return kinds.of(rule.d.kind).wrong == kinds.VALUE
+
+
 def for_rule(rule) -> list[Fix]:
   """Candidate whole-rule fixes for a bwd rule's diagnosis, most plausible first."""
-  if rule.d.kind not in _KINDS or rule.d.site is None:
+  if not kinds.of(rule.d.kind).rewrites_returns or rule.d.site is None:
     return []
   scope = Scope.of(rule)
   if scope is None:
@@ -83,7 +92,7 @@ class Scope:
     if not seen:
       nodes, ret = returns.failing_elements(rule), rule.src.only_return()
       return cls(rule, {}, nodes or [], None, ret, verify.namespace(rule.owner)) if ret else None
-    hits = returns.failing_returns(rule, seen) if rule.d.kind in _TYPE_KINDS else None
+    hits = returns.failing_returns(rule, seen) if _typed(rule) else None
     hits = hits or sorted(seen)
     rets = rule.src.returns()
     nodes = [source.element(rets[k].value, rule.keys) for k in hits]
@@ -112,7 +121,7 @@ class Scope:
   def typed(self) -> bool:
     """A type error in shape or dtype (not only the varying axes), both types known, and
     an element to rewrite."""
-    return self.rule.d.kind in _TYPE_KINDS and bool(self.nodes) and not _same(self.want, self.got) \
+    return _typed(self.rule) and bool(self.nodes) and not _same(self.want, self.got) \
         and self.want is not None and self.got is not None
 
   @property
@@ -301,7 +310,7 @@ def _swaps(s: Scope) -> Iterator[Candidate]:
     t = s.predict(edits)
     if t is None and s.typed:
       yield s.candidate(3 + depth / 10, title, edits, reason)
-    elif s.fits(t) and (s.typed or s.rule.d.kind == "bwd_value"):
+    elif s.fits(t) and (s.typed or _by_value(s.rule)):
       yield s.candidate((0 if -score >= 5 else 0.5 if -score >= 3 else 1) + depth / 10,
                         title, edits, reason)
 
@@ -344,7 +353,7 @@ def _shapes(s: Scope) -> Iterator[Candidate]:
   expected type; a ``sum`` over too few axes is widened in place, and each
   reduction has a ``mean`` variant ranked after it."""
   if not s.typed:
-    if s.rule.d.kind == "bwd_value" and s.nodes:
+    if _by_value(s.rule) and s.nodes:
       yield from _mean_sum(s)
     return
   want, got = tuple(s.want.shape), tuple(s.got.shape)
@@ -488,7 +497,7 @@ def _constants(s: Scope) -> Iterator[Candidate]:
   occurrence at once first, then one by one. Otherwise a size matching no array
   of the scope is replaced by those the inputs have.
   """
-  sites = _size_literals(s) if s.typed or s.rule.d.kind == "bwd_value" else []
+  sites = _size_literals(s) if s.typed or _by_value(s.rule) else []
   if not sites:
     return
   dims = _dims(s)
@@ -581,7 +590,7 @@ def _unreturned(s: Scope) -> Iterator[Candidate]:
 
 def _entries(s: Scope) -> Iterator[Candidate]:
   """Missing entries of a returned tuple or dict, filled from locals of their type."""
-  if s.rule.d.kind != "bwd_structure":
+  if not kinds.of(s.rule.d.kind).structural:
     return
   want = _expected_args(s.rule.d.site)
   top = _filled(s, s.ret.value, s.returned, want, _arg_names(s.rule.d.site))

@@ -18,11 +18,10 @@ import ast
 import jax
 
 from ..analysis.diagnosis import Fix
+from ..base import kinds
 from ..capture.custom_rules import ct_aval
 from . import dtypes, source, verify
 from .source import RuleSource
-
-_KINDS = ("bwd_type", "silent_dtype", "bwd_structure")
 
 
 def saved_args(rule, fwd: RuleSource) -> dict[int, str]:
@@ -52,7 +51,7 @@ def fallback(rule, whole: bool) -> Fix | None:
   """Every return gives the ill-typed arguments' cotangents (all of them, if ``whole`` or
   for a structure error) by differentiating the primal; None where it cannot be written."""
   d, owner = rule.d, rule.owner
-  if d.kind not in _KINDS or owner.symbolic_zeros or getattr(owner, "with_accums", False):
+  if not kinds.of(d.kind).has_reference or owner.symbolic_zeros or getattr(owner, "with_accums", False):
     return None
   fwd = source.of(owner.fwd)
   name = _owner_name(rule)
@@ -63,7 +62,7 @@ def fallback(rule, whole: bool) -> Fix | None:
   if len(fwd.params) != n_diff + n_nondiff:
     return None
   keys = rule.keys
-  whole = whole or d.kind == "bwd_structure" or not keys or not isinstance(keys[0], int) or any(
+  whole = whole or kinds.of(d.kind).structural or not keys or not isinstance(keys[0], int) or any(
       source.element(ret.value, [keys[0]]) is None for ret in rule.src.returns())
   targets = list(range(n_diff)) if whole else _ill_typed(rule, n_diff, keys[0])
   reach = saved_args(rule, fwd)

@@ -17,6 +17,7 @@ import time
 
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
+from ..base import kinds
 from . import exprs, returns, source, verify
 
 BUDGET = 1.0
@@ -156,7 +157,7 @@ def _mesh_only(site, error) -> str | None:
 def _runs_as_written(rule) -> bool:
   """The rule's source is what the live rule was compiled from: else a candidate made from
   it would run code that never ran (a file edited since it was imported)."""
-  role = "fwd" if rule.d.kind.startswith("fwd") else "bwd"
+  role = kinds.of(rule.d.kind).role
   tree = ast.parse(rule.src.text)
   source.bare(tree.body[0])
   return returns.compiles_to(tree, inspect.unwrap(getattr(rule.owner, role)))

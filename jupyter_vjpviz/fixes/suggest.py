@@ -21,6 +21,7 @@ from typing import Any
 import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
+from ..base import kinds
 from ..capture import wrappers
 from ..capture.custom_rules import ct_aval
 from . import calls, candidates, dtypes, exprs, primal, rank, returns, source, verify
@@ -39,7 +40,8 @@ def suggestions(d: Diagnosis) -> list[Fix]:
   if rule is None:
     return []
   judge = rank.Judge.of(rule)
-  found = _BY_KIND.get(d.kind, lambda r: [])(rule) + candidates.for_rule(rule)
+  found = [f for family in kinds.of(d.kind).rule_fixers for f in _FIXERS[family](rule)]
+  found += candidates.for_rule(rule)
   fallbacks = primal.fallbacks(rule) if judge.differentiable else []
   return rank.rank(judge, found, fallbacks, _placeholders(rule))
 
@@ -57,7 +59,7 @@ class Rule:
 
   @classmethod
   def of(cls, d: Diagnosis, owner) -> Rule | None:
-    role = "fwd" if d.kind.startswith("fwd") else "bwd"
+    role = kinds.of(d.kind).role
     base = d.function if d.function and d.function.isidentifier() else "rule"
     name = f"{base}_{role}"   # what a lambda rule's def is called
     while name in getattr(owner.bwd, "__globals__", {}):
@@ -100,12 +102,14 @@ def _type_fixes(rule: Rule) -> list[Fix]:
   Without an expression to point at (a returned variable, returns that cannot
   be told apart) only the placeholders and the primal's derivative are left.
   """
-  if rule.d.kind == "accumulator_type":
+  kind = kinds.of(rule.d.kind)
+  if kind.channel == kinds.ACCUMULATED:
     arg = _accum_arg(rule)
     nodes = [arg] if arg is not None else None
   else:
     nodes = returns.failing_elements(rule)
-  fixes = _swaps(rule) if rule.d.kind == "bwd_type" else []
+  # A dtype JAX let through has the shape it should: only shapes can be swapped.
+  fixes = _swaps(rule) if kind.channel == kinds.RETURNED and not kind.silent else []
   if nodes:
     fixes += _expression_fixes(rule, nodes, fallback=not fixes)
   return fixes
@@ -205,10 +209,11 @@ def _reshaped(rule: Rule, nodes: list[ast.expr], want, got) -> Fix:
 
 def _placeholders(rule: Rule) -> list[Fix]:
   """Zeros of the expected type: right only where the primal's derivative is zero."""
-  if rule.d.kind not in ("bwd_type", "silent_dtype", "bwd_structure"):
+  kind = kinds.of(rule.d.kind)
+  if not kind.has_reference:
     return []
   want = rule.d.expected_aval
-  nodes = returns.failing_elements(rule) if rule.d.kind != "bwd_structure" else None
+  nodes = returns.failing_elements(rule) if not kind.structural else None
   if nodes and want is not None:
     return [rule.fix(f"Return zeros of type {want.str_short()}",
                      [(n, rule.zeros(want)) for n in nodes],
@@ -246,7 +251,7 @@ def _reachable_dtype(rule: Rule, dtype) -> str | None:
 
 def _reachable_primals(rule: Rule):
   """(expression in the rule, aval) for each primal input the rule can name."""
-  if rule.d.kind.startswith("fwd"):
+  if kinds.of(rule.d.kind).role == "fwd":
     yield from dtypes.primal_params(rule, rule.src)
     return
   fwd = source.of(rule.owner.fwd)
@@ -420,8 +425,6 @@ def _literal(tree) -> str | None:
   return None
 
 
-_BY_KIND = {
-    "bwd_type": _type_fixes, "silent_dtype": _type_fixes, "accumulator_type": _type_fixes,
-    "bwd_structure": _structure_fixes, "fwd_type": _fwd_fixes, "fwd_structure": _fwd_fixes,
-}
+_FIXERS = {"types": _type_fixes, "structure": _structure_fixes, "fwd": _fwd_fixes}
+"""The template families a kind's ``rule_fixers`` name."""
 

@@ -28,6 +28,7 @@ from jax._src import custom_derivatives as cd
 from ..capture import custom_rules, records, wrappers
 from ..analysis import oracle
 from ..analysis.diagnosis import Diagnosis
+from ..base import kinds
 from ..capture.records import WARNING, Weak
 from . import exprs, source
 
@@ -324,7 +325,7 @@ def _roles(owner, defs: list[ast.FunctionDef], kind: str):
   made into a def) replaces the rule the diagnosis is about.
   """
   roles = {_name(owner.fwd): "fwd", _name(owner.bwd): "bwd"}
-  alone = "fwd" if kind.startswith("fwd") else "bwd"
+  alone = kinds.of(kind).role
   for node in defs:
     role = roles.get(node.name) or (alone if len(defs) == 1 else None)
     if role:

@@ -7,6 +7,7 @@ edges around it (the mismatched one marked).
 from __future__ import annotations
 
 from ..analysis.graph import Edge, Graph
+from ..base import kinds
 
 MAX_EDGES = 8      # per direction around the failing node
 
@@ -31,7 +32,7 @@ def fix_label(f) -> str:
 def facts(d) -> list[tuple[str, str | None]]:
   """(label, value) rows shared with the HTML table; empty values are skipped by both."""
   return [("kind", d.kind), ("function", _at(d.function, d.source)),
-          ("bwd rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
+          (f"{kinds.of(d.kind).role or 'bwd'} rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
           ("scope", d.name_stack), ("instance", d.instance), ("input", d.argument or d.path),
           ("expected", d.expected), ("got", d.got),
           *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors)]

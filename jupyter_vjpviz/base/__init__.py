@@ -1,0 +1,1 @@
+"""Shared utilities below the capture stage: every stage may import these, they import none."""

@@ -1,0 +1,134 @@
+"""The registry of diagnosis kinds: everything a stage needs to know about a kind.
+
+A kind is one ``Kind`` entry here plus the capture site that records it. Stages
+never test kind names: they read an entry's fields (which rule is at fault, how
+its node is found, which fixers apply), so a new kind that is like an old one
+is diagnosed, located, fixed and rendered like it without touching them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+# What a finding is about, which is how the analysis finds its graph node when no
+# custom-rule equation is known for it.
+RULE = "rule"        # a custom rule's equation (or a hijax primitive's, by name)
+INPUT = "input"      # an input leaf of the differentiated program (``in{flat_index}``)
+OUTPUT = "output"    # an output leaf (``out{flat_index}``)
+
+# What is wrong with what the rule (or the caller) produced.
+TYPE, STRUCTURE, VALUE, BINDING = "type", "structure", "value", "binding"
+
+# Where the wrong cotangent went.
+RETURNED = "returned"          # the rule's return value
+ACCUMULATED = "accumulated"    # pushed into a gradient accumulator (hijax ``vjp_bwd``, Refs)
+PASSED = "passed"              # handed by the user to a VJP function
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+  """One kind of finding.
+
+  ``headline`` makes the one-sentence summary from a Diagnosis (duck-typed: this
+  module sits below the analysis). ``rule_fixers`` and ``call_fixers`` name the
+  fixes stage's template families, tried in order, for a finding with a live user
+  rule to rewrite and for one without (the fix is a call to write). The candidate
+  search, the primal's derivative and zeros apply wherever ``rewrites_returns``.
+  """
+  name: str
+  headline: Callable[[Any], str]
+  role: str | None                  # the user's rule at fault: "fwd" | "bwd" | "jvp" | None
+  subject: str = RULE
+  wrong: str = TYPE
+  channel: str = RETURNED
+  silent: bool = False              # JAX lets it through: a warning unless JAX fails further on
+  rule_fixers: tuple[str, ...] = ()
+  call_fixers: tuple[str, ...] = ()
+
+  @property
+  def structural(self) -> bool:
+    """``expected``/``got`` are pytree structures, not avals."""
+    return self.wrong == STRUCTURE
+
+  @property
+  def rewrites_returns(self) -> bool:
+    """The fix rewrites what a bwd rule returns (the candidate search and the
+    differentiate-the-primal fallback apply)."""
+    return self.role == "bwd" and self.channel == RETURNED and self.wrong != BINDING
+
+  @property
+  def has_reference(self) -> bool:
+    """The primal's own derivative can stand in for the rule's output (and zeros
+    where it is zero): a rule whose cotangents are wrong in type or structure."""
+    return self.rewrites_returns and self.wrong != VALUE
+
+
+def _who(d) -> str:
+  """The rule as the headline names it: ``softclip's bwd rule clip_bwd``; a hijax
+  primitive's rule is its method (``RMSNorm.vjp_bwd_retval``), which names both."""
+  who = f"{d.function}'s {KINDS[d.kind].role or 'bwd'} rule"
+  if not d.rule:
+    return who
+  return d.rule if d.function and d.rule.startswith(f"{d.function}.") else f"{who} {d.rule}"
+
+
+def _where(d) -> str:
+  if d.argument and d.primal:
+    return f" for input {d.argument}: {d.primal}"
+  return f" for input {d.path}" if d.path else ""
+
+
+def _silent_dtype(d) -> str:
+  if d.severity != "error":
+    return (f"{_who(d)} returned {d.got}{_where(d)}; JAX let it through, so the gradient is "
+            f"{d.got} where it should be {d.expected}")
+  return (f"{_who(d)} returned {d.got}{_where(d)}; JAX accepted it there and failed further "
+          f"on; the cotangent must be {d.expected}")
+
+
+def _accumulator(d) -> str:
+  if d.rule:
+    return f"{_who(d)} pushed {d.got} into the accumulator{_where(d)}; the cotangent must be {d.expected}"
+  return (f"a gradient accumulator for {d.path or 'an input'} of {d.function or 'the function'} "
+          f"expected {d.expected} but got {d.got}")
+
+
+_ENTRIES = (
+    Kind("bwd_type", lambda d: f"{_who(d)} returned {d.got}{_where(d)}; the cotangent must be "
+         f"{d.expected}", role="bwd", rule_fixers=("types",)),
+    Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
+         rule_fixers=("types",)),
+    Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"
+         f"{' at ' + d.path if d.path else ''}", role="bwd", wrong=STRUCTURE,
+         rule_fixers=("structure",)),
+    Kind("bwd_value", lambda d: f"{d.function}'s bwd rule returns well-typed cotangents that are "
+         f"not {d.function}'s derivative: {d.got}", role="bwd", wrong=VALUE, silent=True),
+    Kind("fwd_type", lambda d: f"{_who(d)} produced primal output {d.got} at {d.path or 'the top'}, "
+         f"but {d.function} produces {d.expected}", role="fwd", rule_fixers=("fwd",)),
+    Kind("fwd_structure", lambda d: f"{_who(d)} returned the wrong structure", role="fwd",
+         wrong=STRUCTURE, rule_fixers=("fwd",)),
+    Kind("accumulator_type", _accumulator, role="bwd", subject=INPUT, channel=ACCUMULATED,
+         rule_fixers=("types",), call_fixers=("accumulator",)),
+    Kind("ref_grad_unbound", lambda d: f"{d.path} of {d.function} is a Ref: its gradient needs a "
+         "gradient ref bound with with_refs", role=None, subject=INPUT, wrong=BINDING,
+         channel=ACCUMULATED, call_fixers=("refs",)),
+    Kind("ref_grad_as_value", lambda d: f"{d.path} of {d.function} is a Ref: its gradient can't be "
+         "returned as a value", role=None, subject=INPUT, wrong=BINDING, channel=ACCUMULATED,
+         call_fixers=("refs",)),
+    Kind("grad_ref_type", lambda d: f"the gradient ref for {d.path} of {d.function} is {d.got}, but "
+         f"must be {d.expected}", role=None, subject=INPUT, channel=ACCUMULATED,
+         call_fixers=("refs",)),
+    Kind("vjp_cotangent_type", lambda d: f"the cotangent passed to {d.function}'s VJP function at "
+         f"{d.path} is {d.got}, but must be {d.expected}", role=None, subject=OUTPUT,
+         channel=PASSED, call_fixers=("cotangent",)),
+    Kind("vjp_cotangent_structure", lambda d: f"the cotangent passed to {d.function}'s VJP function "
+         "has the wrong tree structure", role=None, subject=OUTPUT, wrong=STRUCTURE,
+         channel=PASSED, call_fixers=("cotangent_tree",)),
+)
+
+KINDS: dict[str, Kind] = {k.name: k for k in _ENTRIES}
+
+
+def of(name: str) -> Kind:
+  """The entry for ``name``; a name no entry has is a bug at its capture site."""
+  return KINDS[name]
