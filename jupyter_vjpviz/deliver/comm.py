@@ -213,8 +213,11 @@ def _error(request_id: str, message: str, detail: str | None = None) -> dict:
   return reply
 
 
-_short = reprlib.Repr(maxstring=40, maxother=40).repr
-"""Quote a value in an error message without echoing a huge one back."""
+def _short(value: Any) -> str:
+  """Quote a value in an error message without echoing a huge one back."""
+  quote = reprlib.Repr()   # its keyword arguments are Python 3.12's
+  quote.maxstring = quote.maxother = 40
+  return quote.repr(value)
 
 
 def _malformed(data: Any) -> str | None:
