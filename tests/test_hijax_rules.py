@@ -2,6 +2,7 @@
 them: ``vjp_fwd`` with ``vjp_bwd_retval`` (returns cotangents) or ``vjp_bwd`` (pushes them
 into accumulators), bound through a helper function. Each wrong rule is diagnosed as a
 custom_vjp rule is; each correct one is a silent control."""
+import gc
 import inspect
 
 import jax
@@ -10,6 +11,8 @@ import pytest
 from jax.experimental.hijax import HiPrim, vjp_from_jvp
 
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.capture.records import Strong
+from test_fixes import untimed  # noqa: F401 - a fixture
 
 
 def raises(thunk):
@@ -214,3 +217,98 @@ def test_residuals_reach_the_rule_unchanged_after_uninstall(hook):
   vv.uninstall()
   f_vjp(jnp.ones((3, 4)))
   assert seen == [tuple]
+
+
+# --------------------------------------------------------------------- fixes
+# The rule is the method: fixes are the corrected method, judged by value against the
+# primitive's own ``expand``; verify and apply take a method as the user would write it.
+
+GOOD_RETVAL = """
+def vjp_bwd_retval(self, res, g):
+  x, y = res
+  return (jnp.cos(x) * y * g, jnp.sin(x) * g)
+"""
+
+
+def test_retval_fixes_are_the_method_verified_by_the_primitives_expand(hook, untimed):
+  raises(lambda: jax.grad(lambda x, y: loss(x, y, "transpose"), argnums=(0, 1))(X, Y))
+  gc.collect()                          # the application is gone with the failing call
+  (d,) = vv.diagnoses()
+  first = d.fixes[0]
+  assert first.verdict == "verified" and first.code.startswith("def vjp_bwd_retval(self, res, g):")
+  assert "(jnp.sin(x) * g).T" not in first.code.split('"one"')[0]
+  primal = [f for f in d.fixes if "differentiating" in f.title]
+  assert primal and primal[0].verdict == "verified" and "jax.vjp(self.expand, x, y)" in primal[0].code
+  assert vv.verify_fix(d, GOOD_RETVAL) == []
+  (wrong,) = vv.verify_fix(d, GOOD_RETVAL.replace("jnp.sin(x) * g)", "jnp.cos(x) * g)"))
+  assert (wrong.kind, wrong.argument, wrong.rule) == ("bwd_value", "y", "SinTimesY.vjp_bwd_retval")
+  (typed,) = vv.verify_fix(d, GOOD_RETVAL.replace("jnp.sin(x) * g)", "(jnp.sin(x) * g).T)"))
+  assert (typed.kind, typed.got) == ("bwd_type", "float32[4,3]")
+  before = SinTimesY.vjp_bwd_retval
+  applied = vv.apply_fix(d, first.code)
+  assert SinTimesY.vjp_bwd_retval is before and not applied.applied    # a .py file: a diff
+  assert applied.path == __file__
+  assert "+      return (jnp.cos(x) * y * g, (jnp.sin(x) * g))" in applied.diff
+
+
+def test_accumulator_rule_fixes_are_verified_on_value_accumulators(hook, untimed):
+  raises(lambda: jax.grad(lambda x, y: mul(x, y, True).sum(), argnums=(0, 1))(X, Y))
+  (d,) = vv.diagnoses()
+  assert d.fixes and d.fixes[0].verdict == "verified"
+  assert d.fixes[0].code.startswith("def vjp_bwd(self, res, g, x_acc, y_acc):")
+  good = "def vjp_bwd(self, res, g, x_acc, y_acc):\n  x, y = res\n  x_acc.accum(g * y)\n  y_acc.accum(x * g)\n"
+  assert vv.verify_fix(d, good) == []
+  (wrong,) = vv.verify_fix(d, good.replace("accum(x * g)", "accum(y * g)"))
+  assert (wrong.kind, wrong.argument) == ("bwd_value", "y")
+
+
+NOTEBOOK_PRIM = """
+from jax.experimental.hijax import HiPrim
+
+class Softplus(HiPrim):
+  def __init__(self, aval):
+    self.in_avals, self.out_aval, self.params = (aval,), aval, {}
+    super().__init__()
+
+  def expand(self, x):
+    return jnp.logaddexp(x, 0.)
+
+  def vjp_fwd(self, nzs_in, x):
+    return self(x), x
+
+  def vjp_bwd_retval(self, x, g):
+    return ((g * jax.nn.sigmoid(x))[:, :2],)
+
+def softplus_sum(x):
+  return Softplus(jax.typeof(x))(x).sum()
+"""
+
+
+def test_apply_rebinds_a_notebook_primitives_method(hook, untimed):
+  from test_fixes import cell
+  ns = cell(NOTEBOOK_PRIM)
+  raises(lambda: jax.grad(ns["softplus_sum"])(X))
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.rule) == ("bwd_type", "Softplus.vjp_bwd_retval")
+  assert d.fixes[0].verdict == "verified"
+  assert vv.apply_fix(d, d.fixes[0].code).applied
+  want = jax.grad(lambda x: jnp.logaddexp(x, 0.).sum())(X)
+  assert jnp.allclose(jax.grad(ns["softplus_sum"])(X), want)
+  assert "vjp_bwd_retval" in vars(ns["Softplus"])
+
+
+def test_a_diagnosis_keeps_no_primitive_that_holds_arrays(hook):
+  class Shifted(SinTimesY):
+    def __init__(self, x_aval, y_aval, table):
+      super().__init__(x_aval, y_aval, wrong="transpose")
+      self.table = table                 # 2 MiB the primitive holds
+  baseline = {id(a) for a in jax.live_arrays()}
+  for step in range(3):
+    table = jnp.full((512, 1024), float(step))
+    raises(lambda: jax.grad(
+        lambda x, y: Shifted(jax.typeof(x), jax.typeof(y), table)(x, y).sum(), argnums=(0, 1))(X, Y))
+  del table
+  gc.collect()
+  assert len(vv.diagnoses()) == 3 and not isinstance(vv.last().site.owner, Strong)
+  extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
+  assert extra == [], f"device buffers kept alive: {extra}"

@@ -22,8 +22,9 @@ import jax
 from jax._src import core
 from jax._src.interpreters import ad
 
-from . import custom_rules, jax_flags, names, records
+from . import custom_rules, hijax_rules, jax_flags, names, records
 from .patches import PatchSet
+from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 
 
@@ -119,7 +120,15 @@ def site_of(prim) -> RuleSite:
       in_names=tuple(names.argument_name(params, p[0].idx, jax.tree_util.keystr(p[1:]))
                      for p, _ in leaves),
       in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True,
-      method=(weakref.ref(cls), static["method"]))
+      method=(weakref.ref(cls), static["method"]), owner=_weakly(prim))
+
+
+def _weakly(prim):
+  """The application, held weakly (fixes are verified against it), if it can be."""
+  try:
+    return weakref.ref(prim)
+  except TypeError:   # a class with __slots__ and no __weakref__
+    return None
 
 
 _statics: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -132,8 +141,7 @@ def _static(cls) -> dict:
   cached = _statics.get(cls)
   if cached is not None and cached[0] == key:
     return cached[1]
-  from jax._src.hijax import HiPrim
-  method = "vjp_bwd" if cls.vjp_bwd is not HiPrim.vjp_bwd else "vjp_bwd_retval"
+  method = hijax_rules.rule_method(cls)
   rule_source = names.function_source(getattr(cls, method))
   own = [s for s in (names.function_source(getattr(cls, m, None))
                      for m in ("__init__", "expand", "vjp_fwd")) if s and not names.inside_jax(s)]
@@ -170,6 +178,8 @@ def _wrap_transpose(original):
     if entry is None:
       return call()
     _local.transposes.append(entry)
+    session = records.current_session()
+    seen = len(session.records) if session is not None else 0
     if entry.site is not None:
       records.state.rule_stack.append(entry.site)
     try:
@@ -177,9 +187,18 @@ def _wrap_transpose(original):
     finally:
       if entry.site is not None:
         records.state.rule_stack.pop()
+        if session is not None:
+          records.safely(_retain_since, session, seen, entry.site)
       _local.transposes.pop()
   transpose.__wrapped__ = original
   return transpose
+
+
+def _retain_since(session, start: int, site: RuleSite) -> None:
+  """The records this application's rule caused (here, or at JAX's accumulators) keep
+  the application alive if that is safe: it is usually gone once the backward pass is."""
+  session.records[start:] = [retained(r) if r.site is site else r
+                             for r in session.records[start:]]
 
 
 def _transpose_entry(prim, residuals_tree, nz_in_flat, args, params) -> Transpose:

@@ -18,7 +18,7 @@ import functools
 import types
 from typing import Any, Callable
 
-from . import frames
+from . import frames, hijax_rules
 
 Path = tuple[tuple[str, str], ...]
 """Steps from a wrapper to the user's function: ("cell", freevar), ("attr", name), and in
@@ -150,12 +150,25 @@ class UserRules:
   bwd: Callable
   paths: dict                     # role -> Path from the owner's function to the user's
 
+  primal_method = None            # a rule reaches the primal as the custom_vjp's ``.fun``
+
   def __getattr__(self, name):
     return getattr(self.owner, name)
 
   @property
   def seen_through(self) -> bool:
     return any(self.paths.values())
+
+  @property
+  def primal(self) -> Callable:
+    """The primal at the site's arguments: the custom_vjp's own function (a library's
+    takes the arguments the site records, the user's behind it may not)."""
+    return self.owner.fun
+
+  @staticmethod
+  def bound(role: str) -> int:
+    """Leading parameters the caller binds (a method's ``self``): none."""
+    return 0
 
   @property
   def nondiff_argnums(self) -> tuple:
@@ -199,8 +212,11 @@ class UserRules:
         rebind(getattr(self.owner, role), self.paths[role], new)
 
 
-def user_rules(owner) -> UserRules:
-  """The user's side of ``owner``: what fixes read, verify runs and apply rebinds."""
+def user_rules(owner) -> UserRules | hijax_rules.HijaxRules:
+  """The user's side of ``owner`` (a custom_vjp, or a hijax primitive's application):
+  what fixes read, verify runs and apply rebinds."""
+  if hijax_rules.is_primitive(owner):
+    return hijax_rules.HijaxRules(owner)
   found = {role: behind(getattr(owner, role)) for role in ("fun", "fwd", "bwd")}
   return UserRules(owner=owner, **{role: fn for role, (fn, _) in found.items()},
                    paths={role: path or () for role, (_, path) in found.items()})

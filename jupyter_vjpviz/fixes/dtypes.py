@@ -26,7 +26,7 @@ def primal_params(rule, fwd: source.RuleSource):
 def saved_dtype_fix(rule, nodes: list[ast.expr]) -> Fix | None:
   """fwd saves a zero of the primal's dtype; bwd casts each of ``nodes`` with it."""
   want = rule.d.expected_aval
-  fwd = source.of(rule.owner.fwd)
+  fwd = source.of_role(rule.owner, "fwd")
   ret = fwd.only_return() if fwd is not None and named_defs(rule, fwd) else None
   if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2):
     return None

@@ -53,8 +53,8 @@ def fallback(rule, whole: bool) -> Fix | None:
   d, owner = rule.d, rule.owner
   if not kinds.of(d.kind).has_reference or owner.symbolic_zeros or getattr(owner, "with_accums", False):
     return None
-  fwd = source.of(owner.fwd)
-  name = _owner_name(rule)
+  fwd = source.of_role(owner, "fwd")
+  name = _primal_name(rule)
   n_nondiff = len(owner.nondiff_argnums)
   if fwd is None or name is None or len(rule.src.params) != n_nondiff + 2:
     return None
@@ -114,7 +114,7 @@ def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool
       continue
     args.append(params.get(k, reach[k]))
     k += 1
-  primal = f"{name}.fun"
+  primal = name
   call = primal if whole and not nondiff else \
       f"lambda {', '.join(params[k] for k in targets)}: {primal}({', '.join(args)})"
   pullback = dtypes.unused("pullback", rule.src)
@@ -168,10 +168,15 @@ def _diff_params(rule, fwd: RuleSource) -> list[str]:
   return [p for i, p in enumerate(fwd.params) if i not in nondiff]
 
 
-def _owner_name(rule) -> str | None:
-  """A name the rule sees bound to the custom_vjp JAX runs (whose ``.fun`` is the primal)."""
+def _primal_name(rule) -> str | None:
+  """How the rule calls the primal: a method of what it is bound to (a hijax primitive's
+  ``self.expand``), else ``.fun`` of a name it sees bound to the custom_vjp JAX runs."""
+  method, bound = rule.owner.primal_method, rule.src.bound_params
+  if method and bound:
+    return f"{bound[0]}.{method}"
   cvjp = rule.d.site.owner()
-  return next((k for k, v in verify.namespace(rule.owner).items() if v is cvjp), None)
+  name = next((k for k, v in verify.namespace(rule.owner).items() if v is cvjp), None)
+  return f"{name}.fun" if name else None
 
 
 def _fresh(name: str, used: list[str]) -> str:

@@ -46,7 +46,7 @@ class Judge:
                  "on their own yet", deadline, runnable=False)
     site = rule.d.site
     try:
-      judge = oracle.Oracle.of(site, site.owner().fun)
+      judge = oracle.Oracle.of(site, rule.owner.primal)
     except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
       return cls(rule, None, f"no oracle: {site.function} could not be run at random inputs "
                  f"({type(e).__name__})", deadline)
@@ -74,7 +74,7 @@ class Judge:
     owner, site = self.rule.owner, self.rule.d.site
     try:
       fwd, bwd = verify.compile_candidate(owner, fix.code, self.rule.d.kind)
-      problems = verify.type_problems(site, fwd, bwd, owner.symbolic_zeros, site.owner().fun)
+      problems = verify.type_problems(site, fwd, bwd, owner.symbolic_zeros, owner.primal)
     except Exception as e:  # noqa: BLE001 - a candidate that raises is no fix
       return _unverifiable(fix, _mesh_only(site, e)) if _mesh_only(site, e) else None
     return None if problems else (fwd, bwd)

@@ -15,13 +15,22 @@ import textwrap
 
 @dataclasses.dataclass(frozen=True)
 class RuleSource:
-  """A ``def`` rule: its dedented text and the parsed ``FunctionDef``."""
+  """A ``def`` rule: its dedented text and the parsed ``FunctionDef``.
+
+  ``bound`` leading parameters are bound by the caller (a method's ``self``): ``params``
+  are the rest, so a method reads like a custom_vjp rule.
+  """
   text: str
   node: ast.FunctionDef
+  bound: int = 0
 
   @property
   def params(self) -> list[str]:
-    return [a.arg for a in self.node.args.args]
+    return [a.arg for a in self.node.args.args][self.bound:]
+
+  @property
+  def bound_params(self) -> list[str]:
+    return [a.arg for a in self.node.args.args][:self.bound]
 
   def segment(self, node: ast.AST) -> str:
     return ast.get_source_segment(self.text, node)
@@ -100,11 +109,20 @@ def bare(node: ast.FunctionDef) -> None:
   args.kw_defaults = [None] * len(args.kwonlyargs)
 
 
-def of(fn, name: str = "rule") -> RuleSource | None:
+def of_role(owner, role: str, name: str = "rule") -> RuleSource | None:
+  """The source of ``owner``'s ``role`` rule ("fwd" or "bwd"; ``owner`` is what
+  ``wrappers.user_rules`` gives, or a custom_vjp), with the parameters its caller binds
+  set apart."""
+  bound = getattr(owner, "bound", None)
+  return of(getattr(owner, role), name, bound(role) if bound else 0)
+
+
+def of(fn, name: str = "rule", bound: int = 0) -> RuleSource | None:
   """The source of a rule as a ``def`` (a lambda becomes one named ``name``), or None."""
   fn = inspect.unwrap(fn)
   if getattr(fn, "__name__", None) == "<lambda>":
-    return _from_lambda(fn.__code__, name)
+    src = _from_lambda(fn.__code__, name)
+    return dataclasses.replace(src, bound=bound) if src is not None else None
   try:
     text = textwrap.dedent(inspect.getsource(fn))
     tree = ast.parse(text)
@@ -112,7 +130,7 @@ def of(fn, name: str = "rule") -> RuleSource | None:
     return None
   node = tree.body[0] if tree.body else None
   if isinstance(node, ast.FunctionDef) and node.name == fn.__name__:
-    return RuleSource(text, node)
+    return RuleSource(text, node, bound)
   return None
 
 

@@ -68,7 +68,7 @@ class Rule:
     code = getattr(inspect.unwrap(rule), "__code__", None)
     if code is None or not wrappers.user_code(inspect.unwrap(rule)):   # never edit a library's code
       return None
-    src = source.of(rule, name)
+    src = source.of_role(owner, role, name)
     return cls(d, owner, src) if src is not None else None
 
   def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
@@ -254,7 +254,7 @@ def _reachable_primals(rule: Rule):
   if kinds.of(rule.d.kind).role == "fwd":
     yield from dtypes.primal_params(rule, rule.src)
     return
-  fwd = source.of(rule.owner.fwd)
+  fwd = source.of_role(rule.owner, "fwd")
   arrays = [aval for _, aval in dtypes.primal_params(rule, fwd)] if fwd else []
   for k, access in primal.saved_args(rule, fwd).items() if arrays else ():
     yield access, arrays[k]

@@ -77,7 +77,7 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
 def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verdict:
   """The oracle's verdict on ``cvjp``'s rules (built here unless given)."""
   try:
-    judge = judge or oracle.Oracle.of(site, site.owner().fun)
+    judge = judge or oracle.Oracle.of(site, wrappers.user_rules(site.owner()).primal)
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")

@@ -1,0 +1,130 @@
+"""A hijax primitive's rules, read like a custom_vjp's: what fixes read, verify runs and
+apply rebinds.
+
+The rules are methods of the primitive's class (``vjp_fwd``, and ``vjp_bwd_retval`` or
+``vjp_bwd`` pushing into accumulators), and the primal is the primitive's own
+``expand``. The fixes stage runs rules in custom_vjp's convention (``fwd(*args) ->
+(out, res)``, ``bwd(res, ct) -> cts``): ``placed`` runs them on the failing application
+(a copy of it, for edited methods) through JAX's own ``vjp_bwd_retval_logs``, which
+hands an accumulator rule value accumulators, so both kinds are judged alike. A fix is
+the corrected method; applying it rebinds it on the class.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+
+try:
+  from jax._src.hijax import HiPrim
+except ImportError:   # a JAX without hijax primitives
+  HiPrim = None
+
+
+def is_primitive(owner) -> bool:
+  return HiPrim is not None and isinstance(owner, HiPrim)
+
+
+def rule_method(cls) -> str:
+  """The method that is the user's bwd rule: ``vjp_bwd`` if they wrote one, else
+  ``vjp_bwd_retval`` (which JAX's default ``vjp_bwd`` calls)."""
+  return "vjp_bwd" if cls.vjp_bwd is not HiPrim.vjp_bwd else "vjp_bwd_retval"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HijaxRules:
+  """One application of a hijax primitive, as the fixes stage reads a custom_vjp."""
+  prim: Any                       # the HiPrim instance JAX applied
+
+  symbolic_zeros = False
+  nondiff_argnums = ()
+  with_accums = False             # ``placed`` runs an accumulator rule as JAX does, returning
+  optimize_remat = False          # its cotangents, so it is judged like any other
+  generic_batching = False
+  seen_through = False
+  primal_method = "expand"        # how a rule reaches the primal: ``self.expand``
+
+  @property
+  def cls(self) -> type:
+    return type(self.prim)
+
+  @property
+  def method(self) -> str:
+    return rule_method(self.cls)
+
+  @property
+  def fun(self) -> Callable:
+    return self.cls.expand
+
+  @property
+  def fwd(self) -> Callable:
+    return self.cls.vjp_fwd
+
+  @property
+  def bwd(self) -> Callable:
+    return getattr(self.cls, self.method)
+
+  @property
+  def primal(self) -> Callable:
+    """The primal at the application's arguments: the primitive's own ``expand``."""
+    return self.prim.expand
+
+  @staticmethod
+  def bound(role: str) -> int:
+    """Leading parameters the caller binds: ``self``, and fwd's ``nzs_in``."""
+    return 2 if role == "fwd" else 1
+
+  def placed(self, fwd: Callable, bwd: Callable) -> tuple[Callable, Callable]:
+    """``fwd``/``bwd`` methods as custom_vjp rules, run on a copy of the application."""
+    prim = self._edited(fwd, bwd)
+    nzs = jax.tree_util.tree_unflatten(prim.in_tree, [True] * prim.in_tree.num_leaves)
+
+    def run_fwd(*args):
+      out, res, *_ = prim.vjp_fwd(nzs, *args)
+      return out, res
+
+    def run_bwd(res, ct):
+      return prim.vjp_bwd_retval_logs(res, ct)[0]
+    return run_fwd, run_bwd
+
+  def with_rules(self, fwd: Callable, bwd: Callable) -> Edited:
+    run_fwd, run_bwd = self.placed(fwd, bwd)
+    return Edited(self._edited(fwd, bwd), run_fwd, run_bwd)
+
+  def _edited(self, fwd: Callable, bwd: Callable):
+    """The application itself, or a copy whose class (a subclass, same name) has the
+    edited methods: the user's class is untouched."""
+    changed = {name: new for name, new in (("vjp_fwd", fwd), (self.method, bwd))
+               if new is not getattr(self.cls, name)}
+    if not changed:
+      return self.prim
+    cls = self.cls
+    sub = type(cls)(cls.__name__, (cls,), dict(
+        changed, __module__=cls.__module__, __qualname__=cls.__qualname__))
+    clone = object.__new__(sub)
+    clone.__dict__.update(self.prim.__dict__)
+    return clone
+
+  def defvjp(self, fwd: Callable, bwd: Callable, **flags) -> None:
+    """Rebind the methods on the class: every later application runs them."""
+    del flags
+    for name, new in (("vjp_fwd", fwd), (self.method, bwd)):
+      if new is not getattr(self.cls, name):
+        setattr(self.cls, name, new)
+
+  defvjp_with_accums = defvjp
+
+
+@dataclasses.dataclass(frozen=True)
+class Edited:
+  """A primitive application with edited rules: callable like the primitive, with its
+  rules in custom_vjp's convention (``fwd``, ``bwd``) for the oracle."""
+  prim: Any
+  fwd: Callable
+  bwd: Callable
+  symbolic_zeros = False
+  nondiff_argnums = ()
+
+  def __call__(self, *args):
+    return self.prim(*args)
