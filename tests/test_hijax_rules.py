@@ -312,3 +312,11 @@ def test_a_diagnosis_keeps_no_primitive_that_holds_arrays(hook):
   assert len(vv.diagnoses()) == 3 and not isinstance(vv.last().site.owner, Strong)
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
+
+
+def test_graph_names_the_rule_method_the_user_wrote(hook):
+  raises(lambda: jax.grad(lambda x, y: loss(x, y, "transpose"), argnums=(0, 1))(X, Y))
+  raises(lambda: jax.grad(lambda x, y: mul(x, y, True).sum(), argnums=(0, 1))(X, Y))
+  retval, accum = vv.diagnoses()
+  assert retval.graph.node(retval.node).rule == "SinTimesY.vjp_bwd_retval"
+  assert accum.graph.node(accum.node).rule == "MulAcc.vjp_bwd"

@@ -28,7 +28,7 @@ from jax._src import core
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from ..capture import records
+from ..capture import hijax_rules, records
 from ..capture import names as capture_names
 from ..capture.records import Origin
 from .graph import Edge, Graph, Node
@@ -487,7 +487,7 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
   traced = getattr(prim, "traced", None)
   if traced is not None:  # hijax custom_vjp3
     return traced.fun_name, getattr(prim.bwd, "__name__", None)
-  return type(prim).__name__, f"{type(prim).__name__}.vjp_bwd"
+  return type(prim).__name__, f"{type(prim).__name__}.{hijax_rules.rule_method(type(prim))}"
 
 
 def sub_jaxprs(eqn) -> Iterator[core.Jaxpr]:
