@@ -22,8 +22,8 @@ def locate(graph: Graph, rec: Record) -> str | None:
     return _existing(graph, f"in{rec.flat_index}")
   if subject == kinds.OUTPUT:
     return _existing(graph, f"out{rec.flat_index or 0}")
-  if rec.function is not None:  # hijax primitives: by name
-    return next((n.id for n in graph.nodes if n.custom and n.function == rec.function), None)
+  if rec.function is not None:  # hijax primitives and custom_jvp rules: by name
+    return next((n.id for n in graph.nodes if n.rule and n.function == rec.function), None)
   return None
 
 

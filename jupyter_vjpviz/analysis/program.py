@@ -476,11 +476,14 @@ class _Builder:
 
 
 def custom_names(eqn) -> tuple[str | None, str | None]:
-  """(primal function, bwd rule) names of a custom-rule equation."""
+  """(primal function, rule) names of a custom-rule equation (a custom_jvp's rule is its jvp)."""
   params = eqn.params
   if eqn.primitive.name == "custom_vjp_call":
     return (capture_names.function_of(params.get("call_jaxpr"))[0],
             capture_names.function_of(params.get("bwd"))[0])
+  if eqn.primitive.name == "custom_jvp_call":
+    return (capture_names.function_of(params.get("call_jaxpr"))[0],
+            capture_names.function_of(params.get("jvp_jaxpr_fun"))[0])
   prim = params.get("_prim")
   if prim is None:
     return None, None

@@ -124,6 +124,11 @@ _ENTRIES = (
     Kind("vjp_cotangent_structure", lambda d: f"the cotangent passed to {d.function}'s VJP function "
          "has the wrong tree structure", role=None, subject=OUTPUT, wrong=STRUCTURE,
          channel=PASSED, call_fixers=("cotangent_tree",)),
+    Kind("nonfinite_cotangent", lambda d: f"the gradient goes non-finite at {d.function}"
+         f"{' (' + d.source + ')' if d.source else ''}: {d.detail}", role=None, wrong=VALUE,
+         silent=True),
+    Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
+         f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp"),
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in _ENTRIES}

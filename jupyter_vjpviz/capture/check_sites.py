@@ -15,7 +15,7 @@ from jax._src import api, core, pjit
 from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 
-from . import custom_rules, frames, hijax_prims, jax_flags, names, records
+from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, names, records
 from .patches import PatchSet
 from .records import ERROR, WARNING, Record, RuleSite, Session
 
@@ -25,6 +25,7 @@ def install(patches: PatchSet, sink: Callable | None = None) -> None:
   patches.apply(ad, "ct_check", _wrap_ct_check)
   patches.apply(cd.custom_vjp, "__call__", _wrap_custom_vjp_call)
   hijax_prims.install(patches)
+  jvp_rules.install(patches)
   if sink is not None:
     patches.apply(pjit, "_run_python_pjit", lambda o: _wrap_run_staged(o, sink))
 

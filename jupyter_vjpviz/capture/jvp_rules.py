@@ -1,0 +1,64 @@
+"""The check site of custom_jvp rules: the tangents a rule returns against its primal outputs.
+
+JAX checks them in ``_flatten_jvp`` and raises with a message naming neither the
+rule nor the output. The hook hands the user's rule to that check behind one more
+``linear_util`` transformation that looks at what the rule returned, records each
+tangent whose type is not its primal's tangent type, and returns it unchanged, so
+JAX raises exactly what it would have.
+"""
+from __future__ import annotations
+
+import jax
+from jax._src import core
+from jax._src import custom_derivatives as cd
+from jax._src import linear_util as lu
+
+from . import names, records
+from .patches import PatchSet
+from .records import ERROR, Record
+
+
+def install(patches: PatchSet) -> None:
+  patches.apply(cd, "_flatten_jvp", _wrap_flatten_jvp)
+
+
+def _wrap_flatten_jvp(original):
+  def flatten_jvp(jvp, primal_name, jvp_name, *rest):
+    if records.active():
+      jvp = records.safely(_watch, jvp, primal_name, jvp_name, default=jvp)
+    return original(jvp, primal_name, jvp_name, *rest)
+  flatten_jvp.__wrapped__ = original
+  return flatten_jvp
+
+
+def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str) -> lu.WrappedFun:
+  """``jvp`` with ``_watched`` around it (a transformation, as JAX composes its own)."""
+  return jvp.wrap(_watched, (primal_name, jvp_name, names.function_of(jvp)[1]), None)
+
+
+def _watched(rule, primal_name, jvp_name, rule_source, *args):
+  pair = rule(*args)
+  for rec in records.safely(mismatches, pair, primal_name, jvp_name, rule_source, default=[]):
+    records.record(rec)
+  return pair
+
+
+def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None) -> list[Record]:
+  """A record per tangent leaf whose type is not its primal output's tangent type."""
+  if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+    return []  # JAX's own message says what a jvp rule must return
+  primals = jax.tree_util.tree_flatten_with_path(pair[0])[0]
+  tangents = jax.tree_util.tree_leaves(pair[1])
+  if len(primals) != len(tangents):
+    return []  # a structure mismatch: JAX's message shows both trees
+  found = []
+  for i, ((path, p), t) in enumerate(zip(primals, tangents)):
+    want = core.typeof(p).strip_weak_type().to_tangent_aval()
+    got = (t.aval if isinstance(t, cd.SymbolicZero) else core.typeof(t)).strip_weak_type()
+    if not core.typematch(want, got):
+      found.append(Record(
+          kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=None,
+          path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
+          rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
+          detail=f"the jvp rule is at {rule_source}" if rule_source else None))
+  return found

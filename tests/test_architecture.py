@@ -1,0 +1,103 @@
+"""The design as README states it: one registry of kinds, imports that flow one way."""
+import ast
+import pathlib
+import traceback
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.base import kinds
+from jupyter_vjpviz.capture.records import Record
+
+PACKAGE = pathlib.Path(vv.__file__).parent
+
+
+# ------------------------------------------------------------ the kind registry
+
+def _recorded_kinds() -> set[str]:
+  """Every ``kind="..."`` literal the package writes (capture sites, fallbacks, value checks)."""
+  found = set()
+  for path in PACKAGE.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.keyword) and node.arg == "kind":
+        found |= {c.value for c in ast.walk(node.value)
+                  if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+  return found
+
+
+def test_every_kind_a_capture_site_records_has_its_entry():
+  recorded = _recorded_kinds() - {"eqn", "input", "output", "static"}   # graph node kinds
+  assert recorded and recorded <= set(kinds.KINDS), recorded - set(kinds.KINDS)
+
+
+def test_a_record_of_an_unregistered_kind_is_refused():
+  with pytest.raises(KeyError):
+    Record(kind="bwd_typo", severity="error", function="f", source=None, path=None,
+           expected=None, got=None)
+
+
+def test_every_entry_says_what_each_stage_needs():
+  for kind in kinds.KINDS.values():
+    assert kind.role in ("fwd", "bwd", "jvp", None), kind
+    assert kind.subject in (kinds.RULE, kinds.INPUT, kinds.OUTPUT), kind
+    assert kind.channel in (kinds.RETURNED, kinds.ACCUMULATED, kinds.PASSED), kind
+
+
+# -------------------------------------- a kind added as one entry: custom_jvp tangents
+
+@jax.custom_jvp
+def scaled_sin(x):
+  return jnp.sin(x) * 2.0
+
+
+@scaled_sin.defjvp
+def scaled_sin_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return scaled_sin(x), (2.0 * jnp.cos(x) * t).astype(jnp.float16)
+
+
+def _loss(x):
+  return scaled_sin(x * 3.0).sum()
+
+
+def _failure(thunk):
+  try:
+    thunk()
+  except Exception as e:  # noqa: BLE001
+    return e
+  raise AssertionError("JAX accepted it")
+
+
+def test_a_custom_jvp_tangent_of_the_wrong_type_is_diagnosed_and_jax_error_kept(hook):
+  grad = lambda: jax.grad(_loss)(jnp.ones(3))
+  hook.uninstall()
+  plain = _failure(grad)
+  hook.install()
+  hooked = _failure(grad)
+  assert type(hooked) is type(plain) and str(hooked) == str(plain)
+  frames = lambda e: [(f.name, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
+  assert frames(hooked) == frames(plain)
+  d = hook.last()
+  assert d is not None and d.kind == "jvp_tangent_type" and d.severity == "error"
+  assert (d.function, d.rule, d.expected, d.got) == ("scaled_sin", "scaled_sin_jvp",
+                                                    "float32[3]", "float16[3]")
+  assert d.headline.startswith("scaled_sin's jvp rule scaled_sin_jvp returned tangent float16[3]")
+  node = d.graph.node(d.node)
+  assert node is not None and node.primitive == "custom_jvp_call"
+  assert "jvp rule  scaled_sin_jvp" in d.to_text()
+
+
+def test_a_custom_jvp_whose_tangents_are_right_records_nothing(hook):
+  @jax.custom_jvp
+  def cube(x):
+    return x ** 3
+
+  @cube.defjvp
+  def cube_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return cube(x), 3 * x ** 2 * t
+
+  g = jax.grad(lambda x: cube(x).sum())(jnp.full(2, 2.0))
+  assert g.tolist() == [12.0, 12.0] and hook.diagnoses() == []
