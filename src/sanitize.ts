@@ -1,107 +1,42 @@
-/**
- * SVG from the kernel is untrusted: parse it as XML (never as HTML) and keep
- * only inert drawing. Removed: script, foreignObject and other embedding or
- * animating elements, every on* attribute, and links or style references to
- * javascript:/data:text/html/vbscript: URLs.
- */
+import DOMPurify from 'dompurify';
 
-const DROPPED_ELEMENTS = new Set([
-  'script',
-  'foreignobject',
-  'iframe',
-  'object',
-  'embed',
-  'use',
-  'image',
-  'animate',
-  'animatemotion',
-  'animatetransform',
-  'set',
-  'handler',
-  'listener',
-  'style',
-  'link',
-  'meta',
-  'base',
-  'html',
-  'body'
-]);
-
-const URL_ATTRIBUTES = new Set([
-  'href',
-  'xlink:href',
-  'src',
-  'action',
-  'formaction',
-  'from',
-  'to',
-  'values',
-  'by'
-]);
-
-const BAD_URL = /^\s*(javascript|vbscript|data\s*:\s*text\/html)/i;
-const BAD_STYLE = /(javascript|vbscript|expression\s*\(|url\s*\(\s*['"]?\s*(javascript|data:text\/html))/i;
-
-function normalised(value: string): string {
-  // Browsers ignore control characters and whitespace inside a URL scheme.
-  // eslint-disable-next-line no-control-regex
-  return value.replace(/[\u0000-\u0020\u007f-\u009f]+/g, '');
-}
+import policy from './svgPolicy.json';
 
 /**
- * Strip everything active from an element tree, in place.
+ * DOMPurify configured from the SVG policy the ipywidgets fallback reads too
+ * (jupyter_vjpviz/deliver/svg_policy.json): graphviz's drawing kept, anything
+ * that embeds, references, animates or runs dropped.
  */
-export function sanitizeTree(root: Element): void {
-  const walk = (el: Element) => {
-    for (const child of Array.from(el.children)) {
-      const name = child.localName.toLowerCase();
-      if (DROPPED_ELEMENTS.has(name)) {
-        child.remove();
-        continue;
-      }
-      walk(child);
-    }
-    for (const attr of Array.from(el.attributes)) {
-      const name = attr.name.toLowerCase();
-      const value = attr.value;
-      if (name.startsWith('on')) {
-        el.removeAttribute(attr.name);
-      } else if (
-        (URL_ATTRIBUTES.has(name) || name.endsWith(':href')) &&
-        BAD_URL.test(normalised(value))
-      ) {
-        el.removeAttribute(attr.name);
-      } else if (name === 'style' && BAD_STYLE.test(normalised(value))) {
-        el.removeAttribute(attr.name);
-      } else if (name === 'attributename') {
-        el.removeAttribute(attr.name);
-      }
-    }
-  };
-  walk(root);
-}
+const CONFIG = {
+  ALLOWED_TAGS: policy.elements,
+  ALLOWED_ATTR: policy.attributes,
+  // Only URL attributes are held to the scheme list; a title such as
+  // "softclip: x" is text, not a URL.
+  ADD_URI_SAFE_ATTR: policy.attributes.filter(
+    a => !policy.url_attributes.includes(a)
+  ),
+  ALLOWED_URI_REGEXP: new RegExp(
+    // DOMPurify's own shape: a listed scheme, or a relative URL.
+    `^(?:(?:${policy.url_schemes.join('|')}):|[^a-z]|[a-z+.\\-]+(?:[^a-z+.\\-:]|$))`,
+    'i'
+  ),
+  FORBID_CONTENTS: policy.drop_with_content,
+  ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
+  RETURN_DOM_FRAGMENT: true as const
+};
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
 
 /**
- * Parse untrusted SVG text into a sanitized `<svg>` element owned by `doc`,
- * or null when it is not SVG.
+ * Sanitize untrusted SVG text into an `<svg>` element of `document`, or null
+ * when what is left is not one SVG element.
  */
-export function sanitizeSvg(
-  text: string,
-  doc: Document = document
-): SVGSVGElement | null {
-  const parsed = new DOMParser().parseFromString(text, 'image/svg+xml');
-  const root = parsed.documentElement;
-  if (
-    !root ||
-    root.localName !== 'svg' ||
-    parsed.getElementsByTagName('parsererror').length > 0
-  ) {
+export function sanitizeSvg(text: string): SVGSVGElement | null {
+  const fragment = DOMPurify.sanitize(text, CONFIG);
+  const [root, ...rest] = Array.from(fragment.children);
+  if (!root || rest.length || root.namespaceURI !== SVG_NS || root.localName !== 'svg') {
     return null;
   }
-  if (DROPPED_ELEMENTS.has(root.localName.toLowerCase())) {
-    return null;
-  }
-  sanitizeTree(root);
-  // Root attributes are walked by sanitizeTree too; adopt only after cleaning.
-  return doc.importNode(root, true) as unknown as SVGSVGElement;
+  return root as SVGSVGElement;
 }

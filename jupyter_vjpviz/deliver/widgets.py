@@ -10,8 +10,12 @@ the text area is there to copy from otherwise). Nothing runs without a click.
 """
 from __future__ import annotations
 
+import functools
 import html
-import re
+import json
+from importlib import resources
+
+import nh3
 
 from ..capture.records import safely
 
@@ -32,13 +36,17 @@ def fallback(d):
 
 
 def sanitize_svg(svg: str) -> str:
-  """Strip what could run from SVG text (our renderer escapes names already)."""
-  svg = re.sub(r"(?is)<(script|foreignObject|iframe|object|embed|style)\b.*?</\1\s*>", "", svg)
-  svg = re.sub(r"(?is)<(script|foreignObject|iframe|object|embed|style)\b[^>]*/>", "", svg)
-  svg = re.sub(r"""(?is)\s on[a-z]+ \s* = \s* ("[^"]*"|'[^']*'|[^\s>]+)""", "", svg, flags=re.X)
-  svg = re.sub(r"""(?is)((?:xlink:)?href \s* = \s* ["']?) \s* (javascript|vbscript|data:text/html)[^"'\s>]*""",
-               r"\1#", svg, flags=re.X)
-  return svg
+  """SVG text with only what the shared policy keeps (svg_policy.json, which the
+  panel's DOMPurify reads too): drawing, never anything that embeds or runs."""
+  return nh3.clean(svg, **_policy())
+
+
+@functools.cache
+def _policy() -> dict:
+  p = json.loads(resources.files(__package__).joinpath("svg_policy.json").read_text())
+  return dict(tags=set(p["elements"]), attributes={"*": set(p["attributes"])},
+              clean_content_tags=set(p["drop_with_content"]), url_schemes=set(p["url_schemes"]),
+              link_rel=None, strip_comments=True)
 
 
 def diff_rows(d) -> list[tuple[str, str, str]]:

@@ -74,6 +74,23 @@ describe('sanitizeSvg', () => {
     expect(svg.querySelector('g[style]')).toBeNull();
   });
 
+  it('keeps titles and other text that is not a URL', () => {
+    const svg = sanitizeSvg(
+      wrap('<g><a xlink:title="softclip: bwd rule"><text font-family="Times,serif">x</text></a></g>')
+    )!;
+    expect(svg.querySelector('a')!.getAttribute('xlink:title')).toBe('softclip: bwd rule');
+    expect(svg.querySelector('text')!.getAttribute('font-family')).toBe('Times,serif');
+  });
+
+  it('drops data and style attributes and what the policy does not list', () => {
+    const svg = sanitizeSvg(
+      wrap('<g data-x="1" style="fill:red" filter="url(#f)"><marker id="m"/><text>t</text></g>')
+    )!;
+    const g = svg.querySelector('g')!;
+    expect(g.getAttributeNames()).toEqual([]);
+    expect(svg.querySelector('marker')).toBeNull();
+  });
+
   it('keeps kernel text inert: labels are text, not markup', () => {
     const svg = sanitizeSvg(
       wrap('<text>&lt;img src=x onerror=alert(1)&gt;</text>')
@@ -86,7 +103,7 @@ describe('sanitizeSvg', () => {
 
   it('rejects what is not SVG', () => {
     expect(sanitizeSvg('<img src=x onerror=alert(1)>')).toBeNull();
-    expect(sanitizeSvg('<html><body><svg/></body></html>')).toBeNull();
+    expect(sanitizeSvg('<svg xmlns="http://www.w3.org/2000/svg"/><svg/>')).toBeNull();
     expect(sanitizeSvg('not xml at all')).toBeNull();
     expect(sanitizeSvg('')).toBeNull();
   });
