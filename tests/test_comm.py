@@ -252,3 +252,78 @@ def test_verify_of_code_that_does_not_parse_is_a_plain_fail():
   VERIFY.validate(out)
   assert out["pass"] is False and out["diff"] == []
   assert out["summary"].startswith("the code does not parse:") and "(line 1)" in out["summary"]
+
+
+# ----------------------------------------------------------------------------- one schema
+
+def test_the_kernel_runs_exactly_the_schemas_ops():
+  assert comm.OPS == tuple(SCHEMA["definitions"]["RequestMessage"]["properties"]["op"]["enum"])
+
+
+BROKEN = [
+    ({"v": 2}, "unsupported vjpviz protocol version 2 (expected 1)"),
+    ({"v": True}, "unsupported vjpviz protocol version True (expected 1)"),
+    ({"type": "reply"}, "expected a message of type 'request', got 'reply'"),
+    ({"request_id": ""}, "a request needs a 'request_id' string of 1 to 256 characters"),
+    ({"op": "rm -rf"}, "unknown op 'rm -rf' (known: history, view"),
+    ({"args": []}, "a request needs an object 'args'"),
+    ({"args": {"diagnosis_id": "d1", "expanded": ["e0", 3]}}, "args.expanded[1] must be a string"),
+    ({"args": {"diagnosis_id": "d1", "expanded": ["e0"] * 1001}},
+     "args.expanded has 1001 items, over the limit of 1000"),
+    ({"args": {"diagnosis_id": "d" * 300}}, "args.diagnosis_id is 300 characters long, over the limit of 256"),
+    ({"args": {"expanded": "e0"}}, "args.expanded must be a list"),   # before the missing id
+    ({"args": {}}, "op 'view' needs args.diagnosis_id"),
+]
+
+
+@pytest.mark.parametrize("change, error", BROKEN)
+def test_a_schema_violation_is_named_in_plain_words(change, error):
+  message = {"v": 1, "type": "request", "request_id": "r", "op": "view",
+             "args": {"diagnosis_id": "d1"}} | change
+  assert not REQUEST.is_valid(message)
+  reply = comm.handle(message)
+  assert reply["ok"] is False and reply["error"].startswith(error), reply["error"]
+
+
+def test_a_missing_top_level_key_is_named_in_the_schemas_order():
+  assert comm.handle({"type": "request"})["error"].startswith("unsupported vjpviz protocol version None")
+  assert comm.handle({"v": 1, "type": "request", "request_id": "r", "op": "view"})["error"] == (
+      "a request needs an object 'args'")
+
+
+# ----------------------------------------------------------------------------- the rule's source
+
+def _branching_diagnosis():
+  """A bwd rule whose first return (the branch taken) is wrong and whose last one is right."""
+  import jax
+  import jax.numpy as jnp
+  import jupyter_vjpviz as vv
+
+  @jax.custom_vjp
+  def double(x):
+    return 2. * x
+
+  def double_bwd(r, g):
+    if g.ndim == 1:
+      return (2. * g[:2],)
+    return (2. * g,)
+  double.defvjp(lambda x: (double(x), None), double_bwd)
+  vv.install()
+  try:
+    with pytest.raises(ValueError):
+      jax.grad(lambda x: double(x).sum())(jnp.ones(3))
+    return vv.last(), double
+  finally:
+    vv.uninstall()
+
+
+def test_the_failing_return_is_the_one_that_ran_not_the_last():
+  d, _keep = _branching_diagnosis()
+  out = comm.payload(d)
+  DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": out})
+  lines = out["rule_source_text"].splitlines()
+  assert lines[0].strip() == "def double_bwd(r, g):"
+  assert lines[-1].strip() == "return (2. * g,)"
+  assert out["rule_source_end"] - out["rule_source_start"] == len(lines) - 1
+  assert lines[out["rule_source_bad_line"] - out["rule_source_start"]].strip() == (
+      "return (2. * g[:2],)")

@@ -23,8 +23,18 @@ from kernel_helpers import DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SE
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.deliver import comm
 
-MAX_BYTES = SCHEMA["definitions"]["RequestMessage"]["x-maxBytes"]
-TOKEN = SCHEMA["definitions"]["token"]["maxLength"]
+DEFS = SCHEMA["definitions"]
+MAX_BYTES = DEFS["RequestMessage"]["x-maxBytes"]
+TOKEN = DEFS["token"]["maxLength"]
+ARGS = DEFS["RequestArgs"]["properties"]
+LIMIT_OF = {"request_id": TOKEN, "diagnosis_id": TOKEN, "node": DEFS["nodeId"]["maxLength"],
+            "query": ARGS["query"]["maxLength"], "code": ARGS["code"]["maxLength"],
+            "expanded": DEFS["nodeIds"]["maxItems"], "collapsed": DEFS["nodeId"]["maxLength"]}
+"""Each limit as the schema states it (for collapsed: the length of one id)."""
+NEEDS = {"history": (), "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
+         "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query"),
+         "verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code")}
+"""The arguments each op needs (the schema's if/then rules), written out to test them."""
 FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.large_base_example])
@@ -73,12 +83,12 @@ json_values = st.recursive(
     | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
 # Lengths at and just past each limit, and past the byte limit; wide and escaped characters
 # make a string's JSON bytes differ from its length.
-LENGTHS = sorted({n for limit in comm.LIMITS.values() for n in (limit, limit + 1)}
+LENGTHS = sorted({n for limit in LIMIT_OF.values() for n in (limit, limit + 1)}
                  | {MAX_BYTES // 4, MAX_BYTES + 1})
 big_strings = st.builds(lambda c, n: c * n, st.sampled_from(["x", "é", "🙂", "\0", '"']),
                         st.sampled_from(LENGTHS))
 deep = st.integers(1, 5000).map(nested)
-NODES = comm.LIMITS["nodes"]
+NODES = LIMIT_OF["expanded"]
 id_lists = (st.lists(st.text(max_size=6), max_size=4)
             | st.builds(lambda n, s: [s] * n, st.sampled_from([NODES - 1, NODES, NODES + 1]),
                         st.text(max_size=3))
@@ -88,7 +98,7 @@ protocol_words = st.sampled_from([0, 1, 1.0, 2, -1, True, False, "1", "", "reque
 hostile = json_values | big_strings | deep | id_lists | protocol_words
 
 TOP = ("v", "type", "request_id", "op", "args")
-ARG_KEYS = tuple(comm.ARGS)
+ARG_KEYS = tuple(ARGS)
 valid_requests = st.fixed_dictionaries({
     "v": st.just(1), "type": st.just("request"), "request_id": st.text(min_size=1, max_size=12),
     "op": st.sampled_from(comm.OPS),
@@ -204,8 +214,6 @@ def _request(key: str, value) -> dict:
 SIZED = {"request_id": lambda n: "r" * n, "diagnosis_id": lambda n: "d" * n,
          "node": lambda n: "n" * n, "query": lambda n: "q" * n, "code": lambda n: "c" * n,
          "expanded": lambda n: ["e0"] * n, "collapsed": lambda n: ["x" * n]}
-LIMIT_OF = {"request_id": TOKEN, "collapsed": comm.LIMITS["node"],
-            **{k: comm.LIMITS[kind] for k, kind in comm.ARGS.items() if k != "collapsed"}}
 
 
 @pytest.mark.parametrize("key", SIZED)
@@ -257,9 +265,9 @@ TOP_BREAKS = [("v", 0), ("v", 2), ("v", "1"), ("v", True), ("v", None), ("type",
               ("op", ["view"]), ("args", []), ("args", "x")]
 ARG_BREAKS = [("diagnosis_id", 5), ("diagnosis_id", "d" * (TOKEN + 1)), ("node", None),
               ("query", ["q"]), ("code", ["def f(): pass"]),
-              ("code", "c" * (comm.LIMITS["code"] + 1)), ("expanded", "e0"),
+              ("code", "c" * (LIMIT_OF["code"] + 1)), ("expanded", "e0"),
               ("expanded", ["e0"] * (NODES + 1)), ("expanded", [nested(50)]),
-              ("collapsed", ["x" * (comm.LIMITS["node"] + 1)]), ("pad", "x" * (MAX_BYTES + 1))]
+              ("collapsed", ["x" * (LIMIT_OF["node"] + 1)]), ("pad", "x" * (MAX_BYTES + 1))]
 ABSENT = {"diagnosis_id": "d999999", "node": "e0", "query": "q", "code": "def f():\n  pass\n"}
 """Valid arguments about a diagnosis that does not exist."""
 
@@ -268,7 +276,7 @@ def hostile_burst() -> list:
   """A few hundred messages no panel sends, each of which must get an error reply."""
   def request(op: str, **args) -> dict:
     return {"v": 1, "type": "request", "request_id": "h", "op": op,
-            "args": {k: ABSENT[k] for k in comm.NEEDS.get(op, ())} | args}
+            "args": {k: ABSENT[k] for k in NEEDS[op]} | args}
   broken = [request("view") | {key: value} for key, value in TOP_BREAKS]
   broken += [request(op, **{key: value}) for op in comm.OPS for key, value in ARG_BREAKS]
   assert not any(valid(m) for m in broken)

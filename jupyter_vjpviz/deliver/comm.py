@@ -15,10 +15,10 @@ unanswered.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import linecache
-import re
 import reprlib
 import traceback
 from importlib import resources
@@ -27,31 +27,24 @@ from typing import Any, Callable
 from .. import lint, runtime
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
+from ..base import kinds
+from ..capture import wrappers
 from ..capture.records import safely
+from ..fixes import returns, suggest
 from ..fixes import verify as fix_verify
 from ..render import svg, views
 
 TARGET = "vjpviz"
-VERSION = 1
-
-
-def _limits() -> dict:
-  """The request limits, read from protocol.schema.json: one record for kernel and panel."""
-  schema = resources.files("jupyter_vjpviz") / "protocol.schema.json"
-  defs = json.loads(schema.read_text("utf-8"))["definitions"]
-  args = defs["RequestArgs"]["properties"]
-  return {"bytes": defs["RequestMessage"]["x-maxBytes"], "token": defs["token"]["maxLength"],
-          "node": defs["nodeId"]["maxLength"], "nodes": defs["nodeIds"]["maxItems"],
-          "query": args["query"]["maxLength"], "code": args["code"]["maxLength"]}
-
-
-LIMITS = _limits()
-ARGS = {"diagnosis_id": "token", "node": "node", "query": "query", "code": "code",
-        "expanded": "nodes", "collapsed": "nodes"}
-"""Each request argument the kernel reads, with the LIMITS entry bounding it."""
-NEEDS = {"verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
-         "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
-         "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query")}
+SCHEMA = json.loads((resources.files("jupyter_vjpviz") / "protocol.schema.json")
+                    .read_text("utf-8"))
+"""The protocol, written once: requests are validated against it, and the panel's
+types and validators are generated from it (scripts/protocol-codegen.js)."""
+_DEFS = SCHEMA["definitions"]
+VERSION = _DEFS["version"]["const"]
+LIMITS = {"bytes": _DEFS["RequestMessage"]["x-maxBytes"], "token": _DEFS["token"]["maxLength"]}
+"""What is checked besides the schema: a request's size as UTF-8 JSON (JSON Schema
+cannot express it), and the longest request_id a reply echoes."""
+_TOP = tuple(_DEFS["RequestMessage"]["required"])   # the order problems are reported in
 
 _state = {"registered": False, "listening": False, "push_comm": None}
 
@@ -141,36 +134,64 @@ def _reply_on(c, data) -> None:
 
 
 def payload(d) -> dict:
-  """The diagnosis as the panel gets it: to_dict() plus the rule's source text."""
+  """The diagnosis as the panel gets it: to_dict() plus the rule's definition in its file."""
   out = d.to_dict()
-  out.update(_rule_source(d.rule_source))
+  if d.id not in _rule_sources:
+    _rule_sources[d.id] = _rule_source(d)
+    while len(_rule_sources) > runtime.HISTORY_LIMIT:
+      del _rule_sources[next(iter(_rule_sources))]
+  out.update(_rule_sources[d.id])
   return out
 
 
-def _rule_source(location: str | None) -> dict:
-  empty = {"rule_source_text": None, "rule_source_start": None, "rule_source_bad_line": None}
-  if not location or ":" not in location:
-    return empty
-  filename, _, line = location.rpartition(":")
-  try:
-    start = int(line)
-  except ValueError:
-    return empty
-  lines = linecache.getlines(filename)
-  if not lines or start < 1 or start > len(lines):
-    return empty
-  # Decorators sit above the def; the location may point at either.
-  try:
+_rule_sources: dict[str, dict] = {}
+"""Diagnosis id -> its rule's source fields: finding the failing return may run the rule
+abstractly, once per diagnosis, not once per history request."""
+
+
+def _rule_source(d) -> dict:
+  """The rule's definition as its file has it (text, first and last line), and the return
+  statement that produced the failing cotangent: fixes/returns.py's answer, None if unknown."""
+  return safely(_live_rule_source, d) or _located_source(d.rule_source)
+
+
+def _live_rule_source(d) -> dict | None:
+  kind = kinds.of(d.kind)
+  owner = d.site.owner() if d.site is not None and d.site.owner is not None else None
+  rule = suggest.Rule.of(d, wrappers.user_rules(owner)) if owner is not None and kind.role else None
+  fn = inspect.unwrap(getattr(rule.owner, kind.role)) if rule else None
+  if fn is None or fn.__name__ == "<lambda>":   # a lambda's def is made up: no lines of its own
+    return None
+  lines, start = inspect.getsourcelines(fn)
+  rets = rule.src.returns()
+  hits = None
+  if kind.channel == kinds.RETURNED and rets:
+    hits = [0] if len(rets) == 1 else returns.failing_returns(rule) if kind.role == "bwd" else None
+  return _source_fields(lines, start, start + rets[hits[0]].lineno - 1 if hits else None)
+
+
+def _located_source(location: str | None) -> dict:
+  """The block at ``file:line`` (a rule no longer live, or a lambda's statement)."""
+  filename, _, line = (location or "").rpartition(":")
+  lines = linecache.getlines(filename) if line.isdigit() else []
+  start = int(line) if lines else 0
+  if not 1 <= start <= len(lines):
+    return _source_fields([], None, None)
+  try:   # decorators sit above the def; the location may point at either
     block = inspect.getblock(lines[start - 1:])
-  except Exception:
+  except Exception:  # noqa: BLE001 - text that does not tokenize: its one line
     block = lines[start - 1:start]
-  block = block[:400]
-  text = "".join(block)
-  bad = None
-  for i, src in enumerate(block):
-    if re.match(r"\s*return\b", src):
-      bad = start + i
-  return {"rule_source_text": text, "rule_source_start": start, "rule_source_bad_line": bad}
+  return _source_fields(block, start, None)
+
+
+def _source_fields(lines: list[str], start: int | None, bad: int | None) -> dict:
+  lines = lines[:_MAX_LINES]
+  return {"rule_source_text": "".join(lines) if lines else None, "rule_source_start": start,
+          "rule_source_end": start + len(lines) - 1 if lines else None,
+          "rule_source_bad_line": bad if bad is not None and bad < start + len(lines) else None}
+
+
+_MAX_LINES = 400
 
 
 # --------------------------------------------------------------------------- requests
@@ -226,23 +247,24 @@ def _malformed(data: Any) -> str | None:
     return f"a vjpviz request must be a JSON object, got {type(data).__name__}"
   size = _json_bytes(data)
   if size is None:
-    return "a vjpviz request must be plain JSON (nested too deeply, or not JSON at all)"
+    return _NOT_JSON
   if size > LIMITS["bytes"]:
     return f"the request is {size} bytes of JSON, over the limit of {LIMITS['bytes']}"
-  v = data.get("v")
-  if v != VERSION or isinstance(v, bool):
-    return f"unsupported vjpviz protocol version {_short(v)} (expected {VERSION})"
-  if data.get("type") != "request":
-    return (f"expected a message of type 'request', got {_short(data.get('type'))}: "
-            "the kernel only answers requests")
-  request_id = data.get("request_id")
-  if not isinstance(request_id, str) or not 0 < len(request_id) <= LIMITS["token"]:
-    return f"a request needs a 'request_id' string of 1 to {LIMITS['token']} characters"
-  if data.get("op") not in OPS:
-    return f"unknown op {_short(data.get('op'))} (known: {', '.join(OPS)})"
-  if not isinstance(data.get("args"), dict):
-    return "a request needs an object 'args'"
-  return _bad_args(data["op"], data["args"])
+  try:
+    errors = list(_request_validator().iter_errors(data))
+  except RecursionError:
+    return _NOT_JSON
+  return _explain(min(errors, key=_reported_first), data) if errors else None
+
+
+_NOT_JSON = "a vjpviz request must be plain JSON (nested too deeply, or not JSON at all)"
+
+
+@functools.cache
+def _request_validator():
+  """The schema's RequestMessage as a validator (jsonschema is imported on the first request)."""
+  import jsonschema
+  return jsonschema.Draft7Validator({**_DEFS["RequestMessage"], "definitions": _DEFS})
 
 
 def _json_bytes(data: Any) -> int | None:
@@ -254,31 +276,49 @@ def _json_bytes(data: Any) -> int | None:
   return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _bad_args(op: str, args: dict) -> str | None:
-  """The first argument of the wrong type or over its limit, else the first one missing."""
-  for key, kind in ARGS.items():
-    problem = _bad_arg(f"args.{key}", kind, args[key]) if key in args else None
-    if problem:
-      return problem
-  missing = [key for key in NEEDS.get(op, ()) if key not in args]
-  return f"op {op!r} needs args.{missing[0]}" if missing else None
+def _reported_first(error) -> tuple:
+  """Problems in the order a reader fixes them: top-level keys in the schema's order, and
+  within args a wrong or oversized argument before a missing one."""
+  path = list(error.absolute_path) or _missing(error)[:1]
+  top = _TOP.index(path[0]) if path and path[0] in _TOP else len(_TOP)
+  return top, error.validator == "required", [str(p) for p in path]
 
 
-def _bad_arg(name: str, kind: str, value: Any) -> str | None:
-  """Why ``value`` can't be argument ``name``, bounded by ``LIMITS[kind]``; None if it can."""
-  limit = LIMITS[kind]
-  if kind == "nodes":
-    if not isinstance(value, list):
-      return f"{name} must be a list of node ids"
-    if len(value) > limit:
-      return f"{name} has {len(value)} node ids, over the limit of {limit}"
-    return next(filter(None, (_bad_arg(f"{name}[{i}]", "node", x) for i, x in enumerate(value))),
-                None)
-  if not isinstance(value, str):
-    return f"{name} must be a string"
-  if len(value) > limit:
+def _missing(error) -> list[str]:
+  return [k for k in error.validator_value if k not in error.instance] \
+      if error.validator == "required" else []
+
+
+def _explain(error, data: dict) -> str:
+  """One schema violation in words, quoting the input only briefly."""
+  path = list(error.absolute_path) or _missing(error)[:1]
+  top = path[0] if path else None
+  if top == "v":
+    return f"unsupported vjpviz protocol version {_short(data.get('v'))} (expected {VERSION})"
+  if top == "type":
+    return (f"expected a message of type 'request', got {_short(data.get('type'))}: "
+            "the kernel only answers requests")
+  if top == "request_id":
+    return f"a request needs a 'request_id' string of 1 to {LIMITS['token']} characters"
+  if top == "op":
+    return f"unknown op {_short(data.get('op'))} (known: {', '.join(OPS)})"
+  if top == "args" and (not error.absolute_path or error.validator == "type" and path == ["args"]):
+    return "a request needs an object 'args'"
+  if error.validator == "required":
+    return f"op {data['op']!r} needs args.{_missing(error)[0]}"
+  name = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)[1:]
+  value, limit = error.instance, error.validator_value
+  if error.validator == "type":
+    return f"{name} must be {_TYPE_WORDS.get(limit, limit)}"
+  if error.validator == "maxLength":
     return f"{name} is {len(value)} characters long, over the limit of {limit}"
-  return None
+  if error.validator == "maxItems":
+    return f"{name} has {len(value)} items, over the limit of {limit}"
+  return f"{name} breaks the protocol's {error.validator!r} rule"
+
+
+_TYPE_WORDS = {"string": "a string", "array": "a list", "object": "an object",
+               "integer": "an integer", "boolean": "true or false"}
 
 
 def _diagnosis(args: dict):
