@@ -10,6 +10,7 @@ import contextlib
 import gc
 import threading
 
+from . import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
 from .analysis.diagnose import diagnose
 from .analysis.diagnosis import Diagnosis
 from .capture import check_sites, hook, records

@@ -1,4 +1,5 @@
 """The magics in a real kernel (nbclient), as a user would type them."""
+import html
 import json
 import os
 import pathlib
@@ -49,6 +50,7 @@ def lin(x): return x
 lin.defvjp(lambda x: (lin(x), None), lambda r, g: (g[:2],))
 jax.grad(lambda x: lin(x).sum())(x)
 """,
+    "repr": "import jupyter_vjpviz as vv\nvv.last()",
     "status": "%vjpviz",
     "list": "%vjpviz list",
     "last": "%vjpviz last",
@@ -89,6 +91,14 @@ def text(outputs) -> str:
 def diagnoses(outputs) -> list:
   return [o.data[MIME] for o in outputs
           if o.output_type == "display_data" and MIME in o.data]
+
+
+def test_a_diagnosis_typed_in_a_cell_displays_itself(run):
+  outputs, _ = run
+  (result,) = [o for o in outputs["repr"] if o.output_type == "execute_result"]
+  assert result.data[MIME]["kind"] == "bwd_type" and result.data[MIME]["function"] == "lin"
+  assert html.escape(result.data[MIME]["headline"]) in result.data["text/html"]
+  assert result.data["text/plain"].startswith("vjpviz error: lin's bwd rule")
 
 
 def test_cell_magic_catches_a_silent_bfloat16_gradient(run):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 from ..base import kinds
 from .graph import Graph
@@ -83,19 +83,27 @@ class Diagnosis:
     d["leaf_errors"] = [l.to_dict() for l in self.leaf_errors]
     return d
 
-  # Renderings (the render stage does the work; these are the public spellings).
+  # Renderings: the public spellings of the render stage's renderers, which that stage
+  # (above this one) registers in RENDERINGS when it is imported.
   def to_text(self) -> str:
-    from ..render import text
-    return text.render(self)
+    return _rendering("text")(self)
 
   def to_dot(self, **view) -> str:
-    from ..render import dot
-    return dot.render(self, **view)
+    return _rendering("dot")(self, **view)
 
   def to_svg(self, **view) -> str:
-    from ..render import svg
-    return svg.render(self, **view)
+    return _rendering("svg")(self, **view)
 
   def to_html(self) -> str:
-    from ..render import html
-    return html.render(self)
+    return _rendering("html")(self)
+
+
+RENDERINGS: dict[str, Callable[..., str]] = {}
+"""format -> renderer(diagnosis, **view); filled by ``jupyter_vjpviz.render``."""
+
+
+def _rendering(fmt: str) -> Callable[..., str]:
+  try:
+    return RENDERINGS[fmt]
+  except KeyError:
+    raise RuntimeError(f"no {fmt} renderer: import jupyter_vjpviz.render first") from None

@@ -14,6 +14,7 @@ from ..analysis.diagnosis import Diagnosis
 from ..capture.records import safely
 from ..render import layout
 from . import comm, magics, widgets
+from .display import mimebundle
 
 SHOWN_PER_CELL = 20
 """Diagnoses shown (and pushed to the panel) per cell: a loop that fails every step
@@ -31,6 +32,7 @@ def load(ip) -> None:
   safely(layout.warm)
   safely(magics.register, ip)
   safely(comm.register)
+  safely(_display_diagnoses, ip, True)
 
 
 def unload(ip) -> None:
@@ -41,7 +43,17 @@ def unload(ip) -> None:
     pass
   safely(comm.unregister)
   safely(magics.unregister, ip)
+  safely(_display_diagnoses, ip, False)
   runtime.uninstall()
+
+
+def _display_diagnoses(ip, on: bool) -> None:
+  """A Diagnosis typed in a cell (``vjpviz.last()``) shows as after a failing cell."""
+  formatter = ip.display_formatter.mimebundle_formatter
+  if on:
+    formatter.for_type(Diagnosis, mimebundle)
+  else:
+    formatter.pop(Diagnosis, None)
 
 
 def _queue(found: list[Diagnosis], exc) -> None:
