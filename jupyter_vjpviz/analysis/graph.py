@@ -26,6 +26,8 @@ class Node(NamedTuple):
   out_avals: tuple[str, ...] = ()
   n_eqns: int = 0                  # equations inside its sub-jaxprs, recursively
   custom: bool = False
+  frames: str = ""                 # the user's calls that made it: "layer 30 of 48/attention"
+  scope: str = ""                  # what views group by: named scopes and calls (user_scopes)
 
   def to_dict(self) -> dict:
     d = self._asdict()
@@ -59,9 +61,14 @@ class Graph:
   upstream: tuple[tuple[str, tuple[str, ...]], ...] = ()
   """(failing node, the ids of the program inputs nearest upstream of it), for the
   located nodes only: which instance of a repeated block it is (``locate.instance``)."""
+  sites: tuple[tuple[str, str], ...] = ()
+  """(frame scope, ``file:line`` of its call): where each user call in ``Node.frames`` was made."""
 
   def node(self, node_id: str) -> Node | None:
     return next((n for n in self.nodes if n.id == node_id), None)
+
+  def site_of(self, scope: str) -> str | None:
+    return next((where for path, where in self.sites if path == scope), None)
 
   def upstream_of(self, node_id: str | None) -> tuple[str, ...]:
     return next((ids for nid, ids in self.upstream if nid == node_id), ())
@@ -69,4 +76,5 @@ class Graph:
   def to_dict(self) -> dict:
     return {"nodes": [n.to_dict() for n in self.nodes],
             "edges": [e.to_dict() for e in self.edges], "note": self.note,
-            "upstream": {nid: list(ids) for nid, ids in self.upstream}}
+            "upstream": {nid: list(ids) for nid, ids in self.upstream},
+            "sites": dict(self.sites)}

@@ -28,9 +28,10 @@ from jax._src import core
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from ..capture import hijax_rules, records
+from ..capture import custom_rules, hijax_rules, records
 from ..capture import names as capture_names
 from ..capture.records import Origin
+from . import user_scopes
 from .graph import Edge, Graph, Node
 
 CUSTOM_PRIMITIVES = ("custom_vjp_call", "call_hi_primitive")
@@ -197,7 +198,8 @@ def _graph(jaxpr: core.Jaxpr, inputs: list[Node], select: _Select, clock: _Clock
       builder.nodes.append(Node(id=_out_id(i), kind="output", label=f"out[{i}]",
                                 in_avals=(_short(v.aval),)))
       builder.add_edge(v, _out_id(i), 0)
-  return Graph(nodes=tuple(builder.nodes), edges=tuple(builder.edges))
+  nodes, sites = builder.framed()
+  return Graph(nodes=nodes, edges=tuple(builder.edges), sites=sites)
 
 
 def _count(jaxpr: core.Jaxpr, counts: dict, clock: _Clock) -> int:
@@ -407,6 +409,19 @@ class _Builder:
     self._counter = itertools.count()
     self._avals: dict[Any, tuple[str, str]] = {}
     self._scopes: dict[Any, str] = {}
+    self._chains: dict[str | None, list[tuple[int, tuple]]] = collections.defaultdict(list)
+
+  def framed(self) -> tuple[tuple[Node, ...], tuple[tuple[str, str], ...]]:
+    """The nodes, each equation with its scope from the user's frames (per jaxpr level)."""
+    nodes, sites = list(self.nodes), {}
+    for chains in self._chains.values():
+      found = user_scopes.scopes([c for _, c in chains])
+      names = [nodes[k].name_stack for k, _ in chains]
+      for (k, _), path, scope in zip(chains, found.paths,
+                                     user_scopes.combined(names, found.paths)):
+        nodes[k] = nodes[k]._replace(frames=path, scope=scope)
+      sites.update(found.sites)
+    return tuple(nodes), tuple(sites.items())
 
   def add_edge(self, var, dst: str, position: int) -> None:
     src = None if isinstance(var, core.Literal) else self.env.get(var)
@@ -439,6 +454,7 @@ class _Builder:
         for k, v in enumerate(eqn.invars):
           self.add_edge(v, nid, k)
         inner = sum(_count(sub, self.counts, self.clock) for sub in subs)
+        self._chains[parent].append((len(self.nodes), user_scopes.chain(eqn.source_info.traceback)))
         self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
       for b, sub in enumerate(subs if descend else ()):
         if kept:
@@ -528,8 +544,7 @@ def _short(aval) -> str:
 
 def _ct_short(aval) -> str:
   try:
-    inner = aval.inner_aval if isinstance(aval, AbstractRef) else aval
-    return inner.to_ct_aval().str_short()
+    return custom_rules.ct_aval(aval).str_short()
   except Exception:
     return "?"
 

@@ -53,7 +53,7 @@ def source(view: View, *, labels: bool = True, legend: bool = True, fast: bool =
   for e in view.edges:
     g.edge(names[e.src], names[e.dst], **_edge_attrs(e, labels))
   if legend:
-    _legend(g)
+    _legend(g, view, labels)
   caption = " · ".join(t for t in (view.note, note) if t)
   if caption:
     g.attr(label=_text(caption))
@@ -61,10 +61,30 @@ def source(view: View, *, labels: bool = True, legend: bool = True, fast: bool =
 
 
 def _add_level(g, view: View, parent: str | None, names: dict, opened: set) -> None:
-  """Boxes of one nesting level; an opened equation becomes a DOT cluster around its body."""
+  """Boxes of one nesting level; an opened equation becomes a DOT cluster around its body,
+  the failing instance one labelled with its index and call site."""
+  instance = view.instance
+  if instance is not None and view.node(view.failing).parent == parent:
+    with g.subgraph(name="cluster_instance") as sub:
+      sub.attr(label=_text(instance.label + (f" · called at {_short_site(instance.site)}"
+                                             if instance.site else "")),
+               style="dashed,bold", color=FAIL, fontcolor=FAIL, id="vjpviz-instance", labelloc="t")
+      _add_boxes(sub, view, parent, names, opened, instance.boxes.__contains__)
+    _add_boxes(g, view, parent, names, opened, lambda box: box not in instance.boxes)
+  else:
+    _add_boxes(g, view, parent, names, opened, lambda box: True)
+
+
+def _short_site(site: str) -> str:
+  """``model.py:57``: the file's name is enough beside the graph (the tooltip has the path)."""
+  path, _, line = site.rpartition(":")
+  return f"{path.rsplit('/', 1)[-1]}:{line}"
+
+
+def _add_boxes(g, view: View, parent: str | None, names: dict, opened: set, wanted) -> None:
   for nid in view.nodes:
     node = view.node(nid)
-    if node.parent != parent:
+    if node.parent != parent or not wanted(nid):
       continue
     if nid in opened:
       with g.subgraph(name=f"cluster_{names[nid]}") as sub:
@@ -75,7 +95,7 @@ def _add_level(g, view: View, parent: str | None, names: dict, opened: set) -> N
     else:
       g.node(names[nid], **_node_attrs(node, view.failing, opened))
   for c in view.clusters:
-    if c.parent == parent:
+    if c.parent == parent and wanted(c.id):
       g.node(names[c.id], **_cluster_attrs(c))
 
 
@@ -152,19 +172,40 @@ def _edge_attrs(e: ViewEdge, labels: bool) -> dict:
   return attrs
 
 
-def _legend(g) -> None:
+_LEGEND_BOXES = (   # (legend node, label, attributes), drawn only when the view has one
+    ("failed", "✖ failing node", dict(color=FAIL, fontcolor=FAIL, fillcolor="#FBE3D6",
+                                      penwidth="3", peripheries="2", style="rounded,filled,bold",
+                                      **{"class": "vjpviz-legend-failed"})),
+    ("scope", "▸ collapsed scope (expandable)", dict(shape="folder", style="filled",
+                                                     fillcolor=FOLDED)),
+    ("group", "▸ identical blocks ×N", dict(shape="box3d", style="filled", fillcolor=FOLDED)),
+    ("run", "▸ folded run of nodes", dict(shape="component", style="filled", fillcolor=FOLDED)),
+    ("custom", "custom rule", dict(fillcolor=CUSTOM)),
+)
+
+
+def _legend(g, view: View, labels: bool) -> None:
+  """What this view draws, and nothing else: a legend is for reading this graph."""
+  drawn = {c.kind for c in view.clusters}
+  drawn.update("failed" if n == view.failing else "custom"
+               for n in view.nodes if view.node(n).custom or n == view.failing)
+  boxes = [(key, label, attrs) for key, label, attrs in _LEGEND_BOXES if key in drawn]
+  edges = [(text, attrs) for text, attrs, present in (
+      ("✖ mismatched cotangent", dict(color=FAIL, fontcolor=FAIL, penwidth="2.5",
+                                      style="bold,dashed", **{"class": "vjpviz-legend-mismatch"}),
+       any(e.mismatch for e in view.edges)),
+      ("P primal / CT cotangent aval", {}, labels and bool(view.edges)))
+      if present]
+  if not boxes and not edges:
+    return
   with g.subgraph(name="cluster_legend") as lg:
     lg.attr(label="legend", fontsize="9", color="#BBBBBB", id="vjpviz-legend", rank="sink")
-    lg.node("legend_failed", label="✖ failing node", color=FAIL, fontcolor=FAIL,
-            fillcolor="#FBE3D6", penwidth="3", peripheries="2", style="rounded,filled,bold")
-    lg.node("legend_folded", label="▸ collapsed scope (expandable)", shape="folder",
-            style="filled", fillcolor=FOLDED)
-    lg.node("legend_group", label="▸ identical layers ×N", shape="box3d", style="filled",
-            fillcolor=FOLDED)
-    lg.node("legend_custom", label="custom rule", fillcolor=CUSTOM)
-    lg.edge("legend_failed", "legend_custom", label="✖ mismatched cotangent", color=FAIL,
-            fontcolor=FAIL, penwidth="2.5", style="bold,dashed")
-    lg.edge("legend_folded", "legend_group", label="P primal / CT cotangent aval")
+    for key, label, attrs in boxes:
+      lg.node(f"legend_{key}", label=label, **attrs)
+    for k, (text, attrs) in enumerate(edges):
+      lg.node(f"legend_e{k}a", label="", shape="point", width="0.05")
+      lg.node(f"legend_e{k}b", label="", shape="point", width="0.05")
+      lg.edge(f"legend_e{k}a", f"legend_e{k}b", label=text, **attrs)
 
 
 def _text(*lines: str, passes: int = 1) -> graphviz.nohtml:

@@ -1,7 +1,10 @@
 """A Diagnosis as HTML: a standalone file (``render``) and an output-cell fragment.
 
 The file must open anywhere, offline and forever, so everything is inline (SVG,
-CSS) and nothing is fetched or scripted. Every string that came from the user's
+CSS) and nothing is fetched or scripted. The graph opens scrolled to the failing
+node without a script: a snap point sits on it, and the snapping that scrolls
+there on load is animated away (a discrete property flips half-way) so the user
+scrolls freely after. Every string that came from the user's
 program (function, scope, argument names, JAX's message quoting them) is
 escaped here; the SVG's own text was escaped by graphviz.
 """
@@ -23,7 +26,10 @@ STYLE = """
 .vjpviz .got { color: #D55E00; font-weight: bold; }
 .vjpviz code, .vjpviz pre { font: 12px Menlo, Consolas, monospace; }
 .vjpviz pre { white-space: pre-wrap; background: #f6f6f6; padding: 6px; margin: 4px 0; }
-.vjpviz .graph { overflow: auto; max-height: 720px; border: 1px solid #ddd; margin-top: 8px; }
+.vjpviz .graph { overflow: auto; max-height: 720px; border: 1px solid #ddd; margin-top: 8px;
+  position: relative; scroll-snap-type: both mandatory; animation: vjpviz-unsnap 1s forwards; }
+.vjpviz .focus { position: absolute; width: 1px; height: 1px; scroll-snap-align: center; }
+@keyframes vjpviz-unsnap { to { scroll-snap-type: none; } }
 .vjpviz .vjpviz-node-failed path, .vjpviz .vjpviz-node-failed polygon { stroke-width: 4; }
 """
 
@@ -55,4 +61,11 @@ def fragment(d) -> str:
   return (f'<div class="vjpviz" id="vjpviz-{html.escape(d.id)}"><style>{STYLE}</style>'
           f'<h2><span class="badge {html.escape(d.severity)}">{html.escape(d.severity)}</span>'
           f"{html.escape(d.headline)}</h2><table>{rows}</table>{message}{fixes}"
-          f'<div class="graph">{svg.render(d)}</div></div>')
+          f'<div class="graph">{_focused(svg.render(d), d.node)}</div></div>')
+
+
+def _focused(image: str, node: str | None) -> str:
+  """The graph, with a snap point on the failing node so it opens centred there."""
+  at = svg.focus(image, node)
+  return image if at is None else (
+      f'<span class="focus" style="left:{at[0]:.0f}px;top:{at[1]:.0f}px"></span>{image}')

@@ -46,6 +46,21 @@ def of_view(view: View, timeout: float = TIMEOUT, legend: bool = True) -> str:
                    "the text report has the failing node and its edges")
 
 
+PX_PER_PT = 4 / 3   # how browsers draw the pt units graphviz sizes its SVG in
+
+
+def focus(svg: str, node_id: str | None) -> tuple[float, float] | None:
+  """Where box ``node_id``'s label sits in ``svg``, in CSS pixels from its top-left corner
+  (graphviz's own coordinates, moved by the graph's translate), or None if it is not drawn."""
+  shift = re.search(r'class="graph" transform="[^"]*translate\(([-\d.]+) ([-\d.]+)\)', svg)
+  box = svg.find(f'id="{html.escape(node_id)}"') if node_id else -1
+  label = re.compile(r'<text[^>]* x="([-\d.]+)" y="([-\d.]+)"').search(svg, box) if box >= 0 else None
+  if shift is None or label is None:
+    return None
+  x, y = (float(label[k]) + float(shift[k]) for k in (1, 2))
+  return x * PX_PER_PT, y * PX_PER_PT
+
+
 def message(text: str) -> str:
   """A small SVG that says ``text`` (escaped), where a graph would be."""
   return ('<svg xmlns="http://www.w3.org/2000/svg" class="vjpviz-graph-message" width="640" '

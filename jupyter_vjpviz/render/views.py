@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import re
 from collections import defaultdict
 from typing import Iterable, Mapping
 
@@ -20,7 +22,6 @@ from ..analysis.graph import Edge, Graph, Node
 
 BUDGET = 60        # laid-out nodes in a default view: dot lays this out in tens of ms
 MAX_NODES = 300    # hard ceiling even for what the user expanded explicitly
-ZONE = 40          # the failing scope is shown whole if it is at most this big
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,14 @@ class ViewEdge:
 
 
 @dataclasses.dataclass(frozen=True)
+class Instance:
+  """The failing instance of a repeated block, drawn open around the failing node."""
+  label: str                       # "layer 30 of 48", "Block.__call__ 6 of 12", "layer30/mlp"
+  site: str | None                 # file:line of its call, for the user's own calls
+  boxes: frozenset                 # the drawn boxes inside it
+
+
+@dataclasses.dataclass(frozen=True)
 class View:
   failing: str | None
   nodes: tuple[str, ...]            # visible graph node ids, program order
@@ -65,6 +74,7 @@ class View:
   collapsed: frozenset = frozenset()
   budget: int = BUDGET
   note: str | None = None
+  instance: Instance | None = None
   graph: Graph = dataclasses.field(default_factory=Graph, repr=False, compare=False)
   owners: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
   """graph node id -> the visible node or cluster id that draws it"""
@@ -124,7 +134,8 @@ def search(graph: Graph, query: str) -> list[str]:
     return []
   return [n.id for n in graph.nodes
           if any(q in (s or "").lower() for s in
-                 (n.id, n.label, n.primitive, n.function, n.rule, n.name_stack, n.call_site,
+                 (n.id, n.label, n.primitive, n.function, n.rule, n.name_stack, n.frames,
+                  n.call_site,
                   *n.in_avals, *n.out_avals))]
 
 
@@ -152,7 +163,7 @@ class _Builder:
     self.graph, self.failing = graph, failing
     self.expanded, self.collapsed, self.budget = expanded, collapsed, budget
     self.by_id = {n.id: n for n in graph.nodes}
-    self.scope = {n.id: _split(n.name_stack) for n in graph.nodes}
+    self.scope = {n.id: _split(n.scope or n.name_stack) for n in graph.nodes}
     self.order = {n.id: i for i, n in enumerate(graph.nodes)}
     self.children: dict[str | None, list[Node]] = defaultdict(list)
     for n in graph.nodes:
@@ -184,7 +195,32 @@ class _Builder:
     return View(failing=self.failing, nodes=tuple(sorted(self.visible, key=self.order.get)),
                 clusters=clusters, edges=edges, expanded=self.expanded,
                 collapsed=self.collapsed, budget=self.budget, note=note,
-                graph=self.graph, owners=self.owner, index=self.by_id)
+                instance=self._instance(), graph=self.graph, owners=self.owner,
+                index=self.by_id)
+
+  def _instance(self) -> Instance | None:
+    """The outermost numbered call around the failing node (``layer 30 of 48``), else
+    its innermost scope, if it is drawn open; with the call's site where we have it."""
+    node = self.by_id.get(self.failing)
+    scope = self.scope.get(self.failing, ())
+    if node is None or not scope or self.owner.get(node.id) != node.id:
+      return None
+    depth = next((k + 1 for k, part in enumerate(scope) if _COUNTED.match(part)), len(scope))
+    frames = _split(node.frames)
+    call = frames.index(scope[depth - 1]) + 1 if scope[depth - 1] in frames else 0
+    site = self.graph.site_of("/".join(frames[:call])) if call else None
+    inside = scope[:depth]
+    boxes = frozenset(b for b in (*self.visible, *self.clusters)
+                      if self._level_of(b) == node.parent and self._inside(b, inside))
+    return Instance("/".join(inside), site, boxes)
+
+  def _level_of(self, box: str) -> str | None:
+    return self.clusters[box].parent if box in self.clusters else self.by_id[box].parent
+
+  def _inside(self, box: str, scope: tuple) -> bool:
+    members = self.clusters[box].members if box in self.clusters else (box,)
+    eqns = [m for m in members if self.by_id[m].kind == "eqn"]   # its arguments may sit inside
+    return bool(eqns) and all(_starts(self.scope[m], scope) for m in eqns)
 
   def _open_eqn(self, node_id: str) -> bool:
     if node_id in self.collapsed:
@@ -218,21 +254,16 @@ class _Builder:
         self._level(n.id)
 
   def _zone(self, nodes, focus) -> tuple[str, ...] | None:
-    """The focus's scope at the shallowest depth with at most ZONE nodes (None: no scope)."""
-    scope = self.scope.get(focus, ())
-    if not scope:
-      return None
-    for depth in range(1, len(scope) + 1):
-      if sum(_starts(self.scope[n.id], scope[:depth]) for n in nodes) <= ZONE:
-        return scope[:depth]
-    return scope
+    """The focus's own scope (None: no scope): open, with every scope around it; the
+    scopes inside it (the calls beside the failing one) stay folded."""
+    return self.scope.get(focus, ()) or None
 
   def _closed_scope(self, parent, node, zone) -> tuple[str, ...] | None:
     """The outermost closed scope around ``node``; None if all are open."""
     scope = self.scope[node.id]
     for depth in range(1, len(scope) + 1):
       sid = _scope_id(parent, scope[:depth])
-      near = zone is not None and (_starts(zone, scope[:depth]) or _starts(scope, zone))
+      near = zone is not None and _starts(zone, scope[:depth])
       if sid in self.collapsed or not (near or sid in self.expanded):
         return scope[:depth]
     return None
@@ -257,18 +288,18 @@ class _Builder:
   def _shape(self, cid, folded) -> tuple:
     """What makes two scopes identical: relative scopes, ops, avals and bodies, in order."""
     depth = cid.count("/") + 1
-    return (depth, *((self.scope[n.id][depth:], n.label, n.in_avals, n.out_avals, n.n_eqns)
+    return (depth, *((tuple(map(_uncounted, self.scope[n.id][depth:])), n.label, n.in_avals,
+                      n.out_avals, n.n_eqns)
                      for n in (self.by_id[m] for m in folded[cid]) if n.kind == "eqn"))
 
   def _add_scopes(self, run, folded, parent, held) -> None:
     members = tuple(m for cid in run for m in folded[cid])
-    label = run[0].rsplit(":", 1)[-1]
     gid = f"group:{run[0]}"
     if len(run) == 1 or gid in self.expanded:
       for cid in run:
-        self._add(cid, "scope", cid.rsplit(":", 1)[-1], folded[cid], parent, failing=cid == held)
+        self._add(cid, "scope", _last(cid), folded[cid], parent, failing=cid == held)
       return
-    self._add(gid, "group", f"{label} … {run[-1].rsplit(':', 1)[-1]}", members, parent,
+    self._add(gid, "group", _span(_last(run[0]), _last(run[-1])), members, parent,
               repeat=len(run))
 
   def _add(self, cid, kind, label, members, parent, repeat=1, failing=False) -> None:
@@ -289,11 +320,13 @@ class _Builder:
     def tier(n: Node) -> int:
       if n.id in near or n.kind == "output":
         return 0
-      if (zone is not None and _starts(self.scope[n.id], zone)) or self.order[n.id] in forced:
+      if self.order[n.id] in forced:
         return 1
-      if n.id in below or (_is_arg(n) and not near.isdisjoint(self.succs[n.id])):
+      if zone is not None and _starts(self.scope[n.id], zone):
         return 2
-      return 3
+      if n.id in below or (_is_arg(n) and not near.isdisjoint(self.succs[n.id])):
+        return 3
+      return 4
 
     ranked = sorted(((tier(n), abs(self.order[n.id] - base), n.id) for n in candidates))
     room = self.budget - len(self.visible) - len(self.clusters)
@@ -333,13 +366,18 @@ class _Builder:
       if len(run) == 1:
         shown.add(run[0])
       elif run:
-        kind = "inputs" if _is_arg(self.by_id[run[0]]) else "eqns"
-        self._add(f"run:{run[0]}..{run[-1]}", "run",
-                  f"{run[0]} … {run[-1]} ({len(run)} {kind})", run, parent)
+        self._add(f"run:{run[0]}..{run[-1]}", "run", self._run_label(run), run, parent)
       run = []
     for nid in shown:
       self.owner[nid] = nid
     self.visible.extend(shown)
+
+  def _run_label(self, run: list[str]) -> str:
+    """Inputs by the pytree they share (``params['layers'] (288 inputs)``), else ids."""
+    if not _is_arg(self.by_id[run[0]]):
+      return f"{run[0]} … {run[-1]} ({len(run)} eqns)"
+    tree = _pytree_prefix([self.by_id[m].label for m in run])
+    return f"{tree or run[0] + ' … ' + run[-1]} ({len(run)} inputs)"
 
   def _edges(self) -> tuple[ViewEdge, ...]:
     agg: dict[tuple[str, str], list[Edge]] = {}
@@ -358,6 +396,35 @@ def _with_boundaries(clusters, edges) -> tuple[Cluster, ...]:
       ins[ve.dst][e.primal] = outs[ve.src][e.primal] = None
   return tuple(dataclasses.replace(c, inputs=tuple(ins[c.id]), outputs=tuple(outs[c.id]))
                for c in clusters)
+
+
+def _last(cid: str) -> str:
+  """A scope cluster's label: its innermost scope (the box sits inside the others)."""
+  return cid.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+
+
+_COUNTED = re.compile(r"^(.*) (\d+) of (\d+)$")
+
+
+def _uncounted(part: str) -> str:
+  """A user call without its instance number: ``layer 3 of 48`` -> ``layer``."""
+  match = _COUNTED.match(part)
+  return match[1] if match else part
+
+
+def _span(first: str, last: str) -> str:
+  """A group's label: ``layer 0–29 of 48`` for numbered calls, else ``layer0 … layer29``."""
+  a, b = _COUNTED.match(first), _COUNTED.match(last)
+  if a and b and (a[1], a[3]) == (b[1], b[3]):
+    return f"{a[1]} {a[2]}–{b[2]} of {a[3]}"
+  return f"{first} … {last}"
+
+
+def _pytree_prefix(labels: list[str]) -> str:
+  """The longest pytree path all ``labels`` start with (``params['layers']``), cut at a key."""
+  common = os.path.commonprefix(labels)
+  cut = max(common.rfind("["), common.rfind(".")) if not all(l == common for l in labels) else -1
+  return (common[:cut] if cut > 0 else common).rstrip(".")
 
 
 def _is_arg(node: Node) -> bool:

@@ -1,0 +1,132 @@
+"""Scopes from the user's own function frames, for programs without named scopes.
+
+Most code has no ``jax.named_scope``, but every equation's source info keeps
+the Python stack it was traced under. The user's frames on it (library files
+skipped: JAX, flax, equinox, vjpviz) say which of their calls made it:
+``loss -> layer -> attention``. Each call of a function from one call site is
+an instance; calls repeated in a Python loop share a call site, so one
+instance ends where the callee's own position goes backwards (the next call
+starts again at its top; a loop inside the callee splits it too, harmlessly:
+the pieces are alike and fold together). Instances are numbered per call site within their
+enclosing scope: ``layer 30 of 48``. Only strings leave this module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from ..capture import frames as capture_frames
+from ..capture import names as capture_names
+
+Frame = tuple  # (code object, lasti): where a frame was, as the traceback keeps it
+Chain = tuple  # the user's frames of one equation, outermost first
+
+_INLINE = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
+"""Comprehension frames belong to the function around them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scopes:
+  """Per equation, its scope path (``"layer 30 of 48/attention"``), and each scope's call site."""
+  paths: tuple[str, ...]
+  sites: tuple[tuple[str, str], ...]   # (scope path, "file:line" of the call)
+
+
+def chain(traceback) -> Chain:
+  """The user's frames of a traceback, outermost first (``()`` without one), each with
+  the library module it called, if any: the first library ``__call__`` below it
+  (``nnx.Linear``, ``eqx.nn.MLP``: the library's own module path)."""
+  if traceback is None:
+    return ()
+  codes, lastis = traceback.raw_frames()
+  kept, entered = [], True
+  for code, lasti in zip(reversed(codes), reversed(lastis)):
+    if not capture_frames.library_file(code.co_filename):
+      if code.co_name not in _INLINE:
+        kept.append((code, lasti))
+      entered = False
+    elif (not entered and kept and code.co_name == "__call__"
+          and not capture_names.inside_jax(code.co_filename)):   # not jnp's ufuncs
+      kept.append((code, lasti))
+      entered = True
+  return tuple(kept)
+
+
+def combined(names: Sequence[str], frames: Sequence[str]) -> list[str]:
+  """Each equation's scope from its named scopes and its user calls, for one jaxpr.
+
+  Where most equations are named (the user scoped their model, or a library
+  names its modules), names lead and calls refine them; else calls lead and
+  the few names (a library's own, like jnp.einsum's) sit inside the call.
+  """
+  named = sum(bool(n) for n in names) * 2 > len(names)
+  return ["/".join(p for p in ((n, f) if named else (f, n)) if p) for n, f in zip(names, frames)]
+
+
+def scopes(chains: Sequence[Chain]) -> Scopes:
+  """Scope paths for equations of one jaxpr, in program order, from their chains.
+
+  Calls every equation shares (the differentiated function's own call) are no
+  scope; below them, each call is one path component.
+  """
+  calls = [_calls(c) for c in chains]
+  common = _common_prefix([c for c in calls if c])
+  paths: list[list[str]] = [[] for _ in calls]
+  sites: dict[str, str] = {}
+  _assign(list(range(len(calls))), calls, chains, len(common), paths, sites)
+  return Scopes(tuple("/".join(p) for p in paths), tuple(sites.items()))
+
+
+def _calls(chain_: Chain) -> tuple:
+  """Each frame as a call: (callee code, caller's frame), outermost first."""
+  return tuple((code, chain_[k - 1] if k else None) for k, (code, _) in enumerate(chain_))
+
+
+def _common_prefix(calls: list[tuple]) -> tuple:
+  if not calls:
+    return ()
+  first, n = calls[0], min(len(c) for c in calls)
+  for k in range(n):
+    if any(c[k] != first[k] for c in calls):
+      return first[:k]
+  return first[:n]
+
+
+def _assign(members: list[int], calls, chains, depth: int, paths, sites) -> None:
+  """Name the calls at ``depth`` among ``members`` (one enclosing scope), then recurse."""
+  instances: dict = {}     # call -> [member lists], one per instance, in program order
+  previous_call, previous_position = None, None
+  for m in members:
+    call = calls[m][depth] if len(calls[m]) > depth else None
+    if call is None:
+      previous_call = None
+      continue
+    position = chains[m][depth][1]
+    runs = instances.setdefault(call, [])
+    if call != previous_call or position < previous_position:
+      runs.append([])
+    runs[-1].append(m)
+    previous_call, previous_position = call, position
+  named: dict[str, list] = {}   # instances numbered per name: two call sites of one function
+  for run, caller in sorted(((run, caller) for (_, caller), runs in instances.items()
+                             for run in runs), key=lambda r: r[0][0]):
+    named.setdefault(_name(calls[run[0]][depth][0]), []).append((run, caller))
+  for name, runs in named.items():
+    for k, (run, caller) in enumerate(runs):
+      part = f"{name} {k} of {len(runs)}" if len(runs) > 1 else name
+      for m in run:
+        paths[m].append(part)
+      if caller is not None:
+        sites.setdefault("/".join(paths[run[0]]), _where(*caller))
+      _assign(run, calls, chains, depth + 1, paths, sites)
+
+
+def _name(code) -> str:
+  """``Block.__call__``, ``layer``: the qualified name without its enclosing functions."""
+  return code.co_qualname.rsplit("<locals>.", 1)[-1]
+
+
+def _where(code, lasti: int) -> str:
+  from jax._src import source_info_util
+  frame = source_info_util.raw_frame_to_frame(code, lasti)
+  return f"{frame.file_name}:{frame.start_line}"
