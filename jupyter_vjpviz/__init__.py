@@ -15,12 +15,12 @@ import importlib
 import sys
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
-           "diagnoses", "clear", "check", "gradcheck", "surrogate", "verify_fix", "apply_fix",
+           "diagnoses", "clear", "check", "gradcheck", "nans", "surrogate", "verify_fix", "apply_fix",
            "load_ipython_extension", "unload_ipython_extension"]
 __version__ = "0.1.0"
 
 _LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis",
-         "gradcheck": ".value_check", "surrogate": ".surrogates",
+         "gradcheck": ".value_check", "nans": ".value_check", "surrogate": ".surrogates",
          "check": ".lint", "verify_fix": ".lint", "apply_fix": ".lint"}
 
 

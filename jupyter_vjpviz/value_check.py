@@ -23,14 +23,18 @@ import contextlib
 import dataclasses
 
 import jax
+import numpy as np
+from jax._src import core
 
 from . import lint
-from .analysis import oracle
+from .analysis import locate, nonfinite, nonfinite_explain, oracle, program
+from .analysis.nonfinite_eval import inexact
 from .analysis.diagnose import diagnose, key
 from .analysis.diagnosis import Diagnosis
 from .analysis.graph import Graph
-from .capture import custom_rules, records
-from .capture.records import WARNING, Record, Session
+from .capture import custom_rules, records, user_calls
+from .capture.records import ERROR, WARNING, Record, Session
+from .fixes import nonfinite as nonfinite_fixes
 from .surrogates import is_surrogate
 
 KIND = "bwd_value"
@@ -197,3 +201,103 @@ def floating(tree) -> bool:
                               and jax.numpy.issubdtype(l.dtype, jax.numpy.inexact)
                               for l in leaves)
 
+
+
+# ------------------------------------------------------- where the gradient goes NaN
+
+NONFINITE = "nonfinite_cotangent"
+
+
+def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
+  """Differentiate ``fun`` w.r.t. ``argnums``; if a gradient leaf is NaN or Inf, the
+  ``nonfinite_cotangent`` Diagnosis: the equation whose backward rule first turned a
+  finite cotangent non-finite, why (from the primal values there), and fixes verified
+  by re-running the gradient. None when the gradient is finite (nothing else runs).
+
+  With ``jax_debug_nans`` on, JAX's FloatingPointError makes the diagnosis an error;
+  the search itself runs with it off.
+  """
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  args = tuple(jax.tree_util.tree_map(jax.numpy.asarray, a) if i in nums else a
+               for i, a in enumerate(args))   # a Python float differentiated is an input
+  raised = False
+  try:
+    grads = _gradient(fun, args, nums, kwargs)
+  except FloatingPointError:
+    raised = True
+    with jax.debug_nans(False):
+      grads = _gradient(fun, args, nums, kwargs)
+  if all(bool(jax.numpy.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grads)):
+    return None
+  del grads
+  with jax.debug_nans(False):
+    return records.safely(_nonfinite, fun, args, nums, kwargs, raised)
+
+
+def _gradient(fun, args, nums, kwargs):
+  def restricted(*dyn):
+    full = list(args)
+    for i, v in zip(nums, dyn):
+      full[i] = v
+    return fun(*full, **kwargs)
+  out, pull = jax.vjp(restricted, *[args[i] for i in nums])
+  return pull(jax.tree_util.tree_map(lint._unit_cotangent, out))
+
+
+def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:
+  origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
+  jaxpr = program.trace(origin)
+  flat = jax.tree_util.tree_leaves((tuple(args), kwargs))
+  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
+  diff = set(origin.diff_leaves)
+  invals = [jax.numpy.asarray(flat[j]) for j in arrays]
+  active = [j in diff for j in arrays]
+  out_cts = [jax.numpy.ones(v.aval.shape, v.aval.dtype) if inexact(v) else None
+             for v in jaxpr.outvars]
+  with _hook_aside():
+    found = nonfinite.localise(jaxpr, invals, active, out_cts)
+    c = found.culprit
+    graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
+    labels = [(graph.node(f"in{k}").label if graph.node(f"in{k}") else f"args[{k}]")
+              for k in range(len(origin.diff_leaves))]
+    run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels)
+    original = [np.asarray(g) for g in nonfinite_fixes.gradient(run)]
+    fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
+  bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
+  grad = nonfinite.summary(original[bad])
+  del original, invals, run
+  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
+
+
+def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin) -> Diagnosis:
+  cotangents = {"edges": {k: s.to_dict() for k, s in found.edges.items()},
+                "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
+                               for n, t, norm, ok in found.iterations]}
+  where = f"the gradient of {name} has {grad.bad()}"
+  if c is None:
+    return Diagnosis(kind=NONFINITE, severity=ERROR if raised else WARNING, function=origin.name,
+                     rule=None, source=origin.source, path=name, expected="a finite gradient",
+                     got=where, message=None, graph=graph, argument=name, cotangents=cotangents,
+                     detail="no single equation made it non-finite: the forward pass may be "
+                            "non-finite already, or finite cotangents overflowed as they added up")
+  function, rule = program.custom_names(c.eqn) if c.eqn.primitive.name in (
+      "custom_vjp_call", "custom_jvp_call") else (c.eqn.primitive.name, None)
+  inner = c.inner[1] if c.inner else None
+  return Diagnosis(
+      kind=NONFINITE, severity=ERROR if raised else WARNING, function=function, rule=rule,
+      source=inner or c.source, path=name, argument=name,
+      expected=f"a finite cotangent out of {function}, given a finite one in (max |ct| "
+               f"{c.ct_in.max_abs:.3g})",
+      got=f"{c.ct_out.bad()} out of {function}; {where}", message=None, node=node,
+      graph=graph, fixes=fixes, call_site=c.source, instance=locate.instance(graph, node),
+      detail=nonfinite_explain.explain(c), cotangents=cotangents)
+
+
+@contextlib.contextmanager
+def _hook_aside():
+  """The hook stands aside while the search re-runs the user's rules."""
+  records.state.suspended += 1
+  try:
+    yield
+  finally:
+    records.state.suspended -= 1

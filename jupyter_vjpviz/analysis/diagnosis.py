@@ -67,6 +67,10 @@ class Diagnosis:
   leaf_errors: tuple = ()
   """bwd_value: per input leaf, how the rule's cotangent differs from the primal's
   derivative (``oracle.LeafError``: numbers and strings, never arrays)."""
+  cotangents: dict = dataclasses.field(default_factory=dict, compare=False)
+  """nonfinite_cotangent: the backward pass's values, plain data: ``edges`` maps
+  ``"dst#position"`` (a graph edge) to its cotangent's summary (size, nan, inf, norm,
+  ...), ``iterations`` lists each scan iteration searched (node, t, norm, finite)."""
 
   @property
   def headline(self) -> str:

@@ -395,6 +395,12 @@ def _none_or_zero(x) -> bool:
 
 # --------------------------------------------------------------- comparing
 
+def compare(i: int, name: str, reference, got, primal) -> LeafError:
+  """One leaf's ``got`` against ``reference`` (numpy), by ``primal``'s dtype tolerance,
+  where the reference is finite: how a rewrite of a program is judged against the original."""
+  return _leaf_error(i, name, [_host(reference)], [_host(got)], primal, judged=True)
+
+
 def _leaf_error(i, name, refs, gots, primal, judged: bool) -> LeafError:
   dtype = str(primal.to_ct_aval().dtype)
   if jax.dtypes.float0 == primal.to_ct_aval().dtype:   # an integer input has no gradient

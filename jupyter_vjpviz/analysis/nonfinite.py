@@ -1,0 +1,341 @@
+"""Where a gradient first goes NaN or Inf: the equation whose backward rule did it.
+
+The backward pass is re-run one level of the forward program at a time, only
+where it matters: a level (the top, a jit's body, one iteration of a scan's
+body) is differentiated equation by equation in one compiled run that returns
+only summaries of every edge's cotangent (norm, min, max, NaN/Inf counts, as
+``Summary``). The first equation in backward order whose outputs' cotangents
+are finite and whose inputs' are not is the culprit at that level; if it has a
+body (jit, remat, cond, a scan: bisected to the first iteration that turns
+finite into non-finite), the search goes on inside with that equation's own
+operands and cotangents, fetched by a second run. A custom rule's bwd is
+searched forwards for the first of its operations that turned finite values
+non-finite: the line of the user's bwd that divides by zero.
+
+Arrays live only while ``localise`` runs; what it returns holds numbers,
+strings and the equation (for the fixes stage, which re-runs the gradient with
+it rewritten); ``Diagnosis`` keeps none of them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core
+
+from ..capture import frames
+from .nonfinite_eval import CALLS, bind, evaluate, inexact, pullback, scan_groups
+from .program import _body_prefix, _eqn_id, sub_jaxprs
+
+_FIELDS = 8   # nan, inf, zero, negative, sum of squares, min, max, elements
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """One array reduced as it is computed: counts and magnitudes, never the values."""
+  size: int
+  nan: int
+  inf: int
+  zero: int
+  negative: int
+  norm: float           # of the finite elements
+  lo: float             # min and max of the finite elements
+  hi: float
+
+  @property
+  def finite(self) -> bool:
+    return self.nan == 0 and self.inf == 0
+
+  @property
+  def max_abs(self) -> float:
+    return max(abs(self.lo), abs(self.hi)) if self.size > self.nan + self.inf else 0.0
+
+  def bad(self) -> str:
+    """``3 NaN, 1 Inf of 8 elements``."""
+    parts = [f"{n} {w}" for n, w in ((self.nan, "NaN"), (self.inf, "Inf")) if n]
+    return f"{', '.join(parts) or 'no NaN or Inf'} of {self.size} element{'s' * (self.size != 1)}"
+
+  def to_dict(self) -> dict:
+    return {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+            for k, v in dataclasses.asdict(self).items()}
+
+  @classmethod
+  def of(cls, vec) -> Summary:
+    nan, inf, zero, neg, sumsq, lo, hi, size = (float(v) for v in np.asarray(vec))
+    return cls(int(size), int(nan), int(inf), int(zero), int(neg), math.sqrt(sumsq),
+               lo if math.isfinite(lo) else 0.0, hi if math.isfinite(hi) else 0.0)
+
+  @classmethod
+  def joined(cls, found: list[Summary]) -> Summary:
+    if not found:
+      return cls(0, 0, 0, 0, 0, 0.0, 0.0, 0.0)
+    return cls(sum(s.size for s in found), sum(s.nan for s in found), sum(s.inf for s in found),
+               sum(s.zero for s in found), sum(s.negative for s in found),
+               math.sqrt(sum(s.norm ** 2 for s in found)), min(s.lo for s in found),
+               max(s.hi for s in found))
+
+
+def summarise(x) -> jax.Array:
+  """``Summary`` fields of ``x`` as one float32[8], computed where ``x`` is (in a trace)."""
+  x = jnp.real(x) if jnp.iscomplexobj(x) else x
+  x = x.astype(jnp.float32)
+  ok = jnp.isfinite(x)
+  fin = jnp.where(ok, x, 0.0)
+  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(), (x == 0).sum(), (x < 0).sum(),
+                    (fin ** 2).sum(), jnp.where(ok, x, jnp.inf).min(initial=jnp.inf),
+                    jnp.where(ok, x, -jnp.inf).max(initial=-jnp.inf),
+                    jnp.asarray(x.size, jnp.float32)]).astype(jnp.float32)
+
+
+def summary(x) -> Summary:
+  """``x`` summarised now (eagerly: for host-side explanations)."""
+  return Summary.of(summarise(jnp.asarray(x)))
+
+
+@dataclasses.dataclass
+class Culprit:
+  """The equation whose backward rule first made a cotangent non-finite, and why."""
+  node: str                         # graph node id (program.py's numbering)
+  path: tuple                       # (equation, body) per level, for nonfinite_eval.Patch
+  eqn: core.JaxprEqn = dataclasses.field(repr=False)
+  level: core.Jaxpr = dataclasses.field(repr=False)   # the jaxpr holding ``eqn``
+  operands: tuple[Summary | None, ...]   # each operand's primal values (None: not an array)
+  ct_in: Summary                    # cotangent of its outputs (finite)
+  ct_out: Summary                   # cotangent it produced for its operands (non-finite)
+  source: str | None
+  where: str = ""                   # "in iteration 37 of 100 of its scan"
+  inner: tuple | None = None        # custom rules: (primitive, source, operand summaries)
+
+
+@dataclasses.dataclass
+class Localisation:
+  culprit: Culprit | None
+  edges: dict                       # "dst#position" -> Summary of that edge's cotangent
+  iterations: list                  # per scan iteration searched: (node, t, norm, finite)
+
+
+def localise(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -> Localisation:
+  """Search the backward pass of ``jaxpr`` at ``args`` (differentiating the ``active``
+  inputs, its outputs receiving ``out_cts``) for the first equation that goes non-finite."""
+  search = _Search()
+  found = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "")
+  return Localisation(found, search.edges, search.iterations)
+
+
+class _Search:
+  def __init__(self):
+    self.edges: dict[str, Summary] = {}
+    self.iterations: list = []
+
+  def level(self, jaxpr, prefix, path, args, active, out_cts, where,
+            outer: str | None = None) -> Culprit | None:
+    """The culprit in one level; ``outer``: the enclosing equation's line (a library's jit
+    keeps no user frame in its body's tracebacks)."""
+    run = jax.jit(partial(_level, jaxpr, tuple(active)), static_argnames="keep")
+    edges, outs, _ = jax.device_get(run(args, out_cts, keep=None))
+    edges = {k: Summary.of(v) for k, v in edges.items()}
+    outs = {k: Summary.of(v) for k, v in outs.items()}
+    for (k, j), s in edges.items():
+      self.edges[f"{_eqn_id(prefix, k)}#{j}"] = s
+    k = _first_bad(edges, outs)
+    if k is None:
+      return None
+    eqn = jaxpr.eqns[k]
+    _, _, (ins, cts) = run(args, out_cts, keep=k)
+    live = _active(jaxpr, active)
+    eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
+    nid = _eqn_id(prefix, k)
+    bad = Summary.joined([s for (i, _), s in edges.items() if i == k and not s.finite])
+    here = Culprit(nid, (*path, (k, 0)), eqn, jaxpr,
+                   tuple(summary(x) if inexact(x) else None for x in ins), outs[k], bad,
+                   _source(eqn) or outer, where)
+    return self.inside(here, ins, eqn_active, cts) or here
+
+  def inside(self, c: Culprit, ins, active, cts) -> Culprit | None:
+    """The culprit within ``c``'s body, if it has one that is differentiated as written."""
+    name, subs = c.eqn.primitive.name, list(sub_jaxprs(c.eqn))
+    if name in CALLS:
+      return self.level(subs[0], c.node, c.path, ins, active, cts, c.where, c.source)
+    if name == "cond":
+      b = int(ins[0])
+      return self.level(subs[b], _body_prefix(c.node, b, len(subs)), (*c.path[:-1], (c.path[-1][0], b)),
+                        ins[1:], active[1:], cts, c.where, c.source)
+    if name == "scan":
+      return self.iteration(c, subs[0], ins, active, cts)
+    if name in ("custom_vjp_call", "custom_jvp_call"):
+      c.inner = _inside_rule(c.eqn, ins, active, cts)
+    return None
+
+  def iteration(self, c: Culprit, body, ins, active, cts) -> Culprit | None:
+    """Bisect a scan to its first iteration (in backward order) that goes non-finite."""
+    n_consts, n_carry, _ = scan_groups(c.eqn)
+    cts = [jnp.zeros(v.aval.shape, v.aval.dtype) if x is None and inexact(v) else x
+           for v, x in zip(c.eqn.outvars, cts)]
+    length, reverse = c.eqn.params["length"], c.eqn.params["reverse"]
+    consts, carry = ins[:n_consts], ins[n_consts:n_consts + n_carry]
+    xs = ins[n_consts + n_carry:]
+    body_active = _carry_fixpoint(body, active, n_consts, n_carry)
+    wrt = [j for j, (a, v) in enumerate(zip(body_active, body.invars)) if a and inexact(v)]
+    outs = [j for j, v in enumerate(body.outvars) if inexact(v)]
+    step = jax.jit(lambda a: evaluate(body, a))
+    back = jax.jit(lambda a, ct: pullback(lambda f: evaluate(body, f), a, wrt, outs, ct))
+    order = list(range(length))[::-1] if reverse else list(range(length))
+    carries = []
+    for t in order:
+      carries.append(carry)
+      carry = step([*consts, *carry, *[x[t] for x in xs]])[:n_carry]
+    ct_carry, ct_ys = list(cts[:n_carry]), cts[n_carry:]
+    for idx in reversed(range(length)):
+      t = order[idx]
+      args = [*consts, *carries[idx], *[x[t] for x in xs]]
+      ct = [*ct_carry, *[y[t] for y in ct_ys]]
+      got = back(args, [ct[j] for j in outs])
+      norm = float(jnp.sqrt(sum(jnp.sum(jnp.abs(x) ** 2) for x in ct_carry))) if ct_carry else 0.0
+      self.iterations.append((c.node, t, norm, _all_finite(ct)))
+      if _all_finite(ct) and not _all_finite(got):
+        where = f"in iteration {t} of {length} of its scan{' (reversed)' if reverse else ''}"
+        return self.level(body, c.node, c.path, args, body_active, ct,
+                          f"{c.where}, {where}" if c.where else where, c.source)
+      by_input = dict(zip(wrt, got))
+      ct_carry = [by_input.get(n_consts + j, jnp.zeros_like(x)) for j, x in enumerate(carries[idx])]
+    return None
+
+
+def _level(jaxpr, active, args, out_cts, keep=None):
+  """Traced: per edge and per equation, summaries of the cotangents of one level's
+  backward pass, equation by equation; ``keep``: that equation's operands and the
+  cotangents of its outputs, as arrays (for the search inside it)."""
+  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env.update(zip(jaxpr.invars, args))
+  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  live = _active(jaxpr, active)
+  for eqn in jaxpr.eqns:
+    for v, x in zip(eqn.outvars, bind(eqn, [read(v) for v in eqn.invars])):
+      env[v] = x
+  ct: dict = {}
+  for v, c in zip(jaxpr.outvars, out_cts):
+    if isinstance(v, core.Var) and v in live and c is not None:
+      ct[v] = ct[v] + c if v in ct else c
+  edges, outs, kept = {}, {}, None
+  for k in reversed(range(len(jaxpr.eqns))):
+    eqn = jaxpr.eqns[k]
+    wrt = [j for j, v in enumerate(eqn.invars) if isinstance(v, core.Var) and v in live]
+    fo = [j for j, v in enumerate(eqn.outvars) if inexact(v) and v in ct]
+    if keep == k:
+      kept = ([read(v) for v in eqn.invars], [ct.get(v) if inexact(v) else None
+                                               for v in eqn.outvars])
+    if not wrt or not fo:
+      continue
+    cts = [ct[eqn.outvars[j]] for j in fo]
+    outs[k] = _joined_stats(cts)
+    ins = [read(v) for v in eqn.invars]
+    for j, c in zip(wrt, pullback(lambda full: bind(eqn, full), ins, wrt, fo, cts)):
+      edges[(k, j)] = summarise(c)
+      v = eqn.invars[j]
+      ct[v] = ct[v] + c if v in ct else c
+  return edges, outs, kept
+
+
+def _joined_stats(cts) -> jax.Array:
+  s = [summarise(c) for c in cts]
+  if len(s) == 1:
+    return s[0]
+  s = jnp.stack(s)
+  return jnp.concatenate([s[:, :5].sum(0), s[:, 5:6].min(0), s[:, 6:7].max(0), s[:, 7:].sum(0)])
+
+
+def _first_bad(edges: dict, outs: dict) -> int | None:
+  """The first equation in backward order fed finite cotangents that made non-finite ones."""
+  bad = {k for (k, _), s in edges.items() if not s.finite}
+  for k in sorted(bad, reverse=True):
+    if outs[k].finite:
+      return k
+  return None
+
+
+def _active(jaxpr, active) -> set:
+  """The variables that depend on a differentiated input (floating ones only)."""
+  live = {v for v, a in zip(jaxpr.invars, active) if a and inexact(v)}
+  for eqn in jaxpr.eqns:
+    if any(isinstance(v, core.Var) and v in live for v in eqn.invars):
+      live.update(v for v in eqn.outvars if inexact(v))
+  return live
+
+
+def _carry_fixpoint(body, active, n_consts: int, n_carry: int) -> list[bool]:
+  """A scan body's differentiated inputs: a carry is if its initial value or its update is."""
+  flags = list(active)
+  for _ in range(n_carry + 1):
+    live = _active(body, flags)
+    grown = [flags[n_consts + j] or (isinstance(v, core.Var) and v in live)
+             for j, v in enumerate(body.outvars[:n_carry])]
+    if grown == flags[n_consts:n_consts + n_carry]:
+      break
+    flags[n_consts:n_consts + n_carry] = grown
+  return flags
+
+
+def _inside_rule(eqn, ins, active, cts) -> tuple | None:
+  """A custom rule's backward, traced with its own operands and run forwards: the first
+  of its operations (the user's bwd lines) that turned finite values non-finite."""
+  cts = [jnp.zeros(v.aval.shape, v.aval.dtype) if c is None and inexact(v) else c
+         for v, c in zip(eqn.outvars, cts)]
+  if eqn.primitive.name == "custom_vjp_call":
+    traced = jax.make_jaxpr(lambda a, c: _user_bwd(eqn, a, c))(list(ins), cts)
+  else:
+    wrt = [j for j, (a, v) in enumerate(zip(active, eqn.invars)) if a]
+    fo = [j for j, v in enumerate(eqn.outvars) if inexact(v)]
+    traced = jax.make_jaxpr(lambda a, c: pullback(lambda f: bind(eqn, f), a, wrt, fo,
+                                                  [c[j] for j in fo]))(list(ins), cts)
+  found = first_nonfinite(traced, jax.tree_util.tree_leaves((list(ins), cts)))
+  if found is None:
+    return None
+  inner, operands = found
+  return (inner.primitive.name, _source(inner),
+          tuple(summary(x) if inexact(x) else None for x in operands))
+
+
+def _user_bwd(eqn, ins, cts):
+  """The custom_vjp's own fwd and bwd called directly, as JAX's JVP rule calls them, so
+  that the bwd's operations are traced with the user's lines (JAX's transpose would give
+  them the primal's call site)."""
+  p = eqn.params
+  primals = ins[p["num_consts"]:]
+  fwd_jaxpr, consts = p["fwd_jaxpr_thunk"].call_wrapped(*[True] * len(primals))
+  outs = core.eval_jaxpr(fwd_jaxpr, consts, *primals)
+  _, res_tree, forwarded = p["out_trees"]()
+  made = iter(outs[:res_tree.num_leaves - sum(f is not None for f in forwarded)])
+  res = [next(made) if f is None else primals[f] for f in forwarded]
+  p["bwd"].call_wrapped(*res, *cts)
+  return jnp.zeros(())
+
+
+def first_nonfinite(jaxpr: core.Jaxpr, args) -> tuple | None:
+  """(equation, operands) of the first equation, forwards, whose operands are finite and
+  whose outputs are not; through the bodies of calls."""
+  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env.update(zip(jaxpr.invars, args))
+  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  for eqn in jaxpr.eqns:
+    ins = [read(v) for v in eqn.invars]
+    outs = bind(eqn, ins)
+    if _all_finite(ins) and not _all_finite(outs):
+      if eqn.primitive.name in CALLS:
+        return first_nonfinite(next(sub_jaxprs(eqn)), ins)
+      return eqn, ins
+    env.update(zip(eqn.outvars, outs))
+  return None
+
+
+def _all_finite(xs) -> bool:
+  return all(bool(jnp.isfinite(x).all()) for x in xs
+             if x is not None and hasattr(x, "dtype") and inexact(x))
+
+
+def _source(eqn) -> str | None:
+  frame = frames.user_frame(eqn.source_info.traceback)
+  return f"{frame.file_name}:{frame.start_line}" if frame else None

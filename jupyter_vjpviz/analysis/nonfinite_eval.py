@@ -1,0 +1,109 @@
+"""Running a forward program equation by equation, and its pieces' pullbacks.
+
+The non-finite localiser re-runs parts of the user's program (one level of a
+jaxpr, one iteration of a scan body) with its own values; the fixes stage
+re-runs the whole gradient with one equation replaced. Both go through
+``evaluate``: JAX's ``eval_jaxpr`` with a ``Patch`` that may reach into nested
+bodies (a jit, remat or custom rule's primal is inlined, a scan or cond is
+rebuilt around its patched body), so a fix is judged by the gradient JAX
+itself computes for the rewritten program.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax._src import core
+
+from .program import sub_jaxprs
+
+CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat",
+                   "remat2"})
+"""Equations whose body runs once, on the equation's own operands."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+  """Replace the equation at ``path`` ((equation index, body index) per level, outermost
+  first) by ``fn(eqn, operands, producer)``, which returns its outputs as a list;
+  ``producer(var)`` is (the equation that made ``var`` at that level, its operands)."""
+  path: tuple[tuple[int, int], ...]
+  fn: Callable
+
+
+def bind(eqn, args) -> list:
+  """The equation applied to ``args``, as JAX's own interpreter binds it."""
+  out = eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
+  return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def evaluate(jaxpr: core.Jaxpr, args, patch: Patch | None = None) -> list:
+  """``jaxpr``'s outputs at ``args`` (its constants are its own), ``patch`` applied."""
+  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env.update(zip(jaxpr.invars, args))
+  made = {}
+  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  for i, eqn in enumerate(jaxpr.eqns):
+    ins = [read(v) for v in eqn.invars]
+    if patch is not None and patch.path[0][0] == i:
+      outs = _patched(eqn, ins, patch, lambda v: made.get(v))
+    else:
+      outs = bind(eqn, ins)
+    for v, x in zip(eqn.outvars, outs):
+      env[v] = x
+      made[v] = (eqn, ins)
+  return [read(v) for v in jaxpr.outvars]
+
+
+def scan_groups(eqn) -> tuple[int, int, int]:
+  """(constants, carry, xs) counts of a scan's operands."""
+  return tuple(len(g) for g in eqn.params["ft_in"].update(list(eqn.invars)).unpack())
+
+
+def _patched(eqn, ins, patch: Patch, producer) -> list:
+  (_, body), rest = patch.path[0], Patch(patch.path[1:], patch.fn)
+  if not rest.path:
+    return list(patch.fn(eqn, ins, producer))
+  name, subs = eqn.primitive.name, list(sub_jaxprs(eqn))
+  if name in CALLS or name in ("custom_vjp_call", "custom_jvp_call"):
+    return evaluate(subs[0], ins, rest)     # inlined: the same values, differentiated by JAX
+  if name == "scan":
+    return _scan(eqn, subs[0], ins, rest)
+  if name == "cond":
+    branches = [lambda *a, j=j, b=b: evaluate(b, a, rest if j == body else None)
+                for j, b in enumerate(subs)]
+    return list(jax.lax.switch(ins[0], branches, *ins[1:]))
+  raise NotImplementedError(f"cannot rewrite inside {name}")
+
+
+def _scan(eqn, body: core.Jaxpr, ins, patch: Patch | None) -> list:
+  n_consts, n_carry, _ = scan_groups(eqn)
+  consts, carry, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+
+  def step(c, x):
+    outs = evaluate(body, [*consts, *c, *x], patch)
+    return outs[:n_carry], outs[n_carry:]
+  c, ys = jax.lax.scan(step, carry, xs, length=eqn.params["length"],
+                       reverse=eqn.params["reverse"])
+  return [*c, *ys]
+
+
+def inexact(x) -> bool:
+  """Whether a variable or array carries a cotangent (floating or complex)."""
+  aval = x.aval if isinstance(x, (core.Var, core.Literal)) else core.typeof(x)
+  return jnp.issubdtype(getattr(aval, "dtype", jnp.int32), jnp.inexact)
+
+
+def pullback(fn: Callable, args: list, wrt: list[int], outs: list[int], cts: list) -> list:
+  """The cotangents of ``args[j]`` for ``j`` in ``wrt``, of ``fn(args)``'s outputs ``outs``
+  receiving ``cts`` (None: zero)."""
+  def restricted(*xs):
+    full = list(args)
+    for j, x in zip(wrt, xs):
+      full[j] = x
+    found = fn(full)
+    return [found[j] for j in outs]
+  primal, pull = jax.vjp(restricted, *[args[j] for j in wrt])
+  return list(pull([jnp.zeros_like(p) if c is None else c for p, c in zip(primal, cts)]))

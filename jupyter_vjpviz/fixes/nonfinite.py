@@ -1,0 +1,255 @@
+"""Fixes for a gradient that goes NaN or Inf, each checked by re-running the gradient.
+
+Only rewrites known to be right are proposed: the double-``where`` guard (the
+operand replaced by a safe value where the result is not used), a safe norm,
+clamping before ``log``, ``log_softmax`` for the log of a softmax, and JAX's own
+derivative of a custom rule's primal. Each is applied to the forward program at
+the culprit equation (``nonfinite_eval.Patch``) and the whole gradient is
+computed again: a fix is verified when that gradient is finite and equal to the
+original wherever the original was finite. The code shown is the user's own
+line with the expression rewritten, when the line can be read and parsed.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import linecache
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax._src import core
+
+from ..analysis import oracle
+from ..analysis.diagnosis import VERIFIED, Fix
+from ..analysis.locate import source_line
+from ..analysis.nonfinite import Culprit
+from ..analysis.nonfinite_eval import Patch, evaluate, pullback
+from ..analysis.nonfinite_explain import chosen_away
+from ..capture import names
+
+TINY = 1e-30     # clamp for log: above float32's smallest normal, far below any probability
+
+
+class Program(NamedTuple):
+  """The differentiated call, as the localiser ran it (arrays: for this call only)."""
+  jaxpr: core.Jaxpr
+  args: list
+  active: list
+  out_cts: list
+  names: list       # the differentiated inputs as the user names them
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+  title: str
+  code: str
+  reason: str
+  fn: Callable      # (eqn, operands, producer) -> outputs
+
+
+def gradient(p: Program, patch: Patch | None = None) -> list:
+  """The gradient of ``p`` w.r.t. its active inputs, with ``patch`` applied."""
+  wrt = [j for j, a in enumerate(p.active) if a]
+  outs = [j for j, c in enumerate(p.out_cts) if c is not None]
+  run = jax.jit(lambda a, c: pullback(lambda f: evaluate(p.jaxpr, f, patch), a, wrt, outs, c))
+  return run(p.args, [p.out_cts[j] for j in outs])
+
+
+def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
+  """The candidates for ``c`` that make the gradient finite and keep it where it was."""
+  fixes = []
+  for cand in candidates(c):
+    verdict = _judge(cand, c, p, original)
+    if verdict is not None:
+      fixes.append(Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED,
+                       note=verdict))
+  return fixes
+
+
+def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | None:
+  try:
+    got = gradient(p, Patch(c.path, cand.fn))
+  except Exception:  # noqa: BLE001 - a rewrite that does not apply here is no fix
+    return None
+  if not all(bool(jnp.isfinite(g).all()) for g in got):
+    return None
+  kept = [oracle.compare(i, n, o, g, core.typeof(o))
+          for i, (n, o, g) in enumerate(zip(p.names, original, got))]
+  if not all(k.ok for k in kept):
+    return None
+  return "the gradient is finite, and equal to the original wherever that was finite"
+
+
+def candidates(c: Culprit) -> list[_Candidate]:
+  """The rewrites that fit the culprit equation, best first."""
+  name, line = c.eqn.primitive.name, _line(c.source)
+  if name in ("custom_vjp_call", "custom_jvp_call"):
+    return [_autodiff(c)]
+  if name in ("sqrt", "rsqrt"):
+    norm = _made_by(c, "reduce_sum")
+    return [_guard(c, line, name, norm)] + ([] if norm else [_eps(line, name)])
+  if name == "log":
+    found = [_log_softmax(c, line)] if _softmax_axes(c) is not None else []
+    return found + [_clamp(line)]
+  if name == "div":
+    return [_guard_div(line)]
+  return []
+
+
+def _guard(c: Culprit, line: str | None, name: str, norm: bool) -> _Candidate:
+  """The double where: ``name`` sees 1 where its operand is not positive. When the user's
+  own ``where`` already discards the result there, only the inner guard is written."""
+  outer = not chosen_away(c)
+
+  def fn(eqn, ins, producer):
+    u = ins[0]
+    ok = u > 0
+    y = getattr(jax.lax, name)(jnp.where(ok, u, 1.0))
+    return [jnp.where(ok, y, 0.0) if outer else y]
+  if norm:
+    code = _rewrite(line, ("norm",), lambda a: f"safe_norm({a})") or "safe_norm(x)"
+    return _Candidate("Use a safe norm (zero, with a zero gradient, at a zero vector)",
+                      _SAFE_NORM + code, "the norm's sqrt is evaluated at 1 where the sum of "
+                      "squares is 0, and its result replaced by 0 there", fn)
+  f = f"jnp.{name}"
+  inner = lambda a: f"{f}(jnp.where({a} > 0, {a}, 1.0))"
+  make = (lambda a: f"jnp.where({a} > 0, {inner(a)}, 0.0)") if outer else inner
+  code = _rewrite(line, (name,), make) or make("x")
+  return _Candidate(f"Guard {name} with a double where", code,
+                    f"{name} never sees the zeros, so its derivative is finite where the "
+                    "outer where discards its result", fn)
+
+
+_SAFE_NORM = ("def safe_norm(x, axis=None, keepdims=False):\n"
+              "  s = jnp.sum(x * x, axis=axis, keepdims=keepdims)\n"
+              "  return jnp.where(s > 0, jnp.sqrt(jnp.where(s > 0, s, 1.0)), 0.0)\n\n")
+
+
+def _eps(line: str | None, name: str) -> _Candidate:
+  def fn(eqn, ins, producer):
+    return [getattr(jax.lax, name)(ins[0] + 1e-12)]
+  code = _rewrite(line, (name,), lambda a: f"jnp.{name}({a} + 1e-12)") or f"jnp.{name}(x + 1e-12)"
+  return _Candidate(f"Add a small epsilon inside {name}", code,
+                    "shifts the value by at most 1e-6; the derivative at 0 becomes finite", fn)
+
+
+def _clamp(line: str | None) -> _Candidate:
+  def fn(eqn, ins, producer):
+    u = ins[0]
+    return [jnp.log(jnp.maximum(u, max(TINY, float(jnp.finfo(u.dtype).tiny))))]
+  code = _rewrite(line, ("log",), lambda a: f"jnp.log(jnp.maximum({a}, {TINY:g}))") \
+      or f"jnp.log(jnp.maximum(x, {TINY:g}))"
+  return _Candidate("Clamp before log", code, "log never sees 0; its gradient is 0 where the "
+                    "input was clamped", fn)
+
+
+def _log_softmax(c: Culprit, line: str | None) -> _Candidate:
+  axes = _softmax_axes(c)
+
+  def fn(eqn, ins, producer):
+    div, _ = producer(eqn.invars[0])
+    _, (z,) = producer(div.invars[0])
+    return [z - jnp.log(jnp.sum(jnp.exp(z), axis=axes, keepdims=True))]
+  code = _rewrite(line, ("log",), lambda a: a.replace("softmax(", "log_softmax(", 1)
+                  if "softmax(" in a else f"jax.nn.log_softmax({a}, axis={axes})") \
+      or f"jax.nn.log_softmax(x, axis={axes})"
+  return _Candidate("Use log_softmax instead of log(softmax(...))", code,
+                    "the same values computed in log space: nothing underflows to 0", fn)
+
+
+def _guard_div(line: str | None) -> _Candidate:
+  def fn(eqn, ins, producer):
+    n, d = ins
+    ok = d != 0
+    return [jnp.where(ok, n / jnp.where(ok, d, 1.0), 0.0)]
+  code = _rewrite_div(line) or "jnp.where(d != 0, n / jnp.where(d != 0, d, 1.0), 0.0)"
+  return _Candidate("Guard the division with a double where", code,
+                    "the denominator is replaced by 1 where it is 0, and the result by 0", fn)
+
+
+def _autodiff(c: Culprit) -> _Candidate:
+  function = names.function_of(c.eqn.params.get("call_jaxpr"))[0] or "the primal"
+
+  def fn(eqn, ins, producer):
+    return evaluate(eqn.params["call_jaxpr"], ins)
+  code = (f"# in {function}'s bwd rule, the cotangent JAX's own autodiff gives:\n"
+          f"_, pull = jax.vjp({function}, *primal_inputs)   # fwd saves them as residuals\n"
+          "return pull(g)")
+  return _Candidate(f"Differentiate {function} with JAX instead of its custom rule", code,
+                    "JAX's derivative of the primal, where it is finite", fn)
+
+
+def _made_by(c: Culprit, primitive: str) -> bool:
+  """Whether the culprit's operand is made by ``primitive`` (through reshapes)."""
+  made = {v: e for e in c.level.eqns for v in e.outvars}
+  eqn = made.get(c.eqn.invars[0])
+  while eqn is not None and eqn.primitive.name in _SHAPE:
+    eqn = made.get(eqn.invars[0])
+  return eqn is not None and eqn.primitive.name == primitive
+
+
+_SHAPE = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims",
+                    "convert_element_type", "real"})
+
+
+def _softmax_axes(c: Culprit):
+  """The axes of the softmax whose result is ``log``'s operand: ``exp(z)`` divided by a
+  broadcast of its own sum over them (how jax.nn.softmax and hand-written ones trace)."""
+  made = {v: e for e in c.level.eqns for v in e.outvars}
+  div = made.get(c.eqn.invars[0])
+  if div is None or div.primitive.name != "div":
+    return None
+  num, den = (made.get(v) if isinstance(v, core.Var) else None for v in div.invars)
+  while den is not None and den.primitive.name in _SHAPE:
+    den = made.get(den.invars[0])
+  if (num is None or num.primitive.name != "exp" or den is None
+      or den.primitive.name != "reduce_sum" or den.invars[0] is not num.outvars[0]):
+    return None
+  return den.params["axes"]
+
+
+def _line(source: str | None) -> str | None:
+  where = source_line(source)
+  text = linecache.getline(*where) if where else ""
+  return text.rstrip("\n") or None
+
+
+def _rewrite(line: str | None, funcs: tuple[str, ...], make) -> str | None:
+  """``line`` with its first call to one of ``funcs`` (``jnp.sqrt(...)``) replaced by
+  ``make(the call's arguments, as written)``."""
+  tree, text = _parse(line)
+  for node in ast.walk(tree) if tree is not None else ():
+    if isinstance(node, ast.Call) and _called(node) in funcs and node.args:
+      args = ", ".join(ast.get_source_segment(text, a) for a in (*node.args, *node.keywords))
+      return _indent(line) + text.replace(ast.get_source_segment(text, node), make(args), 1)
+  return None
+
+
+def _rewrite_div(line: str | None) -> str | None:
+  tree, text = _parse(line)
+  for node in ast.walk(tree) if tree is not None else ():
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+      n, d = (ast.get_source_segment(text, x) for x in (node.left, node.right))
+      new = f"jnp.where({d} != 0, {n} / jnp.where({d} != 0, {d}, 1.0), 0.0)"
+      return _indent(line) + text.replace(ast.get_source_segment(text, node), new, 1)
+  return None
+
+
+def _parse(line: str | None):
+  text = (line or "").strip()
+  try:
+    return ast.parse(text), text
+  except SyntaxError:
+    return None, text
+
+
+def _called(node) -> str | None:
+  if isinstance(node, ast.Call):
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+  return None
+
+
+def _indent(line: str) -> str:
+  return line[:len(line) - len(line.lstrip())]

@@ -1,0 +1,209 @@
+"""vjpviz.nans: where a gradient first goes NaN or Inf, why, and fixes that are right.
+
+Each program is real JAX (jit, scan, equinox, a custom_vjp) whose gradient is
+non-finite while its forward pass is finite. The fix's code is executed as the
+user would paste it, and its gradient compared with the right one.
+"""
+import gc
+import inspect
+import textwrap
+import weakref
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jupyter_vjpviz as vv
+
+
+def _line_of(fun, text: str) -> str:
+  """``file:line`` of the line of ``fun`` that contains ``text``."""
+  fun = inspect.unwrap(fun)
+  lines, start = inspect.getsourcelines(fun)
+  k = next(i for i, line in enumerate(lines) if text in line)
+  return f"{inspect.getsourcefile(fun)}:{start + k}"
+
+
+def _fixed(fun, fix, **namespace):
+  """``fun`` with the culprit line replaced by the fix's code (helper defs first)."""
+  fun = inspect.unwrap(fun)
+  lines = inspect.getsource(fun).splitlines()
+  code = fix.code.splitlines()
+  helpers, line = code[:-1], code[-1]
+  bad = next(i for i, l in enumerate(lines) if l.strip() and l.lstrip()[:6] == line.lstrip()[:6]
+             and l != line)
+  lines[bad] = line
+  source = "\n".join(helpers) + "\n" + textwrap.dedent("\n".join(
+      l for l in lines if not l.lstrip().startswith("@")))
+  ns = {"jax": jax, "jnp": jnp, **namespace}
+  exec(source, ns)  # noqa: S102 - the fix as the user would paste it
+  return ns[fun.__name__]
+
+
+def _finite(tree) -> bool:
+  return all(bool(jnp.isfinite(x).all()) for x in jax.tree_util.tree_leaves(tree))
+
+
+# ------------------------------------------------------- the where/sqrt trap under jit
+
+@jax.jit
+def soft_distance(x):
+  return jnp.where(x > 0, jnp.sqrt(x), 0.0).sum()
+
+
+def test_the_where_sqrt_trap_under_jit_is_located_explained_and_fixed():
+  x = jnp.array([0.0, 1.0, 4.0, 0.0, 2.0])
+  assert np.isnan(jax.grad(soft_distance)(x)).any()
+  d = vv.nans(soft_distance, x)
+  assert d.kind == "nonfinite_cotangent" and d.severity == "warning"
+  assert d.source == _line_of(soft_distance, "jnp.sqrt") and d.function == "sqrt"
+  assert "2 exact zeros (of 5)" in d.detail and "double-where" in d.detail
+  assert d.node in {n.id for n in d.graph.nodes} and d.graph.node(d.node).primitive == "sqrt"
+  assert "2 NaN of 5" in d.got and d.argument == "x"
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "jnp.sqrt(jnp.where(x > 0, x, 1.0))" in first.code
+  fixed = _fixed(soft_distance, first)
+  g = jax.grad(fixed)(x)
+  assert _finite(g)
+  np.testing.assert_allclose(g, jnp.where(x > 0, 0.5 / jnp.sqrt(jnp.where(x > 0, x, 1)), 0))
+  # the overlay: every edge the search ran through has its cotangent's summary
+  edges = d.cotangents["edges"]
+  assert edges[f"{d.node}#0"]["nan"] == 2 and edges[f"{d.node}#0"]["size"] == 5
+
+
+def test_under_jax_debug_nans_it_is_an_error(monkeypatch):
+  jax.config.update("jax_debug_nans", True)
+  try:
+    d = vv.nans(soft_distance, jnp.array([0.0, 1.0]))
+  finally:
+    jax.config.update("jax_debug_nans", False)
+  assert d.severity == "error" and d.function == "sqrt"
+
+
+def test_a_finite_gradient_gives_none():
+  assert vv.nans(soft_distance, jnp.array([1.0, 2.0])) is None
+
+
+# ------------------------------------------------------- log of an underflowing softmax
+
+def cross_entropy(logits, label):
+  return -jnp.log(jax.nn.softmax(logits))[label]
+
+
+def test_the_log_of_an_underflowing_softmax_gets_log_softmax():
+  logits = jnp.array([0.0, -200.0, 5.0])
+  d = vv.nans(cross_entropy, logits, 2)
+  assert d.source == _line_of(cross_entropy, "jnp.log") and d.function == "log"
+  assert "1 exact zero (of 3)" in d.detail
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "jax.nn.log_softmax(logits)" in first.code
+  g = jax.grad(_fixed(cross_entropy, first))(logits, 2)
+  np.testing.assert_allclose(g, jax.nn.softmax(logits) - jnp.eye(3)[2], atol=1e-6)
+
+
+# ------------------------------------------------------- a recurrent model that explodes
+
+def rnn_loss(w, xs):
+  def cell(h, x):
+    h = w * h + x
+    return h, h
+  _, hs = jax.lax.scan(cell, jnp.zeros(()), xs)
+  return hs.sum()
+
+
+def test_a_recurrent_gradient_that_explodes_is_found_in_its_iteration():
+  # The forward stays finite (h_60 is about 1e29) and so is the true gradient of w (about
+  # 6e29), but the carry's cotangent grows x10 per step backwards and overflows float32.
+  xs = jnp.ones(60) * 1e-30
+  assert jnp.isfinite(rnn_loss(10.0, xs))
+  assert not _finite(jax.grad(rnn_loss)(10.0, xs))
+  d = vv.nans(rnn_loss, 10.0, xs)
+  assert d.source == _line_of(rnn_loss, "w * h + x") and d.function == "mul"
+  assert "overflowed" in d.detail and "explodes" in d.detail
+  assert "of 60 of its scan" in d.detail
+  strip = [it["norm"] for it in d.cotangents["iterations"]]
+  assert len(strip) > 30 and 5 < strip[10] / strip[9] < 20   # x10 per step, backwards
+  assert d.fixes == ()      # no rewrite known to be right for an overflow: none is claimed
+
+
+# ------------------------------------------------------- an equinox model
+
+class Anchored(eqx.Module):
+  """Features by distance to an anchor: zero for an input at the anchor."""
+  anchor: jax.Array
+  head: eqx.nn.Linear
+
+  def __call__(self, x):
+    return self.head(jnp.linalg.norm(x - self.anchor, axis=-1, keepdims=True))
+
+
+def test_an_equinox_model_whose_norm_is_zero_gets_a_safe_norm():
+  model = Anchored(jnp.ones(3), eqx.nn.Linear(1, 2, key=jax.random.PRNGKey(0)))
+  params, static = eqx.partition(model, eqx.is_array)
+  loss = lambda p, x: eqx.combine(p, static)(x).sum()
+  x = jnp.ones(3)
+  assert not _finite(jax.grad(loss)(params, x))
+  d = vv.nans(loss, params, x)
+  assert d.source == _line_of(Anchored.__call__, "jnp.linalg.norm")
+  assert "1 exact zero" in d.detail
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "safe_norm(" in first.code
+  fixed_call = _fixed(Anchored.__call__, first)
+  g = jax.grad(lambda p: fixed_call(eqx.combine(p, static), x).sum())(params)
+  assert _finite(g)
+  ref = jax.grad(loss)(params, x + jnp.array([1e-3, 0, 0]))   # the head's gradient is the norm
+  np.testing.assert_allclose(g.head.weight, ref.head.weight * 0, atol=1e-6)
+  np.testing.assert_allclose(g.head.bias, ref.head.bias, atol=1e-6)
+
+
+# ------------------------------------------------------- a custom_vjp bwd dividing by zero
+
+@jax.custom_vjp
+def x_tanh(x):
+  return x * jnp.tanh(x)
+
+
+def _x_tanh_fwd(x):
+  y = x * jnp.tanh(x)
+  return y, (x, y)
+
+
+def _x_tanh_bwd(res, g):
+  x, y = res
+  t = y / x                              # tanh(x), recovered from the output
+  return (g * (t + x * (1 - t ** 2)),)
+
+
+x_tanh.defvjp(_x_tanh_fwd, _x_tanh_bwd)
+
+
+def test_a_custom_vjp_bwd_dividing_by_zero_is_found_in_the_bwd():
+  loss = jax.jit(lambda x: x_tanh(x).sum())
+  x = jnp.array([0.0, 0.5, -1.0])
+  d = vv.nans(loss, x)
+  assert d.function == "x_tanh" and d.rule == "_x_tanh_bwd"
+  assert d.source == _line_of(_x_tanh_bwd, "y / x") and "div" in d.detail
+  assert "1 zero (of 3)" in d.detail
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "jax.vjp(x_tanh" in first.code
+  np.testing.assert_allclose(jax.grad(lambda x: (x * jnp.tanh(x)).sum())(x),
+                             [0.0, jnp.tanh(.5) + .5 * (1 - jnp.tanh(.5) ** 2),
+                              jnp.tanh(-1.) - (1 - jnp.tanh(-1.) ** 2)], rtol=1e-6)
+
+
+# ------------------------------------------------------- memory
+
+def test_the_diagnosis_keeps_no_array_alive():
+  big = jnp.ones((256, 256))
+  alive = weakref.ref(big)
+  loss = lambda x: soft_distance(x) + jnp.sum(big) * 0
+  x = jnp.array([0.0, 1.0])
+  baseline = {id(a) for a in jax.live_arrays()}
+  d = vv.nans(loss, x)
+  del big, loss, x
+  gc.collect()
+  assert alive() is None and d.fixes
+  extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline and a.size > 2]
+  assert extra == []
