@@ -1,20 +1,18 @@
 import { Kernel, KernelMessage } from '@jupyterlab/services';
-import {
-  JSONObject,
-  PromiseDelegate,
-  ReadonlyJSONValue,
-  UUID
-} from '@lumino/coreutils';
+import { JSONObject, JSONValue, PromiseDelegate, UUID } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import {
   COMM_TARGET,
   Diagnosis,
-  IRequestMessage,
+  KernelToPanelMessage,
   PROTOCOL_VERSION,
+  RequestMessage,
   RequestOp,
-  fields,
-  parseKernelMessage
+  ResultOf,
+  parseDiagnosis,
+  parseKernelMessage,
+  parseResult
 } from './protocol';
 
 /**
@@ -23,8 +21,6 @@ import {
 export interface IDiagnosisEvent {
   readonly kernelId: string;
   readonly diagnosis: Diagnosis;
-  /** performance.now() when the message arrived. */
-  readonly receivedAt?: number;
 }
 
 /**
@@ -38,35 +34,258 @@ const RESEND_AFTER_MS = 500;
  */
 export const MAX_DIAGNOSES = 200;
 
-/**
- * What is known about one kernel.
- */
-interface IKernelState {
-  /** The newest comm the kernel opened, or null once it is closed. */
-  comm: Kernel.IComm | null;
-  /** A comm the panel opened itself (survives pushes), or null. */
-  control: Kernel.IComm | null;
-  readonly diagnoses: Diagnosis[];
-  readonly pending: Map<string, PromiseDelegate<ReadonlyJSONValue | undefined>>;
-  /** Requests sent and not yet answered, to send once more if the kernel dropped them. */
-  readonly unanswered: Map<string, IUnanswered>;
-}
-
-interface IUnanswered {
-  readonly message: IRequestMessage;
-  readonly sentAt: number;
+interface IPending {
+  readonly op: RequestOp;
+  readonly reply: PromiseDelegate<unknown>;
 }
 
 /**
- * The vjpviz comms of all kernels: receives diagnoses and replies, sends requests.
+ * The transport to one kernel: its vjpviz comms, requests and their replies.
  *
  * The kernel opens a fresh comm for every push and closes the previous one,
- * so requests go to the newest comm and a late close of an older comm is ignored.
- * After a page reload the panel opens its own comm and asks for the history.
+ * so requests go to the newest comm (or the panel's own, which survives pushes)
+ * and a late close of an older comm is ignored. Every message is validated
+ * against the schema; a malformed reply rejects its request with the reason.
+ */
+export class KernelChannel {
+  constructor(
+    readonly kernel: Kernel.IKernelConnection,
+    private readonly _onMessage: (message: KernelToPanelMessage) => void
+  ) {
+    kernel.registerCommTarget(COMM_TARGET, (comm, msg) =>
+      this._onCommOpen(comm, msg)
+    );
+  }
+
+  /**
+   * Whether the panel's own comm is open.
+   */
+  get hasControl(): boolean {
+    return this._control !== null;
+  }
+
+  /**
+   * Ask the kernel for an operation; resolves with the reply's validated result.
+   */
+  request<Op extends RequestOp>(
+    op: Op,
+    args: JSONObject = {}
+  ): Promise<ResultOf[Op]> {
+    const comm = this._control ?? this._comm;
+    if (!comm) {
+      return Promise.reject(
+        new Error(`no open ${COMM_TARGET} comm for kernel ${this.kernel.id}`)
+      );
+    }
+    const message = this._expect(op, args);
+    this._unanswered.set(message.request_id, { message, sentAt: Date.now() });
+    comm.send(message as unknown as JSONValue);
+    return this._pending.get(message.request_id)!.reply.promise as Promise<
+      ResultOf[Op]
+    >;
+  }
+
+  /**
+   * Open a panel-side comm carrying a history request; resolves with its result.
+   * A kernel without `%load_ext vjpviz` closes it at once (the promise rejects).
+   */
+  openControl(): Promise<ResultOf['history']> {
+    const comm = this.kernel.createComm(COMM_TARGET);
+    const message = this._expect('history', {});
+    comm.onMsg = msg => this._onData(msg.content.data);
+    comm.onClose = () => {
+      if (this._control === comm) {
+        this._control = null;
+      }
+      this._settle(message.request_id)?.reject(
+        new Error('the kernel closed the vjpviz comm')
+      );
+    };
+    this._control = comm;
+    comm.open(message as unknown as JSONObject);
+    return this._pending.get(message.request_id)!.reply.promise as Promise<
+      ResultOf['history']
+    >;
+  }
+
+  /**
+   * A request sent while a cell was failing can be lost (its comm closed by a
+   * newer push, or the message dropped while the kernel aborted the queue). The
+   * kernel answers in order, so one still unanswered when it goes idle is lost:
+   * send it once more on the current comm. Every op is safe to repeat.
+   */
+  resendUnanswered(): void {
+    const comm = this._control ?? this._comm;
+    const now = Date.now();
+    for (const [id, { message, sentAt }] of comm ? this._unanswered : []) {
+      if (now - sentAt >= RESEND_AFTER_MS) {
+        this._unanswered.delete(id);
+        comm!.send(message as unknown as JSONValue);
+      }
+    }
+  }
+
+  /**
+   * The kernel restarted: its comms are gone and no request will be answered.
+   */
+  reset(): void {
+    this._comm = null;
+    this._control = null;
+    for (const { reply } of this._pending.values()) {
+      reply.reject(new Error('the kernel restarted'));
+    }
+    this._pending.clear();
+    this._unanswered.clear();
+  }
+
+  private _expect(op: RequestOp, args: JSONObject): RequestMessage {
+    const message: RequestMessage = {
+      v: PROTOCOL_VERSION,
+      type: 'request',
+      request_id: UUID.uuid4(),
+      op,
+      args
+    };
+    this._pending.set(message.request_id, { op, reply: new PromiseDelegate() });
+    return message;
+  }
+
+  private _settle(requestId: string): PromiseDelegate<unknown> | undefined {
+    const pending = this._pending.get(requestId);
+    this._pending.delete(requestId);
+    this._unanswered.delete(requestId);
+    return pending?.reply;
+  }
+
+  private _onCommOpen(comm: Kernel.IComm, msg: KernelMessage.ICommOpenMsg): void {
+    this._comm = comm;
+    comm.onMsg = commMsg => this._onData(commMsg.content.data);
+    comm.onClose = () => {
+      if (this._comm === comm) {
+        this._comm = null;
+      }
+    };
+    this._onData(msg.content.data);
+  }
+
+  private _onData(data: unknown): void {
+    let message: KernelToPanelMessage;
+    try {
+      message = parseKernelMessage(data);
+    } catch (error) {
+      this._onMalformed(data, error as Error);
+      return;
+    }
+    if (message.type !== 'reply') {
+      this._onMessage(message);
+      return;
+    }
+    const op = this._pending.get(message.request_id)?.op;
+    const reply = this._settle(message.request_id);
+    if (!reply || !op) {
+      return;
+    }
+    if (!message.ok) {
+      reply.reject(new Error(message.error));
+      return;
+    }
+    try {
+      reply.resolve(parseResult(op, message.result));
+    } catch (error) {
+      reply.reject(error);
+    }
+  }
+
+  /**
+   * A message that breaks the schema: the request it answers (if any) fails with
+   * the reason, so the panel says so instead of waiting; anything else is logged.
+   */
+  private _onMalformed(data: unknown, error: Error): void {
+    const requestId = (data as { request_id?: unknown } | null)?.request_id;
+    const reply =
+      typeof requestId === 'string' ? this._settle(requestId) : undefined;
+    if (reply) {
+      reply.reject(new Error(`the kernel's reply could not be read: ${error.message}`));
+    } else {
+      console.warn(
+        `jupyter-vjpviz: dropped a message from kernel ${this.kernel.id}:`,
+        error
+      );
+    }
+  }
+
+  private _comm: Kernel.IComm | null = null;
+  private _control: Kernel.IComm | null = null;
+  private _pending = new Map<string, IPending>();
+  private _unanswered = new Map<
+    string,
+    { readonly message: RequestMessage; readonly sentAt: number }
+  >();
+}
+
+/**
+ * The diagnoses of each kernel, oldest first, each id once, the newest
+ * MAX_DIAGNOSES kept.
+ */
+export class DiagnosisStore {
+  /**
+   * The diagnoses of a kernel, oldest first.
+   */
+  list(kernelId: string): readonly Diagnosis[] {
+    return this._kernels.get(kernelId) ?? [];
+  }
+
+  /**
+   * Add a pushed diagnosis; false when its id is known already.
+   */
+  add(kernelId: string, diagnosis: Diagnosis): boolean {
+    const list = this._list(kernelId);
+    if (list.some(d => d.id === diagnosis.id)) {
+      return false;
+    }
+    list.push(diagnosis);
+    dropOldest(list);
+    return true;
+  }
+
+  /**
+   * Merge a history reply with what was pushed meanwhile, in the kernel's order.
+   */
+  merge(kernelId: string, diagnoses: readonly Diagnosis[]): void {
+    const list = this._list(kernelId);
+    const known = new Set(list.map(d => d.id));
+    list.push(...diagnoses.filter(d => !known.has(d.id)));
+    list.sort((a, b) => idNumber(a.id) - idNumber(b.id));
+    dropOldest(list);
+  }
+
+  /**
+   * Forget a kernel's diagnoses (it restarted).
+   */
+  clear(kernelId: string): void {
+    this._kernels.delete(kernelId);
+  }
+
+  private _list(kernelId: string): Diagnosis[] {
+    let list = this._kernels.get(kernelId);
+    if (!list) {
+      list = [];
+      this._kernels.set(kernelId, list);
+    }
+    return list;
+  }
+
+  private _kernels = new Map<string, Diagnosis[]>();
+}
+
+/**
+ * The vjpviz comms of all kernels: one KernelChannel per kernel feeding one
+ * DiagnosisStore. After a page reload the panel opens its own comm and asks
+ * for the history.
  */
 export class VjpvizComms {
   /**
-   * Emitted for every diagnosis a kernel sends.
+   * Emitted for every new diagnosis a kernel pushes.
    */
   get diagnosisReceived(): ISignal<this, IDiagnosisEvent> {
     return this._diagnosisReceived;
@@ -84,242 +303,84 @@ export class VjpvizComms {
    * Listen for vjpviz comms on a kernel connection; repeated calls are no-ops.
    */
   attach(kernel: Kernel.IKernelConnection): void {
-    if (this._attached.has(kernel)) {
+    if (this._channels.get(kernel.id)?.kernel === kernel) {
       return;
     }
-    this._attached.add(kernel);
-    this._connections.set(kernel.id, kernel);
-    kernel.registerCommTarget(COMM_TARGET, (comm, msg) =>
-      this._onCommOpen(kernel.id, comm, msg)
+    const channel = new KernelChannel(kernel, message =>
+      this._onMessage(channel, message)
     );
-    kernel.statusChanged?.connect((_, status) => {
+    this._channels.set(kernel.id, channel);
+    kernel.statusChanged.connect((_, status) => {
       if (status === 'restarting' || status === 'autorestarting') {
-        this._forget(kernel.id);
+        channel.reset();
+        this._store.clear(kernel.id);
+        this._listChanged.emit(kernel.id);
       } else if (status === 'idle') {
-        this._resendUnanswered(kernel.id);
+        channel.resendUnanswered();
       }
     });
-    if (typeof kernel.createComm === 'function') {
-      void this._openControl(kernel);
-    }
+    void this._loadHistory(channel);
   }
 
   /**
    * The diagnoses received from a kernel, oldest first.
    */
   diagnoses(kernelId: string): readonly Diagnosis[] {
-    return this._kernels.get(kernelId)?.diagnoses ?? [];
+    return this._store.list(kernelId);
   }
 
   /**
-   * Ask a kernel for an operation; resolves with the reply's result.
+   * Ask a kernel for an operation; resolves with the reply's validated result.
    */
-  request(
+  request<Op extends RequestOp>(
     kernelId: string,
-    op: RequestOp,
+    op: Op,
     args: JSONObject = {}
-  ): Promise<ReadonlyJSONValue | undefined> {
-    const state = this._kernels.get(kernelId);
-    const comm = state?.control ?? state?.comm;
-    if (!state || !comm) {
-      return Promise.reject(
-        new Error(`no open ${COMM_TARGET} comm for kernel ${kernelId}`)
-      );
-    }
-    const message = this._message(op, args);
-    const reply = new PromiseDelegate<ReadonlyJSONValue | undefined>();
-    state.pending.set(message.request_id, reply);
-    state.unanswered.set(message.request_id, { message, sentAt: Date.now() });
-    comm.send(message);
-    return reply.promise;
+  ): Promise<ResultOf[Op]> {
+    const channel = this._channels.get(kernelId);
+    return channel
+      ? channel.request(op, args)
+      : Promise.reject(new Error(`no open ${COMM_TARGET} comm for kernel ${kernelId}`));
   }
 
-  /**
-   * A request sent while a cell was failing can be lost (its comm closed by a
-   * newer push, or the message dropped while the kernel aborted the queue). The
-   * kernel answers in order, so one still unanswered when it goes idle is lost:
-   * send it once more on the current comm. Every op is safe to repeat.
-   */
-  private _resendUnanswered(kernelId: string): void {
-    const state = this._kernels.get(kernelId);
-    const comm = state?.control ?? state?.comm;
-    if (!state || !comm) {
-      return;
-    }
-    const now = Date.now();
-    for (const [id, { message, sentAt }] of state.unanswered) {
-      if (now - sentAt >= RESEND_AFTER_MS) {
-        state.unanswered.delete(id);
-        comm.send(message);
-      }
-    }
-  }
-
-  private _message(op: RequestOp, args: JSONObject): IRequestMessage {
-    return {
-      v: PROTOCOL_VERSION,
-      type: 'request',
-      request_id: UUID.uuid4(),
-      op,
-      args
-    };
-  }
-
-  /**
-   * Open a panel-side comm and ask for the history. A kernel without
-   * `%load_ext vjpviz` closes it at once; then pushes are the only way in.
-   */
-  private async _openControl(kernel: Kernel.IKernelConnection): Promise<void> {
-    const kernelId = kernel.id;
-    const state = this._state(kernelId);
-    let comm: Kernel.IComm;
-    try {
-      comm = kernel.createComm(COMM_TARGET);
-    } catch (error) {
-      return;
-    }
-    const message = this._message('history', {});
-    const reply = new PromiseDelegate<ReadonlyJSONValue | undefined>();
-    state.pending.set(message.request_id, reply);
-    comm.onMsg = msg => this._onData(kernelId, state, msg.content.data);
-    comm.onClose = () => {
-      if (state.control === comm) {
-        state.control = null;
-      }
-      const pending = state.pending.get(message.request_id);
-      if (pending) {
-        state.pending.delete(message.request_id);
-        pending.reject(new Error('the kernel closed the vjpviz comm'));
-      }
-    };
-    state.control = comm;
-    try {
-      comm.open(message);
-      const result = (await reply.promise) as JSONObject | undefined;
-      const history = result?.diagnoses;
-      if (Array.isArray(history)) {
-        const known = new Set(state.diagnoses.map(d => fields(d).id));
-        for (const d of history) {
-          try {
-            parseKernelMessage({ v: PROTOCOL_VERSION, type: 'diagnosis', diagnosis: d });
-          } catch {
-            continue;
-          }
-          const id = fields(d as Diagnosis).id;
-          if (!known.has(id)) {
-            state.diagnoses.push(d as Diagnosis);
-          }
-        }
-        state.diagnoses.sort(
-          (a, b) => idNumber(fields(a).id) - idNumber(fields(b).id)
-        );
-        dropOldest(state.diagnoses);
-        this._listChanged.emit(kernelId);
-      }
-    } catch {
-      // No vjpviz in this kernel (yet): pushes will bring a comm.
-    }
-  }
-
-  private _forget(kernelId: string): void {
-    const state = this._kernels.get(kernelId);
-    if (!state) {
-      return;
-    }
-    state.diagnoses.length = 0;
-    state.comm = null;
-    state.control = null;
-    for (const pending of state.pending.values()) {
-      pending.reject(new Error('the kernel restarted'));
-    }
-    state.pending.clear();
-    state.unanswered.clear();
-    this._listChanged.emit(kernelId);
-  }
-
-  private _onCommOpen(
-    kernelId: string,
-    comm: Kernel.IComm,
-    msg: KernelMessage.ICommOpenMsg
-  ): void {
-    const state = this._state(kernelId);
-    state.comm = comm;
-    comm.onMsg = commMsg => this._onData(kernelId, state, commMsg.content.data);
-    comm.onClose = () => {
-      if (state.comm === comm) {
-        state.comm = null;
-      }
-    };
-    this._onData(kernelId, state, msg.content.data);
-  }
-
-  private _state(kernelId: string): IKernelState {
-    let state = this._kernels.get(kernelId);
-    if (!state) {
-      state = {
-        comm: null,
-        control: null,
-        diagnoses: [],
-        pending: new Map(),
-        unanswered: new Map()
-      };
-      this._kernels.set(kernelId, state);
-    }
-    return state;
-  }
-
-  private _onData(kernelId: string, state: IKernelState, data: unknown): void {
-    const receivedAt =
-      typeof performance !== 'undefined' ? performance.now() : Date.now();
-    let message;
-    try {
-      message = parseKernelMessage(data);
-    } catch (error) {
-      console.warn(
-        `jupyter-vjpviz: dropped a message from kernel ${kernelId}:`,
-        error
-      );
-      return;
-    }
+  private _onMessage(channel: KernelChannel, message: KernelToPanelMessage): void {
+    const kernelId = channel.kernel.id;
     if (message.type === 'hello') {
       // vjpviz was just loaded: open our own comm so the kernel knows we listen.
-      const kernel = this._connections.get(kernelId);
-      if (kernel && !state.control && typeof kernel.createComm === 'function') {
-        void this._openControl(kernel);
+      if (!channel.hasControl) {
+        void this._loadHistory(channel);
       }
-      return;
-    }
-    if (message.type === 'diagnosis') {
-      const id = fields(message.diagnosis).id;
-      if (state.diagnoses.some(d => fields(d).id === id)) {
-        return;
-      }
-      state.diagnoses.push(message.diagnosis);
-      dropOldest(state.diagnoses);
+    } else if (message.type === 'diagnosis' && this._store.add(kernelId, message.diagnosis)) {
       mark('vjpviz:diagnosis-received');
-      this._diagnosisReceived.emit({
-        kernelId,
-        diagnosis: message.diagnosis,
-        receivedAt
-      });
-      return;
-    }
-    state.unanswered.delete(message.request_id);
-    const reply = state.pending.get(message.request_id);
-    if (!reply) {
-      return;
-    }
-    state.pending.delete(message.request_id);
-    if (message.ok) {
-      reply.resolve(message.result);
-    } else {
-      reply.reject(new Error(message.error));
+      this._diagnosisReceived.emit({ kernelId, diagnosis: message.diagnosis });
     }
   }
 
-  private _attached = new WeakSet<Kernel.IKernelConnection>();
-  private _connections = new Map<string, Kernel.IKernelConnection>();
-  private _kernels = new Map<string, IKernelState>();
+  /**
+   * The history, each diagnosis validated on its own: a malformed one is
+   * skipped (and logged), the others kept.
+   */
+  private async _loadHistory(channel: KernelChannel): Promise<void> {
+    let history: ResultOf['history'];
+    try {
+      history = await channel.openControl();
+    } catch {
+      return; // no vjpviz in this kernel (yet): pushes will bring a comm
+    }
+    const valid: Diagnosis[] = [];
+    for (const d of history.diagnoses) {
+      try {
+        valid.push(parseDiagnosis(d));
+      } catch (error) {
+        console.warn('jupyter-vjpviz: skipped a diagnosis of the history:', error);
+      }
+    }
+    this._store.merge(channel.kernel.id, valid);
+    this._listChanged.emit(channel.kernel.id);
+  }
+
+  private _channels = new Map<string, KernelChannel>();
+  private _store = new DiagnosisStore();
   private _diagnosisReceived = new Signal<this, IDiagnosisEvent>(this);
   private _listChanged = new Signal<this, string>(this);
 }

@@ -2,6 +2,7 @@
  * The expected-vs-got diff of a diagnosis as rows, pytree-aware for the
  * structure kinds (`PyTreeDef(...)` strings are parsed into leaf paths).
  */
+import type { LeafError } from './protocol';
 
 export type RowStatus = 'mismatch' | 'same' | 'missing' | 'extra';
 
@@ -179,19 +180,10 @@ export function treeLeaves(text: string): string[] | null {
  * How one input's cotangent differs from the primal's derivative (a
  * `bwd_value` diagnosis's `leaf_errors`, the kernel's `oracle.LeafError`).
  */
-export interface ILeafError {
-  readonly name: string;
-  readonly max_abs: number;
-  readonly max_rel: number | null; // null: the reference is zero
-  readonly where: readonly number[];
-  readonly got_zero: boolean;
-  readonly reference_at: number;
-  readonly got_at: number;
-  readonly scale: number;
-}
+export type ILeafError = LeafError;
 
-const num = (x: number | null): string =>
-  x === null ? '∞' : Number(x.toPrecision(4)).toString();
+const num = (x: number | null | undefined): string =>
+  x === null || x === undefined ? '∞' : Number(x.toPrecision(4)).toString();
 
 /**
  * A value row: the reference beside the rule's value where they differ most.
@@ -200,7 +192,7 @@ const num = (x: number | null): string =>
 function valueRow(l: ILeafError): IDiffRow {
   const error = `max abs error ${num(l.max_abs)}, rel ${num(l.max_rel)}`;
   const perElement = l.reference_at !== l.got_at;
-  const at = perElement ? ` at [${l.where.map(num).join(', ')}]` : '';
+  const at = perElement ? ` at [${(l.where ?? []).map(num).join(', ')}]` : '';
   return {
     path: l.name,
     expected: perElement

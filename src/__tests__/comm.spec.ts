@@ -51,14 +51,14 @@ describe('VjpvizComms', () => {
 
   it('matches replies to requests', async () => {
     const comm = kernel.open(diagnosis(1));
-    const ok = comms.request('k1', 'verify', { fix: 'x' });
+    const ok = comms.request('k1', 'verify', { code: 'x' });
     const failed = comms.request('k1', 'apply');
     const [first, second] = comm.sent;
     expect(first).toMatchObject({
       v: 1,
       type: 'request',
       op: 'verify',
-      args: { fix: 'x' }
+      args: { code: 'x' }
     });
     comm.receive({
       v: 1,
@@ -72,10 +72,27 @@ describe('VjpvizComms', () => {
       type: 'reply',
       request_id: first.request_id,
       ok: true,
-      result: 'fine'
+      result: { pass: true }
     });
-    await expect(ok).resolves.toBe('fine');
+    await expect(ok).resolves.toEqual({ pass: true });
     await expect(failed).rejects.toThrow('bad fix');
+  });
+
+  it('rejects a request whose reply is malformed, saying why, and keeps the rest', async () => {
+    const comm = kernel.open(diagnosis(1));
+    const view = comms.request('k1', 'view', { diagnosis_id: 'd1' });
+    const verify = comms.request('k1', 'verify', { diagnosis_id: 'd1', code: '' });
+    const [first, second] = comm.sent;
+    // A result that is not a View, and a reply that is no reply at all.
+    comm.receive({ v: 1, type: 'reply', request_id: first.request_id, ok: true, result: { svg: 3, expanded: [] } });
+    comm.receive({ v: 1, type: 'reply', request_id: second.request_id, ok: 'yes' });
+    await expect(view).rejects.toThrow("the kernel's view result is malformed at /svg: must be string");
+    await expect(verify).rejects.toThrow("the kernel's reply could not be read: vjpviz reply message is malformed at /ok");
+    expect(comms.diagnoses('k1')).toEqual([body(1)]);
+    // The comm still works.
+    const again = comms.request('k1', 'view', { diagnosis_id: 'd1' });
+    comm.receive({ v: 1, type: 'reply', request_id: comm.sent[2].request_id, ok: true, result: { svg: '<svg/>', expanded: [] } });
+    await expect(again).resolves.toEqual({ svg: '<svg/>', expanded: [] });
   });
 
   it('sends an unanswered request once more when the kernel goes idle', async () => {
@@ -90,8 +107,9 @@ describe('VjpvizComms', () => {
     kernel.statusChanged.emit('idle');
     expect(second.sent).toEqual(first.sent);
     const id = first.sent[0].request_id as string;
-    second.receive({ v: 1, type: 'reply', request_id: id, ok: true, result: 'view' });
-    await expect(reply).resolves.toBe('view');
+    const view = { svg: '<svg/>', expanded: [] };
+    second.receive({ v: 1, type: 'reply', request_id: id, ok: true, result: view });
+    await expect(reply).resolves.toEqual(view);
     kernel.statusChanged.emit('idle'); // answered: never sent again
     expect(second.sent).toHaveLength(1);
     now.mockRestore();

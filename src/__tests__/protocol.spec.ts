@@ -1,6 +1,6 @@
 import Ajv from 'ajv';
 
-import { parseKernelMessage } from '../protocol';
+import { parseDiagnosis, parseKernelMessage, parseResult } from '../protocol';
 
 import schema from '../../jupyter_vjpviz/protocol.schema.json';
 import examplesJson from './protocol-examples.json';
@@ -8,6 +8,7 @@ import examplesJson from './protocol-examples.json';
 const examples = examplesJson as unknown as Record<string, unknown[]>;
 const cases = (name: string): [unknown][] => examples[name].map(m => [m]);
 
+// An independent validator (compiled here from the schema, not the generated one).
 const ajv = new Ajv({ strict: false, allErrors: true });
 const validate = ajv.compile(schema);
 const definition = (name: string) =>
@@ -69,7 +70,14 @@ describe('parseKernelMessage agrees with the schema', () => {
     expect(() => parseKernelMessage([])).toThrow('got array');
     expect(() =>
       parseKernelMessage({ v: 1, type: 'reply', request_id: 'r', ok: false })
-    ).toThrow('needs an "error"');
+    ).toThrow("vjpviz reply message is malformed: must have required property 'error'");
+    expect(() =>
+      parseKernelMessage({
+        v: 1,
+        type: 'diagnosis',
+        diagnosis: { id: 'd1', kind: 'bwd_type', severity: 'fatal', headline: 'h', graph: { nodes: [], edges: [] }, fixes: [] }
+      })
+    ).toThrow('vjpviz diagnosis message is malformed at /diagnosis/severity');
     expect(() => parseKernelMessage({ v: 1, type: 'request' })).toThrow(
       'unknown vjpviz message type "request"'
     );
@@ -113,5 +121,32 @@ describe('request limits (deliver/comm.py reads the same numbers)', () => {
       defs.RequestArgs.properties.code.maxLength * 4
     );
     expect(defs.RequestMessage.description).toContain('x-maxBytes');
+  });
+});
+
+describe('results are validated against their op\'s definition (x-results)', () => {
+  const view = { svg: '<svg/>', expanded: [] };
+  const results: [string, unknown, unknown][] = [
+    ['history', { diagnoses: [] }, { diagnoses: 'none' }],
+    ['view', view, { svg: 5, expanded: [] }],
+    ['expand', view, { expanded: [] }],
+    ['search', { matches: ['e1'], view }, { matches: ['e1'] }],
+    ['verify', { pass: true, diff: [], verdict: 'verified' }, { pass: true, verdict: 'maybe' }],
+    ['apply', { applied: false, problems: [{ id: 'd2', kind: 'bwd_type', headline: 'h' }] }, { applied: 'yes' }]
+  ];
+
+  it.each(results)('%s: a good result passes, a bad one is named', (op, good, bad) => {
+    const key = op as Parameters<typeof parseResult>[0];
+    expect(parseResult(key, good)).toEqual(good);
+    expect(() => parseResult(key, bad)).toThrow(`the kernel's ${op} result is malformed`);
+  });
+
+  it('agrees with the schema on every example diagnosis', () => {
+    for (const message of examples['valid_kernel_messages'] as { type: string; diagnosis?: unknown }[]) {
+      if (message.type === 'diagnosis') {
+        expect(parseDiagnosis(message.diagnosis)).toEqual(message.diagnosis);
+        expect(definition('Diagnosis')(message.diagnosis)).toBe(true);
+      }
+    }
   });
 });

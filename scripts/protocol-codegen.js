@@ -1,0 +1,127 @@
+/**
+ * The panel's side of protocol.schema.json, generated: TypeScript types
+ * (json-schema-to-typescript) and precompiled validators (ajv standalone).
+ * `node scripts/protocol-codegen.js` writes them to src/; with --print it prints
+ * them as JSON instead, which src/__tests__/protocolCodegen.spec.ts compares with
+ * the checked-in files (prettier, inside json-schema-to-typescript, needs plain node).
+ */
+const fs = require('fs');
+const path = require('path');
+const Ajv = require('ajv');
+const standaloneCode = require('ajv/dist/standalone').default;
+const { compile } = require('json-schema-to-typescript');
+
+const ROOT = path.resolve(__dirname, '..');
+const SCHEMA_PATH = path.join(ROOT, 'jupyter_vjpviz', 'protocol.schema.json');
+const TYPES_PATH = path.join(ROOT, 'src', 'protocolTypes.ts');
+const VALIDATORS_PATH = path.join(ROOT, 'src', 'protocolValidators.ts');
+
+/** The definitions the panel validates messages and results against. */
+const VALIDATED = [
+  'HelloMessage',
+  'DiagnosisMessage',
+  'ReplyMessage',
+  'Diagnosis',
+  'HistoryResult',
+  'View',
+  'SearchResult',
+  'VerifyResult',
+  'ApplyResult'
+];
+
+const BANNER =
+  '/* Generated from jupyter_vjpviz/protocol.schema.json by ' +
+  'scripts/protocol-codegen.js: do not edit. */';
+
+function readSchema() {
+  return JSON.parse(fs.readFileSync(SCHEMA_PATH, 'utf-8'));
+}
+
+async function types(schema) {
+  // A union root hides the definitions nothing references (the results): an empty
+  // object root lists every definition, the messages' union among them.
+  const definitions = {
+    ...schema.definitions,
+    ProtocolMessage: { description: schema.description, oneOf: schema.oneOf }
+  };
+  const root = {
+    $id: schema.$id,
+    title: 'Protocol',
+    type: 'object',
+    additionalProperties: false,
+    definitions,
+    $defs: definitions
+  };
+  const generated = await compile(root, 'Protocol', {
+    bannerComment: BANNER,
+    additionalProperties: false,
+    unreachableDefinitions: true,
+    maxItems: -1,
+    strictIndexSignatures: true,
+    format: true,
+    style: { singleQuote: true, trailingComma: 'none', arrowParens: 'avoid' }
+  });
+  const results = Object.entries(resultsByOp(schema)).map(
+    ([op, name]) => `  ${op}: ${name};`
+  );
+  return `${generated}
+/**
+ * The result of each op's ok reply (RequestMessage's x-results).
+ */
+export interface ResultOf {
+${results.join('\n')}
+}
+`;
+}
+
+function resultsByOp(schema) {
+  return schema.definitions.RequestMessage['x-results'];
+}
+
+function validators(schema) {
+  // The x- keywords are the kernel's (byte limit, results by op): known, not checked here.
+  // unicode: false counts a string's length in UTF-16 units, so the code needs no
+  // runtime helper from ajv; the only length the panel checks is a non-empty id.
+  const ajv = new Ajv({
+    allErrors: false,
+    unicode: false,
+    strictTypes: false,
+    code: { source: true, esm: true, lines: true },
+    keywords: ['x-maxBytes', 'x-results']
+  });
+  ajv.addSchema(schema);
+  const refs = Object.fromEntries(
+    VALIDATED.map(name => [name, `${schema.$id}#/definitions/${name}`])
+  );
+  const results = Object.entries(resultsByOp(schema)).map(
+    ([op, name]) => `  ${op}: ${name}`
+  );
+  return `${BANNER}
+// @ts-nocheck
+${standaloneCode(ajv, refs)}
+/** Each op's result validator (RequestMessage's x-results). */
+export const resultValidators = {
+${results.join(',\n')}
+};
+`;
+}
+
+async function generate() {
+  const schema = readSchema();
+  return { [TYPES_PATH]: await types(schema), [VALIDATORS_PATH]: validators(schema) };
+}
+
+module.exports = { generate, TYPES_PATH, VALIDATORS_PATH };
+
+if (require.main === module) {
+  generate().then(files => {
+    if (process.argv.includes('--print')) {
+      process.stdout.write(JSON.stringify(files));
+      return;
+    }
+    for (const [file, text] of Object.entries(files)) {
+      fs.writeFileSync(file, text);
+      console.log(`wrote ${path.relative(ROOT, file)}`);
+    }
+  });
+}
