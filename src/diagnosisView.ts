@@ -81,22 +81,18 @@ export function renderRuleSource(d: IDiagnosisFields): HTMLElement | null {
  * One diagnosis: headline, diff, rule source, JAX's message, graph, fix.
  */
 export class DiagnosisView extends Panel {
-  constructor(editorFactory: CodeEditor.Factory | null) {
+  constructor(editorFactory: CodeEditor.Factory | null, openInMain: () => void) {
     super();
     this.addClass('jp-Vjpviz-view');
     this._summary = new Widget();
     this._summary.addClass('jp-Vjpviz-summary');
     this.addWidget(this._summary);
-    this._graph = new GraphView();
+    this._graph = new GraphView({ openInMain });
     this.addWidget(this._graph);
     if (editorFactory) {
       this._fix = new FixEditor(editorFactory);
       this.addWidget(this._fix);
     }
-  }
-
-  get graph(): GraphView {
-    return this._graph;
   }
 
   /**
@@ -160,6 +156,20 @@ export class DiagnosisView extends Panel {
 
   get diagnosisId(): string | null {
     return this._diagnosisId;
+  }
+
+  /**
+   * Verify the fix editor's code (no editor: nothing to verify).
+   */
+  verify(): Promise<void> {
+    return this._fix?.verify() ?? Promise.resolve();
+  }
+
+  /**
+   * Apply the fix editor's code.
+   */
+  apply(): Promise<void> {
+    return this._fix?.apply() ?? Promise.resolve();
   }
 
   private _summary: Widget;

@@ -113,8 +113,8 @@ export class FixEditor extends Panel {
     const footer = new Widget();
     footer.addClass('jp-Vjpviz-fixButtons');
     footer.node.append(
-      this._button('Verify', 'verify', true, () => void this._verify()),
-      this._button('Apply to cell', 'apply', false, () => void this._apply()),
+      this._button('Verify', 'verify', true, () => void this.verify()),
+      this._button('Apply to cell', 'apply', false, () => void this.apply()),
       this._button('Copy', 'copy', false, () => void this._copy())
     );
     this._result = document.createElement('div');
@@ -209,7 +209,10 @@ export class FixEditor extends Panel {
     this._result.className = `jp-Vjpviz-verifyResult${state ? ` jp-mod-${state}` : ''}`;
   }
 
-  private async _verify(): Promise<void> {
+  /**
+   * Ask the kernel whether the editor's code fixes the rule; says so below.
+   */
+  async verify(): Promise<void> {
     if (!this._actions) {
       return;
     }
@@ -238,7 +241,10 @@ export class FixEditor extends Panel {
     }
   }
 
-  private async _apply(): Promise<void> {
+  /**
+   * Rebind the rule in the kernel and write the code into its cell.
+   */
+  async apply(): Promise<void> {
     if (!this._actions) {
       return;
     }

@@ -1,4 +1,5 @@
 import { Widget } from '@lumino/widgets';
+import panzoom, { PanZoom } from 'panzoom';
 
 import { mark } from './comm';
 import { IGraphNode, IViewResult } from './protocol';
@@ -27,6 +28,9 @@ export interface IViewState {
 
 const MIN_SCALE = 0.02;
 const MAX_SCALE = 8;
+/** Below this the failing node is zoomed to READABLE_SCALE when centred on. */
+const LEGIBLE_SCALE = 0.6;
+const READABLE_SCALE = 1;
 /** Fit never blows a tiny graph up past this. */
 const MAX_FIT_SCALE = 1.5;
 /** Screen pixels left around the graph by fit. */
@@ -35,11 +39,12 @@ const FIT_PADDING = 12;
 const LEGEND_CLASS = 'vjpviz-legend';
 
 /**
- * The forward graph as sanitized SVG with pan/zoom, node details,
- * double-click-to-expand, search, fit and centre-on-failure.
+ * The forward graph as sanitized SVG with pan/zoom (panzoom), node details,
+ * expand/collapse, search, fit and centre-on-failure. In the sidebar it can
+ * hand the graph to a main-area view (`openInMain`).
  */
 export class GraphView extends Widget {
-  constructor() {
+  constructor(options: { openInMain?: () => void } = {}) {
     super();
     this.addClass('jp-Vjpviz-graph');
     const bar = document.createElement('div');
@@ -59,6 +64,14 @@ export class GraphView extends Widget {
     bar.appendChild(
       this._button('Centre on failure', 'centre', () => this.centreOnFailure())
     );
+    this._expandButton = this._button('Expand', 'expand', () => this._expandSelected());
+    this._collapseButton = this._button('Collapse', 'collapse', () =>
+      this._collapseSelected()
+    );
+    bar.append(this._expandButton, this._collapseButton);
+    if (options.openInMain) {
+      bar.appendChild(this._button('Open in main area', 'open-main', options.openInMain));
+    }
     this._status = document.createElement('span');
     this._status.className = 'jp-Vjpviz-graphStatus';
     bar.appendChild(this._status);
@@ -69,13 +82,24 @@ export class GraphView extends Widget {
     this._viewport.tabIndex = 0;
     this._viewport.setAttribute('aria-label', 'Forward graph');
     this.node.appendChild(this._viewport);
+    this._canvas = document.createElement('div');
+    this._canvas.className = 'jp-Vjpviz-canvas';
+    this._viewport.appendChild(this._canvas);
+    this._panzoom = panzoom(this._canvas, {
+      minZoom: MIN_SCALE,
+      maxZoom: MAX_SCALE,
+      smoothScroll: false,
+      // Double-click expands and collapses: no zoom, and the event goes on.
+      zoomDoubleClickSpeed: 1,
+      onDoubleClick: () => false
+    });
+    this._panzoom.on('panstart', () => (this._dragged = true));
+    this._panzoom.on('panend', () => setTimeout(() => (this._dragged = false), 0));
 
     this._details = document.createElement('div');
     this._details.className = 'jp-Vjpviz-nodeDetails';
     this.node.appendChild(this._details);
 
-    this._viewport.addEventListener('wheel', this._onWheel, { passive: false });
-    this._viewport.addEventListener('mousedown', this._onMouseDown);
     this._viewport.addEventListener('click', this._onClick);
     this._viewport.addEventListener('dblclick', this._onDblClick);
     this._viewport.addEventListener('keydown', this._onKey);
@@ -93,6 +117,7 @@ export class GraphView extends Widget {
   dispose(): void {
     this._resizeObserver?.disconnect();
     this._resizeObserver = null;
+    this._panzoom.dispose();
     super.dispose();
   }
 
@@ -110,7 +135,9 @@ export class GraphView extends Widget {
     this._state = { expanded: [], collapsed: [] };
     this._details.textContent = '';
     this.node.dataset.vjpvizGraph = 'loading';
-    this._viewport.textContent = '';
+    this._canvas.textContent = '';
+    this._svg = null;
+    this._updateButtons();
     if (!requests) {
       this._setStatus('Graph unavailable: no connection to the kernel.');
       return;
@@ -131,37 +158,62 @@ export class GraphView extends Widget {
       return;
     }
     this._pendingFit = false;
-    const content = this._contentBox();
+    const c = this._contentBox();
     const pad = Math.min(FIT_PADDING, box.width / 8, box.height / 8);
-    const width = Math.max(1, box.width - 2 * pad);
-    const height = Math.max(1, box.height - 2 * pad);
-    const scale = Math.min(width / content.w, height / content.h, MAX_FIT_SCALE);
-    this._scale = Math.max(MIN_SCALE, scale);
-    this._tx = (box.width - content.w * this._scale) / 2 - content.x * this._scale;
-    this._ty = (box.height - content.h * this._scale) / 2 - content.y * this._scale;
-    this._apply();
+    const scale = Math.min(
+      (box.width - 2 * pad) / c.w,
+      (box.height - 2 * pad) / c.h,
+      MAX_FIT_SCALE
+    );
+    this._showAt(c.x + c.w / 2, c.y + c.h / 2, scale);
   }
 
   /**
    * Put the failing node in the middle of the viewport, at a readable scale.
    */
   centreOnFailure(): void {
-    const el = this._viewport.querySelector('.vjpviz-node-failed');
-    if (!el) {
-      return;
+    const el = this._canvas.querySelector('.vjpviz-node-failed');
+    if (el) {
+      this._centreOn(el, this.scale < LEGIBLE_SCALE ? READABLE_SCALE : this.scale);
     }
-    if (this._scale < 0.6) {
-      this._scale = 1;
-      this._apply();
-    }
-    const box = this._viewport.getBoundingClientRect();
-    const r = el.getBoundingClientRect();
-    this._tx += box.left + box.width / 2 - (r.left + r.width / 2);
-    this._ty += box.top + box.height / 2 - (r.top + r.height / 2);
-    this._apply();
   }
 
-  private _button(label: string, action: string, onClick: () => void) {
+  /**
+   * The zoom the view is drawn at (1: the SVG's own pixels).
+   */
+  get scale(): number {
+    return this._panzoom.getTransform().scale;
+  }
+
+  /**
+   * Ask the kernel to open a box (a folded group or a call) in place.
+   */
+  expand(id: string): Promise<void> {
+    const requests = this._requests;
+    if (!requests) {
+      return Promise.resolve();
+    }
+    this._setStatus(`Expanding ${id}…`);
+    return this._show(() => requests.expand(id, this._state), false);
+  }
+
+  /**
+   * Ask the kernel to fold an opened body back into its box.
+   */
+  collapse(id: string): Promise<void> {
+    const requests = this._requests;
+    if (!requests) {
+      return Promise.resolve();
+    }
+    this._setStatus(`Collapsing ${id}…`);
+    return this._show(() => requests.collapse(id, this._state), false);
+  }
+
+  private _button(
+    label: string,
+    action: string,
+    onClick: () => void
+  ): HTMLButtonElement {
     const b = document.createElement('button');
     b.className = 'jp-Button jp-mod-styled jp-mod-reject jp-Vjpviz-small';
     b.textContent = label;
@@ -197,7 +249,7 @@ export class GraphView extends Widget {
     this._render(view);
     if (centre) {
       this.fit();
-      if (this._scale < 0.5) {
+      if (this.scale < 0.5) {
         this.centreOnFailure();
       }
     }
@@ -206,7 +258,7 @@ export class GraphView extends Widget {
 
   private _render(view: IViewResult): void {
     const svg = typeof view.svg === 'string' ? sanitizeSvg(view.svg) : null;
-    this._viewport.textContent = '';
+    this._canvas.textContent = '';
     if (!svg) {
       this._setStatus('The kernel sent a graph that is not SVG.');
       return;
@@ -258,8 +310,8 @@ export class GraphView extends Widget {
       }
     }
     this._svg = svg;
-    this._viewport.appendChild(svg);
-    this._apply();
+    this._canvas.appendChild(svg);
+    this._updateButtons();
     this.node.dataset.vjpvizGraph = 'ready';
     const parts = [];
     if (view.total !== undefined) {
@@ -268,7 +320,7 @@ export class GraphView extends Widget {
           (view.boxes !== undefined ? ` in ${view.boxes} boxes` : '')
       );
     }
-    parts.push('double-click ▸ to expand, a dashed frame to collapse');
+    parts.push('double-click ▸ to expand, a dashed frame to collapse; drag to pan, wheel to zoom');
     this._setStatus(parts.join(' · '));
   }
 
@@ -283,7 +335,8 @@ export class GraphView extends Widget {
       return whole;
     }
     const origin = svg.getBoundingClientRect();
-    const scale = this._scale || 1;
+    // The zoom drawn now (panzoom applies its transform on the next frame).
+    const scale = origin.width / this._natural.w || 1;
     let x0 = Infinity;
     let y0 = Infinity;
     let x1 = -Infinity;
@@ -314,16 +367,62 @@ export class GraphView extends Widget {
     };
   }
 
-  private _apply(): void {
-    if (this._svg) {
-      this._svg.style.transform = `translate(${this._tx}px, ${this._ty}px) scale(${this._scale})`;
+  /**
+   * Zoom to `scale` with the point (x, y) of the SVG's own pixels in the middle.
+   */
+  private _showAt(x: number, y: number, scale: number): void {
+    const box = this._viewport.getBoundingClientRect();
+    const s = Math.min(MAX_SCALE, Math.max(MIN_SCALE, scale));
+    const [w, h] = [box.width / s / 2, box.height / s / 2];
+    this._panzoom.showRectangle({ left: x - w, right: x + w, top: y - h, bottom: y + h } as DOMRect);
+    this._panzoom.moveBy(0, 0, false); // draws the new transform
+  }
+
+  /**
+   * Centre an element of the graph in the viewport at `scale`.
+   */
+  private _centreOn(el: Element, scale: number): void {
+    if (!this._svg) {
+      return;
+    }
+    const origin = this._svg.getBoundingClientRect();
+    const drawn = origin.width / this._natural.w || 1;
+    const r = el.getBoundingClientRect();
+    this._showAt(
+      (r.left + r.width / 2 - origin.left) / drawn,
+      (r.top + r.height / 2 - origin.top) / drawn,
+      scale
+    );
+  }
+
+  private _selected(): Element | null {
+    return this._canvas.querySelector('.vjpviz-node-selected');
+  }
+
+  private _updateButtons(): void {
+    const g = this._selected();
+    this._expandButton.disabled = !g?.classList.contains('vjpviz-expandable');
+    this._collapseButton.disabled = !g?.closest('[data-vjpviz-body]');
+  }
+
+  private _expandSelected(): void {
+    const g = this._selected();
+    if (g?.classList.contains('vjpviz-expandable')) {
+      void this.expand(g.getAttribute('data-vjpviz-node')!);
+    }
+  }
+
+  private _collapseSelected(): void {
+    const body = this._selected()?.closest('[data-vjpviz-body]');
+    if (body) {
+      void this.collapse(body.getAttribute('data-vjpviz-body')!);
     }
   }
 
   private async _runSearch(): Promise<void> {
     const query = this._search.value.trim();
     for (const el of Array.from(
-      this._viewport.querySelectorAll('.vjpviz-node-match')
+      this._canvas.querySelectorAll('.vjpviz-node-match')
     )) {
       el.classList.remove('vjpviz-node-match');
     }
@@ -339,7 +438,7 @@ export class GraphView extends Widget {
     }, false);
     let first: Element | null = null;
     for (const id of matches) {
-      const el = this._viewport.querySelector(
+      const el = this._canvas.querySelector(
         `[data-vjpviz-node="${cssEscape(id)}"]`
       );
       if (el) {
@@ -351,11 +450,7 @@ export class GraphView extends Widget {
       `${matches.length} match${matches.length === 1 ? '' : 'es'} for “${query}”`
     );
     if (first) {
-      const box = this._viewport.getBoundingClientRect();
-      const r = first.getBoundingClientRect();
-      this._tx += box.left + box.width / 2 - (r.left + r.width / 2);
-      this._ty += box.top + box.height / 2 - (r.top + r.height / 2);
-      this._apply();
+      this._centreOn(first, this.scale);
     }
   }
 
@@ -401,93 +496,31 @@ export class GraphView extends Widget {
       return;
     }
     for (const el of Array.from(
-      this._viewport.querySelectorAll('.vjpviz-node-selected')
+      this._canvas.querySelectorAll('.vjpviz-node-selected')
     )) {
       el.classList.remove('vjpviz-node-selected');
     }
     g.classList.add('vjpviz-node-selected');
+    this._updateButtons();
     this._showDetails(g.getAttribute('data-vjpviz-node')!);
   };
 
   private _onDblClick = (e: MouseEvent) => {
-    const requests = this._requests;
     const target = e.target as Element;
-    if (!requests || !target.closest) {
-      return;
-    }
-    const g = target.closest('.vjpviz-expandable[data-vjpviz-node]');
+    const g = target.closest?.('.vjpviz-expandable[data-vjpviz-node]');
+    const body = target.closest?.('[data-vjpviz-body]');
     if (g) {
-      const id = g.getAttribute('data-vjpviz-node')!;
       e.preventDefault();
-      this._setStatus(`Expanding ${id}…`);
-      void this._show(() => requests.expand(id, this._state), false);
-      return;
-    }
-    const body = target.closest('[data-vjpviz-body]');
-    if (body && !target.closest('[data-vjpviz-node]')) {
-      const id = body.getAttribute('data-vjpviz-body')!;
+      void this.expand(g.getAttribute('data-vjpviz-node')!);
+    } else if (body && !target.closest('[data-vjpviz-node]')) {
       e.preventDefault();
-      this._setStatus(`Collapsing ${id}…`);
-      void this._show(() => requests.collapse(id, this._state), false);
+      void this.collapse(body.getAttribute('data-vjpviz-body')!);
     }
   };
 
-  private _onWheel = (e: WheelEvent) => {
-    if (!this._svg) {
-      return;
-    }
-    e.preventDefault();
-    const box = this._viewport.getBoundingClientRect();
-    const x = e.clientX - box.left;
-    const y = e.clientY - box.top;
-    const factor = Math.exp(-e.deltaY * 0.0015);
-    const scale = Math.min(MAX_SCALE, Math.max(MIN_SCALE, this._scale * factor));
-    this._tx = x - ((x - this._tx) * scale) / this._scale;
-    this._ty = y - ((y - this._ty) * scale) / this._scale;
-    this._scale = scale;
-    this._apply();
-  };
-
-  private _onMouseDown = (e: MouseEvent) => {
-    if (e.button !== 0) {
-      return;
-    }
-    const start = { x: e.clientX, y: e.clientY, tx: this._tx, ty: this._ty };
-    this._dragged = false;
-    const move = (m: MouseEvent) => {
-      const dx = m.clientX - start.x;
-      const dy = m.clientY - start.y;
-      if (Math.abs(dx) + Math.abs(dy) > 3) {
-        this._dragged = true;
-      }
-      this._tx = start.tx + dx;
-      this._ty = start.ty + dy;
-      this._apply();
-    };
-    const up = () => {
-      document.removeEventListener('mousemove', move);
-      document.removeEventListener('mouseup', up);
-      setTimeout(() => (this._dragged = false), 0);
-    };
-    document.addEventListener('mousemove', move);
-    document.addEventListener('mouseup', up);
-  };
-
+  /** Arrows and +/- pan and zoom (panzoom); f fits, c centres on the failure. */
   private _onKey = (e: KeyboardEvent) => {
-    const step = 40;
-    const keys: Record<string, () => void> = {
-      ArrowLeft: () => (this._tx += step),
-      ArrowRight: () => (this._tx -= step),
-      ArrowUp: () => (this._ty += step),
-      ArrowDown: () => (this._ty -= step),
-      '+': () => (this._scale = Math.min(MAX_SCALE, this._scale * 1.2)),
-      '-': () => (this._scale = Math.max(MIN_SCALE, this._scale / 1.2))
-    };
-    if (keys[e.key]) {
-      e.preventDefault();
-      keys[e.key]();
-      this._apply();
-    } else if (e.key === 'f') {
+    if (e.key === 'f') {
       this.fit();
     } else if (e.key === 'c') {
       this.centreOnFailure();
@@ -497,14 +530,15 @@ export class GraphView extends Widget {
   private _search: HTMLInputElement;
   private _status: HTMLElement;
   private _viewport: HTMLElement;
+  private _canvas: HTMLElement;
+  private _panzoom: PanZoom;
+  private _expandButton: HTMLButtonElement;
+  private _collapseButton: HTMLButtonElement;
   private _details: HTMLElement;
   private _svg: SVGSVGElement | null = null;
   private _natural = { w: 1, h: 1 };
   private _pendingFit = false;
   private _resizeObserver: ResizeObserver | null = null;
-  private _scale = 1;
-  private _tx = 0;
-  private _ty = 0;
   private _dragged = false;
   private _token = 0;
   private _nodes = new Map<string, IGraphNode>();

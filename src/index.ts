@@ -1,93 +1,97 @@
 import {
-  ILabShell,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Clipboard } from '@jupyterlab/apputils';
+import { Clipboard, ICommandPalette } from '@jupyterlab/apputils';
 import { IEditorServices } from '@jupyterlab/codeeditor';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
+import { addCommands } from './commands';
 import { VjpvizComms } from './comm';
 import { VjpvizPanel } from './panel';
+import { CommandIDs, IVjpviz } from './tokens';
+
+export { CommandIDs, IVjpviz } from './tokens';
 
 const PLUGIN_ID = 'jupyter-vjpviz:plugin';
 
 /**
- * The VJP debugger: listens for vjpviz comms on the kernel of every notebook
- * and shows the active notebook's diagnoses in a right-side panel.
+ * The VJP debugger: listens for vjpviz comms on the kernel of every notebook,
+ * shows the active notebook's diagnoses in a right-side panel and registers
+ * its commands.
  */
-const plugin: JupyterFrontEndPlugin<void> = {
+const plugin: JupyterFrontEndPlugin<IVjpviz> = {
   id: PLUGIN_ID,
   description: 'A visual gradient debugger for JAX.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [IEditorServices, ISettingRegistry, ILabShell],
-  activate: (
-    app: JupyterFrontEnd,
-    tracker: INotebookTracker,
-    editorServices: IEditorServices | null,
-    settingRegistry: ISettingRegistry | null
-  ) => {
-    const comms = new VjpvizComms();
-    let autoOpen = true;
-    let panel: VjpvizPanel | null = null;
-    if (app.shell && typeof app.shell.add === 'function') {
-      panel = new VjpvizPanel({
-        comms,
-        editorFactory: editorServices?.factoryService.newInlineEditor ?? null,
-        copy: copyText
-      });
-      app.shell.add(panel, 'right', { rank: 900 });
-    }
-    const follow = () => panel?.setNotebook(tracker.currentWidget);
-
-    const track = (notebook: NotebookPanel) => {
-      const { sessionContext } = notebook;
-      const attach = () => {
-        const kernel = sessionContext.session?.kernel;
-        if (kernel) {
-          comms.attach(kernel);
-        }
-        if (notebook === tracker.currentWidget) {
-          follow();
-        }
-      };
-      sessionContext.kernelChanged.connect(attach);
-      void sessionContext.ready.then(attach);
-      attach();
-    };
-    tracker.forEach(track);
-    tracker.widgetAdded.connect((_, notebook) => track(notebook));
-    tracker.currentChanged?.connect(follow);
-
-    comms.diagnosisReceived.connect((_, { kernelId, diagnosis }) => {
-      if (!panel) {
-        return;
-      }
-      void panel.onDiagnosis(kernelId, diagnosis);
-      if (autoOpen && kernelId === panel.kernelId) {
-        app.shell.activateById(panel.id);
-      }
-    });
-
-    if (settingRegistry) {
-      void settingRegistry
-        .load(PLUGIN_ID)
-        .then(settings => {
-          const read = () => {
-            autoOpen = settings.get('autoOpen').composite !== false;
-          };
-          read();
-          settings.changed.connect(read);
-        })
-        .catch(reason =>
-          console.warn('jupyter-vjpviz: could not load settings', reason)
-        );
-    }
-    console.log('jupyter-vjpviz is activated');
-  }
+  optional: [IEditorServices, ISettingRegistry, ICommandPalette],
+  provides: IVjpviz,
+  activate
 };
+
+function activate(
+  app: JupyterFrontEnd,
+  tracker: INotebookTracker,
+  editorServices: IEditorServices | null,
+  settingRegistry: ISettingRegistry | null,
+  palette: ICommandPalette | null
+): IVjpviz {
+  const comms = new VjpvizComms();
+  let autoOpen = true;
+  const panel = new VjpvizPanel({
+    comms,
+    editorFactory: editorServices?.factoryService.newInlineEditor ?? null,
+    copy: copyText,
+    openGraph: () => void app.commands.execute(CommandIDs.openGraph)
+  });
+  app.shell.add(panel, 'right', { rank: 900 });
+  addCommands(app, panel, panel.id, palette);
+
+  const follow = () => panel.setNotebook(tracker.currentWidget);
+  const track = (notebook: NotebookPanel) => {
+    const { sessionContext } = notebook;
+    const attach = () => {
+      const kernel = sessionContext.session?.kernel;
+      if (kernel) {
+        comms.attach(kernel);
+      }
+      if (notebook === tracker.currentWidget) {
+        follow();
+      }
+    };
+    sessionContext.kernelChanged.connect(attach);
+    void sessionContext.ready.then(attach);
+    attach();
+  };
+  tracker.forEach(track);
+  tracker.widgetAdded.connect((_, notebook) => track(notebook));
+  tracker.currentChanged.connect(follow);
+
+  comms.diagnosisReceived.connect((_, { kernelId, diagnosis }) => {
+    void panel.onDiagnosis(kernelId, diagnosis);
+    if (autoOpen && kernelId === panel.kernelId) {
+      app.shell.activateById(panel.id);
+    }
+  });
+
+  if (settingRegistry) {
+    void settingRegistry
+      .load(PLUGIN_ID)
+      .then(settings => {
+        const read = () => {
+          autoOpen = settings.get('autoOpen').composite !== false;
+        };
+        read();
+        settings.changed.connect(read);
+      })
+      .catch(reason =>
+        console.warn('jupyter-vjpviz: could not load settings', reason)
+      );
+  }
+  return panel;
+}
 
 async function copyText(text: string): Promise<void> {
   if (navigator.clipboard?.writeText) {

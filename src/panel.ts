@@ -2,6 +2,7 @@ import { CodeEditor } from '@jupyterlab/codeeditor';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { JSONObject } from '@lumino/coreutils';
+import { ISignal, Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { definedNames, findFunction, replacementEdits } from './cells';
@@ -9,6 +10,7 @@ import { VjpvizComms } from './comm';
 import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
 import { IApplied } from './fixEditor';
+import { IGraphRequests } from './graphView';
 import {
   Diagnosis,
   IApplyResult,
@@ -17,6 +19,7 @@ import {
   RequestOp,
   fields
 } from './protocol';
+import { IVjpviz } from './tokens';
 
 export const PANEL_ID = 'jp-vjpviz-panel';
 
@@ -33,11 +36,13 @@ export const vjpvizIcon = new LabIcon({
 /**
  * The "VJP debugger" side panel: the diagnoses of the active notebook's kernel.
  */
-export class VjpvizPanel extends Panel {
+export class VjpvizPanel extends Panel implements IVjpviz {
   constructor(options: {
     comms: VjpvizComms;
     editorFactory: CodeEditor.Factory | null;
     copy: (text: string) => Promise<void>;
+    /** Opens the graph shown in the main area (the command of that name). */
+    openGraph: () => void;
   }) {
     super();
     this.id = PANEL_ID;
@@ -52,7 +57,7 @@ export class VjpvizPanel extends Panel {
     this.addWidget(this._empty);
     this._list = new DiagnosisList();
     this.addWidget(this._list);
-    this._view = new DiagnosisView(options.editorFactory);
+    this._view = new DiagnosisView(options.editorFactory, options.openGraph);
     this.addWidget(this._view);
     this._list.selected.connect((_, id) => this.select(id));
     this._comms.listChanged.connect((_, kernelId) => {
@@ -68,6 +73,18 @@ export class VjpvizPanel extends Panel {
    */
   get kernelId(): string | null {
     return this._kernelId;
+  }
+
+  get diagnoses(): readonly Diagnosis[] {
+    return this._kernelId ? this._comms.diagnoses(this._kernelId) : [];
+  }
+
+  get current(): Diagnosis | null {
+    return this.diagnoses.find(d => fields(d).id === this._selectedId) ?? null;
+  }
+
+  get currentChanged(): ISignal<this, Diagnosis | null> {
+    return this._currentChanged;
   }
 
   /**
@@ -107,12 +124,49 @@ export class VjpvizPanel extends Panel {
     return this._refresh();
   }
 
-  private _diagnoses(): readonly Diagnosis[] {
-    return this._kernelId ? this._comms.diagnoses(this._kernelId) : [];
+  selectNext(step: 1 | -1): Promise<void> {
+    // The list shows the newest first: down the list is back in time.
+    const ids = this.diagnoses.map(d => fields(d).id).reverse();
+    if (!ids.length) {
+      return Promise.resolve();
+    }
+    const at = this._selectedId ? ids.indexOf(this._selectedId) : -1;
+    return this.select(ids[(at + step + ids.length) % ids.length]);
+  }
+
+  verify(): Promise<void> {
+    return this._view.verify();
+  }
+
+  apply(): Promise<void> {
+    return this._view.apply();
+  }
+
+  graphRequests(id: string): IGraphRequests | null {
+    const kernelId = this._kernelId;
+    if (!kernelId) {
+      return null;
+    }
+    const ask = async <T>(op: RequestOp, args: JSONObject): Promise<T> =>
+      (await this._comms.request(kernelId, op, {
+        diagnosis_id: id,
+        ...args
+      })) as unknown as T;
+    return {
+      view: state => ask<IViewResult>('view', { ...state }),
+      expand: (node, state) => ask<IViewResult>('expand', { node, ...state }),
+      collapse: (node, state) =>
+        ask<IViewResult>('collapse', { node, ...state }),
+      search: (query, state) =>
+        ask<{ matches: string[]; view: IViewResult }>('search', {
+          query,
+          ...state
+        })
+    };
   }
 
   private _updateCount(): void {
-    const n = this._diagnoses().length;
+    const n = this.diagnoses.length;
     this.title.label = n ? `VJP debugger (${n})` : 'VJP debugger';
     this.title.caption = n
       ? `VJP debugger: ${n} diagnos${n === 1 ? 'is' : 'es'}`
@@ -123,7 +177,7 @@ export class VjpvizPanel extends Panel {
   }
 
   private _refresh(): Promise<void> {
-    const diagnoses = this._diagnoses();
+    const diagnoses = this.diagnoses;
     this._updateCount();
     const has = diagnoses.length > 0;
     this._renderEmpty();
@@ -131,6 +185,7 @@ export class VjpvizPanel extends Panel {
     this._list.setHidden(!has);
     this._view.setHidden(!has);
     if (!has) {
+      this._setShown(null);
       return Promise.resolve();
     }
     const selected =
@@ -142,7 +197,15 @@ export class VjpvizPanel extends Panel {
       return Promise.resolve();
     }
     this._shownKernel = this._kernelId;
+    this._setShown(selected);
     return this._view.showDiagnosis(selected, this._actions(selected));
+  }
+
+  private _setShown(diagnosis: Diagnosis | null): void {
+    if (diagnosis !== this._shown) {
+      this._shown = diagnosis;
+      this._currentChanged.emit(diagnosis);
+    }
   }
 
   private _renderEmpty(): void {
@@ -174,19 +237,7 @@ export class VjpvizPanel extends Panel {
     const request = async (op: RequestOp, args: JSONObject) =>
       this._comms.request(kernelId, op, { diagnosis_id: d.id, ...args });
     return {
-      graph: {
-        view: async state =>
-          (await request('view', { ...state })) as unknown as IViewResult,
-        expand: async (node, state) =>
-          (await request('expand', { node, ...state })) as unknown as IViewResult,
-        collapse: async (node, state) =>
-          (await request('collapse', { node, ...state })) as unknown as IViewResult,
-        search: async (query, state) =>
-          (await request('search', { query, ...state })) as unknown as {
-            matches: string[];
-            view: IViewResult;
-          }
-      },
+      graph: this.graphRequests(d.id),
       fix: {
         verify: async code =>
           (await request('verify', { code })) as unknown as IVerifyResult,
@@ -295,4 +346,6 @@ export class VjpvizPanel extends Panel {
   private _kernelId: string | null = null;
   private _selectedId: string | null = null;
   private _shownKernel: string | null = null;
+  private _shown: Diagnosis | null = null;
+  private _currentChanged = new Signal<this, Diagnosis | null>(this);
 }

@@ -13,7 +13,7 @@ import type { Text, UndoManager } from 'yjs';
 import { VjpvizComms } from '../comm';
 import { FixEditor, IFixActions } from '../fixEditor';
 import { VjpvizPanel } from '../panel';
-import { IVerifyResult } from '../protocol';
+import { Diagnosis, IVerifyResult } from '../protocol';
 import { FakeComm, FakeKernel, body } from './fakes';
 
 /**
@@ -151,6 +151,8 @@ describe('FixEditor verdicts', () => {
       verdict: 'type-only',
       diff: [
         {
+          id: 'p1',
+          headline: 'values differ',
           kind: 'bwd_value',
           leaf_errors: [
             { name: '<img src=x onerror=alert(1)>', max_abs: 0.5, max_rel: 0.25, where: [1, 2], ok: false },
@@ -194,7 +196,8 @@ describe('the panel', () => {
     const panel = new VjpvizPanel({
       comms,
       editorFactory: factory,
-      copy: async () => undefined
+      copy: async () => undefined,
+      openGraph: () => undefined
     });
     Widget.attach(panel, document.body);
     const notebook = {
@@ -211,7 +214,7 @@ describe('the panel', () => {
       fixes: [{ title: 'side effect', code: FIX }]
     };
     const comm = kernel.open({ v: 1, type: 'diagnosis', diagnosis: d });
-    const shown = panel.onDiagnosis(kernel.id, d);
+    const shown = panel.onDiagnosis(kernel.id, d as unknown as Diagnosis);
     await settle();
     expect(ops(comm)).toEqual(['view']); // the graph, and nothing else
     reply(comm, 'view', { svg: '<svg xmlns="http://www.w3.org/2000/svg"/>', expanded: [] });
