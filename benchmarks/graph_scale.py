@@ -11,13 +11,17 @@ which issue 3 wants at most 1.5. Every timed trace uses a fresh function
 object, so JAX's trace caches cannot hide a cold trace. ``huge_program.py``
 runs the same model at 100k equations.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/graph_scale.py [n_layers ...]
+    PYTHONPATH=. .venv/bin/python benchmarks/graph_scale.py [n_layers ...] [scoped|plain|nnx ...]
+
+Three ways of writing the same stack: ``scoped`` (``jax.named_scope`` per layer),
+``plain`` (plain functions in a Python loop, no names) and ``nnx`` (flax nnx modules).
 """
 from __future__ import annotations
 
 import statistics
 import sys
 import time
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +97,78 @@ def model(n_layers, bad_layer, heads=8):
   return loss
 
 
+def plain_model(n_layers, bad_layer, heads=8):
+  """The same stack written as most code is: plain functions, a Python loop, no named scopes."""
+  def layer_norm(x, scale):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * scale
+
+  def attention(p, x):
+    b, t, d = x.shape
+    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
+    q, k, v = (a.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3) for a in (q, k, v))
+    logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(d // heads)
+    mask = jnp.tril(jnp.ones((t, t), bool))
+    att = jax.nn.softmax(jnp.where(mask, logits, -1e9), axis=-1)
+    return (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ p["out"]
+
+  def layer(p, x, act):
+    x = x + attention(p, layer_norm(x, p["ln1"]))
+    return x + act(layer_norm(x, p["ln2"]) @ p["up"]) @ p["down"]
+
+  def loss(params, x):
+    for i, p in enumerate(params["layers"][:n_layers]):
+      x = layer(p, x, gelu_bad if i == bad_layer else gelu)
+    return (x ** 2).mean()
+  return loss
+
+
+def plain_inputs(n_layers, **dims):
+  layers, x = inputs(n_layers, **dims)
+  return {"layers": layers}, x
+
+
+def nnx_model(n_layers, bad_layer, heads=8, d_model=256, ffn=1024, seed=0):
+  """The same stack as a flax nnx Module (nnx.Linear, nnx.LayerNorm, nnx.MultiHeadAttention)."""
+  from flax import nnx
+
+  class Block(nnx.Module):
+    def __init__(self, bad, rngs):
+      self.ln1, self.ln2 = nnx.LayerNorm(d_model, rngs=rngs), nnx.LayerNorm(d_model, rngs=rngs)
+      self.attn = nnx.MultiHeadAttention(heads, d_model, decode=False, rngs=rngs)
+      self.up, self.down = nnx.Linear(d_model, ffn, rngs=rngs), nnx.Linear(ffn, d_model, rngs=rngs)
+      self.bad = bad
+
+    def __call__(self, x):
+      y = self.ln1(x)
+      x = x + self.attn(y, y, y)
+      act = gelu_bad if self.bad else gelu
+      return x + self.down(act(self.up(self.ln2(x))))
+
+  class Model(nnx.Module):
+    def __init__(self, rngs):
+      self.blocks = nnx.List([Block(i == bad_layer, rngs) for i in range(n_layers)])
+
+    def __call__(self, x):
+      for block in self.blocks:
+        x = block(x)
+      return x
+
+  return Model(nnx.Rngs(seed))
+
+
+def nnx_loss():
+  """A fresh loss over an nnx model (a new object, so nothing about it is cached)."""
+  def loss(model, x):
+    return (model(x) ** 2).mean()
+  return loss
+
+
+def nnx_grad(loss, model, x):
+  from flax import nnx
+  return nnx.grad(loss)(model, x)
+
+
 def inputs(n_layers, batch=2, seq=64, d_model=256, ffn=1024):
   x = jax.random.normal(jax.random.key(1), (batch, seq, d_model))
   return params(n_layers, d_model, ffn), x
@@ -106,32 +182,55 @@ def _ms(seconds: float) -> str:
   return f"{seconds * 1e3:7.1f}"
 
 
-def measure(n_layers: int, repeats: int = 3) -> dict:
+class Model(NamedTuple):
+  """One way of writing the stack: a fresh loss, its arguments, and the failing grad."""
+  loss: Callable    # (n_layers, bad_layer, heads) -> a fresh loss function
+  args: Callable    # (n_layers, bad_layer, heads) -> its arguments
+  grad: Callable = jax.grad
+
+
+MODELS = {
+    "scoped": Model(model, lambda n, bad, heads: inputs(n)),
+    "plain": Model(plain_model, lambda n, bad, heads: plain_inputs(n)),
+    "nnx": Model(lambda n, bad, heads: nnx_loss(),
+                 lambda n, bad, heads: (nnx_model(n, bad, heads), inputs(1)[1]),
+                 lambda loss: lambda *args: nnx_grad(loss, *args)),
+}
+
+
+def measure(kind: str, n_layers: int, repeats: int = 3) -> dict:
   """Medians over ``repeats`` fresh models of one size (after one warm-up)."""
-  params_, x = inputs(n_layers)
-  rows = [run(n_layers, bad_layer_for(n_layers), params_, x) for _ in range(repeats + 1)]
+  spec, bad, heads = MODELS[kind], bad_layer_for(n_layers), 8
+  args = spec.args(n_layers, bad, heads)
+  rows = [run(spec, n_layers, bad, args, heads) for _ in range(repeats + 1)]
   return {k: statistics.median(r[k] for r in rows[1:]) for k in rows[0]}
 
 
-def run(n_layers: int, bad: int, params_, x, heads: int = 8) -> dict:
-  """One fresh model's failing grad: seconds per stage and what the default view shows."""
+def run(spec: Model, n_layers: int, bad: int, args, heads: int = 8) -> dict:
+  """One fresh model's failing grad: seconds per stage and what the default view shows.
+
+  ``diagnose`` runs from the hook's first call to the delivery of the diagnosis
+  (graph and default view ready); ``fixes`` to the end of the handler, fixes attached.
+  """
   import jupyter_vjpviz as vv
   from jupyter_vjpviz.analysis import program
   from jupyter_vjpviz.render import html, svg, views
 
   t = time.perf_counter()
-  jaxpr = jax.make_jaxpr(model(n_layers, bad, heads))(params_, x).jaxpr
+  jaxpr = jax.make_jaxpr(spec.loss(n_layers, bad, heads))(*args).jaxpr
   make_jaxpr = time.perf_counter() - t
   t = time.perf_counter()
   program.from_jaxpr(jaxpr)
   edge_table = time.perf_counter() - t
   del jaxpr
+  _Handler.started = _Handler.delivered = None
   _Handler.seconds = 0.0
   try:
-    jax.grad(model(n_layers, bad, heads))(params_, x)
+    spec.grad(spec.loss(n_layers, bad, heads))(*args)
   except Exception:  # noqa: BLE001 - the failure is the point
     pass
   d = vv.last()
+  diagnose = _Handler.delivered - _Handler.started
   t = time.perf_counter()
   view = views.default_view(d.graph, d.node)
   view_s = time.perf_counter() - t
@@ -141,20 +240,23 @@ def run(n_layers: int, bad: int, params_, x, heads: int = 8) -> dict:
   t = time.perf_counter()
   html.fragment(d)   # what the notebook displays: view + layout + HTML
   display = time.perf_counter() - t
-  return dict(make_jaxpr=make_jaxpr, edge_table=edge_table, diagnose=_Handler.seconds,
-              view=view_s, svg=svg_s, display=display,
-              ratio=(_Handler.seconds + display) / make_jaxpr,
+  return dict(make_jaxpr=make_jaxpr, edge_table=edge_table, diagnose=diagnose,
+              fixes=_Handler.seconds, view=view_s, svg=svg_s, display=display,
+              ratio=(diagnose + display) / make_jaxpr,
               nodes=len(d.graph.nodes), boxes=view.size, shown=len(view.nodes),
               clusters=len(view.clusters), edges=len(view.edges),
               failing_shown=d.node in view.nodes)
 
 
 class _Handler:
-  """Times vjpviz's error path: the hook's session handler (graph, locate, diagnosis, fixes).
+  """Times vjpviz's error path: the hook's session handler (graph, locate, diagnosis, fixes),
+  and when its diagnosis was delivered (``delivered``, a runtime listener).
 
   Keeps the last (session, exception) it handled, so the analysis can be re-run on it.
   """
   seconds = 0.0
+  started: float | None = None
+  delivered: float | None = None
   last: tuple = ()
 
   def __init__(self, inner):
@@ -163,6 +265,7 @@ class _Handler:
   def __call__(self, *args):
     _Handler.last = args
     t = time.perf_counter()
+    _Handler.started = _Handler.started or t
     try:
       return self.inner(*args)
     finally:
@@ -176,29 +279,41 @@ def install() -> None:
   from jupyter_vjpviz.render import layout
 
   runtime._on_session = _Handler(runtime._on_session)   # before install: the hook binds it
+  runtime.add_listener(_delivered)
   vv.install()
   layout.warm()
 
 
-HEADER = (f"{'layers':>6} {'nodes':>6} {'make_jaxpr':>10} {'edge_tbl':>8} {'diagnose':>8} "
-          f"{'view':>7} {'svg':>7} {'display':>7} {'ratio':>5}  default view")
+def _delivered(found, exc) -> None:
+  _Handler.delivered = _Handler.delivered or time.perf_counter()
 
 
-def row(n_layers: int, r: dict) -> str:
-  return (f"{n_layers:>6} {r['nodes']:>6} {_ms(r['make_jaxpr']):>10} {_ms(r['edge_table']):>8} "
-          f"{_ms(r['diagnose']):>8} {_ms(r['view'])} {_ms(r['svg'])} {_ms(r['display'])} "
+HEADER = (f"{'model':>6} {'layers':>6} {'nodes':>6} {'make_jaxpr':>10} {'edge_tbl':>8} "
+          f"{'diagnose':>8} {'+fixes':>7} {'view':>7} {'svg':>7} {'display':>7} {'ratio':>5}  "
+          "default view")
+
+
+def row(kind: str, n_layers: int, r: dict) -> str:
+  return (f"{kind:>6} {n_layers:>6} {r['nodes']:>6} {_ms(r['make_jaxpr']):>10} "
+          f"{_ms(r['edge_table']):>8} {_ms(r['diagnose']):>8} {_ms(r['fixes'])} "
+          f"{_ms(r['view'])} {_ms(r['svg'])} {_ms(r['display'])} "
           f"{r['ratio']:5.2f}  {r['boxes']:.0f} boxes ({r['shown']:.0f} nodes + "
           f"{r['clusters']:.0f} clusters), {r['edges']:.0f} edges, failing node shown: "
           f"{bool(r['failing_shown'])}")
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], kinds: list[str]) -> None:
   install()
-  print("ms, medians of 3 fresh models after a warm-up; ratio = (diagnose + display) / make_jaxpr")
+  print("ms, medians of 3 fresh models after a warm-up; diagnose = hook to delivered diagnosis, "
+        "+fixes = the whole handler (fixes judged after delivery); "
+        "ratio = (diagnose + display) / make_jaxpr")
   print(HEADER)
-  for n in sizes:
-    print(row(n, measure(n)))
+  for kind in kinds:
+    for n in sizes:
+      print(row(kind, n, measure(kind, n)), flush=True)
 
 
 if __name__ == "__main__":
-  main([int(a) for a in sys.argv[1:]] or [12, 48, 96])
+  words = sys.argv[1:]
+  main([int(a) for a in words if a.isdigit()] or [12, 48, 96],
+       [a for a in words if not a.isdigit()] or list(MODELS))

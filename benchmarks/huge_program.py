@@ -55,11 +55,12 @@ def main(n_layers: int) -> None:
   from jupyter_vjpviz.analysis import program
 
   scale.install()
-  scale.run(12, 6, *scale.inputs(12, **SMALL), heads=2)   # warm-up: imports, eager kernels
+  scoped = scale.MODELS["scoped"]
+  scale.run(scoped, 12, 6, scale.inputs(12, **SMALL), heads=2)   # warm-up: imports, eager kernels
   print("ms, one fresh model; ratio = (diagnose + display) / make_jaxpr")
   print(scale.HEADER)
-  print(scale.row(n_layers, scale.run(n_layers, n_layers // 2, *scale.inputs(n_layers, **SMALL),
-                                      heads=2)))
+  print(scale.row("scoped", n_layers, scale.run(scoped, n_layers, n_layers // 2,
+                                                scale.inputs(n_layers, **SMALL), heads=2)))
   t = time.perf_counter()
   jaxpr = program.trace(scale._Handler.last[0].origin)
   print(f"\nthe analysis re-run on the captured session: its re-trace (JAX's part) "

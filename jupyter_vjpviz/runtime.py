@@ -31,6 +31,7 @@ _history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
 _listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc)
+_fixes_listeners: list = []          # the same, called again once fixes are attached
 _collecting = threading.local()      # while vjpviz.check runs: where its findings go (per thread)
 
 
@@ -62,14 +63,19 @@ def clear() -> None:
   records.forget_failures()
 
 
-def add_listener(listener) -> None:
-  if listener not in _listeners:
-    _listeners.append(listener)
+def add_listener(listener, with_fixes: bool = False) -> None:
+  """Call ``listener(found, exc)`` on each delivery: as soon as the diagnoses (and their
+  graphs) exist, or with ``with_fixes`` once fixes are attached (judging them takes up
+  to ``fixes.rank.BUDGET``); the diagnoses keep their ids."""
+  listeners = _fixes_listeners if with_fixes else _listeners
+  if listener not in listeners:
+    listeners.append(listener)
 
 
 def remove_listener(listener) -> None:
-  if listener in _listeners:
-    _listeners.remove(listener)
+  for listeners in (_listeners, _fixes_listeners):
+    if listener in listeners:
+      listeners.remove(listener)
 
 
 @contextlib.contextmanager
@@ -109,8 +115,8 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
       found += records.safely(diagnose, session, exc, skip, default=[])
   if not found:
     return
-  found = [_with_fixes(d) for d in found]
   if collector is not None:
+    found = [_with_fixes(d) for d in found]
     if exc is not None:
       _mark(exc, found)
     collector.extend(found)
@@ -118,11 +124,21 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   if exc is None:
     _remember_warnings(found)
   else:
-    _mark(exc, found)
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
+  _publish(found, exc, _listeners)   # the diagnosis first, then its fixes
+  _publish([_with_fixes(d) for d in found], exc, _fixes_listeners)
+
+
+def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list) -> None:
+  """Into the history (replacing the same ids), onto the exception, to ``listeners``."""
+  if exc is not None:
+    _mark(exc, found)
+  ids = {d.id for d in found}
   with _lock:
-    _history.extend(found)
-  for listener in list(_listeners):
+    kept = [d for d in _history if d.id not in ids]
+    _history.clear()
+    _history.extend(kept + found)
+  for listener in list(listeners):
     records.safely(listener, found, exc)
 
 

@@ -81,6 +81,35 @@ def test_dot_labels_are_literal(d):
   assert "scope blk&quot;{&lt;b&gt;}\\N2&#10;" in image                       # a tooltip
 
 
+def test_legend_lists_only_what_the_view_draws(d, hook):
+  assert {"▸ identical blocks ×N", "✖ failing node", "✖ mismatched cotangent"} <= set(
+      re.findall(r'label="([^"]+)"', d.to_dot()))
+  bad = jax.custom_vjp(lambda x: x * 2.0)
+  bad.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g.T,))
+  with pytest.raises(ValueError):
+    jax.grad(lambda x: bad(x).sum())(jnp.ones((2, 3)))
+  small = vv.last()
+  legend = small.to_dot().split("subgraph cluster_legend", 1)[1]
+  assert "✖ failing node" in legend and "✖ mismatched cotangent" in legend
+  for absent in ("collapsed scope", "identical", "folded run", "custom rule"):
+    assert absent not in legend   # this view has none of them
+
+
+def test_inline_html_opens_on_the_failing_node(d):
+  """A snap point on the failing box scrolls the graph there on load, without a script."""
+  part = html.fragment(d)
+  left, top = map(int, re.search(r'<span class="focus" style="left:(\d+)px;top:(\d+)px">',
+                                 part).groups())
+  image = part[part.index("<svg"):]
+  shift = re.search(r'translate\(([-\d.]+) ([-\d.]+)\)', image).groups()
+  box = image[image.index(f'id="{d.node}"'):]
+  points = re.search(r'<(?:path|polygon)[^>]* (?:d|points)="([^"]+)"', box)[1]
+  xs, ys = zip(*((float(a), float(b)) for a, b in re.findall(r"([-\d.]+),([-\d.]+)", points)))
+  x, y = left / svg.PX_PER_PT - float(shift[0]), top / svg.PX_PER_PT - float(shift[1])
+  assert min(xs) - 1 <= x <= max(xs) + 1 and min(ys) - 1 <= y <= max(ys) + 1
+  assert "scroll-snap-align: center" in part and "<script" not in part
+
+
 def test_layout_falls_back_to_a_simpler_view_when_slow(d, monkeypatch):
   real, calls = layout.svg, []
 
@@ -129,3 +158,26 @@ def test_html_export_opens_in_headless_chromium(d, tmp_path):
                        timeout=120, check=True).stdout
   assert re.search(r'<g id="[^"]+" class="node vjpviz-node vjpviz-node-failed">', dom)
   assert "✖ &lt;img/src=x/onerror=alert(1)&gt;" in dom
+
+
+def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
+  """Judging fixes takes up to a second: a displayable diagnosis must not wait for it."""
+  from jupyter_vjpviz import runtime
+  seen = []
+  first = lambda found, exc: seen.append(("delivered", found, exc))   # noqa: E731
+  late = lambda found, exc: seen.append(("fixed", found, exc))       # noqa: E731
+  runtime.add_listener(first)
+  runtime.add_listener(late, with_fixes=True)
+  bad = jax.custom_vjp(lambda x: x * 2.0)
+  bad.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g.T,))
+  try:
+    with pytest.raises(ValueError) as raised:
+      jax.grad(lambda x: bad(x).sum())(jnp.ones((2, 3)))
+  finally:
+    runtime.remove_listener(first)
+    runtime.remove_listener(late)
+  (when, shown, exc), (later, fixed, _) = seen
+  assert (when, later) == ("delivered", "fixed") and exc is raised.value
+  assert shown[0].graph.nodes and svg.of_view(views.default_view(shown[0].graph, shown[0].node))
+  assert not shown[0].fixes and fixed[0].fixes and fixed[0].id == shown[0].id
+  assert vv.last() is fixed[0] and raised.value.__vjpviz__ == fixed

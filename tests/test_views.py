@@ -222,3 +222,99 @@ def test_budget_folds_unscoped_programs_into_runs(hook):
   assert runs and sum(c.n_eqns for c in runs) + len(v.nodes) >= 400
   opened = views.expand(v, runs[0].id)
   assert set(runs[0].members) <= set(opened.nodes)
+
+
+# ------------------------------------------------- code without named scopes: the user's calls
+
+SMALL = dict(batch=2, seq=4, d_model=16, ffn=32)
+
+
+def _bounded(d):
+  """The default view of ``d``, checked against the bounds every model's view keeps."""
+  v = views.default_view(d.graph, d.node)
+  assert d.node in v.nodes and v.size <= views.BUDGET and len(v.edges) <= 100
+  return v
+
+
+def _groups(v):
+  return sorted((c.label, c.repeat) for c in v.clusters if c.kind == "group")
+
+
+def test_a_plain_python_loop_folds_into_its_calls(hook):
+  """48 layers, each a plain function calling a custom_vjp GELU, no named scope anywhere."""
+  bench = _bench()
+  params, x = bench.plain_inputs(48, **SMALL)
+  d = _diagnose(bench.plain_model(48, 30, heads=2), params, x)
+  assert not any(n.name_stack for n in d.graph.nodes)
+  v = _bounded(d)
+  assert _groups(v) == [("layer 0–29 of 48", 30), ("layer 31–47 of 48", 17)]
+  assert v.instance.label == "layer 30 of 48"
+  line = next(i for i, text in enumerate(Path(bench.__file__).read_text().splitlines(), 1)
+              if "x = layer(p, x" in text)
+  assert v.instance.site == f"{bench.__file__}:{line}"
+  assert d.node in v.instance.boxes
+  beside = {c.label for c in v.clusters if c.id in v.instance.boxes}
+  assert beside == {"attention", "layer_norm 0 of 2", "layer_norm 1 of 2"}
+  # The 288 parameters of the folded layers go inside their groups; layer 30's are drawn.
+  drawn = [n for n in v.nodes if d.graph.node(n).kind == "input"]
+  assert drawn and all(d.graph.node(n).label.startswith("params['layers'][30]") for n in drawn)
+  source = dot.source(v)
+  assert "layer 30 of 48 · called at graph_scale.py:" in source
+
+
+def _equinox_model(n, bad):
+  import equinox as eqx
+  gelu, gelu_bad = _bench().gelu, _bench().gelu_bad
+
+  class Block(eqx.Module):
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+    bad: bool = eqx.field(static=True)
+
+    def __call__(self, x):
+      act = gelu_bad if self.bad else gelu
+      return x + jax.vmap(self.down)(act(jax.vmap(self.up)(x)))
+
+  class Model(eqx.Module):
+    blocks: list
+
+    def __call__(self, x):
+      for block in self.blocks:
+        x = block(x)
+      return x
+
+  keys = jax.random.split(jax.random.key(0), 2 * n)
+  return Model([Block(eqx.nn.Linear(8, 16, key=keys[2 * i]),
+                      eqx.nn.Linear(16, 8, key=keys[2 * i + 1]), i == bad) for i in range(n)])
+
+
+def test_equinox_blocks_fold_and_the_failing_one_is_named(hook):
+  import equinox as eqx
+  model = _equinox_model(12, 6)
+  try:
+    eqx.filter_grad(lambda m, x: (m(x) ** 2).mean())(model, jnp.ones((4, 8)))
+  except Exception:  # noqa: BLE001 - the failure is what we inspect
+    pass
+  d = vv.last()
+  v = _bounded(d)
+  assert _groups(v) == [("Block.__call__ 0–5 of 12", 6), ("Block.__call__ 7–11 of 12", 5)]
+  line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+              if text.strip() == "x = block(x)")
+  assert v.instance.label == "Block.__call__ 6 of 12" and v.instance.site == f"{__file__}:{line}"
+  assert {c.label for c in v.clusters if c.id in v.instance.boxes} == {
+      "Linear.__call__ 0 of 2", "Linear.__call__ 1 of 2"}   # equinox's own modules
+
+
+def test_flax_nnx_blocks_fold_and_the_failing_one_is_named(hook):
+  bench = _bench()
+  model = bench.nnx_model(12, 6, heads=2, d_model=16, ffn=32)
+  try:
+    bench.nnx_grad(bench.nnx_loss(), model, jnp.ones((2, 4, 16)))
+  except Exception:  # noqa: BLE001 - the failure is what we inspect
+    pass
+  d = vv.last()
+  v = _bounded(d)
+  assert [repeat for _, repeat in _groups(v)] == [6, 5]
+  assert v.instance.label == "Block.__call__ 6 of 12"
+  assert {"MultiHeadAttention.__call__", "LayerNorm.__call__ 0 of 2", "Linear.__call__ 0 of 2"} \
+      <= {c.label for c in v.clusters if c.id in v.instance.boxes}

@@ -55,11 +55,16 @@ def chain(traceback) -> Chain:
 def combined(names: Sequence[str], frames: Sequence[str]) -> list[str]:
   """Each equation's scope from its named scopes and its user calls, for one jaxpr.
 
-  Where most equations are named (the user scoped their model, or a library
-  names its modules), names lead and calls refine them; else calls lead and
-  the few names (a library's own, like jnp.einsum's) sit inside the call.
+  Names lead where each outermost call lies inside one outermost name (the user
+  wrapped their calls in ``jax.named_scope``, a library names its modules); else
+  the names were made inside the calls (equinox's ``eqx.nn.Linear``, jnp.einsum's,
+  the user's own scopes inside a layer function) and sit under them.
   """
-  named = sum(bool(n) for n in names) * 2 > len(names)
+  spans: dict[str, set] = {}
+  for name, frame in zip(names, frames):
+    if frame:
+      spans.setdefault(frame.split("/", 1)[0], set()).add(name.split("/", 1)[0])
+  named = any(names) and all(len(outer) == 1 for outer in spans.values())
   return ["/".join(p for p in ((n, f) if named else (f, n)) if p) for n, f in zip(names, frames)]
 
 

@@ -16,7 +16,7 @@ _original_excepthook = None
 
 def install() -> None:
   global _original_excepthook
-  runtime.add_listener(_on_diagnoses)
+  runtime.add_listener(_on_diagnoses, with_fixes=True)
   if _original_excepthook is None:
     _original_excepthook = sys.excepthook
     sys.excepthook = _excepthook

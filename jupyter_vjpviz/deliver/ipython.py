@@ -26,7 +26,7 @@ _not_shown = 0                   # this cell's diagnoses beyond SHOWN_PER_CELL
 
 def load(ip) -> None:
   safely(runtime.install)
-  runtime.add_listener(_queue)
+  runtime.add_listener(_queue, with_fixes=True)   # the panel has no message for late fixes yet
   ip.events.register("post_run_cell", _show)
   # Start the layout worker now, so the first failing cell does not wait for it.
   safely(layout.warm)

@@ -212,7 +212,8 @@ class _Builder:
     inside = scope[:depth]
     boxes = frozenset(b for b in (*self.visible, *self.clusters)
                       if self._level_of(b) == node.parent and self._inside(b, inside))
-    return Instance("/".join(inside), site, boxes)
+    label = scope[depth - 1] if _COUNTED.match(scope[depth - 1]) else "/".join(inside)
+    return Instance(label, site, boxes)
 
   def _level_of(self, box: str) -> str | None:
     return self.clusters[box].parent if box in self.clusters else self.by_id[box].parent
