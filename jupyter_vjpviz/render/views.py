@@ -2,11 +2,14 @@
 
 A 48-layer transformer has ~4k equations; dot needs seconds for 2k boxes and a
 person can't read them. A View keeps a few dozen nodes around the failing one
-(its name scope, its inputs, the path to the loss) and folds everything else
-into clusters: by name scope, by sub-jaxpr (a nested equation stands for its
-body until expanded), into runs of unscoped equations once the node budget is
-spent, and identical consecutive scopes (layer0..layer29) into one "x30"
-group. Clusters are ids the panel can expand or collapse; edges between them
+(its scope, its inputs, the path to the loss) and folds everything else into
+clusters: by scope (``Node.scope``: named scopes, else the user's own calls,
+``layer 30 of 48/attention``), by sub-jaxpr (a nested equation stands for its
+body until expanded), into runs of unscoped equations (inputs named by their
+pytree) once the node budget is spent, and identical consecutive scopes
+(layer0..layer29, or layer 0..29 of 48) into one "x30" group. The failing
+scope is open, the calls beside the failing one in it folded; its instance
+(``View.instance``) is drawn as a labelled cluster with its call site. Clusters are ids the panel can expand or collapse; edges between them
 are aggregated. Everything here is pure: plain Graph in, plain View out.
 """
 from __future__ import annotations
@@ -233,7 +236,7 @@ class _Builder:
   def _level(self, parent: str | None) -> None:
     nodes = self.children.get(parent, [])
     focus = next((i for i in self.path if self.by_id[i].parent == parent), None)
-    zone = self._zone(nodes, focus)
+    zone = self._zone(focus)
     folded: dict[str, list[str]] = defaultdict(list)
     candidates = []
     for n in nodes:
@@ -254,7 +257,7 @@ class _Builder:
       if self.owner.get(n.id) == n.id and n.n_eqns and self._open_eqn(n.id):
         self._level(n.id)
 
-  def _zone(self, nodes, focus) -> tuple[str, ...] | None:
+  def _zone(self, focus) -> tuple[str, ...] | None:
     """The focus's own scope (None: no scope): open, with every scope around it; the
     scopes inside it (the calls beside the failing one) stay folded."""
     return self.scope.get(focus, ()) or None
