@@ -5,7 +5,7 @@ import { JSONObject } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { definedNames, findFunction, replacementEdits } from './cells';
+import { IDefinition, definitionEdit, definitionSpan } from './cells';
 import { VjpvizComms } from './comm';
 import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
@@ -241,10 +241,10 @@ export class VjpvizPanel extends Panel implements IVjpviz {
       fix: {
         verify: async code =>
           (await request('verify', { code })) as unknown as IVerifyResult,
-        apply: code => this._apply(d.rule ?? d.function ?? null, code, request),
+        apply: code => this._apply(d, code, request),
         copy: text => this._copy(text)
       },
-      jumpToSource: () => this._jump(d.rule ?? d.function ?? null)
+      jumpToSource: () => this._jump(d)
     };
   }
 
@@ -253,7 +253,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
    * same text into the defining cell through its shared model (undoable).
    */
   private async _apply(
-    rule: string | null,
+    rule: IDefinition,
     code: string,
     request: (op: 'apply', args: JSONObject) => Promise<unknown>
   ): Promise<IApplied> {
@@ -278,29 +278,22 @@ export class VjpvizPanel extends Panel implements IVjpviz {
   }
 
   /**
-   * Put `code` into the cell that defines it, through the shared model (undoable).
+   * Put `code` in place of the rule's definition, in the cell that holds it as
+   * it ran, through the shared model (undoable).
    */
-  private _applyToCell(code: string, rule: string | null): string {
-    const names = definedNames(code);
-    const cell = this._findCell(names.length ? names : rule ? [rule] : []);
-    if (!cell) {
-      return `No cell of this notebook defines ${names.join(', ') || rule || 'the rule'}.`;
+  private _applyToCell(code: string, rule: IDefinition): string {
+    const cell = this._findCell(rule);
+    const edit = cell && definitionEdit(cell.model.sharedModel.getSource(), rule, code);
+    if (!cell || !edit) {
+      return 'No cell of this notebook holds the rule as it ran.';
     }
-    const shared = cell.model.sharedModel;
-    const edits = replacementEdits(shared.getSource(), code);
-    if (!edits.length) {
-      return 'Nothing to replace in the cell.';
-    }
-    shared.transact(() => {
-      for (const [start, end, text] of edits) {
-        shared.updateSource(start, end, text);
-      }
-    });
+    const [start, end, text] = edit;
+    cell.model.sharedModel.updateSource(start, end, text);
     this._reveal(cell);
-    return `Applied to the cell that defines ${names.join(', ') || rule}.`;
+    return 'Applied to the cell that defines the rule.';
   }
 
-  private _findCell(names: string[]) {
+  private _findCell(rule: IDefinition) {
     const notebook = this._notebook?.content;
     if (!notebook) {
       return null;
@@ -310,7 +303,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
         continue;
       }
       const source = cell.model.sharedModel.getSource();
-      if (names.some(n => findFunction(source, n))) {
+      if (definitionSpan(source, rule)) {
         return cell;
       }
     }
@@ -329,8 +322,8 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     }
   }
 
-  private _jump(rule: string | null): void {
-    const cell = rule ? this._findCell([rule]) : null;
+  private _jump(rule: IDefinition): void {
+    const cell = this._findCell(rule);
     if (cell) {
       this._reveal(cell);
       this._notebook?.activate?.();

@@ -1,4 +1,4 @@
-import { applyEdits, definedNames, findFunction, replacementEdits } from '../cells';
+import { definitionEdit, definitionSpan } from '../cells';
 
 const cell = `import jax
 
@@ -10,36 +10,53 @@ def softclip_bwd(res, g):
     x, w = res
     return (g @ w).T,
 
+def softclip_bwd(res, g):
+    x, w = res
+    return (g @ w).T,
+
 softclip.defvjp(softclip_fwd, softclip_bwd)
 `;
 
-describe('cells', () => {
-  it('lists the defs of a fix', () => {
-    expect(definedNames('def a(x):\n  return x\n\ndef b(\n  y):\n  pass\n')).toEqual(['a', 'b']);
-  });
+/** The kernel's fields for the definition at 1-based lines first..last of `source`. */
+const at = (source: string, first: number, last: number) => ({
+  rule_source_text: source.split('\n').slice(first - 1, last).join('\n') + '\n',
+  rule_source_start: first,
+  rule_source_end: last
+});
 
-  it('finds a function with its decorators and body', () => {
-    const span = findFunction(cell, 'softclip')!;
+describe('cells', () => {
+  it('finds the definition at the lines the kernel names', () => {
+    const bwd = at(cell, 7, 9);
+    const span = definitionSpan(cell, bwd)!;
     expect(cell.slice(span.start, span.end)).toBe(
-      '@jax.custom_vjp\ndef softclip(x):\n    return x'
-    );
-    const bwd = findFunction(cell, 'softclip_bwd')!;
-    expect(cell.slice(bwd.start, bwd.end)).toBe(
       'def softclip_bwd(res, g):\n    x, w = res\n    return (g @ w).T,'
     );
-    expect(findFunction(cell, 'soft')).toBeNull();
   });
 
-  it('replaces only the functions the fix defines', () => {
+  it('finds it where it moved, and not in a cell that does not hold it as it ran', () => {
+    const bwd = at(cell, 7, 9);
+    const moved = '# a line added since it ran\n' + cell;
+    const span = definitionSpan(moved, bwd)!;
+    expect(moved.slice(span.start, span.end)).toBe(cell.split('\n').slice(6, 9).join('\n'));
+    expect(definitionSpan(cell.split('x, w = res').join('w, x = res'), bwd)).toBeNull();
+    expect(definitionSpan(cell, { rule_source_text: null })).toBeNull();
+  });
+
+  it('replaces the definition that ran, not another of the same text', () => {
+    // Two identical bodies: the kernel's lines (11..13) pick the second.
+    const second = { ...at(cell, 11, 13) };
     const fix = 'def softclip_bwd(res, g):\n    x, w = res\n    return g @ w.T,\n';
-    const out = applyEdits(cell, replacementEdits(cell, fix));
-    expect(out).toBe(cell.replace('return (g @ w).T,', 'return g @ w.T,'));
-    expect(replacementEdits(cell, 'def other():\n  pass\n')).toEqual([]);
+    const [start, end, text] = definitionEdit(cell, second, fix)!;
+    const out = cell.slice(0, start) + text + cell.slice(end);
+    expect(out.split('\n').slice(10, 13).join('\n')).toBe(fix.replace(/\n$/, ''));
+    expect(out.split('\n').slice(6, 9)).toEqual(cell.split('\n').slice(6, 9));
   });
 
   it('re-indents a fix for a nested def', () => {
     const src = 'def outer():\n    def bwd(res, g):\n        return g\n    return bwd\n';
-    const out = applyEdits(src, replacementEdits(src, 'def bwd(res, g):\n    return -g\n'));
-    expect(out).toBe('def outer():\n    def bwd(res, g):\n        return -g\n    return bwd\n');
+    const [start, end, text] = definitionEdit(src, at(src, 2, 3), 'def bwd(res, g):\n    return -g\n')!;
+    expect(src.slice(0, start) + text + src.slice(end)).toBe(
+      'def outer():\n    def bwd(res, g):\n        return -g\n    return bwd\n'
+    );
   });
 });
