@@ -207,3 +207,19 @@ def test_the_diagnosis_keeps_no_array_alive():
   assert alive() is None and d.fixes
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline and a.size > 2]
   assert extra == []
+
+
+# ------------------------------------------------------- the magic
+
+def test_the_nans_line_magic_shows_the_diagnosis(capsys):
+  from IPython.core.interactiveshell import InteractiveShell
+  shell = InteractiveShell.instance()
+  shell.run_line_magic("load_ext", "jupyter_vjpviz")
+  try:
+    shell.user_ns.update(f=soft_distance, x=jnp.array([0.0, 1.0]), y=jnp.array([1.0, 2.0]))
+    d = shell.run_line_magic("vjpviz", "nans f(x)")
+    assert d.kind == "nonfinite_cotangent" and d.function == "sqrt"
+    assert shell.run_line_magic("vjpviz", "nans f(y)") is None
+    assert "f(y): the gradient is finite" in capsys.readouterr().out
+  finally:
+    shell.run_line_magic("unload_ext", "jupyter_vjpviz")

@@ -103,7 +103,7 @@ class VjpvizMagics(Magics):
   @magic_arguments()
   @argument("action", nargs="?", default="status",
             help="status (default) | on | off | clear | last | list | export PATH | "
-                 "check [--values] EXPR")
+                 "check [--values] EXPR | nans EXPR")
   @argument("target", nargs="*", help="export: the file to write; check: a call such as "
                                       "loss(params, batch)")
   @argument("--format", choices=sorted(_EXPORTS), default=None,
@@ -132,6 +132,8 @@ class VjpvizMagics(Magics):
       flag, _, expr = rest.strip().partition(" ")
       return self._values(expr.strip()) if flag == "--values" else self._check(rest.strip())
     args = parse_argstring(self.vjpviz, line)
+    if action == "nans":
+      return self._nans(rest.strip())
     handler = {"status": lambda: print(status()), "on": runtime.install,
                "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
                "list": self._list, "export": lambda: self._export(args)}.get(args.action)
@@ -167,6 +169,16 @@ class VjpvizMagics(Magics):
     return found
 
   def _values(self, expr: str) -> value_check.GradCheck:
+  def _nans(self, expr: str):
+    """``%vjpviz nans f(args...)``: vjpviz.nans of ``f`` w.r.t. its first argument."""
+    fun, args, kwargs = self._call(expr)
+    d = value_check.nans(fun, *args, **kwargs)
+    if d is None:
+      print(f"{expr}: the gradient is finite")
+    else:
+      show(d)
+    return d
+
     fun, args, kwargs = self._call(expr)
     result = value_check.gradcheck(fun, *args, **kwargs)
     report_values(f"{expr}: ", result)

@@ -1,0 +1,98 @@
+"""Where a gradient goes NaN, on a ~4k-equation model: vjpviz.nans against jax_debug_nans.
+
+A jitted stack of dense + layer-norm layers (about 4k equations in its body) in
+which one layer's activation is ``where(r > 0, sqrt(r), 0)`` of a ReLU: its
+gradient is NaN wherever the ReLU is exactly 0. Times, in one process, after one
+warm-up gradient (so both start from the same compiled-primitive caches, and JAX's
+caches are cleared before each):
+
+- one ``jax_debug_nans`` re-run of the gradient (it raises at the first NaN it meets;
+  text only),
+- ``vv.nans``: the same gradient, the search (levels and bodies, only where the
+  poison is), the graph, and every fix re-run and judged,
+- of which the search alone (``nonfinite.localise``).
+
+Prints the equation count, seconds, and the ratio to the jax_debug_nans re-run.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/nonfinite_localise.py [layers]
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.analysis import nonfinite
+
+
+def model(layers: int, trap: int):
+  def layer_norm(h):
+    m = h.mean(-1, keepdims=True)
+    v = ((h - m) ** 2).mean(-1, keepdims=True)
+    return (h - m) / jnp.sqrt(v + 1e-5)
+
+  @jax.jit
+  def loss(params, x):
+    h = x
+    for i, (w, b) in enumerate(params):
+      z = layer_norm(h @ w + b)
+      r = z * (jnp.arange(z.shape[-1]) % 4 != 0)        # a mask: exact zeros
+      h = jnp.where(r > 0, jnp.sqrt(r), 0.0) if i == trap else jnp.tanh(z) + h
+    return (h ** 2).mean()
+  return loss
+
+
+def params_of(layers: int, width: int):
+  keys = jax.random.split(jax.random.PRNGKey(0), layers)
+  return [(jax.random.normal(k, (width, width)) / width ** 0.5, jnp.zeros(width)) for k in keys]
+
+
+def _timed(fn):
+  jax.clear_caches()
+  start = time.perf_counter()
+  out = fn()
+  return time.perf_counter() - start, out
+
+
+def debug_nans_rerun(loss, params, x):
+  jax.config.update("jax_debug_nans", True)
+  try:
+    jax.grad(loss)(params, x)
+    return "no FloatingPointError"
+  except FloatingPointError as e:
+    return str(e).splitlines()[0][:90]
+  finally:
+    jax.config.update("jax_debug_nans", False)
+
+
+def search_only(loss, params, x):
+  jaxpr = jax.make_jaxpr(loss)(params, x)
+  leaves = jax.tree_util.tree_leaves((params, x))
+  active = [True] * (len(leaves) - 1) + [False]
+  return nonfinite.localise(jaxpr, leaves, active, [jnp.ones(())]).culprit
+
+
+def main(layers: int = 100, width: int = 32) -> None:
+  loss, params = model(layers, trap=layers // 3), params_of(layers, width)
+  x = jax.random.normal(jax.random.PRNGKey(1), (8, width))
+  jaxpr = jax.make_jaxpr(loss)(params, x)
+  n = sum(len(e.params["jaxpr"].eqns) for e in jaxpr.eqns if "jaxpr" in e.params)
+  grad = jax.grad(loss)(params, x)                      # warm-up
+  assert not all(bool(jnp.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grad))
+  print(f"model: {layers} layers, {n:,} equations in the jitted body; trap in layer "
+        f"{layers // 3}", flush=True)
+  t_debug, raised = _timed(lambda: debug_nans_rerun(loss, params, x))
+  print(f"jax_debug_nans re-run:       {t_debug:6.2f} s   ({raised})", flush=True)
+  t_search, culprit = _timed(lambda: search_only(loss, params, x))
+  print(f"vjpviz search (localise):    {t_search:6.2f} s   ratio {t_search / t_debug:.2f}   "
+        f"culprit {culprit.node} {culprit.eqn.primitive.name} at {culprit.source}", flush=True)
+  t_nans, d = _timed(lambda: vv.nans(loss, params, x))
+  print(f"vv.nans (search, graph, {len(d.fixes)} fixes verified): {t_nans:6.2f} s   "
+        f"ratio {t_nans / t_debug:.2f}")
+  print(f"  {d.headline}")
+
+if __name__ == "__main__":
+  main(*(int(a) for a in sys.argv[1:]))
