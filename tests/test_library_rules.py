@@ -16,6 +16,7 @@ import pytest
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture.records import Strong
+from test_fixes import untimed  # noqa: F401 - a fixture
 
 HERE = __file__
 
@@ -209,6 +210,22 @@ def test_equinox_fixes_verify_on_the_users_bwd_signature_without_touching_it(hoo
   applied = vv.apply_fix(d, GOOD_RUN_BWD)
   assert applied.path == HERE and not applied.applied     # a .py file's rule: a diff to apply
   assert "+  return jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)" in applied.diff
+
+
+def test_equinox_a_transposition_mapped_over_every_leaf_is_fixed_and_verified(hook, untimed):
+  """run_bwd transposes every leaf with a tree map: the fix is to drop the map, judged by
+  value against the primal, and verifying it (decorator and all) leaves run untouched."""
+  x = jnp.ones(3)
+  d = _diagnosed(lambda: eqx.filter_grad(lambda m: run(m, x).sum())(_model()))
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert "  return grads" in first.code and "tree_map" not in first.code
+  before = run.fn_bwd
+  assert vv.verify_fix(d, first.code) == []
+  assert run.fn_bwd is before
+  doubling = GOOD_RUN_BWD.replace("return jax.grad", "return jax.tree_util.tree_map(lambda a: 2 * a, jax.grad")
+  (doubled,) = vv.verify_fix(d, doubling.replace("(model)\n", "(model))\n"))
+  assert (doubled.kind, doubled.rule) == ("bwd_value", "run_bwd")
 
 
 def test_a_diffrax_style_solver_on_filter_custom_vjp_is_the_users_rule(hook):

@@ -47,10 +47,20 @@ class RuleSource:
     begin = lambda n: starts[n.lineno - 1] + n.col_offset
     end = lambda n: starts[n.end_lineno - 1] + n.end_col_offset
     lo, hi = (begin(within), end(within)) if within is not None else (0, len(self.text))
+    edits = [self._unmapped(node, new) for node, new in edits]
     out = self.text[lo:hi]
     for node, new in sorted(edits, key=lambda e: begin(e[0]), reverse=True):
       out = out[:begin(node) - lo] + new + out[end(node) - lo:]
     return out
+
+  def _unmapped(self, node: ast.AST, new: str) -> tuple[ast.AST, str]:
+    """An edit making a tree map's function the identity replaces the map by its tree:
+    ``tree_map(lambda a: a.T, g)`` fixed is ``g``, not ``tree_map(lambda a: a, g)``."""
+    for call in ast.walk(self.node):
+      if isinstance(call, ast.Call) and _mapped_body(call) is node and len(call.args) == 2 \
+          and not call.keywords and [a.arg for a in call.args[0].args.args] == [new.strip()]:
+        return call, self.segment(call.args[1])
+    return node, new
 
   def prepend(self, stmt: str) -> tuple[ast.AST, str]:
     """An edit putting ``stmt`` before the body's first statement (after a docstring)."""
@@ -192,3 +202,27 @@ def element(value: ast.expr, keys: list) -> ast.expr | None:
     else:
       return None
   return value
+
+
+def leaf_expression(value: ast.expr, keys: list) -> ast.expr | None:
+  """The expression that computes the leaf at ``keys`` of a returned value: its element
+  in a literal, or, under a tree map (``jax.tree.map(lambda a: a.T, grads)``), the mapped
+  function's body, which computes every leaf (so an edit there edits them all)."""
+  for depth in range(len(keys) + 1):
+    node = element(value, keys[:depth])
+    body = _mapped_body(node) if node is not None else None
+    if body is not None:
+      return body
+  return element(value, keys)
+
+
+def _mapped_body(node: ast.expr) -> ast.expr | None:
+  """``body`` of ``<...>tree_map(lambda ...: body, tree, ...)`` or ``<...>tree.map(...)``."""
+  if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Lambda)):
+    return None
+  func = node.func
+  name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+  owner = func.value if isinstance(func, ast.Attribute) else None
+  tree_map = name == "tree_map" or (name == "map" and (
+      getattr(owner, "attr", None) == "tree" or getattr(owner, "id", None) == "tree"))
+  return node.args[0].body if tree_map else None

@@ -82,7 +82,7 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
   return judge.verdict(cvjp.fwd, cvjp.bwd, symbolic_zeros=cvjp.symbolic_zeros,
-                       nondiff_argnums=cvjp.nondiff_argnums)
+                       nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
 
 
 def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
@@ -258,12 +258,19 @@ def _indent(line: str) -> str:
 
 
 def _compile(owner, code: str, namespace: dict, kind: str):
-  """The (fwd, bwd) pair after running ``code`` in ``namespace``."""
+  """The (fwd, bwd) pair after running ``code`` in ``namespace``. The rules' decorators
+  do not run: registering them (``@f.defvjp``, equinox's ``@f.def_bwd``) would edit the
+  user's object, which is apply's to do."""
   filename = f"<vjpviz-fix-{next(_serial)}>"
+  code = textwrap.dedent(code)
   linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
-  exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - the user's own rule
+  tree = ast.parse(code)
+  roles = list(_roles(owner, _defs(tree), kind))
+  for node, _ in roles:
+    node.decorator_list = []
+  exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own rule
   rules = {"fwd": owner.fwd, "bwd": owner.bwd}
-  for node, role in _roles(owner, _defs(code), kind):
+  for node, role in roles:
     rules[role] = namespace[node.name]
   return rules["fwd"], rules["bwd"]
 
@@ -332,8 +339,9 @@ def _roles(owner, defs: list[ast.FunctionDef], kind: str):
       yield node, role
 
 
-def _defs(code: str) -> list[ast.FunctionDef]:
-  defs = [n for n in ast.parse(textwrap.dedent(code)).body if isinstance(n, ast.FunctionDef)]
+def _defs(code: str | ast.Module) -> list[ast.FunctionDef]:
+  tree = ast.parse(textwrap.dedent(code)) if isinstance(code, str) else code
+  defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
   if not defs:
     raise ValueError("a fix must define the rule function(s) with `def`")
   return defs
