@@ -660,3 +660,23 @@ def test_custom_gradient_points_at_the_users_function(hook):
   # The rule is the VJP closure clip_grad returned, not JAX's own bwd; no fix edits JAX.
   assert d.rule == "<lambda>" and d.rule_source.startswith(__file__)
   assert not d.fixes
+
+
+def test_one_rule_application_that_fails_at_two_leaves_is_one_diagnosis(path):
+  def attn_bwd(res, g):
+    q, k, v = res
+    dq, dk, dv = jnp.ones_like(q), 2 * jnp.ones_like(k), 3 * jnp.ones_like(v)
+    return dq, dv, dk
+  attn = custom(lambda q, k, v: (q @ k.T) @ v, attn_bwd)
+  q, k, v = jnp.ones((4, 8)), jnp.ones((6, 8)), jnp.ones((6, 5))
+  e = raises(lambda: jax.grad(lambda q, k, v: attn(q, k, v).sum(), argnums=(0, 1, 2))(q, k, v))
+  (d,) = vv.diagnoses()
+  # JAX names the first leaf it checked; the diagnosis leads with the same one.
+  assert "output[1]" in str(e) and d.path == "[1]" and d.argument == "k"
+  assert [(l.argument, l.expected, l.got) for l in d.leaves] == [
+      ("k", "float32[6,8]", "float32[6,5]"), ("v", "float32[6,5]", "float32[6,8]")]
+  assert d.detail == "k and v look swapped: each got the other's cotangent type"
+  assert d.headline.endswith("; also v.")
+  marked = {e.dst + "#" + str(e.position): e.cotangent_got for e in d.graph.edges if e.cotangent_got}
+  assert sorted(marked.values()) == ["float32[6,5]", "float32[6,8]"]
+  assert [f.title for f in d.fixes].count("Swap outputs 1 and 2") == 1

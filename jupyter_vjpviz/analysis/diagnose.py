@@ -1,10 +1,13 @@
 """From a captured session to Diagnoses: merge records, build the graph once, locate."""
 from __future__ import annotations
 
+import functools
+import itertools
+
 from ..base import kinds
 from ..capture.records import ERROR, WARNING, Record, Session
 from . import fallback, program
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, MismatchedLeaf
 from .locate import instance, locate, mark_got
 
 
@@ -18,15 +21,18 @@ def diagnose(session: Session, exc: BaseException | None,
   if not recs:
     return []
   recs.sort(key=lambda r: r.severity != ERROR)
-  graph, nodes = program.build(session.origin, lambda g: [locate(g, r) for r in recs])
+  groups = applications(recs)
+  graph, nodes = program.build(session.origin, lambda g: [locate(g, grp[0]) for grp in groups])
   message = str(exc) if exc is not None else None
   # JAX raised, yet every check site accepted what it saw: what they let through
   # failed further on (a dtype meeting a scan carry or an add), so it is the error.
   failed_later = exc is not None and all(r.severity != ERROR for r in recs)
   out = []
-  for rec, node in zip(recs, nodes):
-    site = rec.site
+  for group, node in zip(groups, nodes):
+    rec, site = group[0], group[0].site
     argument, primal = _argument(rec, graph.node(node) if node else None)
+    leaves = tuple(MismatchedLeaf(r.path, *_argument(r, None), r.expected, r.got)
+                   for r in group) if len(group) > 1 else ()
     out.append(Diagnosis(
         # Whatever the check site expected, if JAX raised nothing it let it through.
         kind=rec.kind, severity=_severity(rec, exc, failed_later),
@@ -34,14 +40,36 @@ def diagnose(session: Session, exc: BaseException | None,
         rule=rec.rule,
         source=rec.source or (session.origin.source if session.origin else None),
         path=rec.path, expected=rec.expected, got=rec.got, message=message, node=node,
-        graph=mark_got(graph, node, rec),
+        graph=functools.reduce(lambda g, r: mark_got(g, node, r), group, graph),
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
         name_stack=site.name_stack if site else "", instance=instance(graph, node),
-        detail=rec.detail or (_FAILED_LATER if failed_later else None),
+        detail=rec.detail or _swapped(leaves) or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False,
-        expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site))
+        expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves))
   return out
+
+
+def applications(recs: list[Record]) -> list[list[Record]]:
+  """Records grouped into one per rule application and kind, each group in leaf order.
+
+  A rule that swaps two outputs fails at two leaves; that is one failure, and JAX
+  names the first leaf it checked, so the group leads with it.
+  """
+  groups: dict = {}
+  for r in recs:
+    one = r.site is not None and r.flat_index is not None
+    groups.setdefault((r.site, r.kind) if one else id(r), []).append(r)
+  return [sorted(g, key=lambda r: -1 if r.flat_index is None else r.flat_index)
+          for g in groups.values()]
+
+
+def _swapped(leaves: tuple[MismatchedLeaf, ...]) -> str | None:
+  for a, b in itertools.combinations(leaves, 2):
+    if a.expected == b.got and b.expected == a.got:
+      return (f"{a.argument or a.path} and {b.argument or b.path} look swapped: each got "
+              "the other's cotangent type")
+  return None
 
 
 _FAILED_LATER = "JAX accepted this where the rule returned it; the error above is where it failed"

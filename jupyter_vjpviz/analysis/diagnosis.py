@@ -32,6 +32,19 @@ class Fix:
 
 
 @dataclasses.dataclass(frozen=True)
+class MismatchedLeaf:
+  """One input leaf a rule application got wrong, as the diagnosis's table lists it."""
+  path: str | None
+  argument: str | None               # as the user named it: "k", "p['w']"
+  primal: str | None
+  expected: str | None
+  got: str | None
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class Diagnosis:
   """One mismatch, with the graph of the forward program around it.
 
@@ -64,6 +77,9 @@ class Diagnosis:
   got_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
   site: Any = dataclasses.field(default=None, repr=False, compare=False)
   """The capture stage's RuleSite (avals, paths, a weakref to the custom_vjp)."""
+  leaves: tuple = ()
+  """Every ``MismatchedLeaf`` of this rule application, the one the fields above are
+  about first, when there is more than one: one failure is one diagnosis."""
   leaf_errors: tuple = ()
   """bwd_value: per input leaf, how the rule's cotangent differs from the primal's
   derivative (``oracle.LeafError``: numbers and strings, never arrays)."""
@@ -75,16 +91,19 @@ class Diagnosis:
   @property
   def headline(self) -> str:
     """One sentence in plain words."""
+    more = [l.argument or l.path or "?" for l in self.leaves[1:]]
     return (kinds.of(self.kind).headline(self)
-            + (f" (in {self.instance})" if self.instance else "") + ".")
+            + (f" (in {self.instance})" if self.instance else "")
+            + (f"; also {', '.join(more)}" if more else "") + ".")
 
   def to_dict(self) -> dict:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-         if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors")}
+         if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves")}
     d["headline"] = self.headline
     d["graph"] = self.graph.to_dict()
     d["fixes"] = [f.to_dict() for f in self.fixes]
     d["leaf_errors"] = [l.to_dict() for l in self.leaf_errors]
+    d["leaves"] = [l.to_dict() for l in self.leaves]
     return d
 
   # Renderings: the public spellings of the render stage's renderers, which that stage

@@ -7,4 +7,6 @@ Graph the analysis stage built, so it can run long after the failing call.
 from ..analysis import diagnosis
 from . import dot, html, svg, text
 
-diagnosis.RENDERINGS.update(text=text.render, dot=dot.render, svg=svg.render, html=html.render)
+# Looked up at each call, so the renderer called is the module's current one.
+diagnosis.RENDERINGS.update({m.__name__.rsplit(".", 1)[1]: lambda d, m=m, **view: m.render(d, **view)
+                             for m in (dot, html, svg, text)})

@@ -35,7 +35,9 @@ def facts(d) -> list[tuple[str, str | None]]:
           (f"{kinds.of(d.kind).role or 'bwd'} rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
           ("scope", d.name_stack), ("instance", d.instance), ("input", d.argument or d.path),
           ("expected", d.expected), ("got", d.got),
-          *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors)]
+          *((f"also {l.argument or l.path}", f"expected {l.expected}, got {l.got}")
+            for l in d.leaves[1:]),
+          *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors), ("note", d.detail)]
 
 
 def leaf_values(leaf) -> str:
