@@ -31,28 +31,17 @@ from ..capture import frames
 from .nonfinite_eval import CALLS, bind, evaluate, inexact, pullback, scan_groups
 from .program import _body_prefix, _eqn_id, sub_jaxprs
 
-_FIELDS = 8   # nan, inf, zero, negative, sum of squares, min, max, elements
-
-
 @dataclasses.dataclass(frozen=True)
-class Summary:
-  """One array reduced as it is computed: counts and magnitudes, never the values."""
+class Flow:
+  """What the overlay shows of one edge's cotangent: its size, NaN and Inf counts, norm."""
   size: int
   nan: int
   inf: int
-  zero: int
-  negative: int
   norm: float           # of the finite elements
-  lo: float             # min and max of the finite elements
-  hi: float
 
   @property
   def finite(self) -> bool:
     return self.nan == 0 and self.inf == 0
-
-  @property
-  def max_abs(self) -> float:
-    return max(abs(self.lo), abs(self.hi)) if self.size > self.nan + self.inf else 0.0
 
   def bad(self) -> str:
     """``3 NaN, 1 Inf of 8 elements``."""
@@ -64,36 +53,52 @@ class Summary:
             for k, v in dataclasses.asdict(self).items()}
 
   @classmethod
-  def of(cls, vec) -> Summary:
-    nan, inf, zero, neg, sumsq, lo, hi, size = (float(v) for v in np.asarray(vec))
-    return cls(int(size), int(nan), int(inf), int(zero), int(neg), math.sqrt(sumsq),
-               lo if math.isfinite(lo) else 0.0, hi if math.isfinite(hi) else 0.0)
+  def of(cls, vec, size: int) -> Flow:
+    nan, inf, sumsq = (float(v) for v in np.asarray(vec))
+    return cls(size, int(nan), int(inf), math.sqrt(sumsq))
+
+  @classmethod
+  def joined(cls, found: list) -> Flow:
+    return cls(sum(f.size for f in found), sum(f.nan for f in found),
+               sum(f.inf for f in found), math.sqrt(sum(f.norm ** 2 for f in found)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(Flow):
+  """One array's values reduced: counts and magnitudes, never the values."""
+  zero: int
+  negative: int
+  lo: float             # min and max of the finite elements
+  hi: float
+
+  @property
+  def max_abs(self) -> float:
+    return max(abs(self.lo), abs(self.hi)) if self.size > self.nan + self.inf else 0.0
 
   @classmethod
   def joined(cls, found: list[Summary]) -> Summary:
-    if not found:
-      return cls(0, 0, 0, 0, 0, 0.0, 0.0, 0.0)
-    return cls(sum(s.size for s in found), sum(s.nan for s in found), sum(s.inf for s in found),
-               sum(s.zero for s in found), sum(s.negative for s in found),
-               math.sqrt(sum(s.norm ** 2 for s in found)), min(s.lo for s in found),
-               max(s.hi for s in found))
+    flow = Flow.joined(found)
+    return cls(flow.size, flow.nan, flow.inf, flow.norm, sum(s.zero for s in found),
+               sum(s.negative for s in found), min((s.lo for s in found), default=0.0),
+               max((s.hi for s in found), default=0.0))
 
 
-def summarise(x) -> jax.Array:
-  """``Summary`` fields of ``x`` as one float32[8], computed where ``x`` is (in a trace)."""
-  x = jnp.real(x) if jnp.iscomplexobj(x) else x
-  x = x.astype(jnp.float32)
-  ok = jnp.isfinite(x)
-  fin = jnp.where(ok, x, 0.0)
-  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(), (x == 0).sum(), (x < 0).sum(),
-                    (fin ** 2).sum(), jnp.where(ok, x, jnp.inf).min(initial=jnp.inf),
-                    jnp.where(ok, x, -jnp.inf).max(initial=-jnp.inf),
-                    jnp.asarray(x.size, jnp.float32)]).astype(jnp.float32)
+def flow(x) -> jax.Array:
+  """``Flow`` counts of ``x`` as one float32[3], computed where ``x`` is (in a trace)."""
+  x = (jnp.real(x) if jnp.iscomplexobj(x) else x).astype(jnp.float32)
+  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(),
+                    (jnp.where(jnp.isfinite(x), x, 0.0) ** 2).sum()]).astype(jnp.float32)
 
 
 def summary(x) -> Summary:
-  """``x`` summarised now (eagerly: for host-side explanations)."""
-  return Summary.of(summarise(jnp.asarray(x)))
+  """``x`` summarised now, on the host (for explanations; ``x`` is one operand)."""
+  x = np.asarray(x)
+  x = np.real(x) if np.iscomplexobj(x) else x.astype(np.float64)
+  ok = np.isfinite(x)
+  fin = x[ok]
+  return Summary(int(x.size), int(np.isnan(x).sum()), int(np.isinf(x).sum()),
+                 float(np.sqrt((fin ** 2).sum())), int((x == 0).sum()), int((x < 0).sum()),
+                 float(fin.min()) if fin.size else 0.0, float(fin.max()) if fin.size else 0.0)
 
 
 @dataclasses.dataclass
@@ -105,7 +110,7 @@ class Culprit:
   level: core.Jaxpr = dataclasses.field(repr=False)   # the jaxpr holding ``eqn``
   operands: tuple[Summary | None, ...]   # each operand's primal values (None: not an array)
   ct_in: Summary                    # cotangent of its outputs (finite)
-  ct_out: Summary                   # cotangent it produced for its operands (non-finite)
+  ct_out: Flow                      # cotangent it produced for its operands (non-finite)
   source: str | None
   where: str = ""                   # "in iteration 37 of 100 of its scan"
   inner: tuple | None = None        # custom rules: (primitive, source, operand summaries)
@@ -114,7 +119,7 @@ class Culprit:
 @dataclasses.dataclass
 class Localisation:
   culprit: Culprit | None
-  edges: dict                       # "dst#position" -> Summary of that edge's cotangent
+  edges: dict                       # "dst#position" -> Flow of that edge's cotangent
   iterations: list                  # per scan iteration searched: (node, t, norm, finite)
 
 
@@ -128,7 +133,7 @@ def localise(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -
 
 class _Search:
   def __init__(self):
-    self.edges: dict[str, Summary] = {}
+    self.edges: dict[str, Flow] = {}
     self.iterations: list = []
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
@@ -137,8 +142,9 @@ class _Search:
     keeps no user frame in its body's tracebacks)."""
     run = jax.jit(partial(_level, jaxpr, tuple(active)), static_argnames="keep")
     edges, outs, _ = jax.device_get(run(args, out_cts, keep=None))
-    edges = {k: Summary.of(v) for k, v in edges.items()}
-    outs = {k: Summary.of(v) for k, v in outs.items()}
+    size = lambda v: int(np.prod(v.aval.shape))
+    edges = {(k, j): Flow.of(v, size(jaxpr.eqns[k].invars[j])) for (k, j), v in edges.items()}
+    outs = {k: int(v) for k, v in outs.items()}
     for (k, j), s in edges.items():
       self.edges[f"{_eqn_id(prefix, k)}#{j}"] = s
     k = _first_bad(edges, outs)
@@ -149,9 +155,10 @@ class _Search:
     live = _active(jaxpr, active)
     eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
     nid = _eqn_id(prefix, k)
-    bad = Summary.joined([s for (i, _), s in edges.items() if i == k and not s.finite])
+    bad = Flow.joined([s for (i, _), s in edges.items() if i == k and not s.finite])
+    ct_in = Summary.joined([summary(c) for c in cts if c is not None])
     here = Culprit(nid, (*path, (k, 0)), eqn, jaxpr,
-                   tuple(summary(x) if inexact(x) else None for x in ins), outs[k], bad,
+                   tuple(summary(x) if inexact(x) else None for x in ins), ct_in, bad,
                    _source(eqn) or outer, where)
     return self.inside(here, ins, eqn_active, cts) or here
 
@@ -206,7 +213,7 @@ class _Search:
 
 
 def _level(jaxpr, active, args, out_cts, keep=None):
-  """Traced: per edge and per equation, summaries of the cotangents of one level's
+  """Traced: per edge and per equation, counts of the cotangents of one level's
   backward pass, equation by equation; ``keep``: that equation's operands and the
   cotangents of its outputs, as arrays (for the search inside it)."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
@@ -231,28 +238,21 @@ def _level(jaxpr, active, args, out_cts, keep=None):
     if not wrt or not fo:
       continue
     cts = [ct[eqn.outvars[j]] for j in fo]
-    outs[k] = _joined_stats(cts)
+    outs[k] = sum((~jnp.isfinite(c)).sum() for c in cts)   # non-finite elements in
     ins = [read(v) for v in eqn.invars]
     for j, c in zip(wrt, pullback(lambda full: bind(eqn, full), ins, wrt, fo, cts)):
-      edges[(k, j)] = summarise(c)
+      edges[(k, j)] = flow(c)
       v = eqn.invars[j]
       ct[v] = ct[v] + c if v in ct else c
   return edges, outs, kept
 
 
-def _joined_stats(cts) -> jax.Array:
-  s = [summarise(c) for c in cts]
-  if len(s) == 1:
-    return s[0]
-  s = jnp.stack(s)
-  return jnp.concatenate([s[:, :5].sum(0), s[:, 5:6].min(0), s[:, 6:7].max(0), s[:, 7:].sum(0)])
-
-
 def _first_bad(edges: dict, outs: dict) -> int | None:
-  """The first equation in backward order fed finite cotangents that made non-finite ones."""
+  """The first equation in backward order fed finite cotangents that made non-finite ones
+  (``outs``: per equation, the non-finite elements of its outputs' cotangents)."""
   bad = {k for (k, _), s in edges.items() if not s.finite}
   for k in sorted(bad, reverse=True):
-    if outs[k].finite:
+    if not outs[k]:
       return k
   return None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from jax._src import core
 
-from .nonfinite import Culprit, Summary
+from .nonfinite import Culprit, Flow, Summary
 from .nonfinite_eval import CALLS
 from .program import sub_jaxprs
 
@@ -38,7 +38,7 @@ def explain(c: Culprit) -> str:
   return text + (f" {c.where}" if c.where else "")
 
 
-def _values(prim: str, operands, ct_out: Summary, ct_in: Summary | None = None) -> str:
+def _values(prim: str, operands, ct_out: Flow, ct_in: Summary | None = None) -> str:
   first = operands[0] if operands else None
   if prim in _AT_ZERO and first is not None and first.zero:
     return f"at an input with {_count(first.zero, first.size, 'exact zero')}: {_AT_ZERO[prim]}"
