@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.capture import arguments
 
 N, D = 4, 3
 X = jnp.ones((2, D))
@@ -286,3 +287,23 @@ def test_equinox_filter_vmap_names_the_broken_layer(hook):
   d = diagnosed(lambda: eqx.filter_grad(batched)(EModel(1, jax.random.key(0)),
                                                  jnp.ones((3, 2, D))))
   assert d.instance == "model.layers[1]"
+
+
+def test_one_free_monitoring_slot_serves_every_watcher(hook):
+  """A transform's forward pass (the user's call behind eqx.filter_grad) and a library
+  rule's fwd inside it (the user's spelling of filter_custom_vjp's inputs) are watched
+  through one tool slot: with a single one free (a profiler holds the rest), both see."""
+  from test_library_rules import _model, run
+  arguments.clear()
+  held = [i for i in (3, 4, 5) if sys.monitoring.get_tool(i) is None][1:]
+  for i in held:
+    sys.monitoring.use_tool_id(i, "a profiler")
+  try:
+    with pytest.raises(ValueError):
+      eqx.filter_grad(lambda m: run(m, jnp.ones(3)).sum())(_model())
+  finally:
+    for i in held:
+      sys.monitoring.free_tool_id(i)
+  d = vv.last()
+  assert d.argument == "model.layers[2].weight"
+  assert d.graph.note is None and d.graph.nodes

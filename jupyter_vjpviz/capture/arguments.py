@@ -3,22 +3,20 @@
 A library's custom_vjp (equinox's ``filter_custom_vjp``) takes the user's
 arguments rearranged (``diff_array_vjp_arg[0].weight``), but hands the very same
 tracer objects on to the user's fwd (``model.layers[2].weight``). Watching that
-one call's frame (``sys.monitoring``, for that code object only and only during
-that call, in a tool slot of its own: no profiler of the user's is displaced) tells which parameter
-path holds each input. It is learned once per user fwd and input structure, then
-cached: the hot path pays a dict lookup.
+one call's frame (``code_watch``: that code object only, only during that call)
+tells which parameter path holds each input. It is learned once per user fwd and
+input structure, then cached: the hot path pays a dict lookup.
 """
 from __future__ import annotations
 
-import sys
-import threading
 from typing import Any, Callable
 
 import jax
 
+from . import code_watch
+
 _LIMIT = 512                      # cached (code, structure) pairs; cleared when full
 _cache: dict = {}
-_lock = threading.Lock()          # one observation at a time: the tool id is process-wide
 
 
 def cached(code, structure) -> tuple[str | None, ...] | None:
@@ -33,14 +31,14 @@ def known(code, structure) -> bool:
 def observe(call: Callable[[], Any], code, structure, leaves: list) -> tuple[Any, tuple | None]:
   """``call()``'s result, and for each of ``leaves`` the path of the user's parameter
   it reached in the first frame of ``code`` (None where it reached none); cached."""
-  result, seen = watch(call, code, "start")
+  result, seen = watch(call, code, code_watch.START)
   return result, remember(code, structure, [seen.get(id(leaf)) for leaf in leaves] if seen else None)
 
 
 def observe_return(call: Callable[[], Any], code, structure, leaves_of: Callable) -> tuple[Any, tuple | None]:
   """``call()``'s result, and for each of ``leaves_of(result)`` its path in what ``code``
   returned (``.layers[2].weight``): where a library's bwd put the user's cotangents; cached."""
-  result, seen = watch(call, code, "return")
+  result, seen = watch(call, code, code_watch.RETURN)
   names = None
   if seen:
     names = [seen.get(id(leaf)) for leaf in leaves_of(result)]
@@ -58,38 +56,13 @@ def remember(code, structure, names) -> tuple | None:
 def watch(call: Callable[[], Any], code, event: str) -> tuple[Any, dict]:
   """``call()``'s result, and ``id -> path`` of the array leaves of the first frame of
   ``code`` that starts (its parameters) or returns (its value) meanwhile, in this thread."""
-  monitoring = getattr(sys, "monitoring", None)
-  tool = _free_tool(monitoring)
-  if tool is None or not _lock.acquire(blocking=False):
-    return call(), {}
   seen: dict = {}
-  thread = threading.get_ident()
 
-  def started(started_code, _offset):
-    if started_code is code and thread == threading.get_ident() and not seen:
-      seen.update(_spelled(sys._getframe(1).f_locals))
-
-  def returned(returning_code, _offset, value):
-    if returning_code is code and thread == threading.get_ident() and not seen:
-      seen.update(_spelled({"": value}))
-  kind = monitoring.events.PY_START if event == "start" else monitoring.events.PY_RETURN
-  try:
-    monitoring.use_tool_id(tool, "vjpviz")
-    monitoring.register_callback(tool, kind, started if event == "start" else returned)
-    monitoring.set_local_events(tool, code, kind)
-    result = call()
-  finally:
-    monitoring.set_local_events(tool, code, 0)
-    monitoring.register_callback(tool, kind, None)
-    monitoring.free_tool_id(tool)
-    _lock.release()
-  return result, seen
-
-
-def _free_tool(monitoring) -> int | None:
-  if monitoring is None:
-    return None
-  return next((i for i in (5, 4, 3) if monitoring.get_tool(i) is None), None)
+  def hit(frame, *value):
+    if not seen:
+      seen.update(_spelled(frame.f_locals if event == code_watch.START else {"": value[0]}))
+  with code_watch.Watch(code, event, hit):
+    return call(), seen
 
 
 def _spelled(frame_locals: dict) -> dict[int, str]:

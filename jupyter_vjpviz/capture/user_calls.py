@@ -5,34 +5,25 @@ A library's grad (flax nnx's ``nnx.grad``, equinox's ``filter_grad``) hands
 state and back, and need not survive a second call (nnx's pops a deque): the
 analysis cannot re-trace it for the graph. The function the user wrote is
 behind that wrapper (``__wrapped__``, partials, closure cells); while JAX runs
-the forward pass, ``sys.monitoring`` watches that one code object start and
+the forward pass, ``code_watch`` watches that one code object start and
 takes the arguments it was called with, as avals: an ``Origin`` that is safe to
 trace again and names the inputs as the user does (``model.layers[3].w``).
 
 Nothing else is watched (local events on one code object cost nothing
-elsewhere), the tool id is held only while a forward pass is watched, and a
+elsewhere), the tool slot is held only while a forward pass is watched, and a
 failure here leaves the wrapper's own ``Origin`` in place.
 """
 from __future__ import annotations
 
 import inspect
-import sys
-import threading
 import types
 
 import jax
 import numpy as np
 from jax._src import core
 
-from . import names, records, wrappers
+from . import code_watch, names, records, wrappers
 from .records import Origin, Session
-
-_monitoring = getattr(sys, "monitoring", None)
-_lock = threading.Lock()
-_tool: int | None = None
-_users = 0                       # windows open in any thread while ``_tool`` is held
-_watched: dict = {}              # code object -> windows watching it
-_local = threading.local()       # this thread's open windows, innermost last
 
 
 class Watch:
@@ -42,38 +33,34 @@ class Watch:
   def __init__(self, session: Session, primals: tuple):
     self.session, self.primals = session, primals
     self.fun = records.safely(_target, session.origin)
-    self.code = getattr(self.fun, "__code__", None)
+    code = getattr(self.fun, "__code__", None)
+    self.watch = code_watch.Watch(code, code_watch.START, self._started) if code else None
     self.call = None             # (args, kwargs) when seen
 
   def __enter__(self):
-    if self.code is not None and records.safely(_open, self.code, default=False):
-      _windows().append(self)
-    else:
-      self.code = None
+    if self.watch is not None:
+      records.safely(self.watch.__enter__)
     return self
 
   def __exit__(self, *exc):
-    if self.code is None:
+    if self.watch is None or not self.watch.opened:
       return False
-    _windows().remove(self)
-    records.safely(_close, self.code)
+    records.safely(self.watch.__exit__)
     if self.call is not None:
       origin = records.safely(user_origin, self.fun, *self.call, self.primals)
       self.session.origin = origin or self.session.origin
     self.call = None             # its tracers must not outlive the forward pass
     return False
 
-
-def _windows() -> list:
-  if not hasattr(_local, "windows"):
-    _local.windows = []
-  return _local.windows
+  def _started(self, frame):
+    if self.call is None:
+      self.call = _arguments(frame)
 
 
 def _target(origin: Origin | None):
   """The user's function behind a library's ``origin.fun``, or None when ``origin.fun``
   is the user's own (then it is re-traced as it is)."""
-  if origin is None or _monitoring is None or wrappers.user_code(origin.fun):
+  if origin is None or wrappers.user_code(origin.fun):
     return None
   user = _plain(names.unwrap(origin.fun))
   return user if user is not origin.fun and wrappers.user_code(user) else None
@@ -82,47 +69,6 @@ def _target(origin: Origin | None):
 def _plain(fun):
   """A bound method's function: ``self`` is then an argument, and its arrays inputs."""
   return fun.__func__ if isinstance(fun, types.MethodType) else fun
-
-
-def _open(code) -> bool:
-  global _tool, _users
-  with _lock:
-    if _tool is None:
-      _tool = next((i for i in (3, 4) if _monitoring.get_tool(i) is None), None)
-      if _tool is None:       # both free tool ids are taken (debuggers, profilers)
-        return False
-      _monitoring.use_tool_id(_tool, "vjpviz")
-      _monitoring.register_callback(_tool, _monitoring.events.PY_START, _started)
-    _users += 1
-    if not _watched.get(code):
-      _monitoring.set_local_events(_tool, code, _monitoring.events.PY_START)
-    _watched[code] = _watched.get(code, 0) + 1
-  return True
-
-
-def _close(code) -> None:
-  global _tool, _users
-  with _lock:
-    _watched[code] -= 1
-    if not _watched[code]:
-      del _watched[code]
-      _monitoring.set_local_events(_tool, code, 0)
-    _users -= 1
-    if not _users:
-      _monitoring.register_callback(_tool, _monitoring.events.PY_START, None)
-      _monitoring.free_tool_id(_tool)
-      _tool = None
-
-
-def _started(code, offset):
-  """sys.monitoring's PY_START callback; it must never raise into the user's code."""
-  try:
-    windows = getattr(_local, "windows", None)
-    window = windows[-1] if windows else None
-    if window is not None and window.code is code and window.call is None:
-      window.call = _arguments(sys._getframe(1))
-  except Exception:  # noqa: BLE001 - then the wrapper's origin stands
-    pass
 
 
 def _arguments(frame) -> tuple[tuple, dict]:
