@@ -17,9 +17,11 @@ import jax
 from jax._src import source_info_util, traceback_util
 
 from . import check_sites, custom_rules, entry_points, frames
+from .code_events import CodeEvents
 from .patches import PatchSet
 
 _patches = PatchSet()
+_events = CodeEvents()
 _lock = threading.Lock()
 _excluded = False
 SUPPORTED_JAX = "0.12."
@@ -40,8 +42,11 @@ def _install(sink: entry_points.Sink) -> None:
     traceback_util.register_exclusion(frames.PACKAGE_DIR)
     source_info_util.register_exclusion(frames.PACKAGE_DIR)
     _excluded = True
-  entry_points.install(_patches, sink)
-  check_sites.install(_patches, sink)
+  events = _events if _events.start() else None
+  if events is None:
+    _patches.skip("sys.monitoring", "no free tool slot: wrappers instead, with their frames")
+  entry_points.install(_patches, sink, events)
+  check_sites.install(_patches, sink, events)
   if not jax.__version__.startswith(SUPPORTED_JAX) or _patches.skipped:
     skipped = ", ".join(point for point, _ in _patches.skipped) or "none"
     print(f"vjpviz: built for jax {SUPPORTED_JAX}x, found {jax.__version__}; "
@@ -51,6 +56,7 @@ def _install(sink: entry_points.Sink) -> None:
 def uninstall() -> None:
   with _lock:
     if _patches.active:
+      _events.stop()
       _patches.restore()
       custom_rules.clear_caches()
       jax.clear_caches()
@@ -61,5 +67,5 @@ def installed() -> bool:
 
 
 def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
-  """The JAX objects wrapped now, and those skipped with the reason."""
-  return _patches.points, list(_patches.skipped)
+  """The JAX objects wrapped or watched now, and those skipped with the reason."""
+  return _patches.points + _events.points, list(_patches.skipped)

@@ -131,9 +131,9 @@ class VjpvizMagics(Magics):
     if action == "check":  # the expression is Python, not shell-style arguments
       flag, _, expr = rest.strip().partition(" ")
       return self._values(expr.strip()) if flag == "--values" else self._check(rest.strip())
-    args = parse_argstring(self.vjpviz, line)
     if action == "nans":
       return self._nans(rest.strip())
+    args = parse_argstring(self.vjpviz, line)
     handler = {"status": lambda: print(status()), "on": runtime.install,
                "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
                "list": self._list, "export": lambda: self._export(args)}.get(args.action)
@@ -168,7 +168,6 @@ class VjpvizMagics(Magics):
       show(d)
     return found
 
-  def _values(self, expr: str) -> value_check.GradCheck:
   def _nans(self, expr: str):
     """``%vjpviz nans f(args...)``: vjpviz.nans of ``f`` w.r.t. its first argument."""
     fun, args, kwargs = self._call(expr)
