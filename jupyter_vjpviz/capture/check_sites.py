@@ -8,6 +8,7 @@ up with ``getattr`` by ``PatchSet``: a JAX without one simply loses that site.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Callable
 
 import jax
@@ -20,10 +21,11 @@ from .patches import PatchSet
 from .records import ERROR, WARNING, Record, RuleSite, Session
 
 
-def install(patches: PatchSet, sink: Callable | None = None) -> None:
+def install(patches: PatchSet, sink: Callable | None = None,
+            events: CodeEvents | None = None) -> None:
   patches.apply(api, "_vjp_accum", _wrap_vjp_accum)
   patches.apply(ad, "ct_check", _wrap_ct_check)
-  patches.apply(cd.custom_vjp, "__call__", _wrap_custom_vjp_call)
+  _install_custom_vjp(patches, events)
   hijax_prims.install(patches)
   jvp_rules.install(patches)
   if sink is not None:
@@ -67,19 +69,20 @@ def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
     return [Record(kind="vjp_cotangent_structure", severity=ERROR, path="out",
                    expected=str(out_tree), got=str(ct_tree), **base)]
   found = []
-  paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(
-      jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves)))]
-  for i, (path, ct, aval) in enumerate(zip(paths, out_tree.flatten_up_to(out_ct), out_avals)):
+  # The paths of the user's own cotangent tree (its structure is the output's): no
+  # unflattening of the user's types around values JAX would not give them.
+  cts = jax.tree_util.tree_leaves_with_path(out_ct, is_leaf=is_zero)
+  for i, ((path, ct), aval) in enumerate(zip(cts, out_avals)):
     if isinstance(ct, ad.Zero):
       continue
-    expected, got = aval.to_ct_aval(), core.typeof(ct)
-    if core.typematch(expected, got) and expected.dtype == got.dtype:
+    expected, got = custom_rules.ct_aval(aval), core.typeof(ct)
+    if custom_rules.same_type(expected, got) is not False:
       continue
     accepted = core.typecompat(got, expected) or api._temporary_dtype_exception(got, expected)
     found.append(Record(
         kind="vjp_cotangent_type", severity=WARNING if accepted else ERROR,
-        path=f"out{path}", expected=expected.str_short(), got=got.str_short(),
-        flat_index=i, expected_aval=expected, got_aval=got, **base))
+        path=f"out{jax.tree_util.keystr(path)}", expected=expected.str_short(),
+        got=got.str_short(), flat_index=i, expected_aval=expected, got_aval=got, **base))
   return found
 
 
@@ -191,15 +194,67 @@ def observe_applications(callback: Callable):
     _application_observers.remove(callback)
 
 
+def _install_custom_vjp(patches: PatchSet, events: CodeEvents | None) -> None:
+  """JAX's ``custom_vjp.__call__`` reads the instrumented rules; nothing of ours is on the
+  stack while the primal runs. Applications are observed as that call starts (a wrapper
+  where no monitoring slot is free)."""
+  call = cd.custom_vjp.__call__
+  code = getattr(getattr(call, "__wrapped__", call), "__code__", None)
+  if code is None:
+    patches.skip("jax.custom_vjp rules", "custom_vjp.__call__ is not a Python function here")
+    return
+  for name in ("fwd", "bwd"):
+    patches.add(cd.custom_vjp, name, RuleAttribute(name, code))
+  if events is not None:
+    events.watch(code, _applied)
+  else:
+    patches.apply(cd.custom_vjp, "__call__", _wrap_custom_vjp_call)
+
+
+class RuleAttribute:
+  """``custom_vjp.fwd`` and ``.bwd`` as data descriptors: JAX's own ``__call__`` reads
+  the instrumented rule (``custom_rules.instrumented``), everyone else (the user, a
+  library, ``defvjp``) the user's own, which stays in the instance's ``__dict__``."""
+
+  def __init__(self, name: str, call_code):
+    self.name, self.call_code = name, call_code
+
+  def __get__(self, obj, owner=None):
+    if obj is None:
+      return self
+    try:
+      value = obj.__dict__[self.name]
+    except KeyError:
+      raise AttributeError(self.name) from None
+    if value is None or sys._getframe(1).f_code is not self.call_code or not records.active():
+      return value
+    clone = records.safely(custom_rules.instrumented, obj, default=obj)
+    return clone.__dict__.get(self.name, value)
+
+  def __set__(self, obj, value):
+    obj.__dict__[self.name] = value
+
+  def __delete__(self, obj):
+    del obj.__dict__[self.name]
+
+
+def _applied(frame) -> None:
+  if _application_observers and records.active():
+    args = frame.f_locals
+    _observe(args["self"], args["args"], args["kwargs"])
+
+
+def _observe(cvjp, args, kwargs) -> None:
+  for observe in _application_observers:
+    records.safely(observe, cvjp, args, kwargs)
+
+
 def _wrap_custom_vjp_call(original):
   def __call__(self, *args, **kwargs):
-    if not records.active():
-      return original(self, *args, **kwargs)
-    for observe in _application_observers:
-      records.safely(observe, self, args, kwargs)
+    if records.active():
+      _observe(self, args, kwargs)
     try:
-      return original(records.safely(custom_rules.instrumented, self, default=self),
-                      *args, **kwargs)
+      return original(self, *args, **kwargs)
     except BaseException as e:
       records.safely(frames.strip, e)
       raise

@@ -31,28 +31,96 @@ from .records import ERROR, WARNING, Record, RuleSite
 class InstrumentedRule:
   """A callable that JAX cannot tell from the user's rule (name, repr, source).
 
-  A fwd holds its custom_vjp weakly: the clone cache is keyed weakly on that
-  object, and a strong reference back would keep it (and every JAX cache keyed
-  on its functions, with their constants) alive forever. A bwd needs no owner
-  (``owner=None``): its check reads only the site in the residuals, so it runs
-  even when the custom_vjp was made for one call and is gone by the backward pass.
+  It is the one frame of ours on the stack while the user's rule runs: the rule's
+  result must pass through us (the fwd's residuals get their site, the bwd's
+  cotangents are compared), so one frame is the least a wrapper can be; what it does
+  with the result happens after the rule has returned. An exception leaving the rule
+  leaves without this frame (``frames.strip``).
   """
 
-  def __init__(self, rule, call, owner=None):
+  def __init__(self, rule):
     functools.update_wrapper(self, rule)
-    self._owner = weakref.ref(owner) if owner is not None else None
-    self._call = call
-
-  def __call__(self, *args, **kwargs):
-    if self._owner is None:
-      return self._call(*args, **kwargs)
-    owner = self._owner()
-    if owner is None:  # a JAX cache outlived the user's object: be the plain rule
-      return self.__wrapped__(*args, **kwargs)
-    return self._call(owner, *args, **kwargs)
 
   def __repr__(self):
     return repr(self.__wrapped__)
+
+
+class InstrumentedFwd(InstrumentedRule):
+  """Holds its custom_vjp weakly: the clone cache is keyed weakly on that object, and a
+  strong reference back would keep it (and every JAX cache keyed on its functions, with
+  their constants) alive forever."""
+
+  def __init__(self, rule, owner):
+    super().__init__(rule)
+    self._owner = weakref.ref(owner)
+
+  def __call__(self, *args):
+    cvjp = self._owner()
+    if cvjp is None:  # a JAX cache outlived the user's object: be the plain rule
+      return self.__wrapped__(*args)
+    watch = records.safely(_user_fwd_to_watch, cvjp, args)
+    try:
+      if watch is None:
+        out_res, spelled = cvjp.fwd(*args), None
+      else:
+        out_res, spelled = arguments.observe(lambda: cvjp.fwd(*args), *watch)
+    except BaseException as e:
+      records.safely(frames.strip, e)
+      raise
+    return records.safely(_tagged, cvjp, args, out_res, spelled, default=out_res)
+
+
+class InstrumentedBwd(InstrumentedRule):
+  """Needs no owner: its check reads only the site in the residuals, so it runs even
+  when the custom_vjp was made for one call and is gone by the backward pass."""
+
+  def __init__(self, rule, with_logs: bool):
+    super().__init__(rule)
+    self._with_logs = with_logs
+
+  def __call__(self, *args):
+    *static, tagged, ct = args
+    bwd = self.__wrapped__
+    if not isinstance(tagged, TaggedResiduals):
+      return bwd(*args)
+    site = tagged.site
+    code = records.safely(_user_bwd_code, bwd)
+    records.state.rule_stack.append(site)
+    try:
+      if code is None or arguments.known(code, site.in_tree):
+        cts = bwd(*static, tagged.res, ct)
+      else:
+        cts, _ = arguments.observe_return(lambda: bwd(*static, tagged.res, ct), code, site.in_tree,
+                                          lambda out: _leaf_cts(site, out, self._with_logs))
+    except BaseException as e:
+      records.safely(frames.strip, e)
+      raise
+    finally:
+      records.state.rule_stack.pop()
+    records.safely(_check_bwd_output, site, cts, code, self._with_logs)
+    return cts
+
+
+class InstrumentedBwdWithAccums(InstrumentedRule):
+  """A ``defvjp_with_accums`` bwd: its pushes are checked where JAX accumulates them."""
+
+  def __init__(self, rule, n_static: int):
+    super().__init__(rule)
+    self._n_static = n_static
+
+  def __call__(self, *args):
+    n = self._n_static
+    static, (tagged, ct), accums = args[:n], args[n:n + 2], args[n + 2:]
+    if not isinstance(tagged, TaggedResiduals):
+      return self.__wrapped__(*args)
+    records.state.rule_stack.append(tagged.site)
+    try:
+      return self.__wrapped__(*static, tagged.res, ct, *accums)
+    except BaseException as e:
+      records.safely(frames.strip, e)
+      raise
+    finally:
+      records.state.rule_stack.pop()
 
 
 class TaggedResiduals:
@@ -83,32 +151,28 @@ _clones: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def instrumented(cvjp):
   """The instrumented clone of ``cvjp``, cached so JAX's trace caches still hit."""
-  if cvjp.fwd is None or cvjp.bwd is None or option(cvjp, "remat_rules") is not None:
+  fwd, bwd = cvjp.fwd, cvjp.bwd
+  if fwd is None or bwd is None or option(cvjp, "remat_rules") is not None:
     return cvjp
-  key = (cvjp.fwd, cvjp.bwd, option(cvjp, "with_logs"), option(cvjp, "with_accums"),
+  key = (fwd, bwd, option(cvjp, "with_logs"), option(cvjp, "with_accums"),
          cvjp.symbolic_zeros, cvjp.nondiff_argnums)
   cached = _clones.get(cvjp)
   if cached is not None and cached[0] == key:
     return cached[1]
   clone = object.__new__(type(cvjp))
   clone.__dict__.update(cvjp.__dict__)
-  clone.fwd = InstrumentedRule(cvjp.fwd, _fwd, owner=cvjp)
-  clone.bwd = InstrumentedRule(cvjp.bwd, (
-      functools.partial(_bwd_with_accums, cvjp.bwd, len(cvjp.nondiff_argnums))
-      if option(cvjp, "with_accums") else
-      functools.partial(_bwd, cvjp.bwd, bool(option(cvjp, "with_logs")))))
+  clone.fwd = InstrumentedFwd(fwd, cvjp)
+  clone.bwd = (InstrumentedBwdWithAccums(bwd, len(cvjp.nondiff_argnums))
+               if option(cvjp, "with_accums") else
+               InstrumentedBwd(bwd, bool(option(cvjp, "with_logs"))))
   _clones[cvjp] = (key, clone)
   return clone
 
 
 # ------------------------------------------------------------------ forward
 
-def _fwd(cvjp, *args):
-  watch = records.safely(_user_fwd_to_watch, cvjp, args)
-  if watch is None:
-    out_res, spelled = cvjp.fwd(*args), None
-  else:
-    out_res, spelled = arguments.observe(lambda: cvjp.fwd(*args), *watch)
+def _tagged(cvjp, args, out_res, spelled):
+  """What the fwd returned, its residuals tagged with the site (checked first)."""
   site = records.safely(_site, cvjp, args, spelled)
   if site is None:
     return out_res
@@ -207,8 +271,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       perturbed=(tuple(bool(x.perturbed) for _, x in leaves)
                  if any(_is_primal_box(x) for _, x in leaves) else None),
-      nondiff=tuple((i, jax.tree_util.tree_map(_without_arrays, args[i]))
-                    for i in cvjp.nondiff_argnums),
+      nondiff=tuple((i, _kept(args[i])) for i in cvjp.nondiff_argnums),
       owner=weakref.ref(cvjp))
 
 
@@ -311,27 +374,12 @@ def _primal_out(cvjp, args):
 
 # ----------------------------------------------------------------- backward
 
-def _bwd(bwd, with_logs: bool, *args):
-  *static, tagged, ct = args
-  if not isinstance(tagged, TaggedResiduals):
-    return bwd(*args)
-  site = tagged.site
-  code = records.safely(_user_bwd_code, bwd)
-  records.state.rule_stack.append(site)
-  try:
-    if code is None or arguments.known(code, site.in_tree):
-      cts = bwd(*static, tagged.res, ct)
-    else:
-      cts, _ = arguments.observe_return(lambda: bwd(*static, tagged.res, ct), code, site.in_tree,
-                                        lambda out: _leaf_cts(site, out, with_logs))
-  finally:
-    records.state.rule_stack.pop()
-  if records.current_session() is not None:
-    payload = _payload(cts, with_logs)
-    returned = arguments.cached(code, site.in_tree) if code is not None else None
-    for rec in records.safely(compare_cotangents, site, payload, default=[]):
-      records.record(retained(_in_users_return(rec, returned)))
-  return cts
+def _check_bwd_output(site: RuleSite, cts, code, with_logs: bool) -> None:
+  if records.current_session() is None:
+    return
+  returned = arguments.cached(code, site.in_tree) if code is not None else None
+  for rec in records.safely(compare_cotangents, site, _payload(cts, with_logs), default=[]):
+    records.record(retained(_in_users_return(rec, returned)))
 
 
 def _payload(cts, with_logs: bool):
@@ -370,17 +418,6 @@ def _user_bwd_code(bwd):
   return code
 
 
-def _bwd_with_accums(bwd, n_static: int, *args):
-  static, (tagged, ct), accums = args[:n_static], args[n_static:n_static + 2], args[n_static + 2:]
-  if not isinstance(tagged, TaggedResiduals):
-    return bwd(*args)
-  records.state.rule_stack.append(tagged.site)
-  try:
-    return bwd(*static, tagged.res, ct, *accums)
-  finally:
-    records.state.rule_stack.pop()
-
-
 def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
   """What is wrong with a bwd rule's output for ``site``; ``[]`` if nothing."""
   n_args = len(site.in_tree.children())
@@ -405,10 +442,10 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
     got = ct.aval if isinstance(ct, cd.SymbolicZero) else core.typeof(ct)
     if getattr(expected, "dtype", None) == jax.dtypes.float0:
       continue  # JAX drops cotangents of integer inputs
-    if core.typematch(expected, got) and expected.dtype == got.dtype:
+    if same_type(expected, got) is not False:
       continue
     accepted = _jax_accepts(site, expected, got, ct)
-    kind = "silent_dtype" if accepted and expected.shape == got.shape else "bwd_type"
+    kind = "silent_dtype" if accepted and same_shape(expected, got) else "bwd_type"
     found.append(Record(
         kind=kind, severity=WARNING if accepted else ERROR, path=path,
         expected=expected.str_short(), got=got.str_short(), flat_index=i,
@@ -425,19 +462,20 @@ def perturbed_args(site: RuleSite) -> tuple[int, ...]:
 
 
 def _match_structure(site, cts):
-  """Flatten ``cts`` against the expected args tree (None stands for a subtree)."""
-  expected = jax.tree_util.tree_unflatten(
-      site.in_tree, list(range(len(site.in_paths))))
-  flat = [None] * len(site.in_paths)
+  """Flatten ``cts`` against the args tree (None stands for a subtree) as JAX's own
+  ``_flatten_bwd`` does: the user's pytree code is called exactly as JAX calls it (the
+  args tree unflattened around sentinels, ``cts`` rebuilt around its own children)."""
+  expected = jax.tree_util.tree_unflatten(site.in_tree, [object()] * len(site.in_paths))
+  flat: list = []
 
-  def put(ct, idx_tree):
-    for idx in jax.tree_util.tree_leaves(idx_tree):
-      flat[idx] = ct
+  def put(ct, subtree):
+    flat.extend([ct] * len(jax.tree_util.tree_leaves(subtree)))
+    return ct
   try:
-    jax.tree_util.tree_map(put, cts, expected, is_leaf=lambda x: x is None or _is_zero(x))
+    jax.tree_util.tree_map(put, cts, expected, is_leaf=lambda x: x is None)
   except (ValueError, TypeError):
     got = jax.tree_util.tree_structure(cts, is_leaf=_is_zero)
-    path, want, have = _first_difference(expected, cts)
+    path, want, have = _first_difference(site, cts)
     return Record(kind="bwd_structure", severity=ERROR, function=site.function,
                   source=site.source, rule=site.rule, site=site, path=path,
                   expected=site.in_structure, got=str(got),
@@ -445,8 +483,9 @@ def _match_structure(site, cts):
   return flat
 
 
-def _first_difference(expected, got) -> tuple[str, str, str]:
-  """The first key path where two trees differ, and what each has there."""
+def _first_difference(site, got) -> tuple[str, str, str]:
+  """The first key path where ``got`` differs from the args tree, and what each has there."""
+  expected = jax.tree_util.tree_unflatten(site.in_tree, [object()] * len(site.in_paths))
   want = {jax.tree_util.keystr(p): l for p, l in jax.tree_util.tree_leaves_with_path(expected)}
   have = {jax.tree_util.keystr(p): l for p, l in
           jax.tree_util.tree_leaves_with_path(got, is_leaf=lambda x: x is None or _is_zero(x))}
@@ -469,10 +508,41 @@ def _jax_accepts(site, expected, got, ct) -> bool:
   return core.typecompat(expected, got) or exception(expected, got)
 
 
+def same_type(expected, got) -> bool | None:
+  """Whether ``got`` is ``expected``, by JAX's own ``typematch`` (dtype included, weak
+  type not): a user's ``HiType`` is compared through its own ``__eq__``, never assumed
+  to have a shape or dtype. None for types that cannot be compared (said once)."""
+  try:
+    return core.typematch(expected, got)
+  except Exception as e:  # noqa: BLE001 - the user's type, not our bug
+    _cannot_compare(expected, got, e)
+    return None
+
+
+def same_shape(expected, got) -> bool:
+  """Same shape, for types that have one (a ``HiType`` need not)."""
+  return getattr(expected, "shape", None) == getattr(got, "shape", None)
+
+
+_said_uncomparable: set = set()
+
+
+def _cannot_compare(expected, got, error: Exception) -> None:
+  key = (type(expected), type(got))
+  if key in _said_uncomparable:
+    return
+  _said_uncomparable.add(key)
+  import sys
+  print(f"vjpviz: cannot compare a cotangent of type {type(got).__name__} with "
+        f"{type(expected).__name__} ({type(error).__name__}: {error}); "
+        "that cotangent is not checked.", file=sys.stderr)
+
+
 def ct_aval(primal):
   if isinstance(primal, AbstractRef):
     primal = primal.inner_aval
-  return primal.to_ct_aval()
+  # JAX before 0.10 has no to_ct_aval: there a cotangent's type is the tangent's.
+  return getattr(primal, "to_ct_aval", primal.to_tangent_aval)()
 
 
 def _is_zero(x) -> bool:
@@ -493,6 +563,16 @@ def _is_array(x) -> bool:
     return True
   except Exception:
     return False
+
+
+def _kept(x):
+  """A nondiff argument as a site may keep it: itself, unless a leaf must be replaced
+  (``_without_arrays``); only then is the user's pytree rebuilt."""
+  leaves, treedef = jax.tree_util.tree_flatten(x)
+  kept = [_without_arrays(leaf) for leaf in leaves]
+  if all(k is leaf for k, leaf in zip(kept, leaves)):
+    return x
+  return jax.tree_util.tree_unflatten(treedef, kept)
 
 
 def _without_arrays(x):

@@ -2,12 +2,14 @@
 
 ``jax.vjp`` (and ``jax.grad``, which calls it), building the VJP function
 (``_vjp3_callable``: ``f_vjp(ct)`` and ``f_vjp.with_refs(...)``) and running its
-backward pass (``_vjp3_bwd``). Each wrapper calls the original unchanged; the
-finished session goes to the sink with the exception, if one is passing, and
-the exception propagates as JAX raised it, without our frames.
+backward pass (``_vjp3_bwd``). Each is watched as its frame starts and ends
+(``code_events``): nothing of ours is on the stack while the user's functions run,
+and the exception propagates as JAX raised it. Where no monitoring slot is free,
+wrappers around them do the same, at the price of their frames.
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 from typing import Callable
 
@@ -16,6 +18,7 @@ from jax._src import api, core
 from jax._src import traceback_util
 
 from . import check_sites, frames, names, records, user_calls
+from .code_events import CodeEvents
 from .patches import PatchSet
 from .records import Origin, Session
 
@@ -41,7 +44,7 @@ class Boundary:
     return self.session
 
   def __exit__(self, typ, exc, tb):
-    records.state.sessions.pop()
+    _pop(self.session)
     if self.session.records or exc is not None:
       records.safely(self.sink, self.session, exc)
     if exc is not None:
@@ -49,13 +52,94 @@ class Boundary:
     return False
 
 
-def install(patches: PatchSet, sink: Sink) -> None:
+def _pop(session: Session) -> None:
+  """Close ``session``: the innermost one, unless a frame ended unwatched (uninstall
+  while another thread was inside JAX) and left one above it."""
+  sessions = records.state.sessions
+  if session in sessions:
+    del sessions[len(sessions) - 1 - sessions[::-1].index(session):]
+
+
+def install(patches: PatchSet, sink: Sink, events: CodeEvents | None = None) -> None:
+  for name, entry in (("_vjp", "vjp"), ("_vjp_pullback_wrapper", "backward")):
+    if hasattr(api, name):   # before JAX 0.10 grad calls _vjp, and (before 0.8) its pullback
+      patches.apply(api, name, lambda o, entry=entry: _wrap_older(o, entry, sink))
+  if events is not None and records.safely(_watch, events, sink, default=False):
+    return
   original_vjp = api.vjp
   vjp = _wrap_vjp(original_vjp, sink)
   patches.apply(api, "vjp", lambda _: vjp)
   patches.apply(jax, "vjp", lambda o: vjp if o is original_vjp else o)
   patches.apply(api, "_vjp3_callable", lambda o: _wrap_vjp_callable(o, sink))
   patches.apply(api, "_vjp3_bwd", lambda o: _wrap_backward(o, sink))
+
+
+_REQUIRED = {"vjp": ("fun", "primals"), "_vjp3_callable": ("jaxpr",),
+             "_vjp3_bwd": ("jaxpr", "out_tree", "out_primal_avals", "out_ct")}
+
+
+def _watch(events: CodeEvents, sink: Sink) -> bool:
+  """Watch the three entry points' frames; False (nothing watched) on a JAX whose
+  functions do not have the parameters read here."""
+  codes = {name: getattr(getattr(api, name), "__wrapped__", getattr(api, name)).__code__
+           for name in _REQUIRED}
+  if not all(set(need) <= set(_parameters(codes[n])) for n, need in _REQUIRED.items()):
+    return False
+  finish = lambda opened, value, exc: _finish(opened, value, exc)
+  events.watch(codes["vjp"], lambda frame: _vjp_started(frame, sink), finish)
+  events.watch(codes["_vjp3_callable"], lambda frame: _call_started(frame, sink), finish)
+  events.watch(codes["_vjp3_bwd"], lambda frame: _backward_started(frame, sink), finish)
+  return True
+
+
+def _parameters(code) -> tuple[str, ...]:
+  n = (code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
+       + bool(code.co_flags & inspect.CO_VARKEYWORDS))
+  return code.co_varnames[:n]
+
+
+def _vjp_started(frame, sink):
+  if not records.active():
+    return None
+  args = frame.f_locals
+  boundary = Boundary("vjp", records.safely(_origin, args["fun"], args["primals"]), sink)
+  boundary.__enter__()
+  watch = user_calls.Watch(boundary.session, args["primals"]).__enter__()
+  return boundary, watch
+
+
+def _call_started(frame, sink):
+  if not records.active():
+    return None
+  boundary = Boundary("vjp_call", _origin_of(frame.f_locals["jaxpr"]), sink)
+  boundary.__enter__()
+  return boundary, None
+
+
+def _backward_started(frame, sink):
+  if not records.active():
+    return None
+  args = frame.f_locals
+  boundary = Boundary("backward", _origin_of(args["jaxpr"]), sink)
+  boundary.__enter__()
+  _check_out_cotangent(args["jaxpr"], args["out_tree"], args["out_primal_avals"], args["out_ct"])
+  return boundary, None
+
+
+def _finish(opened, value, exc) -> None:
+  boundary, watch = opened
+  info = (type(exc), exc, exc.__traceback__) if exc is not None else (None, None, None)
+  if watch is not None:
+    watch.__exit__(*info)
+  if exc is None and boundary.session.entry == "vjp":
+    records.safely(_remember, value, boundary.session)
+  boundary.__exit__(*info)
+
+
+def _check_out_cotangent(jaxpr, out_tree, out_primal_avals, out_ct) -> None:
+  for rec in records.safely(check_sites.check_out_cotangent, jaxpr, out_tree,
+                            out_primal_avals, out_ct, default=[]):
+    records.record(rec)
 
 
 def _wrap_vjp(original, sink):
@@ -70,6 +154,17 @@ def _wrap_vjp(original, sink):
     return result
   vjp.__wrapped__ = original
   return vjp
+
+
+def _wrap_older(original, entry: str, sink):
+  """An entry point of older JAX (``_vjp``, its pullback): a session, unless one is open."""
+  def older_entry(*args, **kwargs):
+    if not records.active() or records.current_session() is not None:
+      return original(*args, **kwargs)
+    with Boundary(entry, None, sink):
+      return original(*args, **kwargs)
+  older_entry.__wrapped__ = original
+  return older_entry
 
 
 def _remember(vjp_result, session: Session) -> None:
@@ -142,9 +237,7 @@ def _wrap_backward(original, sink):
     if not records.active():
       return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
     with Boundary("backward", _origin_of(jaxpr), sink):
-      for rec in records.safely(check_sites.check_out_cotangent, jaxpr, out_tree,
-                                out_primal_avals, rest[-1], default=[]):
-        records.record(rec)
+      _check_out_cotangent(jaxpr, out_tree, out_primal_avals, rest[-1])
       return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
   vjp3_bwd.__wrapped__ = original
   return vjp3_bwd

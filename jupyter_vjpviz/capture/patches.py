@@ -54,13 +54,24 @@ class PatchSet:
     _set(owner, name, replacement)
     self._applied.append(Patch(owner, name, original, replacement))
 
+  def add(self, owner: Any, name: str, value: Any) -> None:
+    """Give ``owner`` an attribute it lacks (a descriptor on a class); restoring deletes it."""
+    if _get(owner, name) is not _MISSING:
+      self.skip(label(owner, name), "already defined in this JAX")
+      return
+    _set(owner, name, value)
+    self._applied.append(Patch(owner, name, _MISSING, value))
+
   def skip(self, point: str, why: str) -> None:
     self.skipped.append((point, why))
 
   def restore(self) -> None:
     while self._applied:
       patch = self._applied.pop()
-      _set(patch.owner, patch.name, patch.original)
+      if patch.original is _MISSING:
+        delattr(patch.owner, patch.name)
+      else:
+        _set(patch.owner, patch.name, patch.original)
     self.skipped.clear()
 
 

@@ -1,0 +1,145 @@
+"""JAX's own tests as the judge: their outcomes plain and with vjpviz installed, and the wall time.
+
+Runs pytest on JAX's test files twice per round, once plain and once with this file
+loaded as a pytest plugin (``-p jax_suite``: ``vv.install()`` for the whole run),
+compares the outcome of every test id (and its message, hex addresses aside), counts
+vjpviz's own "could not" / "cannot compare" lines, and prints hooked/plain wall time
+(target <= 1.05 on ``custom_api_test.py``). The tests come from a snapshot of jax-ml/jax
+(``--mirror``, a bare git dir; the default is the one this workplace keeps) or from a
+directory of copies (``--dir``, for files patched to import on the installed JAX).
+
+    python benchmarks/jax_suite.py                          # custom_api_test.py
+    python benchmarks/jax_suite.py --dir /tmp/jaxtests --run custom_api_test.py \\
+        --run "api_test.py -k 'vjp or grad or remat or checkpoint or Custom'"
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+MIRROR = "/work/.mirror/jax-ml+jax/repo"
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUR_LINES = re.compile(r"vjpviz: (could not|cannot compare)[^\n]*")
+# JAX's own pytest settings (its pyproject.toml): warnings are errors there too.
+PYTEST_INI = """[pytest]
+markers =
+    multiaccelerator: may use multiple accelerators
+    SlurmMultiNodeGpuTest: Slurm multinode GPU test
+filterwarnings =
+    error
+    default:.*not machine-readable.*:UserWarning
+    ignore:Transparent hugepages
+    ignore:jax.cloud_tpu_init was deprecated
+addopts = --import-mode=importlib
+"""
+
+
+# ------------------------------------------------------------- the pytest plugin
+
+def pytest_configure(config):
+  import jupyter_vjpviz as vv
+  vv.install()
+
+
+def pytest_unconfigure(config):
+  import jupyter_vjpviz as vv
+  vv.uninstall()
+
+
+# ------------------------------------------------------------------- the runner
+
+def prepare(mirror: str | None, directory: str | None, files: list[str]) -> str:
+  """A directory holding the test files and JAX's pytest settings."""
+  where = tempfile.mkdtemp(prefix="jax_suite_")
+  for name in files:
+    if directory:
+      shutil.copy(os.path.join(directory, name), where)
+    else:
+      text = subprocess.run(["git", "--git-dir", mirror, "show", f"HEAD:tests/{name}"],
+                            check=True, capture_output=True, text=True).stdout
+      with open(os.path.join(where, name), "w") as f:
+        f.write(text)
+  with open(os.path.join(where, "pytest.ini"), "w") as f:
+    f.write(PYTEST_INI)
+  return where
+
+
+def run(where: str, spec: list[str], hooked: bool, tag: str) -> tuple[dict, float, list[str]]:
+  """(test id -> (outcome, message), wall seconds, vjpviz's own lines) of one pytest run."""
+  xml = os.path.join(where, f"{tag}.xml")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [HERE, *filter(None, [os.environ.get("PYTHONPATH")])]))
+  cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *spec,
+         f"--junitxml={xml}", "-o", "junit_logging=all", *(["-p", "jax_suite"] if hooked else [])]
+  t0 = time.perf_counter()
+  proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
+  wall = time.perf_counter() - t0
+  outcomes, ours = {}, [m.group(0) for m in OUR_LINES.finditer(proc.stdout + proc.stderr)]
+  for case in ET.parse(xml).getroot().iter("testcase"):
+    test = f"{case.get('classname')}::{case.get('name')}"
+    outcome, message = "passed", ""
+    for child in case:
+      if child.tag in ("failure", "error", "skipped"):
+        outcome, message = child.tag, child.get("message") or ""
+      elif child.tag == "system-err":
+        ours += [m.group(0) for m in OUR_LINES.finditer(child.text or "")]
+    outcomes[test] = (outcome, re.sub(r"0x[0-9a-f]+", "0x…", message)[:300])
+  return outcomes, wall, sorted(set(ours))
+
+
+def compare(plain: dict, hooked: dict) -> tuple[list, list]:
+  """Test ids whose outcome differs, and those whose message alone differs."""
+  outcome, message = [], []
+  for test in sorted(set(plain) | set(hooked)):
+    a, b = plain.get(test, ("absent", "")), hooked.get(test, ("absent", ""))
+    if a[0] != b[0]:
+      outcome.append((test, a, b))
+    elif a[1] != b[1]:
+      message.append((test, a, b))
+  return outcome, message
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--mirror", default=MIRROR)
+  parser.add_argument("--dir", help="take the test files from here instead of the mirror")
+  parser.add_argument("--run", action="append", help="a pytest spec: a file and its options")
+  parser.add_argument("--rounds", type=int, default=1, help="plain/hooked pairs per spec")
+  args = parser.parse_args()
+  specs = [shlex.split(s) for s in (args.run or ["custom_api_test.py"])]
+  if not args.dir and not os.path.isdir(args.mirror):
+    print(f"no snapshot of jax-ml/jax at {args.mirror} (fetch it, or pass --dir)")
+    return
+  where = prepare(args.mirror, args.dir, sorted({s[0] for s in specs}))
+  print(f"{'file (selection)':64s} {'tests':>6s} {'same':>6s} {'differ':>6s}  wall hooked/plain")
+  for spec in specs:
+    ratios, plain, hooked, ours = [], {}, {}, []
+    for r in range(args.rounds):
+      plain, t_plain, _ = run(where, spec, False, f"plain{r}")
+      hooked, t_hooked, ours = run(where, spec, True, f"hooked{r}")
+      ratios.append(t_hooked / t_plain)
+    outcome, message = compare(plain, hooked)
+    tests = len(set(plain) | set(hooked))
+    print(f"{' '.join(spec)[:64]:64s} {tests:6d} {tests - len(outcome):6d} {len(outcome):6d}"
+          f"  {statistics.median(ratios):.3f} (median of {len(ratios)}; last "
+          f"{t_plain:.0f} s plain, {t_hooked:.0f} s hooked)")
+    for test, a, b in outcome:
+      print(f"  outcome differs: {test}: plain {a[0]} {a[1][:80]!r}; hooked {b[0]} {b[1][:80]!r}")
+    for test, a, b in message:
+      print(f"  message differs: {test}: plain {a[1][:80]!r}; hooked {b[1][:80]!r}")
+    for line in ours:
+      print(f"  vjpviz said: {line[:200]}")
+  shutil.rmtree(where, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  main()

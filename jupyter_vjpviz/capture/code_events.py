@@ -1,0 +1,120 @@
+"""Hooks that put no frame on the user's stack: the start and end of JAX's own functions.
+
+A wrapper around ``jax.vjp`` is a frame under the user's function for as long as it
+runs (JAX's own tests count that stack), and so is every wrapper a user's code runs
+inside. Instead, ``sys.monitoring`` tells us when one of a few code objects of JAX's
+starts, returns or unwinds (local events of that code only, in a tool slot of our own):
+the callback runs between JAX's bytecodes and leaves nothing on the stack. A start
+may open something (a session) that the same frame's return or unwind closes, with
+its return value or exception; the exception propagates as JAX raised it.
+
+Starts and returns are local events (those code objects only). An unwind can only be
+watched everywhere (``PY_UNWIND`` is a global event in CPython), so it is turned on
+only while a watched frame is open (about 1 us to switch): then, and only then, every
+frame an exception leaves costs a call of ours.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable
+
+from . import records
+
+Start = Callable[[Any], Any]                           # frame -> token (None: nothing opened)
+Finish = Callable[[Any, Any, BaseException | None], None]   # token, return value, exception
+
+_TOOLS = (3, 4)   # the slots no one is assigned (0-2: debugger, coverage, profiler; 5: optimizer)
+
+
+class _Open(threading.local):
+  def __init__(self):
+    self.frames: list[tuple[Any, Finish, Any]] = []   # (frame, finish, token), innermost last
+
+
+class CodeEvents:
+  """One tool slot watching the code objects added to it, until ``stop``."""
+
+  def __init__(self):
+    self.tool: int | None = None
+    self._watched: dict = {}          # code -> (start, finish)
+    self._open = _Open()
+    self._n_open = 0                  # frames open in every thread: unwinds watched while > 0
+    self._lock = threading.Lock()
+
+  def start(self) -> bool:
+    """Take a free tool slot; False when there is none (or no ``sys.monitoring``)."""
+    monitoring = getattr(sys, "monitoring", None)
+    tool = next((i for i in _TOOLS if monitoring and monitoring.get_tool(i) is None), None)
+    if tool is None:
+      return False
+    monitoring.use_tool_id(tool, "vjpviz")
+    events = monitoring.events
+    monitoring.register_callback(tool, events.PY_START, self._started)
+    monitoring.register_callback(tool, events.PY_RETURN, self._returned)
+    monitoring.register_callback(tool, events.PY_UNWIND, self._unwound)
+    self.tool = tool
+    return True
+
+  @property
+  def points(self) -> list[str]:
+    return [f"{code.co_qualname} (its frames watched)" for code in self._watched]
+
+  def watch(self, code, start: Start, finish: Finish | None = None) -> None:
+    """Call ``start(frame)`` as ``code`` starts, and ``finish`` as that frame ends."""
+    events = sys.monitoring.events
+    self._watched[code] = (start, finish)
+    sys.monitoring.set_local_events(
+        self.tool, code, events.PY_START | (events.PY_RETURN if finish else 0))
+
+  def stop(self) -> None:
+    """Release the slot; a frame still open in another thread simply ends unwatched."""
+    if self.tool is None:
+      return
+    monitoring = sys.monitoring
+    with self._lock:
+      monitoring.set_events(self.tool, 0)
+      self._n_open = 0
+      self._open = _Open()   # what other threads still had open is dropped with it
+    for code in self._watched:
+      monitoring.set_local_events(self.tool, code, 0)
+    for event in (monitoring.events.PY_START, monitoring.events.PY_RETURN,
+                  monitoring.events.PY_UNWIND):
+      monitoring.register_callback(self.tool, event, None)
+    monitoring.free_tool_id(self.tool)
+    self._watched.clear()
+    self.tool = None
+
+  # Callbacks never raise (``records.safely``): an exception here would surface in JAX's code.
+
+  def _started(self, code, _offset):
+    start, finish = self._watched.get(code, (None, None))
+    frame = sys._getframe(1)
+    token = records.safely(start, frame) if start is not None else None
+    if token is not None and finish is not None:
+      self._open.frames.append((frame, finish, token))
+      self._count(+1)
+
+  def _returned(self, code, _offset, value):
+    self._close(value, None)
+
+  def _unwound(self, code, _offset, exc):
+    if code in self._watched and self._watched[code][1] is not None:
+      self._close(None, exc)
+
+  def _close(self, value, exc):
+    frames, frame = self._open.frames, sys._getframe(2)
+    for i in range(len(frames) - 1, -1, -1):
+      if frames[i][0] is frame:
+        _, finish, token = frames[i]
+        self._count(i - len(frames))
+        del frames[i:]
+        records.safely(finish, token, value, exc)
+        return
+
+  def _count(self, change: int) -> None:
+    """Watch unwinds while any watched frame is open, in any thread."""
+    with self._lock:
+      before, self._n_open = self._n_open, max(0, self._n_open + change)
+      if self.tool is not None and (before == 0) != (self._n_open == 0):
+        sys.monitoring.set_events(self.tool, sys.monitoring.events.PY_UNWIND if self._n_open else 0)
