@@ -1,19 +1,49 @@
 #!/usr/bin/env bash
-# Set up, then run every test: pytest (kernel, notebooks, CLI), jest (frontend),
-# the browser tests against a real JupyterLab in Debian's Chromium, and the same
-# against the wheel installed in a fresh venv without node. Ends with one line
-# adding up every suite: "total: N passed, M failed".
+# Set up, then run every test: pytest (kernel, notebooks, CLI), the kernel-side
+# tests again on older JAX releases (one count line each), jest (frontend), the
+# browser tests against a real JupyterLab in Debian's Chromium, and the same against
+# the wheel installed in a fresh venv without node. Ends with one line adding up
+# every suite: "total: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
-# A real JAX outside the supported range, for tests/test_unsupported_jax.py (this
-# checkout runs there from PYTHONPATH; only the runtime dependencies are installed).
-if [[ ! -x .venv-jax-old/bin/python ]]; then
-  "$(bash scripts/find-python.sh)" -m venv .venv-jax-old
-  .venv-jax-old/bin/pip install --disable-pip-version-check -q jax==0.7.2 jaxlib==0.7.2 \
-    ipython ipywidgets graphviz 'pygraphviz>=2.0.4' comm
+# Older JAX releases, each in a venv of its own on the oldest Python they run on: a
+# user's environment with that JAX, into which the checkout is pip-installed as a user
+# would (editable; the labextension is already built); the install must leave JAX as it
+# was. OLD_JAX is tested (tests/test_jax_versions.py, and the panel's comm on the
+# oldest); UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
+# (this checkout on PYTHONPATH, only the runtime dependencies installed).
+OLD_JAX=(0.6.2 0.8.3 0.10.2)
+UNSUPPORTED_JAX=0.5.3
+OLD_PYTHON=$(bash scripts/find-python.sh 3.11)
+pip_q() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }
+
+jax_venv() {
+  local venv=.venv-jax-$1
+  if [[ ! -x $venv/bin/python ]]; then
+    "$OLD_PYTHON" -m venv "$venv"
+    pip_q "$venv/bin/pip" install "jax==$1" "jaxlib==$1"
+  fi
+}
+
+for version in "${OLD_JAX[@]}"; do
+  jax_venv "$version"
+  venv=.venv-jax-$version
+  before=$("$venv/bin/pip" freeze | grep -E '^jax(lib)?==')
+  pip_q "$venv/bin/pip" install -e . pytest hypothesis ipykernel jupyter_client nbformat
+  after=$("$venv/bin/pip" freeze | grep -E '^jax(lib)?==')
+  if [[ $before != "$after" ]]; then
+    echo "test.sh: installing vjpviz changed JAX in $venv: $before -> $after" >&2
+    exit 1
+  fi
+done
+if [[ ! -x .venv-jax-old/bin/python ]] || ! grep -q "^jax==$UNSUPPORTED_JAX$" <(.venv-jax-old/bin/python -m pip freeze); then
+  rm -rf .venv-jax-old
+  "$OLD_PYTHON" -m venv .venv-jax-old
+  pip_q .venv-jax-old/bin/pip install "jax==$UNSUPPORTED_JAX" "jaxlib==$UNSUPPORTED_JAX" \
+    ipython ipywidgets graphviz 'pygraphviz>=2.0.4' comm jsonschema nh3
 fi
 
 logs=$(mktemp -d)
@@ -40,7 +70,16 @@ suite() {
   done
 }
 
-suite pytest '[0-9]+ (passed|failed).* in [0-9.]+s' python -m pytest -q -p no:cacheprovider tests
+export VJPVIZ_CAPABILITIES=$logs/capabilities   # each JAX's kinds, for the README's table
+pytest_summary='[0-9]+ (passed|failed).* in [0-9.]+s'
+suite pytest "$pytest_summary" python -m pytest -q -p no:cacheprovider tests
+# The panel's comm runs once, on the oldest JAX.
+for version in "${OLD_JAX[@]}"; do
+  suite "jax-$version" "$pytest_summary" ".venv-jax-$version/bin/python" -m pytest -q \
+    -p no:cacheprovider tests/test_jax_versions.py \
+    $([[ $version == "${OLD_JAX[0]}" ]] && echo tests/test_comm.py)
+done
+python scripts/capability_table.py --check README.md "$VJPVIZ_CAPABILITIES"/*.json || true
 suite jest '^Tests:' jlpm test
 suite browser '^[0-9]+ passed, [0-9]+ failed$' bash ui-tests/run.sh
 # The wheel in a fresh venv without node: labextension list, then the core

@@ -16,7 +16,7 @@ import threading
 import jax
 from jax._src import source_info_util, traceback_util
 
-from . import check_sites, custom_rules, entry_points, frames
+from . import capabilities, check_sites, custom_rules, entry_points, frames
 from .code_events import CodeEvents
 from .patches import PatchSet
 
@@ -24,7 +24,6 @@ _patches = PatchSet()
 _events = CodeEvents()
 _lock = threading.Lock()
 _excluded = False
-SUPPORTED_JAX = "0.12."
 
 
 def install(sink: entry_points.Sink) -> None:
@@ -47,10 +46,10 @@ def _install(sink: entry_points.Sink) -> None:
     _patches.skip("sys.monitoring", "no free tool slot: wrappers instead, with their frames")
   entry_points.install(_patches, sink, events)
   check_sites.install(_patches, sink, events)
-  if not jax.__version__.startswith(SUPPORTED_JAX) or _patches.skipped:
-    skipped = ", ".join(point for point, _ in _patches.skipped) or "none"
-    print(f"vjpviz: built for jax {SUPPORTED_JAX}x, found {jax.__version__}; "
-          f"hook points skipped: {skipped} (%vjpviz says why).", file=sys.stderr)
+  caps = capabilities.of(hook_points()[0])
+  if not caps.tested or caps.missing or _patches.skipped:
+    print(f"{caps.line()}; {len(_patches.skipped)} hook points skipped (%vjpviz says why).",
+          file=sys.stderr)
 
 
 def uninstall() -> None:

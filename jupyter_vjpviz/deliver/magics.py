@@ -17,7 +17,7 @@ from IPython.display import display
 
 from .. import runtime, value_check
 from ..analysis.diagnose import key
-from ..capture import jax_flags, records
+from ..capture import capabilities, jax_flags, records
 from ..capture.check_sites import observe_applications
 from ..lint import check, spec
 from ..value_check import floating
@@ -35,6 +35,7 @@ def status() -> str:
   lines = [
       f"vjpviz: {'installed' if runtime.installed() else 'not installed'}",
       f"JAX {jax.__version__}, custom_vjp path: {path}",
+      *([capabilities.of(points).line()] if points else []),
       f"hook points: {len(points)} wrapped, {len(skipped)} skipped",
       *(f"  skipped {point}: {why}" for point, why in skipped),
       f"diagnoses so far: {len(runtime.history())}",

@@ -1,0 +1,96 @@
+"""What vjpviz diagnoses on the JAX it runs on, from the hook points it could wrap.
+
+Each kind is recorded at known check sites; a JAX that lacks one (older JAX has
+no Refs, accumulators or hijax primitives) cannot produce that kind, and the
+user is told so in one line rather than left to wonder why nothing showed.
+``tests/test_jax_versions.py`` checks these claims against real failures on
+every tested JAX, and the README's table is written from its results.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import jax
+from jax._src import custom_derivatives as cd
+
+TESTED = ("0.6", "0.12")   # the oldest and newest JAX minor versions the test script runs
+_RULES = "custom_vjp"          # its __call__, or its fwd and bwd
+_F_VJP = "_vjp3_bwd"
+_WITH_REFS = "_vjp_accum"
+_ACCUMULATE = "ct_check"
+_HIJAX_BWD = "_accum_args_grad"
+
+NEEDS: dict[str, tuple[str, ...]] = {
+    "bwd_type": (_RULES,),
+    "bwd_structure": (_RULES,),
+    "fwd_type": (_RULES,),
+    "fwd_structure": (_RULES,),
+    "silent_dtype": (_RULES,),
+    "vjp_cotangent_type": (_F_VJP,),
+    "vjp_cotangent_structure": (_F_VJP,),
+    "accumulator_type": (_ACCUMULATE, _WITH_REFS),
+    "ref_grad_unbound": (_WITH_REFS,),
+    "ref_grad_as_value": (_WITH_REFS,),
+    "grad_ref_type": (_WITH_REFS,),
+    "jvp_tangent_type": ("_flatten_jvp",),
+}
+"""The JAX objects each kind is recorded at: all must be hooked (wrapped or watched),
+named as in a hook point's label (``jax._src.api._vjp3_bwd``, ``custom_vjp.fwd``)."""
+
+SOURCES: dict[str, tuple[str, ...]] = {
+    "hijax primitives": (_HIJAX_BWD,),
+}
+"""Rules other than custom_vjp whose bwd is checked, and the hook points that takes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+  jax: str
+  kinds: tuple[str, ...]          # diagnosed on this JAX
+  missing: tuple[str, ...]        # not on this JAX: a hook point it needs is absent
+  sources: tuple[str, ...]        # rule sources beyond custom_vjp that are watched
+  hijax_path: bool                # custom_vjp under jax_custom_vjp3 is watched
+  tested: bool                    # this JAX's minor version is in TESTED's range
+
+  def line(self) -> str:
+    """One line: what this JAX gets, for ``%load_ext`` and ``%vjpviz``."""
+    rules = ", ".join(("custom_vjp", *self.sources))
+    path = "" if self.hijax_path else "; its jax_custom_vjp3 path is not watched"
+    missing = f"; not on this JAX: {', '.join(self.missing)}" if self.missing else ""
+    tested = "" if self.tested else f" (tested on jax {TESTED[0]} to {TESTED[1]})"
+    return (f"vjpviz on jax {self.jax}{tested}: diagnoses {', '.join(self.kinds)} "
+            f"in {rules} rules{path}{missing}")
+
+
+def of(points: list[str]) -> Capabilities:
+  """What the wrapped hook ``points`` let vjpviz diagnose on the running JAX."""
+  hooked = {name for point in points for name in re.split(r"[.\s]", point)}
+  has = lambda need: hooked.issuperset(need)
+  kinds = tuple(k for k, need in NEEDS.items() if has(need))
+  return Capabilities(
+      jax=jax.__version__, kinds=kinds,
+      missing=tuple(k for k in NEEDS if k not in kinds),
+      sources=tuple(s for s, need in SOURCES.items() if has(need)),
+      hijax_path=has((_RULES,)) and _hijax_path_dispatches(), tested=_tested())
+
+
+def _hijax_path_dispatches() -> bool:
+  """Whether ``custom_vjp.__call__`` is where the jax_custom_vjp3 path starts.
+
+  Before JAX 0.12 that flag made ``jax.custom_vjp(f)`` build another class, whose
+  applications never pass the wrapped ``__call__``.
+  """
+  flag = getattr(jax.config, "jax_custom_vjp3", None)
+  if flag is None:
+    return False
+  with cd.config.custom_vjp3(True):
+    return isinstance(jax.custom_vjp(lambda x: x), cd.custom_vjp)
+
+
+def _tested() -> bool:
+  minor = lambda v: tuple(int(p) for p in v.split(".")[:2])
+  try:
+    return minor(TESTED[0]) <= minor(jax.__version__) <= minor(TESTED[1])
+  except ValueError:
+    return False
