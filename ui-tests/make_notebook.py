@@ -1,4 +1,4 @@
-"""Write the notebook the browser test drives (cell order matters to panel.spec.mjs)."""
+"""Write the notebooks the browser tests drive (cell order matters to panel.spec.mjs)."""
 import sys
 from pathlib import Path
 
@@ -69,6 +69,14 @@ nb = new_notebook(cells=[new_code_cell(c) for c in
                          ("%load_ext vjpviz", DEFINE, GRAD, COMPARE, EVIL, BIG)])
 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
 nbformat.write(nb, root / "panel.ipynb")
+# The Apply test changes its notebook and kernel: its own copy of the first cells.
+apply_nb = new_notebook(cells=[new_code_cell(c) for c in ("%load_ext vjpviz", DEFINE, GRAD, COMPARE)])
+apply_nb.metadata["kernelspec"] = nb.metadata["kernelspec"]
+nbformat.write(apply_nb, root / "apply.ipynb")
+# A notebook whose kernel never loads vjpviz: the panel's empty state.
+empty = new_notebook(cells=[new_code_cell("1 + 1")])
+empty.metadata["kernelspec"] = nb.metadata["kernelspec"]
+nbformat.write(empty, root / "empty.ipynb")
 # Notebook 7 (ui-tests/notebook7.spec.mjs): load, define softclip, the failing grad.
 nb7 = new_notebook(cells=[new_code_cell(c) for c in ("%load_ext vjpviz", DEFINE, GRAD)])
 nb7.metadata["kernelspec"] = nb.metadata["kernelspec"]

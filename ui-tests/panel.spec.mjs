@@ -26,8 +26,8 @@ let page;
 const SUITE = process.env.VJPVIZ_SUITE || 'all';
 
 /**
- * One test. The core tests are one flow in order (each builds on the last);
- * the extra ones each open their own notebook and kernel and need nothing before them.
+ * One test. None needs another before it: each starts from the fixtures
+ * (`given`); the extra ones each open their own notebook and kernel.
  */
 const test = (name, body, { extra = false } = {}) =>
   h.test(name, body, { skip: extra && SUITE === 'core' });
@@ -172,6 +172,7 @@ async function waitGraph(failedId) {
  */
 const MIN_FAILED_PX = 30;
 async function checkFit(label) {
+  await frames();
   const m = await page.evaluate(() => {
     const p = document.getElementById('jp-vjpviz-panel');
     const vp = p.querySelector('.jp-Vjpviz-viewport').getBoundingClientRect();
@@ -342,6 +343,173 @@ function contrastScript() {
     })();`;
 }
 
+
+/** Two animation frames: panzoom draws a new transform on the next one. */
+const frames = () => page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+
+/** How far (px) the failing node's centre is from its viewport's centre, in `scope`. */
+async function failedOffCentre(scope) {
+  await frames();
+  return scope.evaluate(el => {
+    const vp = el.querySelector('.jp-Vjpviz-viewport').getBoundingClientRect();
+    const f = el.querySelector('.vjpviz-node-failed').getBoundingClientRect();
+    return Math.hypot(f.left + f.width / 2 - (vp.left + vp.width / 2), f.top + f.height / 2 - (vp.top + vp.height / 2));
+  });
+}
+
+/** Search the graph in `scope` (the panel or the main-area view); some box matches. */
+async function searchFor(scope, query) {
+  await scope.locator('.jp-Vjpviz-search').fill(query);
+  await scope.locator('.jp-Vjpviz-search').press('Enter');
+  const status = scope.locator('.jp-Vjpviz-graphStatus', { hasText: /match/ });
+  await status.waitFor({ timeout: 30000 });
+  const text = await status.innerText();
+  check(!/^0 matches/.test(text), `search ${query}: ${text}`);
+  check((await scope.locator('.vjpviz-node-match').count()) > 0, `search ${query}: no box marked`);
+}
+
+/** The main-area graph view (issue 12's "Open in main area"). */
+const mainGraph = () => page.locator('.jp-Vjpviz-graphMain:not(.lm-mod-hidden)').first();
+
+async function closeMainGraphs() {
+  for (const tab of await page.locator('#jp-main-dock-panel .lm-TabBar-tab', { hasText: 'Graph:' }).all()) {
+    await tab.locator('.lm-TabBar-tabCloseIcon').click();
+  }
+}
+
+/** Put `code` into the fix editor. */
+async function typeFix(code) {
+  const editor = panel().locator('.vjpviz-fix-editor .cm-content');
+  await editor.waitFor({ timeout: 10000 });
+  await editor.click();
+  await page.keyboard.press('Control+a');
+  await page.keyboard.insertText(code);
+  const text = await editor.innerText();
+  check(text.includes(code.trim().split('\n').pop().trim()), `editor text: ${text}`);
+}
+
+/** Wait for Verify's answer: 'pass' or 'fail'. */
+async function verdict() {
+  const result = panel().locator('[data-vjpviz-verify]');
+  await result.waitFor({ timeout: 60000 });
+  return result.getAttribute('data-vjpviz-verify');
+}
+
+const resultText = () => panel().locator('.jp-Vjpviz-verifyResult').innerText();
+
+/** The softclip diagnosis is the one shown: diff row, headline, bad line. */
+async function checkSoftclipShown() {
+  await panel().locator(
+    '[data-vjpviz-path="[1]"][data-vjpviz-expected="float32[5,3]"][data-vjpviz-got="float32[3,5]"]'
+  ).waitFor({ timeout: 10000 });
+  const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
+  check(headline.includes('softclip'), `headline: ${headline}`);
+  const bad = await panel().locator('.jp-Vjpviz-line.jp-mod-bad').innerText();
+  check(bad.includes('return gy @ w.T'), `bad line: ${bad}`);
+}
+
+/**
+ * The fixtures: each brings the page to a state a test starts from, doing
+ * only what is not done yet (a notebook open, vjpviz loaded, a diagnosis
+ * listed), so tests share work when run together and need none before them.
+ */
+const given = {
+  /** `name` is the visible notebook and its kernel idle. */
+  async notebook(name) {
+    const app = await page.evaluate(() => !!window.jupyterapp).catch(() => false);
+    if (!app) {
+      return openNotebook(name);
+    }
+    return openAnother(name); // docmanager:open brings an open one forward
+  },
+
+  /** ... with `%load_ext vjpviz` run. */
+  async loaded(name) {
+    await given.notebook(name);
+    if (!/\[\d+\]/.test(await promptOf(CELL.load))) {
+      await runCell(CELL.load);
+    }
+  },
+
+  /** ... and the diagnosis of `fn` shown with its graph (running `cells` if it is not listed). */
+  async diagnosis(name, cells, fn) {
+    await given.loaded(name);
+    await showPanel();
+    const item = panel().locator(`[data-vjpviz-function="${fn.replace(/"/g, '\\"')}"]`)
+      .filter({ visible: true }).first();
+    if ((await item.count()) === 0) {
+      for (const i of cells.filter(c => c !== CELL.load)) {
+        await runCell(i);
+      }
+      await item.waitFor({ timeout: 30000 });
+    }
+    await item.click();
+    await waitGraph(null);
+  },
+
+  softclip: () => given.diagnosis(NOTEBOOK, [CELL.define, CELL.grad], 'softclip'),
+
+  /** The unscoped 2,100-equation model (a plain Python loop of tanh layers). */
+  bigModel: () => given.diagnosis(NOTEBOOK, [CELL.big], 'big_rule')
+};
+
+/** Run the big model's cell; the times from its error to the panel and its graph. */
+async function timeBigModel() {
+  await page.evaluate(index => {
+    const cellEl = document.querySelectorAll(
+      '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell'
+    )[index];
+    const t = (window.__vjpvizT = {});
+    performance.clearMarks();
+    const seen = () => {
+      const now = performance.now();
+      const p = document.getElementById('jp-vjpviz-panel');
+      if (!t.error && cellEl.querySelector('[data-mime-type="application/vnd.jupyter.stderr"]')) {
+        t.error = now;
+      }
+      const h = p && p.querySelector('.jp-Vjpviz-headline');
+      if (!t.panel && h && h.textContent.includes('big_rule') && p.offsetParent) {
+        t.panel = now;
+      }
+      if (!t.graph && t.panel && p.querySelector('.jp-Vjpviz-graph[data-vjpviz-graph="ready"] .vjpviz-node-failed')) {
+        t.graph = now;
+      }
+      if (t.error && t.panel && t.graph) {
+        obs.disconnect();
+      }
+    };
+    const obs = new MutationObserver(seen);
+    obs.observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
+  }, CELL.big);
+  await runCell(CELL.big);
+  await page.waitForFunction(() => window.__vjpvizT.panel && window.__vjpvizT.graph && window.__vjpvizT.error, null, {
+    timeout: 60000
+  });
+  const t = await page.evaluate(() => {
+    const mark = name => performance.getEntriesByName(name).pop()?.startTime;
+    return {
+      ...window.__vjpvizT,
+      received: mark('vjpviz:diagnosis-received'),
+      shown: mark('vjpviz:diagnosis-shown'),
+      graphRequested: mark('vjpviz:graph-requested'),
+      graphReceived: mark('vjpviz:graph-received'),
+      graphShown: mark('vjpviz:graph-shown'),
+      nodes: document.querySelectorAll('#jp-vjpviz-panel .jp-Vjpviz-svg g.node').length
+    };
+  });
+  const ms = x => `${Math.round(x)} ms`;
+  log(`TIMING 2k-node diagnosis: panel shown ${ms(t.panel - t.error)} after the cell error appeared ` +
+    `(negative: before it); graph shown ${ms(t.graph - t.error)} after the error`);
+  if (t.received !== undefined && t.shown !== undefined) {
+    log(`TIMING kernel push received -> diagnosis drawn: ${ms(t.shown - t.received)}; ` +
+      `graph request -> reply: ${ms(t.graphReceived - t.graphRequested)}; ` +
+      `graph reply -> drawn: ${ms(t.graphShown - t.graphReceived)}; ${t.nodes} boxes drawn`);
+    check(t.shown - t.received < 1000, 'the panel took over 1 s after the kernel answered');
+    check(t.graphShown - t.graphReceived < 1000, 'drawing the graph took over 1 s after the kernel answered');
+  }
+  return t;
+}
+
 async function main() {
   page = await h.launch({ width: 1800, height: 1100 });
   const pageErrors = [];
@@ -356,55 +524,50 @@ async function main() {
   });
   log('browser launched');
 
+  // Every test sets up what it needs through the fixtures above (`given`):
+  // each can run alone (VJPVIZ_TESTS=...) or in any order.
+
   await test('notebook opens, panel shows the empty state', async () => {
-    await openNotebook();
-    await page.locator('.jp-SideBar [data-id="jp-vjpviz-panel"]').first().click();
-    await panel().waitFor({ state: 'visible', timeout: 10000 });
+    await given.notebook('empty.ipynb');
+    await showPanel();
     const text = await panel().innerText();
     check(text.includes('%load_ext vjpviz'), `empty state: ${text}`);
     await shot('01-empty');
   });
 
   await test('failing cell -> panel opens with the diff and the failing node', async () => {
+    await given.notebook(NOTEBOOK);
     // Collapse the right sidebar so the auto-open is what shows it.
-    await page.locator('.jp-SideBar [data-id="jp-vjpviz-panel"]').first().click();
-    await panel().waitFor({ state: 'hidden', timeout: 5000 });
-    await runCell(CELL.load);
-    await runCell(CELL.define);
-    await runCell(CELL.grad);
+    await hidePanel();
+    for (const i of [CELL.load, CELL.define, CELL.grad]) {
+      await runCell(i);
+    }
     check(await hasError(CELL.grad), 'the grad cell should fail');
     await panel().waitFor({ state: 'visible', timeout: 15000 });
-    const item = panel().locator('[data-vjpviz-kind="bwd_type"][data-vjpviz-function="softclip"]');
-    await item.waitFor({ timeout: 10000 });
-    const row = panel().locator(
-      '[data-vjpviz-path="[1]"][data-vjpviz-expected="float32[5,3]"][data-vjpviz-got="float32[3,5]"]'
-    );
-    await row.waitFor({ timeout: 10000 });
-    const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
-    check(headline.includes('softclip'), `headline: ${headline}`);
+    await panel().locator('[data-vjpviz-kind="bwd_type"][data-vjpviz-function="softclip"]').first()
+      .waitFor({ timeout: 10000 });
+    await checkSoftclipShown();
     await waitGraph(null);
     await checkFit('initial view');
-    const bad = await panel().locator('.jp-Vjpviz-line.jp-mod-bad').innerText();
-    check(bad.includes('return gy @ w.T'), `bad line: ${bad}`);
-    const label = await page
-      .locator('.jp-SideBar [data-id="jp-vjpviz-panel"]')
-      .first()
-      .getAttribute('title');
-    check(label && label.includes('1 diagnosis'), `tab caption: ${label}`);
+    const label = await sidebarTab().getAttribute('title');
+    check(label && /\d+ diagnos[ie]s/.test(label), `tab caption: ${label}`);
     await shot('02-diagnosis');
   });
 
   await test('graph: click a node shows details; fit and centre work', async () => {
-    const failed = panel().locator('.vjpviz-node-failed').first();
+    await given.softclip();
     await panel().locator('[data-vjpviz-action="fit"]').click();
     await checkFit('fit');
-    await failed.click();
+    await panel().locator('.vjpviz-node-failed').first().click();
     const details = await panel().locator('.jp-Vjpviz-nodeDetails').innerText();
     check(details.includes('softclip'), `details: ${details}`);
     await panel().locator('[data-vjpviz-action="centre"]').click();
+    const off = await failedOffCentre(panel());
+    check(off < 2, `centre on failure: the failing node is ${off.toFixed(1)} px off centre`);
   });
 
   await test('click the source location -> the defining cell is active', async () => {
+    await given.softclip();
     await cell(CELL.load).locator('.jp-InputPrompt').first().click();
     await panel().locator('[data-vjpviz-action="jump"]').click();
     await page.waitForFunction(
@@ -416,27 +579,21 @@ async function main() {
   });
 
   await test('edit the fix -> Verify passes', async () => {
-    const editor = panel().locator('.vjpviz-fix-editor .cm-content');
-    await editor.waitFor({ timeout: 10000 });
-    await editor.click();
-    await page.keyboard.press('Control+a');
-    await page.keyboard.insertText(FIXED_BWD);
-    const text = await editor.innerText();
-    check(text.includes('x.T @ gy'), `editor text: ${text}`);
+    await given.softclip();
+    await typeFix(FIXED_BWD);
     await panel().locator('[data-vjpviz-action="verify"]').click();
-    const result = panel().locator('[data-vjpviz-verify]');
-    await result.waitFor({ timeout: 60000 });
-    const verdict = await result.getAttribute('data-vjpviz-verify');
-    check(verdict === 'pass', `verify: ${verdict}: ${await result.innerText()}`);
+    check((await verdict()) === 'pass', `verify: ${await resultText()}`);
     await shot('03-verified');
   });
 
   await test('Apply -> cell updated -> re-run: no error, grad equals plain autodiff', async () => {
+    // Its own notebook and kernel: applying changes both.
+    await given.diagnosis('apply.ipynb', [CELL.load, CELL.define, CELL.grad], 'softclip');
+    await typeFix(FIXED_BWD);
     await panel().locator('[data-vjpviz-action="apply"]').click();
     await panel().locator('[data-vjpviz-applied]').waitFor({ timeout: 60000 });
     const applied = await panel().locator('[data-vjpviz-applied]').getAttribute('data-vjpviz-applied');
-    const message = await panel().locator('.jp-Vjpviz-verifyResult').innerText();
-    check(applied === 'true', `apply: ${message}`);
+    check(applied === 'true', `apply: ${await resultText()}`);
     const source = await cell(CELL.define).locator('.jp-InputArea-editor').innerText();
     check(source.includes('return gy @ w.T, x.T @ gy') && !source.includes('(x.T @ gy).T'),
       `cell source after apply: ${source}`);
@@ -460,10 +617,7 @@ async function main() {
   });
 
   await test('a function named <img src=x onerror=...> renders inert', async () => {
-    await runCell(CELL.evil);
-    const item = panel().locator('[data-vjpviz-function^="<img"]');
-    await item.waitFor({ timeout: 15000 });
-    await waitGraph(null);
+    await given.diagnosis(NOTEBOOK, [CELL.load, CELL.evil], '<img src=x onerror="window.__vjpvizXss=1">');
     const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
     check(headline.includes('<img src=x'), `headline shows the name as text: ${headline}`);
     check((await panel().locator('img').count()) === 0, 'an <img> element got into the panel');
@@ -475,63 +629,14 @@ async function main() {
 
   let timing = null;
   await test('2k-node model: time from cell error to the panel', async () => {
-    await page.evaluate(index => {
-      const cellEl = document.querySelectorAll(
-        '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell'
-      )[index];
-      const t = (window.__vjpvizT = {});
-      performance.clearMarks();
-      const seen = () => {
-        const now = performance.now();
-        const p = document.getElementById('jp-vjpviz-panel');
-        if (!t.error && cellEl.querySelector('[data-mime-type="application/vnd.jupyter.stderr"]')) {
-          t.error = now;
-        }
-        const h = p && p.querySelector('.jp-Vjpviz-headline');
-        if (!t.panel && h && h.textContent.includes('big_rule') && p.offsetParent) {
-          t.panel = now;
-        }
-        if (!t.graph && t.panel && p.querySelector('.jp-Vjpviz-graph[data-vjpviz-graph="ready"] .vjpviz-node-failed')) {
-          t.graph = now;
-        }
-        if (t.error && t.panel && t.graph) {
-          obs.disconnect();
-        }
-      };
-      const obs = new MutationObserver(seen);
-      obs.observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
-    }, CELL.big);
-    await runCell(CELL.big);
-    await page.waitForFunction(() => window.__vjpvizT.panel && window.__vjpvizT.graph && window.__vjpvizT.error, null, {
-      timeout: 60000
-    });
-    const t = await page.evaluate(() => {
-      const mark = name => performance.getEntriesByName(name).pop()?.startTime;
-      return {
-        ...window.__vjpvizT,
-        received: mark('vjpviz:diagnosis-received'),
-        shown: mark('vjpviz:diagnosis-shown'),
-        graphRequested: mark('vjpviz:graph-requested'),
-        graphReceived: mark('vjpviz:graph-received'),
-        graphShown: mark('vjpviz:graph-shown'),
-        nodes: document.querySelectorAll('#jp-vjpviz-panel .jp-Vjpviz-svg g.node').length
-      };
-    });
-    timing = t;
-    const ms = x => `${Math.round(x)} ms`;
-    log(`TIMING 2k-node diagnosis: panel shown ${ms(t.panel - t.error)} after the cell error appeared ` +
-      `(negative: before it); graph shown ${ms(t.graph - t.error)} after the error`);
-    if (t.received !== undefined && t.shown !== undefined) {
-      log(`TIMING kernel push received -> diagnosis drawn: ${ms(t.shown - t.received)}; ` +
-        `graph request -> reply: ${ms(t.graphReceived - t.graphRequested)}; ` +
-        `graph reply -> drawn: ${ms(t.graphShown - t.graphReceived)}; ${t.nodes} boxes drawn`);
-      check(t.shown - t.received < 1000, 'the panel took over 1 s after the kernel answered');
-      check(t.graphShown - t.graphReceived < 1000, 'drawing the graph took over 1 s after the kernel answered');
-    }
+    await given.loaded(NOTEBOOK);
+    await showPanel();
+    timing = await timeBigModel();
     await shot('06-big-model');
   });
 
   await test('expand a cluster (kernel round trip) and search', async () => {
+    await given.bigModel();
     const expandable = panel().locator('.vjpviz-expandable').first();
     if ((await expandable.count()) > 0) {
       const before = await panel().locator('.jp-Vjpviz-svg g.node').count();
@@ -546,42 +651,111 @@ async function main() {
     } else {
       log('no expandable box in this view (nothing folded)');
     }
-    await panel().locator('.jp-Vjpviz-search').fill('sin');
-    await panel().locator('.jp-Vjpviz-search').press('Enter');
-    await page.waitForFunction(
-      () => /match/.test(document.querySelector('#jp-vjpviz-panel .jp-Vjpviz-graphStatus')?.textContent ?? ''),
-      null,
-      { timeout: 30000 }
-    );
-    const status = await panel().locator('.jp-Vjpviz-graphStatus').innerText();
-    check(!/^0 matches/.test(status), `search: ${status}`);
+    await searchFor(panel(), 'sin');
     await shot('07-search');
   });
 
   await test('reload the page -> the panel still works (history, graph, verify)', async () => {
+    await given.softclip();
     await page.reload();
     await notebook().locator('.jp-Cell').first().waitFor({ timeout: 60000 });
-    const tab = page.locator('.jp-SideBar [data-id="jp-vjpviz-panel"]').first();
-    await tab.waitFor({ timeout: 30000 });
-    if (!(await panel().isVisible())) {
-      await tab.click();
-    }
-    await panel().locator('[data-vjpviz-function="softclip"]').waitFor({ timeout: 30000 });
-    const n = await panel().locator('.jp-Vjpviz-item').count();
-    check(n >= 3, `expected the 3 diagnoses after reload, got ${n}`);
-    await panel().locator('[data-vjpviz-function="softclip"]').click();
+    await sidebarTab().waitFor({ timeout: 30000 });
+    await showPanel();
+    await panel().locator('[data-vjpviz-function="softclip"]').first().waitFor({ timeout: 30000 });
+    await panel().locator('[data-vjpviz-function="softclip"]').first().click();
     await waitGraph(null);
-    const editor = panel().locator('.vjpviz-fix-editor .cm-content');
-    await editor.click();
-    await page.keyboard.press('Control+a');
-    await page.keyboard.insertText(FIXED_BWD);
+    await typeFix(FIXED_BWD);
     await panel().locator('[data-vjpviz-action="verify"]').click();
-    await panel().locator('[data-vjpviz-verify]').waitFor({ timeout: 60000 });
-    const verdict = await panel().locator('[data-vjpviz-verify]').getAttribute('data-vjpviz-verify');
-    check(verdict === 'pass', `verify after reload: ${verdict}`);
+    check((await verdict()) === 'pass', `verify after reload: ${await resultText()}`);
     await shot('08-after-reload');
   });
 
+  await test('open in main area: the unscoped model large, searchable, expandable, centred on the failure', async () => {
+    await given.bigModel();
+    // The sidebar centred on the failure (as it opens when Fit would draw too small), then fitted.
+    await panel().locator('[data-vjpviz-action="centre"]').click();
+    await frames();
+    await panel().screenshot({ path: join(SHOTS, '13-unscoped-panel.png') });
+    await panel().locator('[data-vjpviz-action="fit"]').click();
+    await frames();
+    await panel().locator('.jp-Vjpviz-viewport').screenshot({ path: join(SHOTS, '13-unscoped-panel-fit.png') });
+    await panel().locator('[data-vjpviz-action="open-main"]').click();
+    const main = mainGraph();
+    await main.locator('.jp-Vjpviz-graph[data-vjpviz-graph="ready"] .vjpviz-node-failed').first()
+      .waitFor({ state: 'attached', timeout: 30000 });
+    await frames();
+    const m = await main.evaluate(el => {
+      const vp = el.querySelector('.jp-Vjpviz-viewport').getBoundingClientRect();
+      const f = el.querySelector('.vjpviz-node-failed').getBoundingClientRect();
+      const side = document.querySelector('#jp-vjpviz-panel .jp-Vjpviz-viewport').getBoundingClientRect();
+      return { vp: [vp.width, vp.height], side: [side.width, side.height], failedH: f.height,
+        inView: f.left >= vp.left && f.right <= vp.right && f.top >= vp.top && f.bottom <= vp.bottom };
+    });
+    log(`main-area graph: viewport ${m.vp.map(Math.round).join('x')} (sidebar ${m.side.map(Math.round).join('x')}), ` +
+      `failing node ${m.failedH.toFixed(0)} px tall, in view: ${m.inView}`);
+    check(m.vp[0] * m.vp[1] > 2 * m.side[0] * m.side[1], 'the main-area view is not larger than the sidebar one');
+    check(m.inView && m.failedH >= MIN_FAILED_PX, `main area opens off the failing node: ${JSON.stringify(m)}`);
+    await main.screenshot({ path: join(SHOTS, '14-unscoped-main.png') });
+    // Its own toolbar: search, select + expand/collapse, fit, centre.
+    await searchFor(main, 'tanh');
+    await main.locator('[data-vjpviz-action="fit"]').click();
+    const expandable = main.locator('.vjpviz-expandable[data-vjpviz-node]').first();
+    if ((await expandable.count()) > 0) {
+      const before = await main.locator('.jp-Vjpviz-svg g.node').count();
+      await expandable.click();
+      await main.locator('[data-vjpviz-action="expand"]:not([disabled])').click();
+      await main.locator('.jp-Vjpviz-graphStatus', { hasText: 'nodes' }).waitFor({ timeout: 30000 });
+      await page.waitForFunction(
+        ([n, sel]) => document.querySelectorAll(sel).length !== n,
+        [before, '.jp-Vjpviz-graphMain .jp-Vjpviz-svg g.node'],
+        { timeout: 30000 }
+      );
+      log(`main area: expanded ${before} -> ${await main.locator('.jp-Vjpviz-svg g.node').count()} boxes`);
+    }
+    await main.locator('[data-vjpviz-action="centre"]').click();
+    const off = await failedOffCentre(main);
+    check(off < 2, `main area: the failing node is ${off.toFixed(1)} px off centre`);
+    await main.screenshot({ path: join(SHOTS, '15-unscoped-main-expanded.png') });
+    // The same command again brings the open view forward, no second one.
+    await page.keyboard.press('Alt+g');
+    await page.waitForTimeout(300);
+    check((await page.locator('.jp-Vjpviz-graphMain').count()) === 1, 'Alt+G opened a second view');
+    await closeMainGraphs();
+  });
+
+  await test('commands: in the palette, with shortcuts', async () => {
+    await given.softclip();
+    await given.diagnosis(NOTEBOOK, [CELL.load, CELL.evil], '<img src=x onerror="window.__vjpvizXss=1">');
+    const listed = await page.evaluate(() => {
+      const palette = window.jupyterapp.commands;
+      return ['vjpviz:open-panel', 'vjpviz:open-graph', 'vjpviz:verify', 'vjpviz:apply',
+        'vjpviz:next-diagnosis', 'vjpviz:previous-diagnosis']
+        .map(id => [id, palette.hasCommand(id), palette.keyBindings.filter(k => k.command === id).map(k => k.keys.join(' '))]);
+    });
+    log(`commands: ${JSON.stringify(listed)}`);
+    check(listed.every(([, has, keys]) => has && keys.length), `commands or shortcuts missing: ${JSON.stringify(listed)}`);
+    await page.keyboard.press('Control+Shift+c');
+    await page.locator('.jp-mod-left .lm-CommandPalette-input, #command-palette .lm-CommandPalette-input').first().fill('Diagnosis');
+    const items = await page.locator('.lm-CommandPalette-item', { hasText: 'Diagnosis' }).allInnerTexts();
+    check(items.some(t => t.includes('Next Diagnosis')) && items.some(t => t.includes('Previous Diagnosis')),
+      `palette items: ${JSON.stringify(items)}`);
+    await page.keyboard.press('Escape');
+    // Alt+. shows the next diagnosis down the list.
+    const selected = () => panel().locator('.jp-Vjpviz-item.jp-mod-selected').getAttribute('data-vjpviz-id');
+    const ids = await panel().locator('.jp-Vjpviz-item').evaluateAll(l => l.map(li => li.dataset.vjpvizId));
+    const before = await selected();
+    await cell(CELL.load).locator('.jp-InputPrompt').first().click();
+    await page.keyboard.press('Alt+.');
+    const want = ids[(ids.indexOf(before) + 1) % ids.length];
+    await panel().locator(`.jp-Vjpviz-item.jp-mod-selected[data-vjpviz-id="${want}"]`).waitFor({ timeout: 5000 });
+    await page.keyboard.press('Alt+,');
+    await panel().locator(`.jp-Vjpviz-item.jp-mod-selected[data-vjpviz-id="${before}"]`).waitFor({ timeout: 5000 });
+    // Alt+Enter in the fix editor verifies (the editor keeps Ctrl+Enter).
+    await given.softclip();
+    await typeFix(FIXED_BWD);
+    await page.keyboard.press('Alt+Enter');
+    check((await verdict()) === 'pass', `Alt+Enter in the fix editor: ${await resultText()}`);
+  });
 
   // ---------------------------------------------------------------- extra, independent tests
 
@@ -789,7 +963,7 @@ async function main() {
       log(`dark strokes: ${JSON.stringify(marks)}`);
       // Pan (arrow keys) until the legend, which Fit leaves out, is in view, and look at it.
       await panel().locator('.jp-Vjpviz-viewport').focus();
-      for (let i = 0; i < 40; i++) {
+      for (let i = 0; i < 150; i++) {
         const off = await page.evaluate(() => {
           const p = document.getElementById('jp-vjpviz-panel');
           const vp = p.querySelector('.jp-Vjpviz-viewport').getBoundingClientRect();
@@ -799,7 +973,9 @@ async function main() {
         if (off.right <= 0 && off.bottom <= 0) {
           break;
         }
+        // panzoom glides a step (5% of the viewport) per press.
         await page.keyboard.press(off.right > 0 ? 'ArrowRight' : 'ArrowDown');
+        await page.waitForTimeout(60);
       }
       await panel().locator('.jp-Vjpviz-viewport').screenshot({ path: join(SHOTS, '12-dark-legend.png') });
       const red = c => {
