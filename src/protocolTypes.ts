@@ -11,12 +11,26 @@ export type Version = 1;
  */
 export type NullableString = string | null;
 /**
- * a diagnosis kind: a name in analysis' kind registry (base/kinds.py)
+ * a diagnosis kind: a name in the kind registry (base/kinds.py; tests/test_architecture.py checks the two agree)
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "diagnosisKind".
  */
-export type DiagnosisKind = string;
+export type DiagnosisKind =
+  | 'bwd_type'
+  | 'silent_dtype'
+  | 'bwd_structure'
+  | 'bwd_value'
+  | 'fwd_type'
+  | 'fwd_structure'
+  | 'accumulator_type'
+  | 'ref_grad_unbound'
+  | 'ref_grad_as_value'
+  | 'grad_ref_type'
+  | 'vjp_cotangent_type'
+  | 'vjp_cotangent_structure'
+  | 'nonfinite_cotangent'
+  | 'jvp_tangent_type';
 /**
  * what the primal's own derivative says of a fix: verified (equal to it), type-only (well-typed, wrong values), unverifiable (no judge); "" when not ranked
  *

@@ -64,7 +64,7 @@ return errors === 0;
 export const DiagnosisMessage = validate35;
 const schema14 = {"description":"kernel -> panel: a new diagnosis (Diagnosis.to_dict() plus what the panel needs to show it).","type":"object","required":["v","type","diagnosis"],"properties":{"v":{"$ref":"#/definitions/version"},"type":{"const":"diagnosis"},"diagnosis":{"$ref":"#/definitions/Diagnosis"}}};
 const schema16 = {"type":"object","required":["id","kind","severity","headline","graph","fixes"],"properties":{"id":{"type":"string","minLength":1},"kind":{"$ref":"#/definitions/diagnosisKind"},"severity":{"enum":["error","warning"]},"headline":{"type":"string"},"function":{"$ref":"#/definitions/nullableString"},"rule":{"$ref":"#/definitions/nullableString"},"source":{"$ref":"#/definitions/nullableString","description":"file:line of the primal definition"},"path":{"$ref":"#/definitions/nullableString","description":"pytree path of the mismatching leaf, e.g. [1] or ['w']"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"},"message":{"$ref":"#/definitions/nullableString","description":"JAX's own text; null for warnings"},"node":{"$ref":"#/definitions/nullableString","description":"id of the failing graph node"},"rule_source":{"$ref":"#/definitions/nullableString","description":"file:line of the bwd rule"},"call_site":{"$ref":"#/definitions/nullableString"},"argument":{"$ref":"#/definitions/nullableString","description":"the failing input as the user named it: x, p['w']"},"primal":{"$ref":"#/definitions/nullableString","description":"that input's primal aval"},"instance":{"$ref":"#/definitions/nullableString","description":"which of several identical blocks: model.layers[3]"},"name_stack":{"type":"string"},"detail":{"$ref":"#/definitions/nullableString"},"hijax":{"type":"boolean"},"graph":{"$ref":"#/definitions/Graph"},"fixes":{"type":"array","items":{"$ref":"#/definitions/Fix"}},"leaf_errors":{"type":"array","items":{"$ref":"#/definitions/LeafError"},"description":"bwd_value: per input leaf, how the rule's cotangent differs from the primal's derivative"},"rule_source_text":{"$ref":"#/definitions/nullableString","description":"added by deliver/comm.py: the rule's source text"},"rule_source_start":{"type":["integer","null"],"description":"added by deliver/comm.py: line number of rule_source_text's first line"},"rule_source_end":{"type":["integer","null"],"description":"added by deliver/comm.py: line number of rule_source_text's last line (the rule's definition spans rule_source_start..rule_source_end, decorators included)"},"rule_source_bad_line":{"type":["integer","null"],"description":"added by deliver/comm.py: the line (file numbering) of the return statement that produced the failing cotangent (fixes/returns.py), null when not known"},"cell_index":{"type":["integer","null"]}}};
-const schema17 = {"type":"string","description":"a diagnosis kind: a name in analysis' kind registry (base/kinds.py)"};
+const schema17 = {"description":"a diagnosis kind: a name in the kind registry (base/kinds.py; tests/test_architecture.py checks the two agree)","enum":["bwd_type","silent_dtype","bwd_structure","bwd_value","fwd_type","fwd_structure","accumulator_type","ref_grad_unbound","ref_grad_as_value","grad_ref_type","vjp_cotangent_type","vjp_cotangent_structure","nonfinite_cotangent","jvp_tangent_type"]};
 const schema18 = {"type":["string","null"]};
 const schema45 = {"description":"how one input's cotangent differs from the primal's derivative (analysis/oracle.py LeafError)","type":"object","required":["name","max_abs","ok"],"properties":{"index":{"type":"integer"},"name":{"type":"string"},"max_abs":{"type":"number"},"max_rel":{"type":["number","null"],"description":"null when the reference is zero"},"where":{"type":"array","items":{"type":"integer"}},"reference_zero":{"type":"boolean"},"got_zero":{"type":"boolean"},"judged":{"type":"boolean"},"ok":{"type":"boolean"},"reference_at":{"type":"number","description":"the reference at where (on the draw with the worst error)"},"got_at":{"type":"number","description":"the rule's cotangent there"},"scale":{"type":"number","description":"the largest reference magnitude"}}};
 const schema32 = {"type":"object","required":["nodes","edges"],"properties":{"nodes":{"type":"array","items":{"$ref":"#/definitions/GraphNode"}},"edges":{"type":"array","items":{"$ref":"#/definitions/GraphEdge"}},"note":{"$ref":"#/definitions/nullableString"}}};
@@ -688,9 +688,10 @@ var valid0 = true;
 }
 if(valid0){
 if(data.kind !== undefined){
+let data1 = data.kind;
 const _errs3 = errors;
-if(typeof data.kind !== "string"){
-validate14.errors = [{instancePath:instancePath+"/kind",schemaPath:"#/definitions/diagnosisKind/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+if(!((((((((((((((data1 === "bwd_type") || (data1 === "silent_dtype")) || (data1 === "bwd_structure")) || (data1 === "bwd_value")) || (data1 === "fwd_type")) || (data1 === "fwd_structure")) || (data1 === "accumulator_type")) || (data1 === "ref_grad_unbound")) || (data1 === "ref_grad_as_value")) || (data1 === "grad_ref_type")) || (data1 === "vjp_cotangent_type")) || (data1 === "vjp_cotangent_structure")) || (data1 === "nonfinite_cotangent")) || (data1 === "jvp_tangent_type"))){
+validate14.errors = [{instancePath:instancePath+"/kind",schemaPath:"#/definitions/diagnosisKind/enum",keyword:"enum",params:{allowedValues: schema17.enum},message:"must be equal to one of the allowed values"}];
 return false;
 }
 var valid0 = _errs3 === errors;
@@ -701,9 +702,21 @@ var valid0 = true;
 if(valid0){
 if(data.severity !== undefined){
 let data2 = data.severity;
-const _errs6 = errors;
+const _errs5 = errors;
 if(!((data2 === "error") || (data2 === "warning"))){
 validate14.errors = [{instancePath:instancePath+"/severity",schemaPath:"#/properties/severity/enum",keyword:"enum",params:{allowedValues: schema16.properties.severity.enum},message:"must be equal to one of the allowed values"}];
+return false;
+}
+var valid0 = _errs5 === errors;
+}
+else {
+var valid0 = true;
+}
+if(valid0){
+if(data.headline !== undefined){
+const _errs6 = errors;
+if(typeof data.headline !== "string"){
+validate14.errors = [{instancePath:instancePath+"/headline",schemaPath:"#/properties/headline/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
 var valid0 = _errs6 === errors;
@@ -712,26 +725,14 @@ else {
 var valid0 = true;
 }
 if(valid0){
-if(data.headline !== undefined){
-const _errs7 = errors;
-if(typeof data.headline !== "string"){
-validate14.errors = [{instancePath:instancePath+"/headline",schemaPath:"#/properties/headline/type",keyword:"type",params:{type: "string"},message:"must be string"}];
-return false;
-}
-var valid0 = _errs7 === errors;
-}
-else {
-var valid0 = true;
-}
-if(valid0){
 if(data.function !== undefined){
 let data4 = data.function;
-const _errs9 = errors;
+const _errs8 = errors;
 if((typeof data4 !== "string") && (data4 !== null)){
 validate14.errors = [{instancePath:instancePath+"/function",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs9 === errors;
+var valid0 = _errs8 === errors;
 }
 else {
 var valid0 = true;
@@ -739,12 +740,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule !== undefined){
 let data5 = data.rule;
-const _errs12 = errors;
+const _errs11 = errors;
 if((typeof data5 !== "string") && (data5 !== null)){
 validate14.errors = [{instancePath:instancePath+"/rule",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs12 === errors;
+var valid0 = _errs11 === errors;
 }
 else {
 var valid0 = true;
@@ -752,12 +753,12 @@ var valid0 = true;
 if(valid0){
 if(data.source !== undefined){
 let data6 = data.source;
-const _errs15 = errors;
+const _errs14 = errors;
 if((typeof data6 !== "string") && (data6 !== null)){
 validate14.errors = [{instancePath:instancePath+"/source",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs15 === errors;
+var valid0 = _errs14 === errors;
 }
 else {
 var valid0 = true;
@@ -765,12 +766,12 @@ var valid0 = true;
 if(valid0){
 if(data.path !== undefined){
 let data7 = data.path;
-const _errs18 = errors;
+const _errs17 = errors;
 if((typeof data7 !== "string") && (data7 !== null)){
 validate14.errors = [{instancePath:instancePath+"/path",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs18 === errors;
+var valid0 = _errs17 === errors;
 }
 else {
 var valid0 = true;
@@ -778,12 +779,12 @@ var valid0 = true;
 if(valid0){
 if(data.expected !== undefined){
 let data8 = data.expected;
-const _errs21 = errors;
+const _errs20 = errors;
 if((typeof data8 !== "string") && (data8 !== null)){
 validate14.errors = [{instancePath:instancePath+"/expected",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs21 === errors;
+var valid0 = _errs20 === errors;
 }
 else {
 var valid0 = true;
@@ -791,12 +792,12 @@ var valid0 = true;
 if(valid0){
 if(data.got !== undefined){
 let data9 = data.got;
-const _errs24 = errors;
+const _errs23 = errors;
 if((typeof data9 !== "string") && (data9 !== null)){
 validate14.errors = [{instancePath:instancePath+"/got",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs24 === errors;
+var valid0 = _errs23 === errors;
 }
 else {
 var valid0 = true;
@@ -804,12 +805,12 @@ var valid0 = true;
 if(valid0){
 if(data.message !== undefined){
 let data10 = data.message;
-const _errs27 = errors;
+const _errs26 = errors;
 if((typeof data10 !== "string") && (data10 !== null)){
 validate14.errors = [{instancePath:instancePath+"/message",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs27 === errors;
+var valid0 = _errs26 === errors;
 }
 else {
 var valid0 = true;
@@ -817,12 +818,12 @@ var valid0 = true;
 if(valid0){
 if(data.node !== undefined){
 let data11 = data.node;
-const _errs30 = errors;
+const _errs29 = errors;
 if((typeof data11 !== "string") && (data11 !== null)){
 validate14.errors = [{instancePath:instancePath+"/node",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs30 === errors;
+var valid0 = _errs29 === errors;
 }
 else {
 var valid0 = true;
@@ -830,12 +831,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source !== undefined){
 let data12 = data.rule_source;
-const _errs33 = errors;
+const _errs32 = errors;
 if((typeof data12 !== "string") && (data12 !== null)){
 validate14.errors = [{instancePath:instancePath+"/rule_source",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs33 === errors;
+var valid0 = _errs32 === errors;
 }
 else {
 var valid0 = true;
@@ -843,12 +844,12 @@ var valid0 = true;
 if(valid0){
 if(data.call_site !== undefined){
 let data13 = data.call_site;
-const _errs36 = errors;
+const _errs35 = errors;
 if((typeof data13 !== "string") && (data13 !== null)){
 validate14.errors = [{instancePath:instancePath+"/call_site",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs36 === errors;
+var valid0 = _errs35 === errors;
 }
 else {
 var valid0 = true;
@@ -856,12 +857,12 @@ var valid0 = true;
 if(valid0){
 if(data.argument !== undefined){
 let data14 = data.argument;
-const _errs39 = errors;
+const _errs38 = errors;
 if((typeof data14 !== "string") && (data14 !== null)){
 validate14.errors = [{instancePath:instancePath+"/argument",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs39 === errors;
+var valid0 = _errs38 === errors;
 }
 else {
 var valid0 = true;
@@ -869,12 +870,12 @@ var valid0 = true;
 if(valid0){
 if(data.primal !== undefined){
 let data15 = data.primal;
-const _errs42 = errors;
+const _errs41 = errors;
 if((typeof data15 !== "string") && (data15 !== null)){
 validate14.errors = [{instancePath:instancePath+"/primal",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs42 === errors;
+var valid0 = _errs41 === errors;
 }
 else {
 var valid0 = true;
@@ -882,24 +883,24 @@ var valid0 = true;
 if(valid0){
 if(data.instance !== undefined){
 let data16 = data.instance;
-const _errs45 = errors;
+const _errs44 = errors;
 if((typeof data16 !== "string") && (data16 !== null)){
 validate14.errors = [{instancePath:instancePath+"/instance",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs45 === errors;
+var valid0 = _errs44 === errors;
 }
 else {
 var valid0 = true;
 }
 if(valid0){
 if(data.name_stack !== undefined){
-const _errs48 = errors;
+const _errs47 = errors;
 if(typeof data.name_stack !== "string"){
 validate14.errors = [{instancePath:instancePath+"/name_stack",schemaPath:"#/properties/name_stack/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid0 = _errs48 === errors;
+var valid0 = _errs47 === errors;
 }
 else {
 var valid0 = true;
@@ -907,36 +908,36 @@ var valid0 = true;
 if(valid0){
 if(data.detail !== undefined){
 let data18 = data.detail;
-const _errs50 = errors;
+const _errs49 = errors;
 if((typeof data18 !== "string") && (data18 !== null)){
 validate14.errors = [{instancePath:instancePath+"/detail",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs50 === errors;
+var valid0 = _errs49 === errors;
 }
 else {
 var valid0 = true;
 }
 if(valid0){
 if(data.hijax !== undefined){
-const _errs53 = errors;
+const _errs52 = errors;
 if(typeof data.hijax !== "boolean"){
 validate14.errors = [{instancePath:instancePath+"/hijax",schemaPath:"#/properties/hijax/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid0 = _errs53 === errors;
+var valid0 = _errs52 === errors;
 }
 else {
 var valid0 = true;
 }
 if(valid0){
 if(data.graph !== undefined){
-const _errs55 = errors;
+const _errs54 = errors;
 if(!(validate15(data.graph, {instancePath:instancePath+"/graph",parentData:data,parentDataProperty:"graph",rootData}))){
 vErrors = vErrors === null ? validate15.errors : vErrors.concat(validate15.errors);
 errors = vErrors.length;
 }
-var valid0 = _errs55 === errors;
+var valid0 = _errs54 === errors;
 }
 else {
 var valid0 = true;
@@ -944,18 +945,18 @@ var valid0 = true;
 if(valid0){
 if(data.fixes !== undefined){
 let data21 = data.fixes;
-const _errs56 = errors;
-if(errors === _errs56){
+const _errs55 = errors;
+if(errors === _errs55){
 if(Array.isArray(data21)){
 var valid16 = true;
 const len0 = data21.length;
 for(let i0=0; i0<len0; i0++){
-const _errs58 = errors;
+const _errs57 = errors;
 if(!(validate21(data21[i0], {instancePath:instancePath+"/fixes/" + i0,parentData:data21,parentDataProperty:i0,rootData}))){
 vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
 errors = vErrors.length;
 }
-var valid16 = _errs58 === errors;
+var valid16 = _errs57 === errors;
 if(!valid16){
 break;
 }
@@ -966,7 +967,7 @@ validate14.errors = [{instancePath:instancePath+"/fixes",schemaPath:"#/propertie
 return false;
 }
 }
-var valid0 = _errs56 === errors;
+var valid0 = _errs55 === errors;
 }
 else {
 var valid0 = true;
@@ -974,16 +975,16 @@ var valid0 = true;
 if(valid0){
 if(data.leaf_errors !== undefined){
 let data23 = data.leaf_errors;
-const _errs59 = errors;
-if(errors === _errs59){
+const _errs58 = errors;
+if(errors === _errs58){
 if(Array.isArray(data23)){
 var valid17 = true;
 const len1 = data23.length;
 for(let i1=0; i1<len1; i1++){
 let data24 = data23[i1];
+const _errs60 = errors;
 const _errs61 = errors;
-const _errs62 = errors;
-if(errors === _errs62){
+if(errors === _errs61){
 if(data24 && typeof data24 == "object" && !Array.isArray(data24)){
 let missing1;
 if((((data24.name === undefined) && (missing1 = "name")) || ((data24.max_abs === undefined) && (missing1 = "max_abs"))) || ((data24.ok === undefined) && (missing1 = "ok"))){
@@ -993,24 +994,24 @@ return false;
 else {
 if(data24.index !== undefined){
 let data25 = data24.index;
-const _errs64 = errors;
+const _errs63 = errors;
 if(!(((typeof data25 == "number") && (!(data25 % 1) && !isNaN(data25))) && (isFinite(data25)))){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/index",schemaPath:"#/definitions/LeafError/properties/index/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-var valid19 = _errs64 === errors;
+var valid19 = _errs63 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.name !== undefined){
-const _errs66 = errors;
+const _errs65 = errors;
 if(typeof data24.name !== "string"){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/name",schemaPath:"#/definitions/LeafError/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid19 = _errs66 === errors;
+var valid19 = _errs65 === errors;
 }
 else {
 var valid19 = true;
@@ -1018,12 +1019,12 @@ var valid19 = true;
 if(valid19){
 if(data24.max_abs !== undefined){
 let data27 = data24.max_abs;
-const _errs68 = errors;
+const _errs67 = errors;
 if(!((typeof data27 == "number") && (isFinite(data27)))){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_abs",schemaPath:"#/definitions/LeafError/properties/max_abs/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs68 === errors;
+var valid19 = _errs67 === errors;
 }
 else {
 var valid19 = true;
@@ -1031,12 +1032,12 @@ var valid19 = true;
 if(valid19){
 if(data24.max_rel !== undefined){
 let data28 = data24.max_rel;
-const _errs70 = errors;
+const _errs69 = errors;
 if((!((typeof data28 == "number") && (isFinite(data28)))) && (data28 !== null)){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema45.properties.max_rel.type},message:"must be number,null"}];
 return false;
 }
-var valid19 = _errs70 === errors;
+var valid19 = _errs69 === errors;
 }
 else {
 var valid19 = true;
@@ -1044,19 +1045,19 @@ var valid19 = true;
 if(valid19){
 if(data24.where !== undefined){
 let data29 = data24.where;
-const _errs72 = errors;
-if(errors === _errs72){
+const _errs71 = errors;
+if(errors === _errs71){
 if(Array.isArray(data29)){
 var valid20 = true;
 const len2 = data29.length;
 for(let i2=0; i2<len2; i2++){
 let data30 = data29[i2];
-const _errs74 = errors;
+const _errs73 = errors;
 if(!(((typeof data30 == "number") && (!(data30 % 1) && !isNaN(data30))) && (isFinite(data30)))){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/where/" + i2,schemaPath:"#/definitions/LeafError/properties/where/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-var valid20 = _errs74 === errors;
+var valid20 = _errs73 === errors;
 if(!valid20){
 break;
 }
@@ -1067,55 +1068,55 @@ validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/where",sc
 return false;
 }
 }
-var valid19 = _errs72 === errors;
+var valid19 = _errs71 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.reference_zero !== undefined){
-const _errs76 = errors;
+const _errs75 = errors;
 if(typeof data24.reference_zero !== "boolean"){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/reference_zero",schemaPath:"#/definitions/LeafError/properties/reference_zero/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs76 === errors;
+var valid19 = _errs75 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.got_zero !== undefined){
-const _errs78 = errors;
+const _errs77 = errors;
 if(typeof data24.got_zero !== "boolean"){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/got_zero",schemaPath:"#/definitions/LeafError/properties/got_zero/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs78 === errors;
+var valid19 = _errs77 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.judged !== undefined){
-const _errs80 = errors;
+const _errs79 = errors;
 if(typeof data24.judged !== "boolean"){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/judged",schemaPath:"#/definitions/LeafError/properties/judged/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs80 === errors;
+var valid19 = _errs79 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.ok !== undefined){
-const _errs82 = errors;
+const _errs81 = errors;
 if(typeof data24.ok !== "boolean"){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/ok",schemaPath:"#/definitions/LeafError/properties/ok/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs82 === errors;
+var valid19 = _errs81 === errors;
 }
 else {
 var valid19 = true;
@@ -1123,12 +1124,12 @@ var valid19 = true;
 if(valid19){
 if(data24.reference_at !== undefined){
 let data35 = data24.reference_at;
-const _errs84 = errors;
+const _errs83 = errors;
 if(!((typeof data35 == "number") && (isFinite(data35)))){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/reference_at",schemaPath:"#/definitions/LeafError/properties/reference_at/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs84 === errors;
+var valid19 = _errs83 === errors;
 }
 else {
 var valid19 = true;
@@ -1136,12 +1137,12 @@ var valid19 = true;
 if(valid19){
 if(data24.got_at !== undefined){
 let data36 = data24.got_at;
-const _errs86 = errors;
+const _errs85 = errors;
 if(!((typeof data36 == "number") && (isFinite(data36)))){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/got_at",schemaPath:"#/definitions/LeafError/properties/got_at/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs86 === errors;
+var valid19 = _errs85 === errors;
 }
 else {
 var valid19 = true;
@@ -1149,12 +1150,12 @@ var valid19 = true;
 if(valid19){
 if(data24.scale !== undefined){
 let data37 = data24.scale;
-const _errs88 = errors;
+const _errs87 = errors;
 if(!((typeof data37 == "number") && (isFinite(data37)))){
 validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/scale",schemaPath:"#/definitions/LeafError/properties/scale/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs88 === errors;
+var valid19 = _errs87 === errors;
 }
 else {
 var valid19 = true;
@@ -1177,7 +1178,7 @@ validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1,schemaPath:
 return false;
 }
 }
-var valid17 = _errs61 === errors;
+var valid17 = _errs60 === errors;
 if(!valid17){
 break;
 }
@@ -1188,7 +1189,7 @@ validate14.errors = [{instancePath:instancePath+"/leaf_errors",schemaPath:"#/pro
 return false;
 }
 }
-var valid0 = _errs59 === errors;
+var valid0 = _errs58 === errors;
 }
 else {
 var valid0 = true;
@@ -1196,12 +1197,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_text !== undefined){
 let data38 = data.rule_source_text;
-const _errs90 = errors;
+const _errs89 = errors;
 if((typeof data38 !== "string") && (data38 !== null)){
 validate14.errors = [{instancePath:instancePath+"/rule_source_text",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs90 === errors;
+var valid0 = _errs89 === errors;
 }
 else {
 var valid0 = true;
@@ -1209,12 +1210,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_start !== undefined){
 let data39 = data.rule_source_start;
-const _errs93 = errors;
+const _errs92 = errors;
 if((!(((typeof data39 == "number") && (!(data39 % 1) && !isNaN(data39))) && (isFinite(data39)))) && (data39 !== null)){
 validate14.errors = [{instancePath:instancePath+"/rule_source_start",schemaPath:"#/properties/rule_source_start/type",keyword:"type",params:{type: schema16.properties.rule_source_start.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs93 === errors;
+var valid0 = _errs92 === errors;
 }
 else {
 var valid0 = true;
@@ -1222,12 +1223,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_end !== undefined){
 let data40 = data.rule_source_end;
-const _errs95 = errors;
+const _errs94 = errors;
 if((!(((typeof data40 == "number") && (!(data40 % 1) && !isNaN(data40))) && (isFinite(data40)))) && (data40 !== null)){
 validate14.errors = [{instancePath:instancePath+"/rule_source_end",schemaPath:"#/properties/rule_source_end/type",keyword:"type",params:{type: schema16.properties.rule_source_end.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs95 === errors;
+var valid0 = _errs94 === errors;
 }
 else {
 var valid0 = true;
@@ -1235,12 +1236,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_bad_line !== undefined){
 let data41 = data.rule_source_bad_line;
-const _errs97 = errors;
+const _errs96 = errors;
 if((!(((typeof data41 == "number") && (!(data41 % 1) && !isNaN(data41))) && (isFinite(data41)))) && (data41 !== null)){
 validate14.errors = [{instancePath:instancePath+"/rule_source_bad_line",schemaPath:"#/properties/rule_source_bad_line/type",keyword:"type",params:{type: schema16.properties.rule_source_bad_line.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs97 === errors;
+var valid0 = _errs96 === errors;
 }
 else {
 var valid0 = true;
@@ -1248,12 +1249,12 @@ var valid0 = true;
 if(valid0){
 if(data.cell_index !== undefined){
 let data42 = data.cell_index;
-const _errs99 = errors;
+const _errs98 = errors;
 if((!(((typeof data42 == "number") && (!(data42 % 1) && !isNaN(data42))) && (isFinite(data42)))) && (data42 !== null)){
 validate14.errors = [{instancePath:instancePath+"/cell_index",schemaPath:"#/properties/cell_index/type",keyword:"type",params:{type: schema16.properties.cell_index.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs99 === errors;
+var valid0 = _errs98 === errors;
 }
 else {
 var valid0 = true;
@@ -1530,9 +1531,10 @@ var valid0 = true;
 }
 if(valid0){
 if(data.kind !== undefined){
+let data1 = data.kind;
 const _errs3 = errors;
-if(typeof data.kind !== "string"){
-validate38.errors = [{instancePath:instancePath+"/kind",schemaPath:"#/definitions/diagnosisKind/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+if(!((((((((((((((data1 === "bwd_type") || (data1 === "silent_dtype")) || (data1 === "bwd_structure")) || (data1 === "bwd_value")) || (data1 === "fwd_type")) || (data1 === "fwd_structure")) || (data1 === "accumulator_type")) || (data1 === "ref_grad_unbound")) || (data1 === "ref_grad_as_value")) || (data1 === "grad_ref_type")) || (data1 === "vjp_cotangent_type")) || (data1 === "vjp_cotangent_structure")) || (data1 === "nonfinite_cotangent")) || (data1 === "jvp_tangent_type"))){
+validate38.errors = [{instancePath:instancePath+"/kind",schemaPath:"#/definitions/diagnosisKind/enum",keyword:"enum",params:{allowedValues: schema17.enum},message:"must be equal to one of the allowed values"}];
 return false;
 }
 var valid0 = _errs3 === errors;
@@ -1543,9 +1545,21 @@ var valid0 = true;
 if(valid0){
 if(data.severity !== undefined){
 let data2 = data.severity;
-const _errs6 = errors;
+const _errs5 = errors;
 if(!((data2 === "error") || (data2 === "warning"))){
 validate38.errors = [{instancePath:instancePath+"/severity",schemaPath:"#/properties/severity/enum",keyword:"enum",params:{allowedValues: schema16.properties.severity.enum},message:"must be equal to one of the allowed values"}];
+return false;
+}
+var valid0 = _errs5 === errors;
+}
+else {
+var valid0 = true;
+}
+if(valid0){
+if(data.headline !== undefined){
+const _errs6 = errors;
+if(typeof data.headline !== "string"){
+validate38.errors = [{instancePath:instancePath+"/headline",schemaPath:"#/properties/headline/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
 var valid0 = _errs6 === errors;
@@ -1554,26 +1568,14 @@ else {
 var valid0 = true;
 }
 if(valid0){
-if(data.headline !== undefined){
-const _errs7 = errors;
-if(typeof data.headline !== "string"){
-validate38.errors = [{instancePath:instancePath+"/headline",schemaPath:"#/properties/headline/type",keyword:"type",params:{type: "string"},message:"must be string"}];
-return false;
-}
-var valid0 = _errs7 === errors;
-}
-else {
-var valid0 = true;
-}
-if(valid0){
 if(data.function !== undefined){
 let data4 = data.function;
-const _errs9 = errors;
+const _errs8 = errors;
 if((typeof data4 !== "string") && (data4 !== null)){
 validate38.errors = [{instancePath:instancePath+"/function",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs9 === errors;
+var valid0 = _errs8 === errors;
 }
 else {
 var valid0 = true;
@@ -1581,12 +1583,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule !== undefined){
 let data5 = data.rule;
-const _errs12 = errors;
+const _errs11 = errors;
 if((typeof data5 !== "string") && (data5 !== null)){
 validate38.errors = [{instancePath:instancePath+"/rule",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs12 === errors;
+var valid0 = _errs11 === errors;
 }
 else {
 var valid0 = true;
@@ -1594,12 +1596,12 @@ var valid0 = true;
 if(valid0){
 if(data.source !== undefined){
 let data6 = data.source;
-const _errs15 = errors;
+const _errs14 = errors;
 if((typeof data6 !== "string") && (data6 !== null)){
 validate38.errors = [{instancePath:instancePath+"/source",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs15 === errors;
+var valid0 = _errs14 === errors;
 }
 else {
 var valid0 = true;
@@ -1607,12 +1609,12 @@ var valid0 = true;
 if(valid0){
 if(data.path !== undefined){
 let data7 = data.path;
-const _errs18 = errors;
+const _errs17 = errors;
 if((typeof data7 !== "string") && (data7 !== null)){
 validate38.errors = [{instancePath:instancePath+"/path",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs18 === errors;
+var valid0 = _errs17 === errors;
 }
 else {
 var valid0 = true;
@@ -1620,12 +1622,12 @@ var valid0 = true;
 if(valid0){
 if(data.expected !== undefined){
 let data8 = data.expected;
-const _errs21 = errors;
+const _errs20 = errors;
 if((typeof data8 !== "string") && (data8 !== null)){
 validate38.errors = [{instancePath:instancePath+"/expected",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs21 === errors;
+var valid0 = _errs20 === errors;
 }
 else {
 var valid0 = true;
@@ -1633,12 +1635,12 @@ var valid0 = true;
 if(valid0){
 if(data.got !== undefined){
 let data9 = data.got;
-const _errs24 = errors;
+const _errs23 = errors;
 if((typeof data9 !== "string") && (data9 !== null)){
 validate38.errors = [{instancePath:instancePath+"/got",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs24 === errors;
+var valid0 = _errs23 === errors;
 }
 else {
 var valid0 = true;
@@ -1646,12 +1648,12 @@ var valid0 = true;
 if(valid0){
 if(data.message !== undefined){
 let data10 = data.message;
-const _errs27 = errors;
+const _errs26 = errors;
 if((typeof data10 !== "string") && (data10 !== null)){
 validate38.errors = [{instancePath:instancePath+"/message",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs27 === errors;
+var valid0 = _errs26 === errors;
 }
 else {
 var valid0 = true;
@@ -1659,12 +1661,12 @@ var valid0 = true;
 if(valid0){
 if(data.node !== undefined){
 let data11 = data.node;
-const _errs30 = errors;
+const _errs29 = errors;
 if((typeof data11 !== "string") && (data11 !== null)){
 validate38.errors = [{instancePath:instancePath+"/node",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs30 === errors;
+var valid0 = _errs29 === errors;
 }
 else {
 var valid0 = true;
@@ -1672,12 +1674,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source !== undefined){
 let data12 = data.rule_source;
-const _errs33 = errors;
+const _errs32 = errors;
 if((typeof data12 !== "string") && (data12 !== null)){
 validate38.errors = [{instancePath:instancePath+"/rule_source",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs33 === errors;
+var valid0 = _errs32 === errors;
 }
 else {
 var valid0 = true;
@@ -1685,12 +1687,12 @@ var valid0 = true;
 if(valid0){
 if(data.call_site !== undefined){
 let data13 = data.call_site;
-const _errs36 = errors;
+const _errs35 = errors;
 if((typeof data13 !== "string") && (data13 !== null)){
 validate38.errors = [{instancePath:instancePath+"/call_site",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs36 === errors;
+var valid0 = _errs35 === errors;
 }
 else {
 var valid0 = true;
@@ -1698,12 +1700,12 @@ var valid0 = true;
 if(valid0){
 if(data.argument !== undefined){
 let data14 = data.argument;
-const _errs39 = errors;
+const _errs38 = errors;
 if((typeof data14 !== "string") && (data14 !== null)){
 validate38.errors = [{instancePath:instancePath+"/argument",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs39 === errors;
+var valid0 = _errs38 === errors;
 }
 else {
 var valid0 = true;
@@ -1711,12 +1713,12 @@ var valid0 = true;
 if(valid0){
 if(data.primal !== undefined){
 let data15 = data.primal;
-const _errs42 = errors;
+const _errs41 = errors;
 if((typeof data15 !== "string") && (data15 !== null)){
 validate38.errors = [{instancePath:instancePath+"/primal",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs42 === errors;
+var valid0 = _errs41 === errors;
 }
 else {
 var valid0 = true;
@@ -1724,24 +1726,24 @@ var valid0 = true;
 if(valid0){
 if(data.instance !== undefined){
 let data16 = data.instance;
-const _errs45 = errors;
+const _errs44 = errors;
 if((typeof data16 !== "string") && (data16 !== null)){
 validate38.errors = [{instancePath:instancePath+"/instance",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs45 === errors;
+var valid0 = _errs44 === errors;
 }
 else {
 var valid0 = true;
 }
 if(valid0){
 if(data.name_stack !== undefined){
-const _errs48 = errors;
+const _errs47 = errors;
 if(typeof data.name_stack !== "string"){
 validate38.errors = [{instancePath:instancePath+"/name_stack",schemaPath:"#/properties/name_stack/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid0 = _errs48 === errors;
+var valid0 = _errs47 === errors;
 }
 else {
 var valid0 = true;
@@ -1749,36 +1751,36 @@ var valid0 = true;
 if(valid0){
 if(data.detail !== undefined){
 let data18 = data.detail;
-const _errs50 = errors;
+const _errs49 = errors;
 if((typeof data18 !== "string") && (data18 !== null)){
 validate38.errors = [{instancePath:instancePath+"/detail",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs50 === errors;
+var valid0 = _errs49 === errors;
 }
 else {
 var valid0 = true;
 }
 if(valid0){
 if(data.hijax !== undefined){
-const _errs53 = errors;
+const _errs52 = errors;
 if(typeof data.hijax !== "boolean"){
 validate38.errors = [{instancePath:instancePath+"/hijax",schemaPath:"#/properties/hijax/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid0 = _errs53 === errors;
+var valid0 = _errs52 === errors;
 }
 else {
 var valid0 = true;
 }
 if(valid0){
 if(data.graph !== undefined){
-const _errs55 = errors;
+const _errs54 = errors;
 if(!(validate15(data.graph, {instancePath:instancePath+"/graph",parentData:data,parentDataProperty:"graph",rootData}))){
 vErrors = vErrors === null ? validate15.errors : vErrors.concat(validate15.errors);
 errors = vErrors.length;
 }
-var valid0 = _errs55 === errors;
+var valid0 = _errs54 === errors;
 }
 else {
 var valid0 = true;
@@ -1786,18 +1788,18 @@ var valid0 = true;
 if(valid0){
 if(data.fixes !== undefined){
 let data21 = data.fixes;
-const _errs56 = errors;
-if(errors === _errs56){
+const _errs55 = errors;
+if(errors === _errs55){
 if(Array.isArray(data21)){
 var valid16 = true;
 const len0 = data21.length;
 for(let i0=0; i0<len0; i0++){
-const _errs58 = errors;
+const _errs57 = errors;
 if(!(validate21(data21[i0], {instancePath:instancePath+"/fixes/" + i0,parentData:data21,parentDataProperty:i0,rootData}))){
 vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
 errors = vErrors.length;
 }
-var valid16 = _errs58 === errors;
+var valid16 = _errs57 === errors;
 if(!valid16){
 break;
 }
@@ -1808,7 +1810,7 @@ validate38.errors = [{instancePath:instancePath+"/fixes",schemaPath:"#/propertie
 return false;
 }
 }
-var valid0 = _errs56 === errors;
+var valid0 = _errs55 === errors;
 }
 else {
 var valid0 = true;
@@ -1816,16 +1818,16 @@ var valid0 = true;
 if(valid0){
 if(data.leaf_errors !== undefined){
 let data23 = data.leaf_errors;
-const _errs59 = errors;
-if(errors === _errs59){
+const _errs58 = errors;
+if(errors === _errs58){
 if(Array.isArray(data23)){
 var valid17 = true;
 const len1 = data23.length;
 for(let i1=0; i1<len1; i1++){
 let data24 = data23[i1];
+const _errs60 = errors;
 const _errs61 = errors;
-const _errs62 = errors;
-if(errors === _errs62){
+if(errors === _errs61){
 if(data24 && typeof data24 == "object" && !Array.isArray(data24)){
 let missing1;
 if((((data24.name === undefined) && (missing1 = "name")) || ((data24.max_abs === undefined) && (missing1 = "max_abs"))) || ((data24.ok === undefined) && (missing1 = "ok"))){
@@ -1835,24 +1837,24 @@ return false;
 else {
 if(data24.index !== undefined){
 let data25 = data24.index;
-const _errs64 = errors;
+const _errs63 = errors;
 if(!(((typeof data25 == "number") && (!(data25 % 1) && !isNaN(data25))) && (isFinite(data25)))){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/index",schemaPath:"#/definitions/LeafError/properties/index/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-var valid19 = _errs64 === errors;
+var valid19 = _errs63 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.name !== undefined){
-const _errs66 = errors;
+const _errs65 = errors;
 if(typeof data24.name !== "string"){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/name",schemaPath:"#/definitions/LeafError/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid19 = _errs66 === errors;
+var valid19 = _errs65 === errors;
 }
 else {
 var valid19 = true;
@@ -1860,12 +1862,12 @@ var valid19 = true;
 if(valid19){
 if(data24.max_abs !== undefined){
 let data27 = data24.max_abs;
-const _errs68 = errors;
+const _errs67 = errors;
 if(!((typeof data27 == "number") && (isFinite(data27)))){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_abs",schemaPath:"#/definitions/LeafError/properties/max_abs/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs68 === errors;
+var valid19 = _errs67 === errors;
 }
 else {
 var valid19 = true;
@@ -1873,12 +1875,12 @@ var valid19 = true;
 if(valid19){
 if(data24.max_rel !== undefined){
 let data28 = data24.max_rel;
-const _errs70 = errors;
+const _errs69 = errors;
 if((!((typeof data28 == "number") && (isFinite(data28)))) && (data28 !== null)){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema45.properties.max_rel.type},message:"must be number,null"}];
 return false;
 }
-var valid19 = _errs70 === errors;
+var valid19 = _errs69 === errors;
 }
 else {
 var valid19 = true;
@@ -1886,19 +1888,19 @@ var valid19 = true;
 if(valid19){
 if(data24.where !== undefined){
 let data29 = data24.where;
-const _errs72 = errors;
-if(errors === _errs72){
+const _errs71 = errors;
+if(errors === _errs71){
 if(Array.isArray(data29)){
 var valid20 = true;
 const len2 = data29.length;
 for(let i2=0; i2<len2; i2++){
 let data30 = data29[i2];
-const _errs74 = errors;
+const _errs73 = errors;
 if(!(((typeof data30 == "number") && (!(data30 % 1) && !isNaN(data30))) && (isFinite(data30)))){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/where/" + i2,schemaPath:"#/definitions/LeafError/properties/where/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-var valid20 = _errs74 === errors;
+var valid20 = _errs73 === errors;
 if(!valid20){
 break;
 }
@@ -1909,55 +1911,55 @@ validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/where",sc
 return false;
 }
 }
-var valid19 = _errs72 === errors;
+var valid19 = _errs71 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.reference_zero !== undefined){
-const _errs76 = errors;
+const _errs75 = errors;
 if(typeof data24.reference_zero !== "boolean"){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/reference_zero",schemaPath:"#/definitions/LeafError/properties/reference_zero/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs76 === errors;
+var valid19 = _errs75 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.got_zero !== undefined){
-const _errs78 = errors;
+const _errs77 = errors;
 if(typeof data24.got_zero !== "boolean"){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/got_zero",schemaPath:"#/definitions/LeafError/properties/got_zero/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs78 === errors;
+var valid19 = _errs77 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.judged !== undefined){
-const _errs80 = errors;
+const _errs79 = errors;
 if(typeof data24.judged !== "boolean"){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/judged",schemaPath:"#/definitions/LeafError/properties/judged/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs80 === errors;
+var valid19 = _errs79 === errors;
 }
 else {
 var valid19 = true;
 }
 if(valid19){
 if(data24.ok !== undefined){
-const _errs82 = errors;
+const _errs81 = errors;
 if(typeof data24.ok !== "boolean"){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/ok",schemaPath:"#/definitions/LeafError/properties/ok/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid19 = _errs82 === errors;
+var valid19 = _errs81 === errors;
 }
 else {
 var valid19 = true;
@@ -1965,12 +1967,12 @@ var valid19 = true;
 if(valid19){
 if(data24.reference_at !== undefined){
 let data35 = data24.reference_at;
-const _errs84 = errors;
+const _errs83 = errors;
 if(!((typeof data35 == "number") && (isFinite(data35)))){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/reference_at",schemaPath:"#/definitions/LeafError/properties/reference_at/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs84 === errors;
+var valid19 = _errs83 === errors;
 }
 else {
 var valid19 = true;
@@ -1978,12 +1980,12 @@ var valid19 = true;
 if(valid19){
 if(data24.got_at !== undefined){
 let data36 = data24.got_at;
-const _errs86 = errors;
+const _errs85 = errors;
 if(!((typeof data36 == "number") && (isFinite(data36)))){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/got_at",schemaPath:"#/definitions/LeafError/properties/got_at/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs86 === errors;
+var valid19 = _errs85 === errors;
 }
 else {
 var valid19 = true;
@@ -1991,12 +1993,12 @@ var valid19 = true;
 if(valid19){
 if(data24.scale !== undefined){
 let data37 = data24.scale;
-const _errs88 = errors;
+const _errs87 = errors;
 if(!((typeof data37 == "number") && (isFinite(data37)))){
 validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/scale",schemaPath:"#/definitions/LeafError/properties/scale/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid19 = _errs88 === errors;
+var valid19 = _errs87 === errors;
 }
 else {
 var valid19 = true;
@@ -2019,7 +2021,7 @@ validate38.errors = [{instancePath:instancePath+"/leaf_errors/" + i1,schemaPath:
 return false;
 }
 }
-var valid17 = _errs61 === errors;
+var valid17 = _errs60 === errors;
 if(!valid17){
 break;
 }
@@ -2030,7 +2032,7 @@ validate38.errors = [{instancePath:instancePath+"/leaf_errors",schemaPath:"#/pro
 return false;
 }
 }
-var valid0 = _errs59 === errors;
+var valid0 = _errs58 === errors;
 }
 else {
 var valid0 = true;
@@ -2038,12 +2040,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_text !== undefined){
 let data38 = data.rule_source_text;
-const _errs90 = errors;
+const _errs89 = errors;
 if((typeof data38 !== "string") && (data38 !== null)){
 validate38.errors = [{instancePath:instancePath+"/rule_source_text",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs90 === errors;
+var valid0 = _errs89 === errors;
 }
 else {
 var valid0 = true;
@@ -2051,12 +2053,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_start !== undefined){
 let data39 = data.rule_source_start;
-const _errs93 = errors;
+const _errs92 = errors;
 if((!(((typeof data39 == "number") && (!(data39 % 1) && !isNaN(data39))) && (isFinite(data39)))) && (data39 !== null)){
 validate38.errors = [{instancePath:instancePath+"/rule_source_start",schemaPath:"#/properties/rule_source_start/type",keyword:"type",params:{type: schema16.properties.rule_source_start.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs93 === errors;
+var valid0 = _errs92 === errors;
 }
 else {
 var valid0 = true;
@@ -2064,12 +2066,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_end !== undefined){
 let data40 = data.rule_source_end;
-const _errs95 = errors;
+const _errs94 = errors;
 if((!(((typeof data40 == "number") && (!(data40 % 1) && !isNaN(data40))) && (isFinite(data40)))) && (data40 !== null)){
 validate38.errors = [{instancePath:instancePath+"/rule_source_end",schemaPath:"#/properties/rule_source_end/type",keyword:"type",params:{type: schema16.properties.rule_source_end.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs95 === errors;
+var valid0 = _errs94 === errors;
 }
 else {
 var valid0 = true;
@@ -2077,12 +2079,12 @@ var valid0 = true;
 if(valid0){
 if(data.rule_source_bad_line !== undefined){
 let data41 = data.rule_source_bad_line;
-const _errs97 = errors;
+const _errs96 = errors;
 if((!(((typeof data41 == "number") && (!(data41 % 1) && !isNaN(data41))) && (isFinite(data41)))) && (data41 !== null)){
 validate38.errors = [{instancePath:instancePath+"/rule_source_bad_line",schemaPath:"#/properties/rule_source_bad_line/type",keyword:"type",params:{type: schema16.properties.rule_source_bad_line.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs97 === errors;
+var valid0 = _errs96 === errors;
 }
 else {
 var valid0 = true;
@@ -2090,12 +2092,12 @@ var valid0 = true;
 if(valid0){
 if(data.cell_index !== undefined){
 let data42 = data.cell_index;
-const _errs99 = errors;
+const _errs98 = errors;
 if((!(((typeof data42 == "number") && (!(data42 % 1) && !isNaN(data42))) && (isFinite(data42)))) && (data42 !== null)){
 validate38.errors = [{instancePath:instancePath+"/cell_index",schemaPath:"#/properties/cell_index/type",keyword:"type",params:{type: schema16.properties.cell_index.type},message:"must be integer,null"}];
 return false;
 }
-var valid0 = _errs99 === errors;
+var valid0 = _errs98 === errors;
 }
 else {
 var valid0 = true;
@@ -2438,9 +2440,10 @@ var valid0 = true;
 }
 if(valid0){
 if(data.kind !== undefined){
+let data1 = data.kind;
 const _errs3 = errors;
-if(typeof data.kind !== "string"){
-validate46.errors = [{instancePath:instancePath+"/kind",schemaPath:"#/definitions/diagnosisKind/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+if(!((((((((((((((data1 === "bwd_type") || (data1 === "silent_dtype")) || (data1 === "bwd_structure")) || (data1 === "bwd_value")) || (data1 === "fwd_type")) || (data1 === "fwd_structure")) || (data1 === "accumulator_type")) || (data1 === "ref_grad_unbound")) || (data1 === "ref_grad_as_value")) || (data1 === "grad_ref_type")) || (data1 === "vjp_cotangent_type")) || (data1 === "vjp_cotangent_structure")) || (data1 === "nonfinite_cotangent")) || (data1 === "jvp_tangent_type"))){
+validate46.errors = [{instancePath:instancePath+"/kind",schemaPath:"#/definitions/diagnosisKind/enum",keyword:"enum",params:{allowedValues: schema17.enum},message:"must be equal to one of the allowed values"}];
 return false;
 }
 var valid0 = _errs3 === errors;
@@ -2450,12 +2453,12 @@ var valid0 = true;
 }
 if(valid0){
 if(data.headline !== undefined){
-const _errs6 = errors;
+const _errs5 = errors;
 if(typeof data.headline !== "string"){
 validate46.errors = [{instancePath:instancePath+"/headline",schemaPath:"#/properties/headline/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid0 = _errs6 === errors;
+var valid0 = _errs5 === errors;
 }
 else {
 var valid0 = true;
@@ -2463,12 +2466,12 @@ var valid0 = true;
 if(valid0){
 if(data.path !== undefined){
 let data3 = data.path;
-const _errs8 = errors;
+const _errs7 = errors;
 if((typeof data3 !== "string") && (data3 !== null)){
 validate46.errors = [{instancePath:instancePath+"/path",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs8 === errors;
+var valid0 = _errs7 === errors;
 }
 else {
 var valid0 = true;
@@ -2476,12 +2479,12 @@ var valid0 = true;
 if(valid0){
 if(data.expected !== undefined){
 let data4 = data.expected;
-const _errs11 = errors;
+const _errs10 = errors;
 if((typeof data4 !== "string") && (data4 !== null)){
 validate46.errors = [{instancePath:instancePath+"/expected",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs11 === errors;
+var valid0 = _errs10 === errors;
 }
 else {
 var valid0 = true;
@@ -2489,12 +2492,12 @@ var valid0 = true;
 if(valid0){
 if(data.got !== undefined){
 let data5 = data.got;
-const _errs14 = errors;
+const _errs13 = errors;
 if((typeof data5 !== "string") && (data5 !== null)){
 validate46.errors = [{instancePath:instancePath+"/got",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
-var valid0 = _errs14 === errors;
+var valid0 = _errs13 === errors;
 }
 else {
 var valid0 = true;
@@ -2502,16 +2505,16 @@ var valid0 = true;
 if(valid0){
 if(data.leaf_errors !== undefined){
 let data6 = data.leaf_errors;
-const _errs17 = errors;
-if(errors === _errs17){
+const _errs16 = errors;
+if(errors === _errs16){
 if(Array.isArray(data6)){
 var valid5 = true;
 const len0 = data6.length;
 for(let i0=0; i0<len0; i0++){
 let data7 = data6[i0];
+const _errs18 = errors;
 const _errs19 = errors;
-const _errs20 = errors;
-if(errors === _errs20){
+if(errors === _errs19){
 if(data7 && typeof data7 == "object" && !Array.isArray(data7)){
 let missing1;
 if((((data7.name === undefined) && (missing1 = "name")) || ((data7.max_abs === undefined) && (missing1 = "max_abs"))) || ((data7.ok === undefined) && (missing1 = "ok"))){
@@ -2521,24 +2524,24 @@ return false;
 else {
 if(data7.index !== undefined){
 let data8 = data7.index;
-const _errs22 = errors;
+const _errs21 = errors;
 if(!(((typeof data8 == "number") && (!(data8 % 1) && !isNaN(data8))) && (isFinite(data8)))){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/index",schemaPath:"#/definitions/LeafError/properties/index/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-var valid7 = _errs22 === errors;
+var valid7 = _errs21 === errors;
 }
 else {
 var valid7 = true;
 }
 if(valid7){
 if(data7.name !== undefined){
-const _errs24 = errors;
+const _errs23 = errors;
 if(typeof data7.name !== "string"){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/name",schemaPath:"#/definitions/LeafError/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid7 = _errs24 === errors;
+var valid7 = _errs23 === errors;
 }
 else {
 var valid7 = true;
@@ -2546,12 +2549,12 @@ var valid7 = true;
 if(valid7){
 if(data7.max_abs !== undefined){
 let data10 = data7.max_abs;
-const _errs26 = errors;
+const _errs25 = errors;
 if(!((typeof data10 == "number") && (isFinite(data10)))){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/max_abs",schemaPath:"#/definitions/LeafError/properties/max_abs/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid7 = _errs26 === errors;
+var valid7 = _errs25 === errors;
 }
 else {
 var valid7 = true;
@@ -2559,12 +2562,12 @@ var valid7 = true;
 if(valid7){
 if(data7.max_rel !== undefined){
 let data11 = data7.max_rel;
-const _errs28 = errors;
+const _errs27 = errors;
 if((!((typeof data11 == "number") && (isFinite(data11)))) && (data11 !== null)){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema45.properties.max_rel.type},message:"must be number,null"}];
 return false;
 }
-var valid7 = _errs28 === errors;
+var valid7 = _errs27 === errors;
 }
 else {
 var valid7 = true;
@@ -2572,19 +2575,19 @@ var valid7 = true;
 if(valid7){
 if(data7.where !== undefined){
 let data12 = data7.where;
-const _errs30 = errors;
-if(errors === _errs30){
+const _errs29 = errors;
+if(errors === _errs29){
 if(Array.isArray(data12)){
 var valid8 = true;
 const len1 = data12.length;
 for(let i1=0; i1<len1; i1++){
 let data13 = data12[i1];
-const _errs32 = errors;
+const _errs31 = errors;
 if(!(((typeof data13 == "number") && (!(data13 % 1) && !isNaN(data13))) && (isFinite(data13)))){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/where/" + i1,schemaPath:"#/definitions/LeafError/properties/where/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-var valid8 = _errs32 === errors;
+var valid8 = _errs31 === errors;
 if(!valid8){
 break;
 }
@@ -2595,55 +2598,55 @@ validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/where",sc
 return false;
 }
 }
-var valid7 = _errs30 === errors;
+var valid7 = _errs29 === errors;
 }
 else {
 var valid7 = true;
 }
 if(valid7){
 if(data7.reference_zero !== undefined){
-const _errs34 = errors;
+const _errs33 = errors;
 if(typeof data7.reference_zero !== "boolean"){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/reference_zero",schemaPath:"#/definitions/LeafError/properties/reference_zero/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid7 = _errs34 === errors;
+var valid7 = _errs33 === errors;
 }
 else {
 var valid7 = true;
 }
 if(valid7){
 if(data7.got_zero !== undefined){
-const _errs36 = errors;
+const _errs35 = errors;
 if(typeof data7.got_zero !== "boolean"){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/got_zero",schemaPath:"#/definitions/LeafError/properties/got_zero/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid7 = _errs36 === errors;
+var valid7 = _errs35 === errors;
 }
 else {
 var valid7 = true;
 }
 if(valid7){
 if(data7.judged !== undefined){
-const _errs38 = errors;
+const _errs37 = errors;
 if(typeof data7.judged !== "boolean"){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/judged",schemaPath:"#/definitions/LeafError/properties/judged/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid7 = _errs38 === errors;
+var valid7 = _errs37 === errors;
 }
 else {
 var valid7 = true;
 }
 if(valid7){
 if(data7.ok !== undefined){
-const _errs40 = errors;
+const _errs39 = errors;
 if(typeof data7.ok !== "boolean"){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/ok",schemaPath:"#/definitions/LeafError/properties/ok/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid7 = _errs40 === errors;
+var valid7 = _errs39 === errors;
 }
 else {
 var valid7 = true;
@@ -2651,12 +2654,12 @@ var valid7 = true;
 if(valid7){
 if(data7.reference_at !== undefined){
 let data18 = data7.reference_at;
-const _errs42 = errors;
+const _errs41 = errors;
 if(!((typeof data18 == "number") && (isFinite(data18)))){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/reference_at",schemaPath:"#/definitions/LeafError/properties/reference_at/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid7 = _errs42 === errors;
+var valid7 = _errs41 === errors;
 }
 else {
 var valid7 = true;
@@ -2664,12 +2667,12 @@ var valid7 = true;
 if(valid7){
 if(data7.got_at !== undefined){
 let data19 = data7.got_at;
-const _errs44 = errors;
+const _errs43 = errors;
 if(!((typeof data19 == "number") && (isFinite(data19)))){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/got_at",schemaPath:"#/definitions/LeafError/properties/got_at/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid7 = _errs44 === errors;
+var valid7 = _errs43 === errors;
 }
 else {
 var valid7 = true;
@@ -2677,12 +2680,12 @@ var valid7 = true;
 if(valid7){
 if(data7.scale !== undefined){
 let data20 = data7.scale;
-const _errs46 = errors;
+const _errs45 = errors;
 if(!((typeof data20 == "number") && (isFinite(data20)))){
 validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/scale",schemaPath:"#/definitions/LeafError/properties/scale/type",keyword:"type",params:{type: "number"},message:"must be number"}];
 return false;
 }
-var valid7 = _errs46 === errors;
+var valid7 = _errs45 === errors;
 }
 else {
 var valid7 = true;
@@ -2705,7 +2708,7 @@ validate46.errors = [{instancePath:instancePath+"/leaf_errors/" + i0,schemaPath:
 return false;
 }
 }
-var valid5 = _errs19 === errors;
+var valid5 = _errs18 === errors;
 if(!valid5){
 break;
 }
@@ -2716,7 +2719,7 @@ validate46.errors = [{instancePath:instancePath+"/leaf_errors",schemaPath:"#/pro
 return false;
 }
 }
-var valid0 = _errs17 === errors;
+var valid0 = _errs16 === errors;
 }
 else {
 var valid0 = true;

@@ -1,5 +1,6 @@
 """The design as README states it: one registry of kinds, imports that flow one way."""
 import ast
+import json
 import pathlib
 import traceback
 
@@ -101,3 +102,8 @@ def test_a_custom_jvp_whose_tangents_are_right_records_nothing(hook):
 
   g = jax.grad(lambda x: cube(x).sum())(jnp.full(2, 2.0))
   assert g.tolist() == [12.0, 12.0] and hook.diagnoses() == []
+
+
+def test_the_protocol_schema_names_exactly_the_registered_kinds():
+  schema = json.loads((PACKAGE / "protocol.schema.json").read_text())
+  assert schema["definitions"]["diagnosisKind"]["enum"] == list(kinds.KINDS)
