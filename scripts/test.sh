@@ -11,8 +11,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 # Older JAX releases, each in a venv of its own on the oldest Python they run on: a
 # user's environment with that JAX, into which the checkout is pip-installed as a user
-# would (editable; the labextension is already built); the install must leave JAX as it
-# was. OLD_JAX is tested (tests/test_jax_versions.py, and the panel's comm on the
+# would (a wheel: the labextension is already built, so no npm runs); the install must
+# leave JAX as it was. OLD_JAX is tested (tests/test_jax_versions.py, and the panel's comm on the
 # oldest); UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
 # (this checkout on PYTHONPATH, only the runtime dependencies installed).
 OLD_JAX=(0.6.2 0.8.3 0.10.2)
@@ -32,7 +32,7 @@ for version in "${OLD_JAX[@]}"; do
   jax_venv "$version"
   venv=.venv-jax-$version
   before=$("$venv/bin/pip" freeze | grep -E '^jax(lib)?==')
-  pip_q "$venv/bin/pip" install -e . pytest hypothesis ipykernel jupyter_client nbformat
+  pip_q "$venv/bin/pip" install . pytest hypothesis ipykernel jupyter_client nbformat
   after=$("$venv/bin/pip" freeze | grep -E '^jax(lib)?==')
   if [[ $before != "$after" ]]; then
     echo "test.sh: installing vjpviz changed JAX in $venv: $before -> $after" >&2

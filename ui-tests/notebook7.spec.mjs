@@ -116,7 +116,10 @@ async function main() {
     await page.goto(`${URL}/notebooks/${NOTEBOOK}?token=${TOKEN}`);
     await waitKernelIdle();
     const shell = await page.evaluate(() => window.jupyterapp.shell.constructor.name);
-    check(consoleLines.some(l => l.includes('jupyter-vjpviz is activated')),
+    const activated = await page.waitForFunction(
+      () => window.jupyterapp.commands.hasCommand('vjpviz:open-panel'), null, { timeout: 30000 })
+      .then(() => true, () => false);
+    check(activated,
       `the plugin did not activate in Notebook 7 (shell ${shell}); console:\n${consoleLines.join('\n')}`);
     // Notebook 7 starts with the right sidebar collapsed: the panel is there, hidden.
     await panel().waitFor({ state: 'attached', timeout: 10000 });
