@@ -179,6 +179,7 @@ class VjpvizMagics(Magics):
       show(d)
     return d
 
+  def _values(self, expr: str) -> value_check.GradCheck:
     fun, args, kwargs = self._call(expr)
     result = value_check.gradcheck(fun, *args, **kwargs)
     report_values(f"{expr}: ", result)
