@@ -20,8 +20,8 @@ __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
 __version__ = "0.1.0"
 
 _LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis",
-         "gradcheck": ".value_check", "nans": ".value_check", "surrogate": ".surrogates",
-         "check": ".lint", "verify_fix": ".lint", "apply_fix": ".lint"}
+         "gradcheck": ".deliver.value_check", "nans": ".deliver.value_check", "surrogate": ".base.surrogates",
+         "check": ".deliver.type_check", "verify_fix": ".deliver.type_check", "apply_fix": ".deliver.type_check"}
 
 
 def __getattr__(name: str):
@@ -90,12 +90,12 @@ def unload_ipython_extension(ipython) -> None:
 
 
 def _runtime():
-  return _import(".runtime")
+  return _import(".deliver.runtime")
 
 
 def _runtime_if_loaded():
   """The runtime if anything installed it; without it there is nothing to ask or undo."""
-  return sys.modules.get(f"{__name__}.runtime")
+  return sys.modules.get(f"{__name__}.deliver.runtime")
 
 
 _unavailable: list[str] = []

@@ -13,8 +13,8 @@ import sys
 import tempfile
 import traceback
 
-from . import runtime
-from .runtime import NOTE_POINTER
+from .deliver import runtime
+from .deliver.runtime import NOTE_POINTER
 from .render import html
 
 

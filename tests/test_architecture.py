@@ -107,3 +107,75 @@ def test_a_custom_jvp_whose_tangents_are_right_records_nothing(hook):
 def test_the_protocol_schema_names_exactly_the_registered_kinds():
   schema = json.loads((PACKAGE / "protocol.schema.json").read_text())
   assert schema["definitions"]["diagnosisKind"]["enum"] == list(kinds.KINDS)
+
+
+# ------------------------------------------------------------ imports flow one way
+
+LAYERS = ("base", "capture", "analysis", "fixes", "render", "deliver")
+"""Lowest first; the package root (``__init__``, ``__main__``) sits above them all."""
+
+
+def _module(path: pathlib.Path) -> str:
+  parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+  file = PACKAGE.parent / name.replace(".", "/")
+  return file.with_suffix(".py").exists() or file.is_dir()
+
+
+def _imports() -> dict[str, set[str]]:
+  """Each module of ours -> ours it imports anywhere in it (deferred imports count)."""
+  found = {}
+  for path in PACKAGE.rglob("*.py"):
+    mod = _module(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.ImportFrom) and node.level:
+        parts = package.split(".")
+        stem = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+        targets |= {f"{stem}.{a.name}" if _is_module(f"{stem}.{a.name}") else stem
+                    for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE.name):
+        targets.add(node.module)
+      elif isinstance(node, ast.Import):
+        targets |= {a.name for a in node.names if a.name.startswith(PACKAGE.name)}
+    found[mod] = targets - {mod}
+  return found
+
+
+def _layer(mod: str) -> int:
+  parts = mod.split(".")
+  return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else len(LAYERS)
+
+
+def test_every_module_belongs_to_a_stage():
+  loose = [m for m in _imports() if _layer(m) == len(LAYERS)
+           and m not in (PACKAGE.name, f"{PACKAGE.name}.__main__")]
+  assert loose == []
+
+
+def test_imports_only_run_down_the_pipeline():
+  upward = [(m, t) for m, ts in _imports().items() for t in ts if _layer(t) > _layer(m)]
+  assert upward == []
+
+
+def test_no_import_cycles():
+  graph = _imports()
+  done, cycles = set(), []
+
+  def visit(mod, path):
+    if mod in path:
+      cycles.append(path[path.index(mod):] + [mod])
+      return
+    if mod in done or mod not in graph:
+      return
+    for target in sorted(graph[mod]):
+      visit(target, path + [mod])
+    done.add(mod)
+
+  for mod in sorted(graph):
+    visit(mod, [])
+  assert cycles == []

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz import runtime
+from jupyter_vjpviz.deliver import runtime
 from jupyter_vjpviz.capture import capabilities
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz import runtime
+from jupyter_vjpviz.deliver import runtime
 from jupyter_vjpviz.analysis.diagnosis import Diagnosis
 from test_capture import _frames, custom
 
@@ -64,7 +64,7 @@ FAULTS = {
                                        "compare_cotangents"),
     "capture: rule clone": ("jupyter_vjpviz.capture.custom_rules", "instrumented"),
     "capture: entry point": ("jupyter_vjpviz.capture.entry_points", "_origin"),
-    "analysis": ("jupyter_vjpviz.runtime", "diagnose"),
+    "analysis": ("jupyter_vjpviz.deliver.runtime", "diagnose"),
     "analysis: locate": ("jupyter_vjpviz.analysis.diagnose", "locate"),
     "fixes": ("jupyter_vjpviz.fixes.suggest", "attach"),
     "render: text": ("jupyter_vjpviz.render.text", "render"),
@@ -93,7 +93,7 @@ def test_a_fault_in_any_stage_leaves_user_code_exactly_as_without_vjpviz(
 
 
 def test_internal_errors_are_reported_once_per_place_not_every_step(hook, monkeypatch, capsys):
-  monkeypatch.setattr(importlib.import_module("jupyter_vjpviz.runtime"), "diagnose", _fault)
+  monkeypatch.setattr(importlib.import_module("jupyter_vjpviz.deliver.runtime"), "diagnose", _fault)
   rule = _scenarios()["raises"]
   for _ in range(5):
     _outcome(rule)

@@ -162,7 +162,7 @@ def test_html_export_opens_in_headless_chromium(d, tmp_path):
 
 def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
   """Judging fixes takes up to a second: a displayable diagnosis must not wait for it."""
-  from jupyter_vjpviz import runtime
+  from jupyter_vjpviz.deliver import runtime
   seen = []
   first = lambda found, exc: seen.append(("delivered", found, exc))   # noqa: E731
   late = lambda found, exc: seen.append(("fixed", found, exc))       # noqa: E731

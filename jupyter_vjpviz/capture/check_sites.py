@@ -19,6 +19,7 @@ from jax._src.interpreters import ad
 from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, names, records
 from .patches import PatchSet
 from .records import ERROR, WARNING, Record, RuleSite, Session
+from ..base import safety
 
 
 def install(patches: PatchSet, sink: Callable | None = None,
@@ -50,10 +51,10 @@ def _wrap_run_staged(original, sink):
     try:
       out = original(*args, **kwargs)
     except BaseException as e:
-      records.safely(sink, Session("run", None), e)
-      records.safely(frames.strip, e)
+      safety.safely(sink, Session("run", None), e)
+      safety.safely(frames.strip, e)
       raise
-    records.safely(sink, Session("run", None), None)
+    safety.safely(sink, Session("run", None), None)
     return out
   run_python_pjit.__wrapped__ = original
   return run_python_pjit
@@ -92,7 +93,7 @@ def _wrap_vjp_accum(original):
       return original(jaxpr, in_tree, explicit_refs, idx, v, x)
     except Exception:
       if records.active():
-        records.record(records.safely(_accum_record, jaxpr, in_tree, explicit_refs, idx, v, x))
+        records.record(safety.safely(_accum_record, jaxpr, in_tree, explicit_refs, idx, v, x))
       raise
   vjp_accum.__wrapped__ = original
   return vjp_accum
@@ -131,14 +132,14 @@ def _wrap_ct_check(original):
       original(accum, ct)
     except Exception:
       if records.active() and not _checked_already():
-        records.record(records.safely(_ct_check_record, accum, ct, ERROR))
+        records.record(safety.safely(_ct_check_record, accum, ct, ERROR))
       raise
     # JAX skips dtypes here; only rules that push into accumulators themselves
     # (defvjp_with_accums, hijax primitives) can slip one through, so the hot
     # path of ordinary accumulation pays one list lookup.
     if (records.state.rule_stack and records.active() and records.current_session() is not None
         and not jax_flags.on("jax_disable_bwd_checks") and not _checked_already()):
-      records.record(records.safely(_silent_dtype_record, accum, ct))
+      records.record(safety.safely(_silent_dtype_record, accum, ct))
   ct_check.__wrapped__ = original
   return ct_check
 
@@ -228,7 +229,7 @@ class RuleAttribute:
       raise AttributeError(self.name) from None
     if value is None or sys._getframe(1).f_code is not self.call_code or not records.active():
       return value
-    clone = records.safely(custom_rules.instrumented, obj, default=obj)
+    clone = safety.safely(custom_rules.instrumented, obj, default=obj)
     return clone.__dict__.get(self.name, value)
 
   def __set__(self, obj, value):
@@ -246,7 +247,7 @@ def _applied(frame) -> None:
 
 def _observe(cvjp, args, kwargs) -> None:
   for observe in _application_observers:
-    records.safely(observe, cvjp, args, kwargs)
+    safety.safely(observe, cvjp, args, kwargs)
 
 
 def _wrap_custom_vjp_call(original):
@@ -256,7 +257,7 @@ def _wrap_custom_vjp_call(original):
     try:
       return original(self, *args, **kwargs)
     except BaseException as e:
-      records.safely(frames.strip, e)
+      safety.safely(frames.strip, e)
       raise
   __call__.__wrapped__ = original
   return __call__

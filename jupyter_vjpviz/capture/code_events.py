@@ -20,6 +20,7 @@ import threading
 from typing import Any, Callable
 
 from . import records
+from ..base import safety
 
 Start = Callable[[Any], Any]                           # frame -> token (None: nothing opened)
 Finish = Callable[[Any, Any, BaseException | None], None]   # token, return value, exception
@@ -85,12 +86,12 @@ class CodeEvents:
     self._watched.clear()
     self.tool = None
 
-  # Callbacks never raise (``records.safely``): an exception here would surface in JAX's code.
+  # Callbacks never raise (``safety.safely``): an exception here would surface in JAX's code.
 
   def _started(self, code, _offset):
     start, finish = self._watched.get(code, (None, None))
     frame = sys._getframe(1)
-    token = records.safely(start, frame) if start is not None else None
+    token = safety.safely(start, frame) if start is not None else None
     if token is not None and finish is not None:
       self._open.frames.append((frame, finish, token))
       self._count(+1)
@@ -109,7 +110,7 @@ class CodeEvents:
         _, finish, token = frames[i]
         self._count(i - len(frames))
         del frames[i:]
-        records.safely(finish, token, value, exc)
+        safety.safely(finish, token, value, exc)
         return
 
   def _count(self, change: int) -> None:

@@ -26,6 +26,7 @@ from jax._src.state.types import AbstractRef
 from . import arguments, frames, jax_flags, names, records, wrappers
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
+from ..base import safety
 
 
 class InstrumentedRule:
@@ -58,16 +59,16 @@ class InstrumentedFwd(InstrumentedRule):
     cvjp = self._owner()
     if cvjp is None:  # a JAX cache outlived the user's object: be the plain rule
       return self.__wrapped__(*args)
-    watch = records.safely(_user_fwd_to_watch, cvjp, args)
+    watch = safety.safely(_user_fwd_to_watch, cvjp, args)
     try:
       if watch is None:
         out_res, spelled = cvjp.fwd(*args), None
       else:
         out_res, spelled = arguments.observe(lambda: cvjp.fwd(*args), *watch)
     except BaseException as e:
-      records.safely(frames.strip, e)
+      safety.safely(frames.strip, e)
       raise
-    return records.safely(_tagged, cvjp, args, out_res, spelled, default=out_res)
+    return safety.safely(_tagged, cvjp, args, out_res, spelled, default=out_res)
 
 
 class InstrumentedBwd(InstrumentedRule):
@@ -84,7 +85,7 @@ class InstrumentedBwd(InstrumentedRule):
     if not isinstance(tagged, TaggedResiduals):
       return bwd(*args)
     site = tagged.site
-    code = records.safely(_user_bwd_code, bwd)
+    code = safety.safely(_user_bwd_code, bwd)
     records.state.rule_stack.append(site)
     try:
       if code is None or arguments.known(code, site.in_tree):
@@ -93,11 +94,11 @@ class InstrumentedBwd(InstrumentedRule):
         cts, _ = arguments.observe_return(lambda: bwd(*static, tagged.res, ct), code, site.in_tree,
                                           lambda out: _leaf_cts(site, out, self._with_logs))
     except BaseException as e:
-      records.safely(frames.strip, e)
+      safety.safely(frames.strip, e)
       raise
     finally:
       records.state.rule_stack.pop()
-    records.safely(_check_bwd_output, site, cts, code, self._with_logs)
+    safety.safely(_check_bwd_output, site, cts, code, self._with_logs)
     return cts
 
 
@@ -117,7 +118,7 @@ class InstrumentedBwdWithAccums(InstrumentedRule):
     try:
       return self.__wrapped__(*static, tagged.res, ct, *accums)
     except BaseException as e:
-      records.safely(frames.strip, e)
+      safety.safely(frames.strip, e)
       raise
     finally:
       records.state.rule_stack.pop()
@@ -173,7 +174,7 @@ def instrumented(cvjp):
 
 def _tagged(cvjp, args, out_res, spelled):
   """What the fwd returned, its residuals tagged with the site (checked first)."""
-  site = records.safely(_site, cvjp, args, spelled)
+  site = safety.safely(_site, cvjp, args, spelled)
   if site is None:
     return out_res
   if not (isinstance(out_res, (tuple, list)) and len(out_res) == 2):
@@ -186,11 +187,11 @@ def _tagged(cvjp, args, out_res, spelled):
     return out_res
   out, res = out_res
   if names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
-    site = records.safely(_with_closed_rule, site, res, default=site)
-  for rec in records.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
+    site = safety.safely(_with_closed_rule, site, res, default=site)
+  for rec in safety.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
     records.record(retained(rec))
   for observe in _site_observers.callbacks:
-    records.safely(observe, site, args)
+    safety.safely(observe, site, args)
   return type(out_res)((out, TaggedResiduals(res, site)))
 
 
@@ -378,7 +379,7 @@ def _check_bwd_output(site: RuleSite, cts, code, with_logs: bool) -> None:
   if records.current_session() is None:
     return
   returned = arguments.cached(code, site.in_tree) if code is not None else None
-  for rec in records.safely(compare_cotangents, site, _payload(cts, with_logs), default=[]):
+  for rec in safety.safely(compare_cotangents, site, _payload(cts, with_logs), default=[]):
     records.record(retained(_in_users_return(rec, returned)))
 
 

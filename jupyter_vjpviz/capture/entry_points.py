@@ -21,6 +21,7 @@ from . import check_sites, frames, names, records, user_calls
 from .code_events import CodeEvents
 from .patches import PatchSet
 from .records import Origin, Session
+from ..base import safety
 
 Sink = Callable[[Session, BaseException | None], None]
 
@@ -46,9 +47,9 @@ class Boundary:
   def __exit__(self, typ, exc, tb):
     _pop(self.session)
     if self.session.records or exc is not None:
-      records.safely(self.sink, self.session, exc)
+      safety.safely(self.sink, self.session, exc)
     if exc is not None:
-      records.safely(frames.strip, exc)
+      safety.safely(frames.strip, exc)
     return False
 
 
@@ -64,7 +65,7 @@ def install(patches: PatchSet, sink: Sink, events: CodeEvents | None = None) -> 
   for name, entry in (("_vjp", "vjp"), ("_vjp_pullback_wrapper", "backward")):
     if hasattr(api, name):   # before JAX 0.10 grad calls _vjp, and (before 0.8) its pullback
       patches.apply(api, name, lambda o, entry=entry: _wrap_older(o, entry, sink))
-  if events is not None and records.safely(_watch, events, sink, default=False):
+  if events is not None and safety.safely(_watch, events, sink, default=False):
     return
   original_vjp = api.vjp
   vjp = _wrap_vjp(original_vjp, sink)
@@ -102,7 +103,7 @@ def _vjp_started(frame, sink):
   if not records.active():
     return None
   args = frame.f_locals
-  boundary = Boundary("vjp", records.safely(_origin, args["fun"], args["primals"]), sink)
+  boundary = Boundary("vjp", safety.safely(_origin, args["fun"], args["primals"]), sink)
   boundary.__enter__()
   watch = user_calls.Watch(boundary.session, args["primals"]).__enter__()
   return boundary, watch
@@ -132,12 +133,12 @@ def _finish(opened, value, exc) -> None:
   if watch is not None:
     watch.__exit__(*info)
   if exc is None and boundary.session.entry == "vjp":
-    records.safely(_remember, value, boundary.session)
+    safety.safely(_remember, value, boundary.session)
   boundary.__exit__(*info)
 
 
 def _check_out_cotangent(jaxpr, out_tree, out_primal_avals, out_ct) -> None:
-  for rec in records.safely(check_sites.check_out_cotangent, jaxpr, out_tree,
+  for rec in safety.safely(check_sites.check_out_cotangent, jaxpr, out_tree,
                             out_primal_avals, out_ct, default=[]):
     records.record(rec)
 
@@ -147,10 +148,10 @@ def _wrap_vjp(original, sink):
   def vjp(fun, *primals, **kwargs):
     if not records.active():
       return original(fun, *primals, **kwargs)
-    with (Boundary("vjp", records.safely(_origin, fun, primals), sink) as session,
+    with (Boundary("vjp", safety.safely(_origin, fun, primals), sink) as session,
           user_calls.Watch(session, primals)):
       result = original(fun, *primals, **kwargs)
-    records.safely(_remember, result, session)
+    safety.safely(_remember, result, session)
     return result
   vjp.__wrapped__ = original
   return vjp

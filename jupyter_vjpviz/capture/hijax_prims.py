@@ -26,6 +26,7 @@ from . import custom_rules, hijax_rules, jax_flags, names, records
 from .patches import PatchSet
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
+from ..base import safety
 
 
 class _SiteTag:
@@ -85,7 +86,7 @@ def _wrap_linearize(original):
     out = original(is_vjp, nz_in_flat, *args_flat, _prim=_prim)
     if not (is_vjp and records.active()) or _is_custom_vjp3(_prim):
       return out
-    site = records.safely(site_of, _prim)
+    site = safety.safely(site_of, _prim)
     if site is None:
       return out
     ans, nzs_out, residuals, sres, linearized = out
@@ -174,7 +175,7 @@ def _wrap_transpose(original):
                             nz_in_flat=nz_in_flat, **params)
     if not records.active():
       return call()
-    entry = records.safely(_transpose_entry, _prim, residuals_tree, nz_in_flat, args, params)
+    entry = safety.safely(_transpose_entry, _prim, residuals_tree, nz_in_flat, args, params)
     if entry is None:
       return call()
     _local.transposes.append(entry)
@@ -188,7 +189,7 @@ def _wrap_transpose(original):
       if entry.site is not None:
         records.state.rule_stack.pop()
         if session is not None:
-          records.safely(_retain_since, session, seen, entry.site)
+          safety.safely(_retain_since, session, seen, entry.site)
       _local.transposes.pop()
   transpose.__wrapped__ = original
   return transpose
@@ -216,7 +217,7 @@ def _wrap_accum_args_grad(original):
     top = current()
     if top is None or top.site is None or not records.active():
       return original(arg_accums, args_grad)
-    found = records.safely(returned_records, top.site, arg_accums, args_grad, default=[])
+    found = safety.safely(returned_records, top.site, arg_accums, args_grad, default=[])
     top.handing_over = True
     try:
       original(arg_accums, args_grad)

@@ -16,6 +16,7 @@ from jax._src import linear_util as lu
 from . import names, records
 from .patches import PatchSet
 from .records import ERROR, Record
+from ..base import safety
 
 
 def install(patches: PatchSet) -> None:
@@ -25,7 +26,7 @@ def install(patches: PatchSet) -> None:
 def _wrap_flatten_jvp(original):
   def flatten_jvp(jvp, primal_name, jvp_name, *rest):
     if records.active():
-      jvp = records.safely(_watch, jvp, primal_name, jvp_name, default=jvp)
+      jvp = safety.safely(_watch, jvp, primal_name, jvp_name, default=jvp)
     return original(jvp, primal_name, jvp_name, *rest)
   flatten_jvp.__wrapped__ = original
   return flatten_jvp
@@ -38,7 +39,7 @@ def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str) -> lu.WrappedFun
 
 def _watched(rule, primal_name, jvp_name, rule_source, *args):
   pair = rule(*args)
-  for rec in records.safely(mismatches, pair, primal_name, jvp_name, rule_source, default=[]):
+  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, default=[]):
     records.record(rec)
   return pair
 

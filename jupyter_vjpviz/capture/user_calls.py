@@ -24,6 +24,7 @@ from jax._src import core
 
 from . import code_watch, names, records, wrappers
 from .records import Origin, Session
+from ..base import safety
 
 
 class Watch:
@@ -32,22 +33,22 @@ class Watch:
 
   def __init__(self, session: Session, primals: tuple):
     self.session, self.primals = session, primals
-    self.fun = records.safely(_target, session.origin)
+    self.fun = safety.safely(_target, session.origin)
     code = getattr(self.fun, "__code__", None)
     self.watch = code_watch.Watch(code, code_watch.START, self._started) if code else None
     self.call = None             # (args, kwargs) when seen
 
   def __enter__(self):
     if self.watch is not None:
-      records.safely(self.watch.__enter__)
+      safety.safely(self.watch.__enter__)
     return self
 
   def __exit__(self, *exc):
     if self.watch is None or not self.watch.opened:
       return False
-    records.safely(self.watch.__exit__)
+    safety.safely(self.watch.__exit__)
     if self.call is not None:
-      origin = records.safely(user_origin, self.fun, *self.call, self.primals)
+      origin = safety.safely(user_origin, self.fun, *self.call, self.primals)
       self.session.origin = origin or self.session.origin
     self.call = None             # its tracers must not outlive the forward pass
     return False

@@ -24,12 +24,12 @@ import traceback
 from importlib import resources
 from typing import Any, Callable
 
-from .. import lint, runtime
+from . import runtime, type_check
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
 from ..base import kinds
 from ..capture import wrappers
-from ..capture.records import safely
+from ..base.safety import safely
 from ..fixes import returns, suggest
 from ..fixes import verify as fix_verify
 from ..render import svg, views
@@ -350,7 +350,7 @@ def verify_result(d, code: str) -> dict:
   except SyntaxError as err:
     where = f" (line {err.lineno})" if err.lineno else ""
     return {"pass": False, "summary": f"the code does not parse: {err.msg}{where}", "diff": []}
-  outcome = fix_verify.checked(d, code, lint.check)
+  outcome = fix_verify.checked(d, code, type_check.check)
   problems = [_problem(x) for x in outcome.problems]
   if outcome.verdict is None:
     return {"pass": False, "summary": "; ".join(p["headline"] for p in problems),
@@ -376,7 +376,7 @@ def _problem(d) -> dict:
 
 
 def _op_apply(args: dict) -> dict:
-  result = lint.apply_fix(_diagnosis(args), args["code"])
+  result = type_check.apply_fix(_diagnosis(args), args["code"])
   return {"applied": result.applied, "problems": [_problem(x) for x in result.problems],
           "diff": result.diff, "path": result.path}
 

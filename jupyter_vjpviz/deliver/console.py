@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import sys
 
-from .. import runtime
+from . import runtime
 from ..analysis.diagnosis import Diagnosis
-from ..capture.records import ERROR, safely
+from ..capture.records import ERROR
+from ..base.safety import safely
 
 _original_excepthook = None
 

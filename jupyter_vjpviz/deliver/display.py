@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..analysis.diagnosis import Diagnosis
-from ..capture.records import safely
+from ..base.safety import safely
 
 MIME_TYPE = "application/vnd.vjpviz.diagnosis+json"
 

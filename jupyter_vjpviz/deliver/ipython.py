@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from IPython.display import display
 
-from .. import runtime
+from . import runtime
 from ..analysis.diagnosis import Diagnosis
-from ..capture.records import safely
+from ..base.safety import safely
 from ..render import layout
 from . import comm, magics, widgets
 from .display import mimebundle

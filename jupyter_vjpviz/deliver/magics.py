@@ -15,14 +15,15 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .. import runtime, value_check
+from . import runtime, value_check
 from ..analysis.diagnose import key
 from ..capture import capabilities, jax_flags, records
 from ..capture.check_sites import observe_applications
-from ..lint import check, spec
-from ..value_check import floating
+from .type_check import check, spec
+from .value_check import floating
 from . import comm
 from .display import mimebundle
+from ..base import safety
 
 
 class VjpvizProblems(RuntimeError):
@@ -213,7 +214,7 @@ class VjpvizMagics(Magics):
     print(summary(len(applied), problems))
     for d in problems:
       show(d)
-    values = records.safely(value_check.judge, sites) if args.values else None
+    values = safety.safely(value_check.judge, sites) if args.values else None
     if values is not None:
       report_values("", values)
     if args.strict and (problems or values):

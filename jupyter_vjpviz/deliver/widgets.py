@@ -17,7 +17,7 @@ from importlib import resources
 
 import nh3
 
-from ..capture.records import safely
+from ..base.safety import safely
 
 
 def should_show() -> bool:

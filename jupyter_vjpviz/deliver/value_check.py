@@ -26,16 +26,17 @@ import jax
 import numpy as np
 from jax._src import core
 
-from . import lint
-from .analysis import locate, nonfinite, nonfinite_explain, oracle, program
-from .analysis.nonfinite_eval import inexact
-from .analysis.diagnose import diagnose, key
-from .analysis.diagnosis import Diagnosis
-from .analysis.graph import Graph
-from .capture import custom_rules, records, user_calls
-from .capture.records import ERROR, WARNING, Record, Session
-from .fixes import nonfinite as nonfinite_fixes
-from .surrogates import is_surrogate
+from . import type_check
+from ..analysis import locate, nonfinite, nonfinite_explain, oracle, program
+from ..analysis.nonfinite_eval import inexact
+from ..analysis.diagnose import diagnose, key
+from ..analysis.diagnosis import Diagnosis
+from ..analysis.graph import Graph
+from ..capture import custom_rules, records, user_calls
+from ..capture.records import ERROR, WARNING, Record, Session
+from ..fixes import nonfinite as nonfinite_fixes
+from ..base.surrogates import is_surrogate
+from ..base import safety
 
 KIND = "bwd_value"
 
@@ -102,12 +103,12 @@ def gradcheck(fun, *args, argnums=None, seed: int = 0, **kwargs) -> GradCheck:
   types. ``argnums`` (default: every argument of floating arrays) says what is
   differentiated.
   """
-  specs = jax.tree_util.tree_map(lint.spec, args)
+  specs = jax.tree_util.tree_map(type_check.spec, args)
   nums = _floating_args(specs) if argnums is None else (
       (argnums,) if isinstance(argnums, int) else tuple(argnums))
   jax.clear_caches()
   with applications() as applied:
-    lint.run(fun, specs, nums, kwargs)
+    type_check.run(fun, specs, nums, kwargs)
   return judge(applied, seed)
 
 
@@ -165,7 +166,7 @@ def _diagnosed(group: list) -> list[Diagnosis]:
   """The records of one origin through the ordinary diagnose step, then their numbers."""
   origin = group[0][0]
   leaves = {key(rec): tuple(l for l in v.leaves if l.judged and not l.ok) for _, rec, v in group}
-  found = records.safely(diagnose, Session("vjp", origin, [rec for _, rec, _ in group]), None,
+  found = safety.safely(diagnose, Session("vjp", origin, [rec for _, rec, _ in group]), None,
                          default=[])
   return [dataclasses.replace(d, leaf_errors=leaves[key(d)],
                               graph=mark_values(d.graph, d.node, d.site, leaves[key(d)]))
@@ -231,7 +232,7 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
     return None
   del grads
   with jax.debug_nans(False):
-    return records.safely(_nonfinite, fun, args, nums, kwargs, raised)
+    return safety.safely(_nonfinite, fun, args, nums, kwargs, raised)
 
 
 def _gradient(fun, args, nums, kwargs):
@@ -241,7 +242,7 @@ def _gradient(fun, args, nums, kwargs):
       full[i] = v
     return fun(*full, **kwargs)
   out, pull = jax.vjp(restricted, *[args[i] for i in nums])
-  return pull(jax.tree_util.tree_map(lint._unit_cotangent, out))
+  return pull(jax.tree_util.tree_map(type_check._unit_cotangent, out))
 
 
 def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:

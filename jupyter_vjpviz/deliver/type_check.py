@@ -15,9 +15,9 @@ import numpy as np
 from jax._src import core
 
 from . import runtime
-from .capture import custom_rules
-from .analysis.diagnosis import Diagnosis
-from .fixes import verify as fix_verify
+from ..capture import custom_rules
+from ..analysis.diagnosis import Diagnosis
+from ..fixes import verify as fix_verify
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

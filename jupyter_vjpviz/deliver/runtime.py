@@ -10,12 +10,13 @@ import contextlib
 import gc
 import threading
 
-from . import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
-from .analysis.diagnose import diagnose
-from .analysis.diagnosis import Diagnosis
-from .capture import check_sites, hook, records
-from .capture.records import Session
-from .fixes import suggest
+from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
+from ..analysis.diagnose import diagnose
+from ..analysis.diagnosis import Diagnosis
+from ..capture import check_sites, hook, records
+from ..capture.records import Session
+from ..fixes import suggest
+from ..base import safety
 
 HISTORY_LIMIT = 200
 """Diagnoses kept; the oldest go first, so a loop that fails every step stays bounded."""
@@ -60,7 +61,7 @@ def clear() -> None:
   with _lock:
     _history.clear()
     _warned.clear()
-  records.forget_failures()
+  safety.forget_failures()
 
 
 def add_listener(listener, with_fixes: bool = False) -> None:
@@ -112,7 +113,7 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   found = []
   with _gc_paused():
     for session in sessions:
-      found += records.safely(diagnose, session, exc, skip, default=[])
+      found += safety.safely(diagnose, session, exc, skip, default=[])
   if not found:
     return
   if collector is not None:
@@ -139,7 +140,7 @@ def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list)
     _history.clear()
     _history.extend(kept + found)
   for listener in list(listeners):
-    records.safely(listener, found, exc)
+    safety.safely(listener, found, exc)
 
 
 _holding = threading.local()
@@ -192,4 +193,4 @@ def _key(d: Diagnosis) -> tuple:
 
 
 def _with_fixes(d: Diagnosis) -> Diagnosis:
-  return records.safely(suggest.attach, d, default=d)
+  return safety.safely(suggest.attach, d, default=d)

@@ -1,0 +1,49 @@
+"""``safely``: vjpviz's own code runs behind it, so no bug of ours reaches the user's program."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+_reported_failures: set[tuple[str, str]] = set()
+
+_DOING = {"capture": "watch this VJP", "analysis": "diagnose", "fixes": "suggest fixes",
+          "render": "render the diagnosis", "deliver": "show the diagnosis",
+          "runtime": "diagnose", "type_check": "check", "value_check": "check the gradient's values"}
+"""What vjpviz was doing, by the module that failed (its most specific part first)."""
+
+
+def safely(fn: Callable, *args, default: Any = None) -> Any:
+  """Run vjpviz's own code; if it fails, say so in one line and carry on.
+
+  The user's program must behave exactly as without vjpviz, so nothing of ours
+  may raise into it. Each (place, error type) is reported once: a training loop
+  must not print the same line every step.
+  """
+  try:
+    return fn(*args)
+  except Exception as e:  # noqa: BLE001 - our bug must not become the user's
+    where = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if (where, type(e).__name__) not in _reported_failures:
+      _reported_failures.add((where, type(e).__name__))
+      print(failure_line(_stage(fn, sys._getframe(1)), where, e), file=sys.stderr)
+    return default
+
+
+def failure_line(doing: str, where: str, error: BaseException) -> str:
+  """The one line vjpviz prints when it fails: what it could not do, and why."""
+  why = " ".join(f"{type(error).__name__}: {error or repr(error)}".split())[:300]
+  return (f"vjpviz: could not {doing} (internal error in {where}: {why}); "
+          "your code ran as it would without vjpviz.")
+
+
+def forget_failures() -> None:
+  """Report internal errors afresh (``vjpviz.clear()``)."""
+  _reported_failures.clear()
+
+
+def _stage(fn: Callable, caller) -> str:
+  """What the failing code was for: from its module, or the vjpviz module that called it."""
+  module = getattr(fn, "__module__", None) or ""
+  if not module.startswith("jupyter_vjpviz."):
+    module = caller.f_globals.get("__name__", "")
+  return next((_DOING[p] for p in reversed(module.split(".")[1:]) if p in _DOING), "diagnose")
