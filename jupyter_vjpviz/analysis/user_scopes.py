@@ -32,24 +32,42 @@ class Scopes:
   sites: tuple[tuple[str, str], ...]   # (scope path, "file:line" of the call)
 
 
+USER, MODULE, LIBRARY, INLINE = range(4)
+_kinds: dict = {}   # code object -> its kind: every equation's stack repeats the same few
+
+
 def chain(traceback) -> Chain:
   """The user's frames of a traceback, outermost first (``()`` without one), each with
-  the library module it called, if any: the first library ``__call__`` below it
+  the library module it called, if any: the first library ``__call__`` below it, outside JAX
   (``nnx.Linear``, ``eqx.nn.MLP``: the library's own module path)."""
   if traceback is None:
     return ()
   codes, lastis = traceback.raw_frames()
   kept, entered = [], True
-  for code, lasti in zip(reversed(codes), reversed(lastis)):
-    if not capture_frames.library_file(code.co_filename):
-      if code.co_name not in _INLINE:
-        kept.append((code, lasti))
+  for k in range(len(codes) - 1, -1, -1):
+    code = codes[k]
+    kind = _kinds.get(code)
+    if kind is None:
+      kind = _kinds[code] = _kind(code)
+    if kind == USER:
+      kept.append((code, lastis[k]))
       entered = False
-    elif (not entered and kept and code.co_name == "__call__"
-          and not capture_names.inside_jax(code.co_filename)):   # not jnp's ufuncs
-      kept.append((code, lasti))
+    elif kind == INLINE:
+      entered = False
+    elif kind == MODULE and not entered and kept:
+      kept.append((code, lastis[k]))
       entered = True
+  if len(_kinds) > 100_000:   # bounded: code objects of long-gone cells go too
+    _kinds.clear()
   return tuple(kept)
+
+
+def _kind(code) -> int:
+  if not capture_frames.library_file(code.co_filename):
+    return INLINE if code.co_name in _INLINE else USER
+  if code.co_name == "__call__" and not capture_names.inside_jax(code.co_filename):
+    return MODULE   # not jnp's ufuncs
+  return LIBRARY
 
 
 def combined(names: Sequence[str], frames: Sequence[str]) -> list[str]:
