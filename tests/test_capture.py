@@ -681,4 +681,6 @@ def test_one_rule_application_that_fails_at_two_leaves_is_one_diagnosis(path):
   assert d.headline.endswith("; also v.")
   marked = {e.dst + "#" + str(e.position): e.cotangent_got for e in d.graph.edges if e.cotangent_got}
   assert sorted(marked.values()) == ["float32[6,5]", "float32[6,8]"]
-  assert [f.title for f in d.fixes].count("Swap outputs 1 and 2") == 1
+  # Said once (its verdict, type-only here as the rule's values are not the gradient, may
+  # follow the title).
+  assert sum(f.title.startswith("Swap outputs 1 and 2") for f in d.fixes) == 1
