@@ -125,12 +125,14 @@ def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_
   wrong = [i for i, (given, out) in enumerate(zip(inputs, outputs))
            if out is not None and out != given]
   path_of = (lambda i: f"[0]['k{i}']") if container == "dict" else (lambda i: f"[{i}]")
-  by_path = {d.path: d for d in found}
-  assert set(by_path) == {path_of(i) for i in wrong}, (case, [d.headline for d in found])
+  # One diagnosis per rule application and kind; each lists every leaf it got wrong.
+  leaves = {l.path: (l, d) for d in found for l in (d.leaves or [d])}
+  assert len(leaves) == sum(len(d.leaves) or 1 for d in found), case
+  assert set(leaves) == {path_of(i) for i in wrong}, (case, [d.headline for d in found])
   for i in wrong:
-    d = by_path[path_of(i)]
-    assert d.expected == jax.core.ShapedArray(*inputs[i]).str_short(), case
-    assert d.got == jax.core.ShapedArray(*outputs[i]).str_short(), case
+    leaf, d = leaves[path_of(i)]
+    assert leaf.expected == jax.core.ShapedArray(*inputs[i]).str_short(), case
+    assert leaf.got == jax.core.ShapedArray(*outputs[i]).str_short(), case
     if outputs[i][0] != inputs[i][0]:
       assert d.kind == "bwd_type", case
     raised = plain[0] == "raised"
