@@ -9,11 +9,17 @@ from __future__ import annotations
 import time
 import uuid
 
+import jax
 import jsonschema
 import pytest
 from kernel_helpers import DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP, validator
 
 from jupyter_vjpviz.deliver import comm
+
+SEES_THE_FUNCTION = tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 8)
+needs_the_function = pytest.mark.skipif(
+    not SEES_THE_FUNCTION, reason="before JAX 0.8 the hook does not yet see the function "
+    "jax.grad differentiates: no graph to request, no call to re-run for apply")
 
 VIEW = validator("View")
 VERIFY = validator("VerifyResult")
@@ -120,6 +126,7 @@ def test_failing_grad_opens_a_comm_without_blocking(panel):
   assert "return gy @ w.T, (x.T @ gy).T" in bad
 
 
+@needs_the_function
 def test_requests_get_replies_on_the_push_comm(panel):
   comm_id = panel.opened()[-1]["content"]["comm_id"]
   d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]
@@ -172,6 +179,7 @@ def test_panel_opened_comm_gets_the_history_and_listening_is_set(panel):
   assert "LISTENING True" in text
 
 
+@needs_the_function
 def test_apply_rebinds_the_rule(panel):
   comm_id = panel.opened()[-1]["content"]["comm_id"]
   d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]

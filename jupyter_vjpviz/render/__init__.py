@@ -4,9 +4,15 @@ It never imports capture or deliver and never traces JAX: it only reads the
 Graph the analysis stage built, so it can run long after the failing call.
 """
 
-from ..analysis import diagnosis
-from . import dot, html, svg, text
+import importlib
 
-# Looked up at each call, so the renderer called is the module's current one.
-diagnosis.RENDERINGS.update({m.__name__.rsplit(".", 1)[1]: lambda d, m=m, **view: m.render(d, **view)
-                             for m in (dot, html, svg, text)})
+from ..analysis import diagnosis
+
+
+def _renderer(fmt: str):
+  """``fmt``'s renderer, looked up at each call: the module imported now (a test may
+  have patched it, or a fresh import replaced it) is the one that renders."""
+  return lambda d, **view: importlib.import_module(f"{__name__}.{fmt}").render(d, **view)
+
+
+diagnosis.RENDERINGS.update({fmt: _renderer(fmt) for fmt in ("dot", "html", "svg", "text")})

@@ -14,7 +14,7 @@ MAX_EDGES = 8      # per direction around the failing node
 
 def render(d) -> str:
   lines = [f"vjpviz {d.severity}: {d.headline}", ""]
-  lines += [f"  {k:<10}{v}" for k, v in facts(d) if v]
+  lines += [f"  {k:<9} {v}" for k, v in facts(d) if v]
   lines += _neighbourhood(d.graph, d.node)
   if d.fixes:
     lines += ["", "  fixes:"] + [f"    {i}. {fix_label(f)}{f.title}" for i, f in enumerate(d.fixes, 1)]
