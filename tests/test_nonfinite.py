@@ -223,3 +223,4 @@ def test_the_nans_line_magic_shows_the_diagnosis(capsys):
     assert "f(y): the gradient is finite" in capsys.readouterr().out
   finally:
     shell.run_line_magic("unload_ext", "jupyter_vjpviz")
+    InteractiveShell.clear_instance()   # later tests run outside IPython, as scripts do
