@@ -70,26 +70,28 @@ def params(n_layers, d_model=256, ffn=1024, seed=0):
   return [layer] * n_layers
 
 
+def layer_norm(x, scale):
+  mu = x.mean(-1, keepdims=True)
+  return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * scale
+
+
+def attention(p, x, heads):
+  b, t, d = x.shape
+  q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
+  q, k, v = (a.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3) for a in (q, k, v))
+  logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(d // heads)
+  mask = jnp.tril(jnp.ones((t, t), bool))
+  att = jax.nn.softmax(jnp.where(mask, logits, -1e9), axis=-1)
+  return (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ p["out"]
+
+
 def model(n_layers, bad_layer, heads=8):
   """A fresh loss function (a new object, so nothing about it is cached)."""
-  def layer_norm(x, scale):
-    mu = x.mean(-1, keepdims=True)
-    return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * scale
-
-  def attention(p, x):
-    b, t, d = x.shape
-    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
-    q, k, v = (a.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3) for a in (q, k, v))
-    logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(d // heads)
-    mask = jnp.tril(jnp.ones((t, t), bool))
-    att = jax.nn.softmax(jnp.where(mask, logits, -1e9), axis=-1)
-    return (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ p["out"]
-
   def loss(layers, x):
     for i, p in enumerate(layers[:n_layers]):
       with jax.named_scope(f"layer{i}"):
         with jax.named_scope("attn"):
-          x = x + attention(p, layer_norm(x, p["ln1"]))
+          x = x + attention(p, layer_norm(x, p["ln1"]), heads)
         with jax.named_scope("mlp"):
           act = gelu_bad if i == bad_layer else gelu
           x = x + act(layer_norm(x, p["ln2"]) @ p["up"]) @ p["down"]
@@ -99,21 +101,8 @@ def model(n_layers, bad_layer, heads=8):
 
 def plain_model(n_layers, bad_layer, heads=8):
   """The same stack written as most code is: plain functions, a Python loop, no named scopes."""
-  def layer_norm(x, scale):
-    mu = x.mean(-1, keepdims=True)
-    return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * scale
-
-  def attention(p, x):
-    b, t, d = x.shape
-    q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
-    q, k, v = (a.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3) for a in (q, k, v))
-    logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(d // heads)
-    mask = jnp.tril(jnp.ones((t, t), bool))
-    att = jax.nn.softmax(jnp.where(mask, logits, -1e9), axis=-1)
-    return (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ p["out"]
-
   def layer(p, x, act):
-    x = x + attention(p, layer_norm(x, p["ln1"]))
+    x = x + attention(p, layer_norm(x, p["ln1"]), heads)
     return x + act(layer_norm(x, p["ln2"]) @ p["up"]) @ p["down"]
 
   def loss(params, x):

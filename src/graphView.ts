@@ -189,24 +189,29 @@ export class GraphView extends Widget {
    * Ask the kernel to open a box (a folded group or a call) in place.
    */
   expand(id: string): Promise<void> {
-    const requests = this._requests;
-    if (!requests) {
-      return Promise.resolve();
-    }
-    this._setStatus(`Expanding ${id}…`);
-    return this._show(() => requests.expand(id, this._state), false);
+    return this._change(`Expanding ${id}…`, r => r.expand(id, this._state));
   }
 
   /**
    * Ask the kernel to fold an opened body back into its box.
    */
   collapse(id: string): Promise<void> {
+    return this._change(`Collapsing ${id}…`, r => r.collapse(id, this._state));
+  }
+
+  /**
+   * Show the view a request returns, saying what is being asked meanwhile.
+   */
+  private _change(
+    status: string,
+    ask: (requests: IGraphRequests) => Promise<IViewResult>
+  ): Promise<void> {
     const requests = this._requests;
     if (!requests) {
       return Promise.resolve();
     }
-    this._setStatus(`Collapsing ${id}…`);
-    return this._show(() => requests.collapse(id, this._state), false);
+    this._setStatus(status);
+    return this._show(() => ask(requests), false);
   }
 
   private _button(

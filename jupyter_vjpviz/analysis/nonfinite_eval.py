@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax._src import core
 
+from .partial_vjp import vjp_wrt
 from .program import sub_jaxprs
 
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat",
@@ -99,11 +100,5 @@ def inexact(x) -> bool:
 def pullback(fn: Callable, args: list, wrt: list[int], outs: list[int], cts: list) -> list:
   """The cotangents of ``args[j]`` for ``j`` in ``wrt``, of ``fn(args)``'s outputs ``outs``
   receiving ``cts`` (None: zero)."""
-  def restricted(*xs):
-    full = list(args)
-    for j, x in zip(wrt, xs):
-      full[j] = x
-    found = fn(full)
-    return [found[j] for j in outs]
-  primal, pull = jax.vjp(restricted, *[args[j] for j in wrt])
+  primal, pull = vjp_wrt(lambda *full: [fn(list(full))[j] for j in outs], args, wrt)
   return list(pull([jnp.zeros_like(p) if c is None else c for p, c in zip(primal, cts)]))

@@ -27,6 +27,7 @@ from jax._src import custom_derivatives as cd
 
 from ..capture import custom_rules, records
 from ..capture.records import RuleSite, Weak
+from .partial_vjp import vjp_wrt
 
 RIGHT = "right"                 # equal to the reference on every draw
 WRONG = "wrong"                 # well-typed, different values
@@ -267,14 +268,7 @@ def _draw_like(spec, rng, positive: bool = False, bound: int | None = None):
 def _pullback(site: RuleSite, fun, args, ct):
   """The cotangents JAX's autodiff of the primal gives its differentiable arguments."""
   positions = _diff_positions(site, len(args))
-  diff = tuple(args[i] for i in positions)
-
-  def restricted(*d):
-    full = list(args)
-    for i, v in zip(positions, d):
-      full[i] = v
-    return fun(*full)
-  return jax.vjp(restricted, *diff)[1](ct)
+  return vjp_wrt(fun, args, positions)[1](ct)
 
 
 def _diff_positions(site: RuleSite, n_args: int) -> list[int]:

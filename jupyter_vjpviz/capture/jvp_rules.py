@@ -25,7 +25,7 @@ def install(patches: PatchSet) -> None:
 
 def _wrap_flatten_jvp(original):
   def flatten_jvp(jvp, primal_name, jvp_name, *rest):
-    if records.active():
+    if records.current_session() is not None:   # outside a VJP, no one would hear of it
       jvp = safety.safely(_watch, jvp, primal_name, jvp_name, default=jvp)
     return original(jvp, primal_name, jvp_name, *rest)
   flatten_jvp.__wrapped__ = original

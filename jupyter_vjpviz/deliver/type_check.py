@@ -11,12 +11,12 @@ from __future__ import annotations
 import weakref
 
 import jax
-import numpy as np
 from jax._src import core
 
 from . import runtime
 from ..capture import custom_rules
 from ..analysis.diagnosis import Diagnosis
+from ..analysis.partial_vjp import pull_ones
 from ..fixes import verify as fix_verify
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -43,14 +43,7 @@ def run(fun, specs, nums, kwargs) -> list[Diagnosis]:
     full = list(specs)
     for i, a in zip(traced, traced_args):
       full[i] = a
-
-    def restricted(*dyn):
-      args = list(full)
-      for i, v in zip(nums, dyn):
-        args[i] = v
-      return fun(*args, **kwargs)
-    out, f_vjp = jax.vjp(restricted, *[full[i] for i in nums])
-    return f_vjp(jax.tree_util.tree_map(_unit_cotangent, out))
+    return pull_ones(fun, full, nums, **kwargs)
 
   was_installed = runtime.installed()
   runtime.install()
@@ -70,12 +63,6 @@ def run(fun, specs, nums, kwargs) -> list[Diagnosis]:
 def _all_specs(tree) -> bool:
   return all(isinstance(l, jax.ShapeDtypeStruct) for l in jax.tree_util.tree_leaves(tree))
 
-
-def _unit_cotangent(out):
-  aval = custom_rules.ct_aval(core.typeof(out))
-  if aval.dtype == jax.dtypes.float0:
-    return np.zeros(aval.shape, jax.dtypes.float0)
-  return jax.numpy.ones(aval.shape, aval.dtype)
 
 
 def verify_fix(diagnosis: Diagnosis, code: str) -> list[Diagnosis]:

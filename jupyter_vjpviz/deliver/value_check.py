@@ -32,6 +32,7 @@ from ..analysis.nonfinite_eval import inexact
 from ..analysis.diagnose import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.graph import Graph
+from ..analysis.partial_vjp import pull_ones
 from ..capture import custom_rules, records, user_calls
 from ..capture.records import ERROR, WARNING, Record, Session
 from ..fixes import nonfinite as nonfinite_fixes
@@ -223,26 +224,16 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
                for i, a in enumerate(args))   # a Python float differentiated is an input
   raised = False
   try:
-    grads = _gradient(fun, args, nums, kwargs)
+    grads = pull_ones(fun, args, nums, **kwargs)
   except FloatingPointError:
     raised = True
     with jax.debug_nans(False):
-      grads = _gradient(fun, args, nums, kwargs)
+      grads = pull_ones(fun, args, nums, **kwargs)
   if all(bool(jax.numpy.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grads)):
     return None
   del grads
   with jax.debug_nans(False):
     return safety.safely(_nonfinite, fun, args, nums, kwargs, raised)
-
-
-def _gradient(fun, args, nums, kwargs):
-  def restricted(*dyn):
-    full = list(args)
-    for i, v in zip(nums, dyn):
-      full[i] = v
-    return fun(*full, **kwargs)
-  out, pull = jax.vjp(restricted, *[args[i] for i in nums])
-  return pull(jax.tree_util.tree_map(type_check._unit_cotangent, out))
 
 
 def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:

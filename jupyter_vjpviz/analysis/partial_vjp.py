@@ -1,0 +1,36 @@
+"""``jax.vjp`` with respect to some positional arguments only, the others held as they are.
+
+The oracle, the NaN search and the type and value checks all differentiate a user's
+function in some of its arguments; this is the one place that builds that closure.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax._src import core
+
+from ..capture.custom_rules import ct_aval
+
+
+def vjp_wrt(fun, args, positions, **kwargs):
+  """``jax.vjp`` of ``fun(*args, **kwargs)`` in ``args[i]`` for ``i`` in ``positions``."""
+  def restricted(*picked):
+    full = list(args)
+    for i, v in zip(positions, picked):
+      full[i] = v
+    return fun(*full, **kwargs)
+  return jax.vjp(restricted, *[args[i] for i in positions])
+
+
+def pull_ones(fun, args, positions, **kwargs):
+  """The cotangents of ``args[positions]`` for a cotangent of ones on every output."""
+  out, pull = vjp_wrt(fun, args, positions, **kwargs)
+  return pull(jax.tree_util.tree_map(unit_cotangent, out))
+
+
+def unit_cotangent(out):
+  """Ones of ``out``'s cotangent type (float0 zeros for an integer output)."""
+  aval = ct_aval(core.typeof(out))
+  if aval.dtype == jax.dtypes.float0:
+    return np.zeros(aval.shape, jax.dtypes.float0)
+  return jax.numpy.ones(aval.shape, aval.dtype)
