@@ -7,7 +7,6 @@ import {
 
 import { GraphView } from './graphView';
 import { vjpvizIcon } from './panel';
-import { fields } from './protocol';
 import { CommandIDs, IVjpviz } from './tokens';
 
 const CATEGORY = 'VJP Debugger';
@@ -85,7 +84,7 @@ function openGraph(
   if (!diagnosis) {
     return;
   }
-  const d = fields(diagnosis);
+  const d = diagnosis;
   const id = `jp-vjpviz-graph-${vjpviz.kernelId}-${d.id}`;
   const open = graphs.find(w => w.id === id);
   if (open) {

@@ -1,7 +1,7 @@
 import { Widget } from '@lumino/widgets';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { Diagnosis, fields } from './protocol';
+import { Diagnosis } from './protocol';
 
 /**
  * The diagnoses of one kernel, newest first, with error/warning badges.
@@ -27,7 +27,7 @@ export class DiagnosisList extends Widget {
   setItems(diagnoses: readonly Diagnosis[], selectedId: string | null): void {
     this.node.textContent = '';
     for (const d of [...diagnoses].reverse()) {
-      const f = fields(d);
+      const f = d;
       const li = document.createElement('li');
       li.className = 'jp-Vjpviz-item';
       li.tabIndex = 0;

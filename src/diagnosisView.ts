@@ -5,7 +5,7 @@ import { mark } from './comm';
 import { diffRows } from './diff';
 import { FixEditor, IFixActions } from './fixEditor';
 import { GraphView, IGraphRequests } from './graphView';
-import { Diagnosis, IDiagnosisFields, fields } from './protocol';
+import { Diagnosis } from './protocol';
 
 /**
  * What a diagnosis view asks of the panel.
@@ -19,7 +19,7 @@ export interface IDiagnosisActions {
 /**
  * Build the diff table of a diagnosis (text only; kernel strings are never HTML).
  */
-export function renderDiff(d: IDiagnosisFields): HTMLTableElement {
+export function renderDiff(d: Diagnosis): HTMLTableElement {
   const table = document.createElement('table');
   table.className = 'jp-Vjpviz-diff';
   const head = table.createTHead().insertRow();
@@ -47,7 +47,7 @@ export function renderDiff(d: IDiagnosisFields): HTMLTableElement {
 /**
  * The rule's source with the bad return line marked.
  */
-export function renderRuleSource(d: IDiagnosisFields): HTMLElement | null {
+export function renderRuleSource(d: Diagnosis): HTMLElement | null {
   if (!d.rule_source_text) {
     return null;
   }
@@ -102,7 +102,7 @@ export class DiagnosisView extends Panel {
     diagnosis: Diagnosis,
     actions: IDiagnosisActions
   ): Promise<void> {
-    const d = fields(diagnosis);
+    const d = diagnosis;
     this._diagnosisId = d.id;
     const root = this._summary.node;
     root.textContent = '';
@@ -188,7 +188,7 @@ function section(title: string): HTMLElement {
 /**
  * With no suggestion, the editor starts from the rule as written.
  */
-function fixFallback(d: IDiagnosisFields): string | null {
+function fixFallback(d: Diagnosis): string | null {
   const text = d.rule_source_text;
   if (!text) {
     return null;

@@ -176,12 +176,6 @@ export function treeLeaves(text: string): string[] | null {
   return leaves;
 }
 
-/**
- * How one input's cotangent differs from the primal's derivative (a
- * `bwd_value` diagnosis's `leaf_errors`, the kernel's `oracle.LeafError`).
- */
-export type ILeafError = LeafError;
-
 const num = (x: number | null | undefined): string =>
   x === null || x === undefined ? '∞' : Number(x.toPrecision(4)).toString();
 
@@ -189,7 +183,7 @@ const num = (x: number | null | undefined): string =>
  * A value row: the reference beside the rule's value where they differ most.
  * Kernel numbers are untrusted like its text: only ever shown as text.
  */
-function valueRow(l: ILeafError): IDiffRow {
+function valueRow(l: LeafError): IDiffRow {
   const error = `max abs error ${num(l.max_abs)}, rel ${num(l.max_rel)}`;
   const perElement = l.reference_at !== l.got_at;
   const at = perElement ? ` at [${(l.where ?? []).map(num).join(', ')}]` : '';
@@ -215,7 +209,7 @@ export function diffRows(d: {
   path?: string | null;
   expected?: string | null;
   got?: string | null;
-  leaf_errors?: readonly ILeafError[] | null;
+  leaf_errors?: readonly LeafError[] | null;
 }): IDiffRow[] {
   if (d.kind === 'bwd_value' && Array.isArray(d.leaf_errors) && d.leaf_errors.length) {
     return d.leaf_errors.map(valueRow);

@@ -1,7 +1,7 @@
 import { CodeEditor, CodeEditorWrapper } from '@jupyterlab/codeeditor';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { FixVerdict, IFix, ILeafError, IVerifyResult } from './protocol';
+import { FixVerdict, Fix, LeafError, VerifyResult } from './protocol';
 
 /**
  * How each verdict reads in the picker and above the editor.
@@ -27,7 +27,7 @@ export function verdictText(verdict: FixVerdict | undefined, note?: string): str
 /**
  * The per-leaf errors of a fix whose values differ from the primal's derivative.
  */
-export function renderLeafErrors(leaves: readonly ILeafError[]): HTMLTableElement {
+export function renderLeafErrors(leaves: readonly LeafError[]): HTMLTableElement {
   const table = document.createElement('table');
   table.className = 'jp-Vjpviz-leafErrors';
   const head = table.createTHead().insertRow();
@@ -62,7 +62,7 @@ export function renderLeafErrors(leaves: readonly ILeafError[]): HTMLTableElemen
  * What the fix editor needs from its owner.
  */
 export interface IFixActions {
-  verify(code: string): Promise<IVerifyResult>;
+  verify(code: string): Promise<VerifyResult>;
   apply(code: string): Promise<IApplied>;
   copy(code: string): Promise<void>;
 }
@@ -139,7 +139,7 @@ export class FixEditor extends Panel {
    * Show the suggestions of a diagnosis (the first is the best).
    */
   setFixes(
-    fixes: readonly IFix[],
+    fixes: readonly Fix[],
     fallback: string | null,
     actions: IFixActions | null
   ): void {
@@ -229,7 +229,7 @@ export class FixEditor extends Panel {
       );
       this._result.setAttribute('data-vjpviz-verify', state);
       this._result.setAttribute('data-vjpviz-verdict', result.verdict ?? '');
-      const leaves = ([] as ILeafError[]).concat(
+      const leaves = ([] as LeafError[]).concat(
         ...(result.diff ?? []).map(p => p.leaf_errors ?? [])
       );
       if (leaves.length) {
@@ -287,7 +287,7 @@ export class FixEditor extends Panel {
   private _model: CodeEditor.Model;
   private _editor: CodeEditorWrapper;
   private _result: HTMLElement;
-  private _fixes: IFix[] = [];
+  private _fixes: Fix[] = [];
   private _actions: IFixActions | null = null;
 }
 

@@ -2,20 +2,20 @@ import { Widget } from '@lumino/widgets';
 import panzoom, { PanZoom } from 'panzoom';
 
 import { mark } from './comm';
-import { IGraphNode, IViewResult } from './protocol';
+import { GraphNode, View } from './protocol';
 import { sanitizeSvg } from './sanitize';
 
 /**
  * What the graph view asks of its owner (kernel round trips).
  */
 export interface IGraphRequests {
-  view(state: IViewState): Promise<IViewResult>;
-  expand(node: string, state: IViewState): Promise<IViewResult>;
-  collapse(node: string, state: IViewState): Promise<IViewResult>;
+  view(state: IViewState): Promise<View>;
+  expand(node: string, state: IViewState): Promise<View>;
+  collapse(node: string, state: IViewState): Promise<View>;
   search(
     query: string,
     state: IViewState
-  ): Promise<{ matches: string[]; view: IViewResult }>;
+  ): Promise<{ matches: string[]; view: View }>;
 }
 
 /**
@@ -125,7 +125,7 @@ export class GraphView extends Widget {
    * Show the graph of a diagnosis (asks the kernel for the default view).
    */
   async load(
-    nodes: readonly IGraphNode[],
+    nodes: readonly GraphNode[],
     failed: string | null,
     requests: IGraphRequests | null
   ): Promise<void> {
@@ -204,7 +204,7 @@ export class GraphView extends Widget {
    */
   private _change(
     status: string,
-    ask: (requests: IGraphRequests) => Promise<IViewResult>
+    ask: (requests: IGraphRequests) => Promise<View>
   ): Promise<void> {
     const requests = this._requests;
     if (!requests) {
@@ -232,11 +232,11 @@ export class GraphView extends Widget {
   }
 
   private async _show(
-    get: () => Promise<IViewResult>,
+    get: () => Promise<View>,
     centre: boolean
   ): Promise<void> {
     const token = ++this._token;
-    let view: IViewResult;
+    let view: View;
     try {
       mark('vjpviz:graph-requested');
       view = await get();
@@ -261,7 +261,7 @@ export class GraphView extends Widget {
     mark('vjpviz:graph-shown');
   }
 
-  private _render(view: IViewResult): void {
+  private _render(view: View): void {
     const svg = typeof view.svg === 'string' ? sanitizeSvg(view.svg) : null;
     this._canvas.textContent = '';
     if (!svg) {
@@ -546,7 +546,7 @@ export class GraphView extends Widget {
   private _resizeObserver: ResizeObserver | null = null;
   private _dragged = false;
   private _token = 0;
-  private _nodes = new Map<string, IGraphNode>();
+  private _nodes = new Map<string, GraphNode>();
   private _failed: string | null = null;
   private _state: IViewState = { expanded: [], collapsed: [] };
   private _requests: IGraphRequests | null = null;

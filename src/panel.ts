@@ -13,11 +13,10 @@ import { IApplied } from './fixEditor';
 import { IGraphRequests } from './graphView';
 import {
   Diagnosis,
-  IApplyResult,
-  IVerifyResult,
-  IViewResult,
-  RequestOp,
-  fields
+  ApplyResult,
+  VerifyResult,
+  View,
+  RequestOp
 } from './protocol';
 import { IVjpviz } from './tokens';
 
@@ -80,7 +79,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
   }
 
   get current(): Diagnosis | null {
-    return this.diagnoses.find(d => fields(d).id === this._selectedId) ?? null;
+    return this.diagnoses.find(d => d.id === this._selectedId) ?? null;
   }
 
   get currentChanged(): ISignal<this, Diagnosis | null> {
@@ -112,7 +111,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     if (kernelId !== this._kernelId) {
       return;
     }
-    this._selectedId = fields(diagnosis).id;
+    this._selectedId = diagnosis.id;
     await this._refresh();
   }
 
@@ -126,7 +125,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
 
   selectNext(step: 1 | -1): Promise<void> {
     // The list shows the newest first: down the list is back in time.
-    const ids = this.diagnoses.map(d => fields(d).id).reverse();
+    const ids = this.diagnoses.map(d => d.id).reverse();
     if (!ids.length) {
       return Promise.resolve();
     }
@@ -153,12 +152,12 @@ export class VjpvizPanel extends Panel implements IVjpviz {
         ...args
       })) as unknown as T;
     return {
-      view: state => ask<IViewResult>('view', { ...state }),
-      expand: (node, state) => ask<IViewResult>('expand', { node, ...state }),
+      view: state => ask<View>('view', { ...state }),
+      expand: (node, state) => ask<View>('expand', { node, ...state }),
       collapse: (node, state) =>
-        ask<IViewResult>('collapse', { node, ...state }),
+        ask<View>('collapse', { node, ...state }),
       search: (query, state) =>
-        ask<{ matches: string[]; view: IViewResult }>('search', {
+        ask<{ matches: string[]; view: View }>('search', {
           query,
           ...state
         })
@@ -189,9 +188,9 @@ export class VjpvizPanel extends Panel implements IVjpviz {
       return Promise.resolve();
     }
     const selected =
-      diagnoses.find(d => fields(d).id === this._selectedId) ??
+      diagnoses.find(d => d.id === this._selectedId) ??
       diagnoses[diagnoses.length - 1];
-    this._selectedId = fields(selected).id;
+    this._selectedId = selected.id;
     this._list.setItems(diagnoses, this._selectedId);
     if (this._view.diagnosisId === this._selectedId && this._shownKernel === this._kernelId) {
       return Promise.resolve();
@@ -230,7 +229,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
 
   private _actions(diagnosis: Diagnosis): IDiagnosisActions {
     const kernelId = this._kernelId;
-    const d = fields(diagnosis);
+    const d = diagnosis;
     if (!kernelId) {
       return { graph: null, fix: null, jumpToSource: () => undefined };
     }
@@ -240,7 +239,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
       graph: this.graphRequests(d.id),
       fix: {
         verify: async code =>
-          (await request('verify', { code })) as unknown as IVerifyResult,
+          (await request('verify', { code })) as unknown as VerifyResult,
         apply: code => this._apply(d, code, request),
         copy: text => this._copy(text)
       },
@@ -257,9 +256,9 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     code: string,
     request: (op: 'apply', args: JSONObject) => Promise<unknown>
   ): Promise<IApplied> {
-    let result: IApplyResult;
+    let result: ApplyResult;
     try {
-      result = (await request('apply', { code })) as IApplyResult;
+      result = (await request('apply', { code })) as ApplyResult;
     } catch (error) {
       const note = ` The kernel could not apply it (${(error as Error).message}); re-run the cell.`;
       return { message: this._applyToCell(code, rule) + note };

@@ -42,20 +42,6 @@ export type {
   View
 };
 
-// The names the panel's modules use.
-export type IGraphNode = GraphNode;
-export type IGraphEdge = GraphEdge;
-export type IFix = Fix;
-export type ILeafError = LeafError;
-export type IVerifyProblem = VerifyProblem;
-export type IDiagnosisFields = Diagnosis;
-export type IViewResult = View;
-export type IVerifyResult = VerifyResult;
-export type IApplyResult = ApplyResult;
-export type IHelloMessage = HelloMessage;
-export type IDiagnosisMessage = DiagnosisMessage;
-export type IReplyMessage = ReplyMessage;
-export type IRequestMessage = RequestMessage;
 export type RequestOp = RequestMessage['op'];
 
 /**
@@ -67,13 +53,6 @@ export const COMM_TARGET = 'vjpviz';
  * The protocol version carried in every message as `v`.
  */
 export const PROTOCOL_VERSION: Version = 1;
-
-/**
- * A diagnosis read through its typed fields (diagnoses are typed already).
- */
-export function fields(d: Diagnosis): Diagnosis {
-  return d;
-}
 
 /**
  * A message sent by the kernel to the panel.

@@ -1,6 +1,6 @@
 import { renderDiff, renderRuleSource } from '../diagnosisView';
 import { diffRows, treeLeaves } from '../diff';
-import { IDiagnosisFields } from '../protocol';
+import { Diagnosis } from '../protocol';
 
 const base = {
   id: 'd1',
@@ -83,7 +83,7 @@ describe('diffRows', () => {
 
 describe('renderDiff', () => {
   it('puts the stable hooks on every row and never parses kernel text as HTML', () => {
-    const d: IDiagnosisFields = {
+    const d: Diagnosis = {
       ...base,
       kind: 'bwd_type',
       path: '[<b>1</b>]',

@@ -13,7 +13,7 @@ import type { Text, UndoManager } from 'yjs';
 import { VjpvizComms } from '../comm';
 import { FixEditor, IFixActions } from '../fixEditor';
 import { VjpvizPanel } from '../panel';
-import { Diagnosis, IVerifyResult } from '../protocol';
+import { Diagnosis, VerifyResult } from '../protocol';
 import { FakeComm, FakeKernel, body } from './fakes';
 
 /**
@@ -65,7 +65,7 @@ function codeView(root: HTMLElement): EditorView {
 function spyActions() {
   return {
     verify: jest.fn(
-      async (code: string): Promise<IVerifyResult> => ({ pass: true })
+      async (code: string): Promise<VerifyResult> => ({ pass: true })
     ),
     apply: jest.fn(async (code: string) => ({ message: 'applied' })),
     copy: jest.fn(async (code: string) => undefined)
