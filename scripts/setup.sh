@@ -62,6 +62,17 @@ npm_packages() {
   jlpm install
 }
 
+labextension() {
+  # The panel as its sources are now: rebuilt when one is newer than the build (pip
+  # builds it only when pyproject changes), and served from the checkout through a
+  # link, so the browser tests load what was just built.
+  local built=jupyter_vjpviz/labextension/package.json
+  if [[ ! -f $built || -n $(find src style schema package.json -newer "$built" -print -quit) ]]; then
+    jlpm build
+  fi
+  jupyter labextension develop --overwrite . >/dev/null
+}
+
 # package.json scripts call jlpm and jupyter-builder from the venv.
 export PATH="$PWD/.venv/bin:$PATH"
 
@@ -70,4 +81,5 @@ phase "node" node_present
 phase "venv" venv
 phase "pip install -e .[test,test-libraries] (builds the labextension)" python_packages
 phase "npm dev dependencies" npm_packages
+phase "labextension" labextension
 test -f jupyter_vjpviz/labextension/package.json
