@@ -91,9 +91,10 @@ def _argument(rec: Record, node) -> tuple[str | None, str | None]:
   return None, None
 
 
-def key(rec: Record) -> tuple:
-  """What makes two records the same finding (warnings show once per key)."""
-  return (rec.kind, rec.function, rec.rule, rec.path, rec.expected, rec.got)
+def key(found) -> tuple:
+  """What makes two records, or the diagnoses made of them, the same finding (a warning
+  shows once per key)."""
+  return (found.kind, found.function, found.rule, found.path, found.expected, found.got)
 
 
 def merge(recs: list[Record]) -> list[Record]:

@@ -11,7 +11,7 @@ import gc
 import threading
 
 from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
-from ..analysis.diagnose import diagnose
+from ..analysis.diagnose import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..capture import check_sites, hook, records
 from ..capture.records import Session
@@ -174,7 +174,7 @@ def _gc_paused():
 def _remember_warnings(found: list[Diagnosis]) -> None:
   with _lock:
     for d in found:
-      _warned[_key(d)] = None
+      _warned[key(d)] = None   # the key diagnose skips records by
     while len(_warned) > WARNINGS_REMEMBERED:
       del _warned[next(iter(_warned))]
 
@@ -186,10 +186,6 @@ def _seen(exc: BaseException) -> bool:
 def _mark(exc: BaseException, found: list[Diagnosis]) -> None:
   """Diagnosed once: outer entry points the exception passes through skip it."""
   exc.__vjpviz__ = found
-
-
-def _key(d: Diagnosis) -> tuple:
-  return (d.kind, d.function, d.rule, d.path, d.expected, d.got)
 
 
 def _with_fixes(d: Diagnosis) -> Diagnosis:
