@@ -42,10 +42,16 @@ node_present() {
 }
 
 python_packages() {
-  # Skipped when pyproject.toml is what the venv was last installed from. A JAX
-  # already in the venv is pinned: installing the test extra never changes it.
+  # Skipped when pyproject.toml is what the venv was last installed from and no panel
+  # source is newer than the labextension that install built (it is installed as a
+  # copy: a newer source needs the install again). A JAX already in the venv is
+  # pinned: installing the test extra never changes it.
   local stamp=.venv/.installed-from constraints=.venv/.jax-constraints
-  if [[ -f $stamp ]] && cmp -s pyproject.toml "$stamp"; then return; fi
+  local built=jupyter_vjpviz/labextension/package.json
+  if [[ -f $stamp && -f $built ]] && cmp -s pyproject.toml "$stamp" &&
+     [[ -z $(find src style schema package.json -newer "$built" -print -quit) ]]; then
+    return
+  fi
   .venv/bin/python - >"$constraints" <<'PY'
 import importlib.metadata as m
 for name in ("jax", "jaxlib"):
@@ -62,17 +68,6 @@ npm_packages() {
   jlpm install
 }
 
-labextension() {
-  # The panel as its sources are now: rebuilt when one is newer than the build (pip
-  # builds it only when pyproject changes), and served from the checkout through a
-  # link, so the browser tests load what was just built.
-  local built=jupyter_vjpviz/labextension/package.json
-  if [[ ! -f $built || -n $(find src style schema package.json -newer "$built" -print -quit) ]]; then
-    jlpm build
-  fi
-  jupyter labextension develop --overwrite . >/dev/null
-}
-
 # package.json scripts call jlpm and jupyter-builder from the venv.
 export PATH="$PWD/.venv/bin:$PATH"
 
@@ -81,5 +76,4 @@ phase "node" node_present
 phase "venv" venv
 phase "pip install -e .[test,test-libraries] (builds the labextension)" python_packages
 phase "npm dev dependencies" npm_packages
-phase "labextension" labextension
 test -f jupyter_vjpviz/labextension/package.json
