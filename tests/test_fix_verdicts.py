@@ -55,6 +55,27 @@ def test_with_nothing_saved_the_fallback_saves_the_inputs_and_is_verified_first(
     np.testing.assert_allclose(g, w, rtol=1e-5)
 
 
+SCALE = """
+import functools
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def scale(k, params):
+  return k * params["w"] @ params["b"]
+def scale_fwd(k, params):
+  return scale(k, params), params
+def scale_bwd(k, params, g):
+  return ({"w": g[:, None] * params["b"][None, :] * k, "b": g},)
+scale.defvjp(scale_fwd, scale_bwd)
+def loss(p): return scale(2., p).sum()
+"""
+
+
+def test_one_ill_typed_argument_that_is_every_argument_gets_one_fallback_not_two():
+  d = diagnosis(cell(SCALE)["loss"], {"w": W.T, "b": jnp.ones(3)})
+  differentiating = [f for f in d.fixes if "by differentiating scale" in f.title]
+  assert [f.title for f in differentiating] == ["Compute every cotangent by differentiating scale"]
+  assert differentiating[0].verdict == "verified" and d.fixes[0] is differentiating[0]
+
+
 LAYER = """
 @jax.custom_vjp
 def layer(x, w):

@@ -65,6 +65,7 @@ def fallback(rule, whole: bool) -> Fix | None:
   whole = whole or kinds.of(d.kind).structural or not keys or not isinstance(keys[0], int) or any(
       source.element(ret.value, [keys[0]]) is None for ret in rule.src.returns())
   targets = list(range(n_diff)) if whole else _ill_typed(rule, n_diff, keys[0])
+  whole = whole or len(targets) == n_diff   # every argument ill-typed: one fix, not two
   reach = saved_args(rule, fwd)
   missing = [k for k in range(n_diff) if k not in reach]
   edits, new_fwd, unpack = [], "", []
