@@ -76,6 +76,38 @@ def test_one_ill_typed_argument_that_is_every_argument_gets_one_fallback_not_two
   assert differentiating[0].verdict == "verified" and d.fixes[0] is differentiating[0]
 
 
+AFFINE = """
+import dataclasses
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Params:
+  w: jax.Array
+  b: jax.Array
+@jax.custom_vjp
+def affine(p, x):
+  return x @ p.w + p.b
+def affine_fwd(p, x):
+  return affine(p, x), (p, x)
+def affine_bwd(res, g):
+  p, x = res
+  return Params(w=x.T @ g, b=g), g @ p.w.T
+affine.defvjp(affine_fwd, affine_bwd)
+def loss(p, x): return jnp.tanh(affine(p, x)).sum()
+"""
+
+
+def test_a_leaf_built_by_keyword_in_a_constructor_gets_its_own_edit():
+  ns = cell(AFFINE)
+  p = ns["Params"](W, jnp.linspace(0., 1., 2))
+  d = diagnosis(ns["loss"], p, X)
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "b=g.sum(" in first.code, first.code
+  assert vv.apply_fix(d, first.code).applied
+  got = jax.grad(ns["loss"])(p, X)
+  want = jax.grad(lambda p, x: jnp.tanh(x @ p.w + p.b).sum())(p, X)
+  np.testing.assert_allclose(got.b, want.b, rtol=1e-5)
+
+
 LAYER = """
 @jax.custom_vjp
 def layer(x, w):

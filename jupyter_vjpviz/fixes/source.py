@@ -199,6 +199,11 @@ def element(value: ast.expr, keys: list) -> ast.expr | None:
       if not match:
         return None
       value = match[0]
+    elif isinstance(value, ast.Call) and isinstance(key, str):   # dict(w=...), Params(w=...)
+      match = [k.value for k in value.keywords if k.arg == key]
+      if not match:
+        return None
+      value = match[0]
     else:
       return None
   return value
