@@ -2,15 +2,22 @@
 
 The backward pass is re-run one level of the forward program at a time, only
 where it matters: a level (the top, a jit's body, one iteration of a scan's
-body) is differentiated equation by equation in one compiled run that returns
-only summaries of every edge's cotangent (norm, min, max, NaN/Inf counts, as
-``Summary``). The first equation in backward order whose outputs' cotangents
-are finite and whose inputs' are not is the culprit at that level; if it has a
-body (jit, remat, cond, a scan: bisected to the first iteration that turns
-finite into non-finite), the search goes on inside with that equation's own
-operands and cotangents, fetched by a second run. A custom rule's bwd is
-searched forwards for the first of its operations that turned finite values
-non-finite: the line of the user's bwd that divides by zero.
+body) is run forwards and then differentiated equation by equation, eagerly,
+each edge's cotangent reduced to a ``Flow`` (NaN/Inf counts, norm, max |value|)
+as it is made. The first equation in backward order whose outputs' cotangents
+are finite and whose inputs' are not is the culprit at that level, and the
+level stops there: nothing upstream of it is differentiated. If it has a body
+(jit, remat, cond, a scan: bisected to the first iteration that turns finite
+into non-finite) the search goes on inside with that equation's own operands
+and cotangents, which the eager run still holds. A custom rule's bwd (and a
+while loop in it, iteration by iteration) is searched forwards for the first
+of its operations that turned finite values non-finite: the line of the user's
+bwd that divides by zero.
+
+Eager, not compiled: a compiled level costs XLA a compile of every equation's
+pullback at once (minutes at 4k equations), while eager dispatch compiles
+each primitive once per shape and reuses it across layers; a nested jit is
+still differentiated compiled, once per body (JAX caches it by jaxpr).
 
 Arrays live only while ``localise`` runs; what it returns holds numbers,
 strings and the equation (for the fixes stage, which re-runs the gradient with
@@ -20,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -28,16 +34,18 @@ import numpy as np
 from jax._src import core
 
 from ..capture import frames
-from .nonfinite_eval import CALLS, bind, evaluate, inexact, pullback, scan_groups
+from .nonfinite_eval import CALLS, bind, evaluate, inexact, pullback, run_eqn, scan_groups
 from .program import _body_prefix, _eqn_id, sub_jaxprs
 
 @dataclasses.dataclass(frozen=True)
 class Flow:
-  """What the overlay shows of one edge's cotangent: its size, NaN and Inf counts, norm."""
+  """What the overlay shows of one edge's cotangent: its size, NaN and Inf counts, the norm
+  and max |value| of its finite elements."""
   size: int
   nan: int
   inf: int
-  norm: float           # of the finite elements
+  norm: float
+  peak: float
 
   @property
   def finite(self) -> bool:
@@ -54,13 +62,14 @@ class Flow:
 
   @classmethod
   def of(cls, vec, size: int) -> Flow:
-    nan, inf, sumsq = (float(v) for v in np.asarray(vec))
-    return cls(size, int(nan), int(inf), math.sqrt(sumsq))
+    nan, inf, sumsq, peak = (float(v) for v in np.asarray(vec))
+    return cls(size, int(nan), int(inf), math.sqrt(sumsq), peak)
 
   @classmethod
   def joined(cls, found: list) -> Flow:
     return cls(sum(f.size for f in found), sum(f.nan for f in found),
-               sum(f.inf for f in found), math.sqrt(sum(f.norm ** 2 for f in found)))
+               sum(f.inf for f in found), math.sqrt(sum(f.norm ** 2 for f in found)),
+               max((f.peak for f in found), default=0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,21 +82,23 @@ class Summary(Flow):
 
   @property
   def max_abs(self) -> float:
-    return max(abs(self.lo), abs(self.hi)) if self.size > self.nan + self.inf else 0.0
+    return self.peak
 
   @classmethod
   def joined(cls, found: list[Summary]) -> Summary:
     flow = Flow.joined(found)
-    return cls(flow.size, flow.nan, flow.inf, flow.norm, sum(s.zero for s in found),
+    return cls(*dataclasses.astuple(flow), sum(s.zero for s in found),
                sum(s.negative for s in found), min((s.lo for s in found), default=0.0),
                max((s.hi for s in found), default=0.0))
 
 
+@jax.jit
 def flow(x) -> jax.Array:
-  """``Flow`` counts of ``x`` as one float32[3], computed where ``x`` is (in a trace)."""
+  """``Flow`` counts of ``x`` as one float32[4], computed where ``x`` is (one dispatch)."""
   x = (jnp.real(x) if jnp.iscomplexobj(x) else x).astype(jnp.float32)
-  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(),
-                    (jnp.where(jnp.isfinite(x), x, 0.0) ** 2).sum()]).astype(jnp.float32)
+  finite = jnp.where(jnp.isfinite(x), x, 0.0)
+  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(), (finite ** 2).sum(),
+                    jnp.abs(finite).max(initial=0.0)]).astype(jnp.float32)
 
 
 def summary(x) -> Summary:
@@ -96,9 +107,10 @@ def summary(x) -> Summary:
   x = np.real(x) if np.iscomplexobj(x) else x.astype(np.float64)
   ok = np.isfinite(x)
   fin = x[ok]
+  lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 0.0)
   return Summary(int(x.size), int(np.isnan(x).sum()), int(np.isinf(x).sum()),
-                 float(np.sqrt((fin ** 2).sum())), int((x == 0).sum()), int((x < 0).sum()),
-                 float(fin.min()) if fin.size else 0.0, float(fin.max()) if fin.size else 0.0)
+                 float(np.sqrt((fin ** 2).sum())), max(abs(lo), abs(hi)), int((x == 0).sum()),
+                 int((x < 0).sum()), lo, hi)
 
 
 @dataclasses.dataclass
@@ -127,7 +139,7 @@ def localise(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -
   """Search the backward pass of ``jaxpr`` at ``args`` (differentiating the ``active``
   inputs, its outputs receiving ``out_cts``) for the first equation that goes non-finite."""
   search = _Search()
-  found = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "")
+  found, _ = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "")
   return Localisation(found, search.edges, search.iterations)
 
 
@@ -137,40 +149,72 @@ class _Search:
     self.iterations: list = []
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
-            outer: str | None = None) -> Culprit | None:
-    """The culprit in one level; ``outer``: the enclosing equation's line (a library's jit
-    keeps no user frame in its body's tracebacks)."""
-    run = jax.jit(partial(_level, jaxpr, tuple(active)), static_argnames="keep")
-    edges, outs, _ = jax.device_get(run(args, out_cts, keep=None))
-    size = lambda v: int(np.prod(v.aval.shape))
-    edges = {(k, j): Flow.of(v, size(jaxpr.eqns[k].invars[j])) for (k, j), v in edges.items()}
-    outs = {k: int(v) for k, v in outs.items()}
-    for (k, j), s in edges.items():
-      self.edges[f"{_eqn_id(prefix, k)}#{j}"] = s
-    k = _first_bad(edges, outs)
-    if k is None:
-      return None
-    eqn = jaxpr.eqns[k]
-    _, _, (ins, cts) = run(args, out_cts, keep=k)
+            outer: str | None = None) -> tuple[Culprit | None, list]:
+    """The culprit in one level, or None and the cotangents of the level's inputs (None:
+    zero); ``outer``: the enclosing equation's line (a library's jit keeps no user frame
+    in its body's tracebacks).
+
+    A jit or remat fed finite cotangents is searched inside before it is differentiated
+    whole: its body's search gives its pullback too, and nothing is compiled for it."""
+    env = dict(zip(jaxpr.constvars, jaxpr.consts))
+    env.update(zip(jaxpr.invars, args))
+    read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
     live = _active(jaxpr, active)
+    for eqn in jaxpr.eqns:
+      env.update(zip(eqn.outvars, run_eqn(eqn, [read(v) for v in eqn.invars])))
+    ct: dict = {}
+    for v, c in zip(jaxpr.outvars, out_cts):
+      if isinstance(v, core.Var) and v in live and c is not None:
+        ct[v] = ct[v] + c if v in ct else c
+    for k in reversed(range(len(jaxpr.eqns))):
+      eqn = jaxpr.eqns[k]
+      wrt = [j for j, v in enumerate(eqn.invars) if isinstance(v, core.Var) and v in live]
+      fo = [j for j, v in enumerate(eqn.outvars) if inexact(v) and v in ct]
+      if not wrt or not fo:
+        continue
+      cts = [ct.get(v) if inexact(v) else None for v in eqn.outvars]
+      ins = [read(v) for v in eqn.invars]
+      fed = _all_finite(cts)
+      got = None
+      if fed and eqn.primitive.name in CALLS:
+        eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
+        found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
+                                ins, eqn_active, cts, where, _source(eqn) or outer)
+        if found is not None:
+          return found, None
+        got = [jnp.zeros_like(ins[j]) if got[j] is None else got[j] for j in wrt]
+      if got is None:
+        got = pullback(lambda full: run_eqn(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
+      flows = jax.device_get([flow(c) for c in got])      # one transfer per equation
+      for j, c, f in zip(wrt, got, flows):
+        self.edges[f"{_eqn_id(prefix, k)}#{j}"] = Flow.of(
+            f, int(np.prod(eqn.invars[j].aval.shape)))
+        v = eqn.invars[j]
+        ct[v] = ct[v] + c if v in ct else c
+      made = [self.edges[f"{_eqn_id(prefix, k)}#{j}"] for j in wrt]
+      if fed and not all(f.finite for f in made):
+        return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer), None
+    return None, [ct.get(v) if isinstance(v, core.Var) else None for v in jaxpr.invars]
+
+  def culprit(self, jaxpr, prefix, path, k, live, ins, cts, made, where, outer) -> Culprit:
+    """Equation ``k`` of the level made non-finite cotangents (``made``) from finite ones:
+    the culprit there, or inside it when its body is searched as it is differentiated."""
+    eqn = jaxpr.eqns[k]
     eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
-    nid = _eqn_id(prefix, k)
-    bad = Flow.joined([s for (i, _), s in edges.items() if i == k and not s.finite])
-    ct_in = Summary.joined([summary(c) for c in cts if c is not None])
-    here = Culprit(nid, (*path, (k, 0)), eqn, jaxpr,
-                   tuple(summary(x) if inexact(x) else None for x in ins), ct_in, bad,
-                   _source(eqn) or outer, where)
+    here = Culprit(_eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
+                   tuple(summary(x) if inexact(x) else None for x in ins),
+                   Summary.joined([summary(c) for c in cts if c is not None]),
+                   Flow.joined([f for f in made if not f.finite]), _source(eqn) or outer, where)
     return self.inside(here, ins, eqn_active, cts) or here
 
   def inside(self, c: Culprit, ins, active, cts) -> Culprit | None:
-    """The culprit within ``c``'s body, if it has one that is differentiated as written."""
+    """The culprit within ``c``'s body, if it has one that is differentiated as written (a
+    jit's body was searched already, before it was differentiated whole)."""
     name, subs = c.eqn.primitive.name, list(sub_jaxprs(c.eqn))
-    if name in CALLS:
-      return self.level(subs[0], c.node, c.path, ins, active, cts, c.where, c.source)
     if name == "cond":
       b = int(ins[0])
       return self.level(subs[b], _body_prefix(c.node, b, len(subs)), (*c.path[:-1], (c.path[-1][0], b)),
-                        ins[1:], active[1:], cts, c.where, c.source)
+                        ins[1:], active[1:], cts, c.where, c.source)[0]
     if name == "scan":
       return self.iteration(c, subs[0], ins, active, cts)
     if name in ("custom_vjp_call", "custom_jvp_call"):
@@ -206,55 +250,10 @@ class _Search:
       if _all_finite(ct) and not _all_finite(got):
         where = f"in iteration {t} of {length} of its scan{' (reversed)' if reverse else ''}"
         return self.level(body, c.node, c.path, args, body_active, ct,
-                          f"{c.where}, {where}" if c.where else where, c.source)
+                          f"{c.where}, {where}" if c.where else where, c.source)[0]
       by_input = dict(zip(wrt, got))
       ct_carry = [by_input.get(n_consts + j, jnp.zeros_like(x)) for j, x in enumerate(carries[idx])]
     return None
-
-
-def _level(jaxpr, active, args, out_cts, keep=None):
-  """Traced: per edge and per equation, counts of the cotangents of one level's
-  backward pass, equation by equation; ``keep``: that equation's operands and the
-  cotangents of its outputs, as arrays (for the search inside it)."""
-  env = dict(zip(jaxpr.constvars, jaxpr.consts))
-  env.update(zip(jaxpr.invars, args))
-  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
-  live = _active(jaxpr, active)
-  for eqn in jaxpr.eqns:
-    for v, x in zip(eqn.outvars, bind(eqn, [read(v) for v in eqn.invars])):
-      env[v] = x
-  ct: dict = {}
-  for v, c in zip(jaxpr.outvars, out_cts):
-    if isinstance(v, core.Var) and v in live and c is not None:
-      ct[v] = ct[v] + c if v in ct else c
-  edges, outs, kept = {}, {}, None
-  for k in reversed(range(len(jaxpr.eqns))):
-    eqn = jaxpr.eqns[k]
-    wrt = [j for j, v in enumerate(eqn.invars) if isinstance(v, core.Var) and v in live]
-    fo = [j for j, v in enumerate(eqn.outvars) if inexact(v) and v in ct]
-    if keep == k:
-      kept = ([read(v) for v in eqn.invars], [ct.get(v) if inexact(v) else None
-                                               for v in eqn.outvars])
-    if not wrt or not fo:
-      continue
-    cts = [ct[eqn.outvars[j]] for j in fo]
-    outs[k] = sum((~jnp.isfinite(c)).sum() for c in cts)   # non-finite elements in
-    ins = [read(v) for v in eqn.invars]
-    for j, c in zip(wrt, pullback(lambda full: bind(eqn, full), ins, wrt, fo, cts)):
-      edges[(k, j)] = flow(c)
-      v = eqn.invars[j]
-      ct[v] = ct[v] + c if v in ct else c
-  return edges, outs, kept
-
-
-def _first_bad(edges: dict, outs: dict) -> int | None:
-  """The first equation in backward order fed finite cotangents that made non-finite ones
-  (``outs``: per equation, the non-finite elements of its outputs' cotangents)."""
-  bad = {k for (k, _), s in edges.items() if not s.finite}
-  for k in sorted(bad, reverse=True):
-    if not outs[k]:
-      return k
-  return None
 
 
 def _active(jaxpr, active) -> set:

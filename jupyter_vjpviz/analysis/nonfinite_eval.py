@@ -40,6 +40,14 @@ def bind(eqn, args) -> list:
   return list(out) if eqn.primitive.multiple_results else [out]
 
 
+def run_eqn(eqn, args) -> list:
+  """The equation applied to ``args``; a jit or remat inlined (eagerly: op by op, nothing
+  compiled for one use; differentiated: JAX's own rules for each of its equations)."""
+  if eqn.primitive.name in CALLS:
+    return evaluate(next(sub_jaxprs(eqn)), args)
+  return bind(eqn, args)
+
+
 def evaluate(jaxpr: core.Jaxpr, args, patch: Patch | None = None) -> list:
   """``jaxpr``'s outputs at ``args`` (its constants are its own), ``patch`` applied."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
@@ -51,7 +59,7 @@ def evaluate(jaxpr: core.Jaxpr, args, patch: Patch | None = None) -> list:
     if patch is not None and patch.path[0][0] == i:
       outs = _patched(eqn, ins, patch, lambda v: made.get(v))
     else:
-      outs = bind(eqn, ins)
+      outs = run_eqn(eqn, ins)
     for v, x in zip(eqn.outvars, outs):
       env[v] = x
       made[v] = (eqn, ins)

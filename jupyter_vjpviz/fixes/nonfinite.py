@@ -49,11 +49,13 @@ class _Candidate:
 
 
 def gradient(p: Program, patch: Patch | None = None) -> list:
-  """The gradient of ``p`` w.r.t. its active inputs, with ``patch`` applied."""
+  """The gradient of ``p`` w.r.t. its active inputs, with ``patch`` applied. Eager, as the
+  search ran: the unpatched bodies reuse what it compiled, and a patched body is
+  differentiated op by op instead of compiled whole for one use."""
   wrt = [j for j, a in enumerate(p.active) if a]
   outs = [j for j, c in enumerate(p.out_cts) if c is not None]
-  run = jax.jit(lambda a, c: pullback(lambda f: evaluate(p.jaxpr, f, patch), a, wrt, outs, c))
-  return run(p.args, [p.out_cts[j] for j in outs])
+  return pullback(lambda f: evaluate(p.jaxpr, f, patch), p.args, wrt, outs,
+                  [p.out_cts[j] for j in outs])
 
 
 def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
