@@ -1,7 +1,9 @@
 """``safely``: vjpviz's own code runs behind it, so no bug of ours reaches the user's program."""
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from typing import Any, Callable
 
 _reported_failures: set[tuple[str, str]] = set()
@@ -26,6 +28,8 @@ def safely(fn: Callable, *args, default: Any = None) -> Any:
     if (where, type(e).__name__) not in _reported_failures:
       _reported_failures.add((where, type(e).__name__))
       print(failure_line(_stage(fn, sys._getframe(1)), where, e), file=sys.stderr)
+      if os.environ.get("VJPVIZ_DEBUG"):   # for us: where in vjpviz it failed
+        traceback.print_exc()
     return default
 
 

@@ -28,7 +28,7 @@ import jax
 from jax._src import core
 
 from ..analysis.diagnosis import Fix
-from ..base import kinds
+from ..base import kinds, trees
 from ..capture import custom_rules, records
 from . import exprs, returns, source, verify
 
@@ -672,12 +672,8 @@ def _filled_tuple(s: Scope, node, got, want, keys: list):
 
 def _arg_names(site) -> list[str]:
   """The primal's argument names as the diagnosis spells its inputs (``x``, ``params``)."""
-  leaves = jax.tree_util.tree_unflatten(site.in_tree, list(site.in_names))
-  names = []
-  for k, arg in enumerate(leaves):
-    first = jax.tree_util.tree_leaves(arg)
-    names.append(re.match(r"\w*", first[0]).group() if first else str(k))
-  return names
+  return [re.match(r"\w*", arg[0]).group() if arg else str(k)
+          for k, arg in enumerate(trees.split_args(site.in_tree, site.in_names))]
 
 
 def _choices(s: Scope, slots: list[tuple[Any, Any]]) -> Iterator[list[tuple[Any, str]]]:

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
-from ..base import kinds
+from ..base import kinds, trees
 from ..capture import wrappers
 from ..capture.custom_rules import ct_aval
 from . import calls, candidates, dtypes, exprs, primal, rank, returns, source, verify
@@ -283,6 +283,8 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
 
 def _zeros_template(rule: Rule) -> list[Fix]:
   """Every return statement returning zeros of the expected structure."""
+  if not trees.builtin_only(rule.d.site.in_tree):   # a user's class: no literal to write
+    return []
   template = _literal(jax.tree_util.tree_unflatten(
       rule.d.site.in_tree, [_zeros_or_none(rule, a) for a in rule.d.site.in_avals]))
   if template is None or not rule.src.returns():

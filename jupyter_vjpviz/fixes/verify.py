@@ -156,13 +156,17 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
 
   ``look(args, out, cts)``, if given, sees the traced values (to compare types).
   """
-  box = (lambda a, p: cd.CustomVJPPrimal(a, p)) if symbolic_zeros else (lambda a, p: a)
-  flags = jax.tree_util.tree_unflatten(site.in_tree, site.perturbed or [True] * len(site.in_paths))
+  flags = site.perturbed or [True] * len(site.in_paths)
   nondiff = [i for i, _ in site.nondiff]
   fwd, bwd = wrappers.user_rules(site.owner()).placed(fwd, bwd)
 
+  def boxed(diff):   # the primals as JAX hands them to a symbolic_zeros fwd
+    leaves = jax.tree_util.tree_leaves(diff)
+    return jax.tree_util.tree_unflatten(site.in_tree, [
+        cd.CustomVJPPrimal(a, p) for a, p in zip(leaves, flags)]) if symbolic_zeros else diff
+
   def run(*diff):
-    args = arguments(site, jax.tree_util.tree_map(box, diff, flags))
+    args = arguments(site, boxed(diff))
     out, res = fwd(*args)
     cts = bwd(*[args[i] for i in nondiff], res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
     if look is not None:
