@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.capture import retain, wrappers
 from jupyter_vjpviz.capture.records import Strong
 from test_fixes import untimed  # noqa: F401 - a fixture
 
@@ -70,7 +71,7 @@ def test_a_factory_rules_structure_error_is_diagnosed(hook):
   assert d.fixes
 
 
-def test_a_diagnosis_keeps_no_per_call_rule_that_closes_over_arrays(hook):
+def test_a_diagnosis_keeps_no_array_of_a_per_call_rule_that_closes_over_arrays(hook):
   baseline = {id(a) for a in jax.live_arrays()}
   for step in range(12):
     data = jnp.full((512, 1024), float(step))          # 2 MiB the rule closes over
@@ -83,7 +84,7 @@ def test_a_diagnosis_keeps_no_per_call_rule_that_closes_over_arrays(hook):
   del data, bwd, loss
   gc.collect()
   assert len(vv.diagnoses()) == 12
-  assert not isinstance(vv.last().site.owner, Strong)
+  assert not retain.holds_arrays(vv.last().site.owner())    # a stand-in, if anything
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
 
@@ -137,6 +138,98 @@ def test_flax_linen_custom_vjp_is_the_users_rule(hook):
   _in_this_file(d.rule_source)
   _in_this_file(d.call_site)
   assert d.fixes and all("def dense_bwd" in f.code for f in d.fixes)
+
+
+class TransposedDense(nn.Module):
+  """An nn.custom_vjp whose bwd transposes the input's cotangent (wrong for non-square x)."""
+
+  @nn.compact
+  def __call__(self, x):
+    def dense(mdl, x):
+      return mdl(x)
+
+    def dense_fwd(mdl, x):
+      return nn.vjp(dense, mdl, x)
+
+    def dense_bwd(vjp_fn, y_t):
+      params_t, input_t = vjp_fn(y_t)
+      return (params_t, input_t.T)
+    return nn.custom_vjp(dense, forward_fn=dense_fwd, backward_fn=dense_bwd)(nn.Dense(3), x)
+
+
+GOOD_DENSE_BWD = """
+def dense_bwd(vjp_fn, y_t):
+  params_t, input_t = vjp_fn(y_t)
+  return (params_t, input_t)
+"""
+
+
+def _inputs(d):
+  return [n.label for n in d.graph.nodes if n.kind == "input"]
+
+
+def test_flax_linen_rule_inputs_are_spelled_as_the_user_types_them(hook):
+  """The variables flax hands its custom_vjp are the user's own parameters (named as the
+  grad's input), the data is the user's fwd's ``x``; the fwd rule is ``dense_fwd``."""
+  x = jnp.ones((2, 3))
+  model = TransposedDense()
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
+  assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "dense", "dense_bwd", "x")
+  assert d.site.fwd_rule == "dense_fwd"
+  assert d.site.in_names == ("p['params']['Dense_0']['bias']", "p['params']['Dense_0']['kernel']", "x")
+  assert _inputs(d) == ["p['params']['Dense_0']['bias']", "p['params']['Dense_0']['kernel']"]
+
+
+class LiftedGrad(nn.Module):
+  """A lifted nn.grad over a module with a broken rule: flax's own jax.vjp inside."""
+
+  @nn.compact
+  def __call__(self, x):
+    def f(mdl, x):
+      return mdl(x).sum()
+    (g,) = nn.grad(f, TransposedDense(), x)
+    return (g * x).sum()
+
+
+def test_under_a_lifted_nn_grad_the_input_is_the_users_not_flaxs_scopes(hook):
+  x = jnp.ones((2, 3))
+  d = _diagnosed(lambda: LiftedGrad().init(jax.random.key(0), x))
+  assert (d.kind, d.rule, d.argument) == ("bwd_type", "dense_bwd", "x")
+  assert _inputs(d) == ["x"], d.graph.note
+
+
+def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_no_array(hook):
+  """flax's custom_vjp closes over the model's variables (tracers of the failing trace):
+  the diagnosis holds a stand-in that reaches none, enough to verify fixes by type and
+  value and to diff the user's file, while no device buffer outlives the call."""
+  x = jnp.ones((2, 3))
+  model = TransposedDense()
+  params = model.init(jax.random.key(0), x)
+  baseline = {id(a) for a in jax.live_arrays()}
+  d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
+  assert [a.shape for a in jax.live_arrays() if id(a) not in baseline] == []
+  assert isinstance(d.site.owner, Strong) and not retain.holds_arrays(d.site.owner())
+  assert d.fixes and d.fixes[0].verdict == "verified", [(f.title, f.verdict) for f in d.fixes]
+  assert vv.verify_fix(d, GOOD_DENSE_BWD) == []
+  (wrong,) = vv.verify_fix(d, GOOD_DENSE_BWD.replace("input_t)", "input_t.T)"))
+  assert (wrong.kind, wrong.argument) == ("bwd_type", "x")
+  (scaled,) = vv.verify_fix(d, GOOD_DENSE_BWD.replace("input_t)", "2 * input_t)"))
+  assert (scaled.kind, scaled.argument) == ("bwd_value", "x")
+  applied = vv.apply_fix(d, GOOD_DENSE_BWD)
+  assert applied.path == HERE and not applied.applied
+  assert "+      return (params_t, input_t)" in applied.diff
+
+
+def test_a_per_call_rule_is_never_applied_to_its_stand_in():
+  """Rebinding a stand-in would change nothing the user runs: it says so."""
+  data = jnp.ones(3)
+  cvjp = make_scaled(data, lambda res, g, data=data: (g * data,))
+  held = retain.standin(cvjp)
+  assert held is not None and not retain.holds_arrays(held)
+  with pytest.raises(ValueError, match="re-run"):
+    wrappers.user_rules(held).defvjp(held.fwd, lambda res, g: (g,))
+  assert retain.standin(cvjp).bwd.__defaults__[0].strides == (0,)
 
 
 # ------------------------------------------------------------- equinox filter_custom_vjp

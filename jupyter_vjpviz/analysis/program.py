@@ -123,7 +123,7 @@ def _input_nodes(origin: Origin) -> list[Node]:
   Differentiated leaves get ids ``in0, in1, ...`` in the VJP's input order (the
   order JAX's own paths like ``args[0]`` count in); the rest are ``static``.
   """
-  names = _leaf_names(origin)
+  names = capture_names.leaf_labels(origin)
   arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
   diff = {j: k for k, j in enumerate(origin.diff_leaves)}   # a model has thousands of leaves
   nodes = []
@@ -134,19 +134,6 @@ def _input_nodes(origin: Origin) -> list[Node]:
     else:
       nodes.append(Node(id=f"arg{j}", kind="static", label=names[j], out_avals=aval))
   return nodes
-
-
-def _leaf_names(origin: Origin) -> list[str]:
-  params = capture_names.positional_names(origin.fun)
-  dummy = jax.tree_util.tree_unflatten(origin.tree, list(range(len(origin.leaves))))
-  names = []
-  for path, _ in jax.tree_util.tree_leaves_with_path(dummy):
-    group, top, rest = path[0].idx, path[1], jax.tree_util.keystr(path[2:])
-    if group == 1:
-      names.append(f"{top.key}{rest}")
-    else:
-      names.append(capture_names.argument_name(params, top.idx, rest))
-  return names
 
 
 def from_jaxpr(jaxpr: core.Jaxpr, inputs: list[Node] | None = None) -> Graph:

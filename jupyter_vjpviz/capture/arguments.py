@@ -67,14 +67,19 @@ def watch(call: Callable[[], Any], code, event: str) -> tuple[Any, dict]:
 
 def _spelled(frame_locals: dict) -> dict[int, str]:
   """id of each array leaf among the parameters -> ``param.path`` (first parameter wins)."""
-  found: dict[int, str] = {}
+  return {i: name for i, (_, name) in spelled(frame_locals).items()}
+
+
+def spelled(frame_locals: dict) -> dict[int, tuple]:
+  """id of each leaf among the parameters -> (the leaf, ``param.path``); first one wins."""
+  found: dict[int, tuple] = {}
   for name, value in frame_locals.items():
     try:
       leaves = jax.tree_util.tree_leaves_with_path(value)
     except Exception:  # noqa: BLE001 - a parameter that is not a pytree names nothing
       continue
     for path, leaf in leaves:
-      found.setdefault(id(leaf), name + jax.tree_util.keystr(path))
+      found.setdefault(id(leaf), (leaf, name + jax.tree_util.keystr(path)))
   return found
 
 

@@ -23,7 +23,7 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import arguments, frames, jax_flags, names, records, wrappers
+from . import arguments, frames, jax_flags, names, records, user_calls, wrappers
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 from ..base import safety
@@ -262,8 +262,10 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
   code = _watched_code(cvjp)
   spelled = spelled or (arguments.cached(code, treedef) if code is not None else None) or ()
+  program = (user_calls.program_names([_unbox(x) for _, x in leaves])
+             if names.library_function(cvjp.fun) else [None] * len(leaves))
   in_names = tuple(
-      (spelled[k] if k < len(spelled) and spelled[k] else None)
+      (spelled[k] if k < len(spelled) and spelled[k] else None) or program[k]
       or names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
       for k, (p, _) in enumerate(leaves))
   return RuleSite(
@@ -287,7 +289,8 @@ def _rule_names(cvjp) -> dict:
   if cached is None or cached[0] != key:
     cached = _names_cache[cvjp] = (key, dict(
         function=names.function_name(cvjp.fun), source=names.function_source(cvjp.fun),
-        rule=names.function_name(cvjp.bwd), fwd_rule=names.function_name(cvjp.fwd),
+        rule=names.function_name(cvjp.bwd),
+        fwd_rule=names.function_name(wrappers.user_fwd(cvjp)[0]),
         rule_source=names.function_source(cvjp.bwd)), _user_fwd_code(cvjp))
   return cached[1]
 
@@ -299,7 +302,7 @@ def _watched_code(cvjp):
 
 def _user_fwd_code(cvjp):
   """The code of the user's fwd, when a library's (not JAX's) fwd calls it."""
-  fwd, path = wrappers.behind(cvjp.fwd)
+  fwd, path = wrappers.user_fwd(cvjp)
   code = getattr(fwd, "__code__", None)
   return code if path and not names.inside_jax(getattr(cvjp.fwd, "__code__", code).co_filename) else None
 

@@ -9,6 +9,7 @@ import weakref
 import jax
 
 from . import wrappers
+from ..base import trees
 
 _positional_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -17,8 +18,13 @@ _JAX_DIR = os.path.dirname(jax.__file__) + os.sep
 
 
 def unwrap(fun):
-  """The user's function behind ``__wrapped__``, partials and libraries' wrappers."""
+  """The user's function behind ``__wrapped__``, partials and libraries' wrappers (a
+  partial's arguments too: flax's ``functools.wraps`` points at a partial of its own
+  function, which is given the user's as an argument)."""
   fun = inspect.unwrap(fun)
+  user, path = wrappers.behind(fun)
+  if path is not None:
+    return user
   while isinstance(fun, functools.partial):
     fun = inspect.unwrap(fun.func)
   return _behind_library(fun)
@@ -43,6 +49,8 @@ def _behind_jax(fun):
 def function_of(jaxpr) -> tuple[str | None, str | None]:
   """Name and ``file:line`` of the function a jaxpr was traced from, from its debug info."""
   info = getattr(jaxpr, "debug_info", None)
+  if info is None and hasattr(jaxpr, "jaxpr"):   # a ClosedJaxpr of JAX 0.6 keeps it inside
+    info = getattr(jaxpr.jaxpr, "debug_info", None)
   if info is None:
     return None, None
   name, _, where = (info.func_src_info or "").partition(" at ")
@@ -88,6 +96,24 @@ def argument_name(params: tuple[str, ...], position: int, rest: str = "") -> str
   """``x['w']`` for position 0 of ``f(x)``; ``args[3]`` past the named parameters."""
   head = params[position] if position < len(params) else f"args[{position}]"
   return head + rest
+
+
+def leaf_labels(origin) -> list[str]:
+  """Each leaf of an ``Origin`` as the user names it (``x``, ``p['w']``, a keyword's name):
+  the graph's input labels, and a library rule's inputs that are program inputs."""
+  params = positional_names(origin.fun)
+  labels = []
+  for path in trees.leaf_paths(origin.tree, origin.leaves):
+    group, top, rest = path[0].idx, path[1], jax.tree_util.keystr(path[2:])
+    labels.append(f"{top.key}{rest}" if group == 1 else argument_name(params, top.idx, rest))
+  return [own or label for own, label in zip(origin.labels, labels)] if origin.labels else labels
+
+
+def library_function(fun) -> bool:
+  """A library's function (not the user's, nor JAX's own wrapper, which keeps the
+  user's parameters): its parameter names are not the user's."""
+  code = getattr(fun, "__code__", None)
+  return not wrappers.user_code(fun) and not (code is not None and inside_jax(code.co_filename))
 
 
 def scope_names(name_stack) -> str:

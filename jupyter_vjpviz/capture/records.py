@@ -113,6 +113,9 @@ class Origin:
   diff_leaves: tuple[int, ...]
   name: str
   source: str | None
+  labels: tuple[str | None, ...] = ()
+  """Per leaf, the user's spelling where ``fun`` is a library's and the user's call behind
+  it could not be kept (it holds tracers): learned by identity (``user_calls``)."""
 
 
 @dataclasses.dataclass

@@ -15,47 +15,85 @@ failure here leaves the wrapper's own ``Origin`` in place.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import threading
 import types
 
 import jax
 import numpy as np
 from jax._src import core
 
-from . import code_watch, names, records, wrappers
+from . import arguments, code_watch, names, records, wrappers
 from .records import Origin, Session
 from ..base import safety
 
 
 class Watch:
   """A context manager around one forward pass: on exit, the session's origin is the user's
-  call if it was seen. Only the first start of the user's function counts."""
+  call if it was seen. Only the first start of the user's function counts. While open, it
+  names the pass's inputs for ``program_names``."""
 
   def __init__(self, session: Session, primals: tuple):
     self.session, self.primals = session, primals
     self.fun = safety.safely(_target, session.origin)
     code = getattr(self.fun, "__code__", None)
     self.watch = code_watch.Watch(code, code_watch.START, self._started) if code else None
-    self.call = None             # (args, kwargs) when seen
+    self.call = self.spelled = None    # (args, kwargs), and arguments.spelled, when seen
+    self.positions = None        # id of each primal leaf -> its index, once asked
 
   def __enter__(self):
+    _passes().append(self)
     if self.watch is not None:
       safety.safely(self.watch.__enter__)
     return self
 
   def __exit__(self, *exc):
+    if self in _passes():
+      _passes().remove(self)
+    self.positions = None
     if self.watch is None or not self.watch.opened:
       return False
     safety.safely(self.watch.__exit__)
     if self.call is not None:
-      origin = safety.safely(user_origin, self.fun, *self.call, self.primals)
+      origin = (safety.safely(user_origin, self.fun, *self.call, self.primals)
+                or safety.safely(relabelled, self.session.origin, self.spelled, self.primals))
       self.session.origin = origin or self.session.origin
-    self.call = None             # its tracers must not outlive the forward pass
+    self.call = self.spelled = None    # their tracers must not outlive the forward pass
     return False
 
   def _started(self, frame):
     if self.call is None:
-      self.call = _arguments(frame)
+      self.call, self.spelled = _arguments(frame), arguments.spelled(frame.f_locals)
+
+
+_local = threading.local()      # .passes: this thread's open forward passes, innermost last
+
+
+def _passes() -> list:
+  if not hasattr(_local, "passes"):
+    _local.passes = []
+  return _local.passes
+
+
+def program_names(values: list) -> list[str | None]:
+  """Each of ``values`` named as the user named it among the inputs of a forward pass in
+  progress (innermost first), by identity, or None. A library's rule is handed the
+  user's parameters untouched (flax's variables, as the user's ``p['params']...``)."""
+  found: list = [None] * len(values)
+  for watch in reversed(_passes()):
+    origin = watch.session.origin
+    if origin is None or all(found):
+      continue
+    if watch.positions is None:
+      watch.positions = {id(p): k for k, p in enumerate(jax.tree_util.tree_leaves(watch.primals))}
+    labels = None
+    for i, x in enumerate(values):
+      k = watch.positions.get(id(x), watch.positions.get(id(getattr(x, "primal", x))))
+      if found[i] is None and k is not None and k < len(origin.diff_leaves):
+        labels = labels or names.leaf_labels(origin)
+        found[i] = labels[origin.diff_leaves[k]]
+  return found
 
 
 def _target(origin: Origin | None):
@@ -108,7 +146,21 @@ def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None
                 name=names.function_name(fun), source=names.function_source(fun))
 
 
-def _holds_tracer(x, depth: int = 3, budget: int = 256) -> bool:
+def relabelled(origin: Origin, spelled: dict, primals: tuple) -> Origin | None:
+  """The library's ``origin``, its differentiated leaves named as the user's function
+  named them (``spelled``: id -> ``x['w']``), matched by identity: a linearize tracer of
+  the user's frame carries the VJP's primal."""
+  by_id = {id(getattr(x, "primal", x)): name for x, name in spelled.values()}
+  names_of = [by_id.get(id(p)) for p in jax.tree_util.tree_leaves(primals)]
+  if origin is None or not any(names_of):
+    return None
+  labels = [None] * len(origin.leaves)
+  for k, j in enumerate(origin.diff_leaves[:len(names_of)]):
+    labels[j] = names_of[k]
+  return dataclasses.replace(origin, labels=tuple(labels))
+
+
+def _holds_tracer(x, depth: int = 6, budget: int = 256) -> bool:
   """Whether an object's attributes and items reach a tracer within ``depth`` steps
   (functions, classes and modules are not looked into: their globals are not the call's)."""
   layer = [x]

@@ -18,7 +18,7 @@ import functools
 import types
 from typing import Any, Callable
 
-from . import frames, hijax_rules
+from . import frames, hijax_rules, retain
 
 Path = tuple[tuple[str, str], ...]
 """Steps from a wrapper to the user's function: ("cell", freevar), ("attr", name), and in
@@ -32,12 +32,13 @@ def user_code(fn) -> bool:
   return code is not None and not frames.library_file(code.co_filename)
 
 
-def behind(fun) -> tuple[Any, Path | None]:
+def behind(fun, avoid=None) -> tuple[Any, Path | None]:
   """The user's function ``fun`` stands for and the path to it: ``(fun, ())`` if it is
-  the user's, ``(fun, None)`` if no user function is found behind the library's."""
+  the user's, ``(fun, None)`` if no user function is found behind the library's.
+  ``avoid`` is a user function that cannot be the one (see ``user_fwd``)."""
   if user_code(fun):
     return fun, ()
-  frontier, seen = [(fun, ())], {id(fun)}
+  frontier, seen = [(fun, ())], {id(fun), id(avoid)}
   for _ in range(MAX_DEPTH):
     deeper = []
     for fn, path in frontier:
@@ -50,6 +51,16 @@ def behind(fun) -> tuple[Any, Path | None]:
         deeper.append((value, path + steps))
     frontier = deeper
   return fun, None
+
+
+def user_fwd(owner) -> tuple[Any, Path | None]:
+  """The user's fwd behind a custom_vjp's: another user function than the primal where
+  there is one. A library may run both from one function (flax linen's fwd and primal
+  are one closure over the user's ``fn`` and ``forward_fn``); only where the user wrote
+  one function for both (``jax.custom_gradient``) is it both."""
+  primal, path = behind(owner.fun)
+  other = behind(owner.fwd, avoid=primal) if path else (None, None)
+  return other if other[1] is not None else behind(owner.fwd)
 
 
 def _called(fn):
@@ -201,6 +212,9 @@ class UserRules:
     self._redefine(fwd, bwd, lambda f, b: self.owner.defvjp_with_accums(f, b, **flags))
 
   def _redefine(self, fwd, bwd, define) -> None:
+    if retain.is_standin(self.owner):
+      raise ValueError("this rule was made for the failing call only (its custom_vjp is gone): "
+                       "put the fix in your source and re-run it")
     if not self.seen_through:
       define(fwd, bwd)
       return
@@ -217,6 +231,6 @@ def user_rules(owner) -> UserRules | hijax_rules.HijaxRules:
   what fixes read, verify runs and apply rebinds."""
   if hijax_rules.is_primitive(owner):
     return hijax_rules.HijaxRules(owner)
-  found = {role: behind(getattr(owner, role)) for role in ("fun", "fwd", "bwd")}
+  found = {"fun": behind(owner.fun), "fwd": user_fwd(owner), "bwd": behind(owner.bwd)}
   return UserRules(owner=owner, **{role: fn for role, (fn, _) in found.items()},
                    paths={role: path or () for role, (_, path) in found.items()})
