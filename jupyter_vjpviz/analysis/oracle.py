@@ -356,16 +356,9 @@ def _flatten_cts(site: RuleSite, cts) -> list:
   if not isinstance(cts, tuple) or len(cts) != n_args:
     raise _TypeMismatch(f"the rule returns {type(cts).__name__} where {n_args} "
                         "cotangent(s) are due")
-  index_tree = jax.tree_util.tree_unflatten(site.in_tree, list(range(len(site.in_paths))))
-  flat: list = [None] * len(site.in_paths)
-
-  def put(ct, idx):
-    for i in jax.tree_util.tree_leaves(idx):
-      flat[i] = ct
-  try:
-    jax.tree_util.tree_map(put, cts, index_tree, is_leaf=_none_or_zero)
-  except (ValueError, TypeError) as e:
-    raise _TypeMismatch(f"the rule's cotangents have another structure: {e}"[:300]) from None
+  flat = custom_rules.match_structure(site, cts)
+  if isinstance(flat, records.Record):
+    raise _TypeMismatch(f"the rule's cotangents have another structure: {flat.detail}"[:300])
   out = []
   for i, (ct, primal) in enumerate(zip(flat, site.in_avals)):
     want = custom_rules.ct_aval(primal)

@@ -26,7 +26,7 @@ from jax._src.state.types import AbstractRef
 from . import arguments, frames, jax_flags, names, records, user_calls, wrappers
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
-from ..base import safety
+from ..base import safety, trees
 
 
 class InstrumentedRule:
@@ -255,7 +255,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
   if session is not None:
     session.held[id(cvjp)] = cvjp
   if session is not None and session.entry == "vjp":
-    key = (id(cvjp.fun), call_site, name_stack)
+    key = (_rule_names(cvjp)["function"], call_site, name_stack)   # as the graph tells them apart
     session.occurrences[key] += 1
     occurrence = session.occurrences[key]
   params = names.positional_names(cvjp.fun)
@@ -394,7 +394,7 @@ def _payload(cts, with_logs: bool):
 
 def _leaf_cts(site, cts, with_logs: bool) -> list:
   """The rule's cotangent for each input leaf (None where it gave none)."""
-  flat = _match_structure(site, _payload(cts, with_logs))
+  flat = match_structure(site, _payload(cts, with_logs))
   return [None] * len(site.in_paths) if isinstance(flat, Record) else flat
 
 
@@ -435,7 +435,7 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
                    expected=site.in_structure, got=_structure(cts),
                    detail=f"{site.rule} returned {what}; {site.function} takes "
                           f"{n_args} differentiable argument(s)", **base)]
-  flat = _match_structure(site, cts)
+  flat = match_structure(site, cts)
   if isinstance(flat, Record):
     return [flat]
   found = []
@@ -461,15 +461,17 @@ def perturbed_args(site: RuleSite) -> tuple[int, ...]:
   """The differentiable arguments with a leaf that was differentiated: what a re-check
   differentiates (a library may assert that the rest are not)."""
   flags = site.perturbed or (True,) * len(site.in_paths)
-  args = jax.tree_util.tree_unflatten(site.in_tree, flags)
-  return tuple(i for i, a in enumerate(args) if any(jax.tree_util.tree_leaves(a)))
+  return tuple(i for i, arg in enumerate(trees.split_args(site.in_tree, flags)) if any(arg))
 
 
-def _match_structure(site, cts):
+def match_structure(site, cts):
   """Flatten ``cts`` against the args tree (None stands for a subtree) as JAX's own
   ``_flatten_bwd`` does: the user's pytree code is called exactly as JAX calls it (the
   args tree unflattened around sentinels, ``cts`` rebuilt around its own children)."""
-  expected = jax.tree_util.tree_unflatten(site.in_tree, [object()] * len(site.in_paths))
+  try:
+    expected = jax.tree_util.tree_unflatten(site.in_tree, [object()] * len(site.in_paths))
+  except Exception:  # noqa: BLE001 - the user's unflatten rejects sentinels, so JAX's check
+    return _leaves_of_same_tree(site, cts)   # raises there: what it would have said is ours
   flat: list = []
 
   def put(ct, subtree):
@@ -485,6 +487,13 @@ def _match_structure(site, cts):
                   expected=site.in_structure, got=str(got),
                   detail=f"at {path or 'the top'}: expected {want}, got {have}")
   return flat
+
+
+def _leaves_of_same_tree(site, cts) -> list:
+  """``cts``'s leaves where its tree is the args tree, compared without unflattening
+  (no leaf compared where it is not: a None subtree or another structure)."""
+  leaves, tree = jax.tree_util.tree_flatten(cts, is_leaf=_is_zero)
+  return leaves if tree == site.in_tree else [None] * len(site.in_paths)
 
 
 def _first_difference(site, got) -> tuple[str, str, str]:
