@@ -232,6 +232,26 @@ def test_a_per_call_rule_is_never_applied_to_its_stand_in():
   assert retain.standin(cvjp).bwd.__defaults__[0].strides == (0,)
 
 
+def _one_spelling(d, argument):
+  """``argument`` is how the headline, the text report, the graph's failing edge and
+  ``to_dict()`` (what the panel gets) all spell the input."""
+  assert d.argument == argument and d.to_dict()["argument"] == argument
+  assert f" {argument}:" in d.headline
+  assert f"input     {argument}" in d.to_text()
+  assert not any("scopes" in n.label or "grad_variables" in n.label or "diff_array" in n.label
+                 for n in d.graph.nodes), [n.label for n in d.graph.nodes]
+
+
+def test_a_library_rules_input_has_one_spelling_everywhere(hook):
+  x = jnp.ones((2, 3))
+  model = TransposedDense()
+  params = model.init(jax.random.key(0), x)
+  _one_spelling(_diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params)), "x")
+  vv.clear()
+  _one_spelling(_diagnosed(lambda: eqx.filter_grad(lambda m: run(m, jnp.ones(3)).sum())(_model())),
+                "model.layers[2].weight")
+
+
 # ------------------------------------------------------------- equinox filter_custom_vjp
 
 class Layer(eqx.Module):
