@@ -20,6 +20,7 @@ const VALIDATORS_PATH = path.join(ROOT, 'src', 'protocolValidators.ts');
 const VALIDATED = [
   'HelloMessage',
   'DiagnosisMessage',
+  'FixesMessage',
   'ReplyMessage',
   'Diagnosis',
   'HistoryResult',

@@ -5,11 +5,13 @@ import { ISignal, Signal } from '@lumino/signaling';
 import {
   COMM_TARGET,
   Diagnosis,
+  Fix,
   KernelToPanelMessage,
   PROTOCOL_VERSION,
   RequestMessage,
   RequestOp,
   ResultOf,
+  View,
   parseDiagnosis,
   parseKernelMessage,
   parseResult
@@ -249,6 +251,42 @@ export class DiagnosisStore {
   }
 
   /**
+   * Replace the fixes of a diagnosis (judged after it was pushed); false when its
+   * id is unknown (dropped, or the kernel restarted).
+   */
+  setFixes(kernelId: string, id: string, fixes: Fix[]): boolean {
+    const list = this._list(kernelId);
+    const at = list.findIndex(d => d.id === id);
+    if (at < 0) {
+      return false;
+    }
+    list[at] = { ...list[at], fixes };
+    return true;
+  }
+
+  /**
+   * Keep the default view pushed with a diagnosis, drawn.
+   */
+  setView(kernelId: string, id: string, view: View): void {
+    const views = this._views.get(kernelId) ?? new Map<string, View>();
+    this._views.set(kernelId, views);
+    views.set(id, view);
+    for (const old of views.keys()) {
+      if (views.size <= MAX_DIAGNOSES) {
+        break;
+      }
+      views.delete(old);
+    }
+  }
+
+  /**
+   * The default view pushed with a diagnosis, if any.
+   */
+  view(kernelId: string, id: string): View | null {
+    return this._views.get(kernelId)?.get(id) ?? null;
+  }
+
+  /**
    * Merge a history reply with what was pushed meanwhile, in the kernel's order.
    */
   merge(kernelId: string, diagnoses: readonly Diagnosis[]): void {
@@ -264,6 +302,7 @@ export class DiagnosisStore {
    */
   clear(kernelId: string): void {
     this._kernels.delete(kernelId);
+    this._views.delete(kernelId);
   }
 
   private _list(kernelId: string): Diagnosis[] {
@@ -276,6 +315,7 @@ export class DiagnosisStore {
   }
 
   private _kernels = new Map<string, Diagnosis[]>();
+  private _views = new Map<string, Map<string, View>>();
 }
 
 /**
@@ -289,6 +329,13 @@ export class VjpvizComms {
    */
   get diagnosisReceived(): ISignal<this, IDiagnosisEvent> {
     return this._diagnosisReceived;
+  }
+
+  /**
+   * Emitted when a diagnosis already received gets its fixes (judged after the push).
+   */
+  get fixesReceived(): ISignal<this, IDiagnosisEvent> {
+    return this._fixesReceived;
   }
 
   /**
@@ -330,6 +377,13 @@ export class VjpvizComms {
   }
 
   /**
+   * The default view a kernel pushed with a diagnosis, drawn; null if none came.
+   */
+  pushedView(kernelId: string, id: string): View | null {
+    return this._store.view(kernelId, id);
+  }
+
+  /**
    * Ask a kernel for an operation; resolves with the reply's validated result.
    */
   request<Op extends RequestOp>(
@@ -352,7 +406,18 @@ export class VjpvizComms {
       }
     } else if (message.type === 'diagnosis' && this._store.add(kernelId, message.diagnosis)) {
       mark('vjpviz:diagnosis-received');
+      if (message.view) {
+        this._store.setView(kernelId, message.diagnosis.id, message.view);
+      }
       this._diagnosisReceived.emit({ kernelId, diagnosis: message.diagnosis });
+    } else if (
+      message.type === 'fixes' &&
+      this._store.setFixes(kernelId, message.diagnosis_id, message.fixes)
+    ) {
+      const diagnosis = this._store
+        .list(kernelId)
+        .find(d => d.id === message.diagnosis_id)!;
+      this._fixesReceived.emit({ kernelId, diagnosis });
     }
   }
 
@@ -382,6 +447,7 @@ export class VjpvizComms {
   private _channels = new Map<string, KernelChannel>();
   private _store = new DiagnosisStore();
   private _diagnosisReceived = new Signal<this, IDiagnosisEvent>(this);
+  private _fixesReceived = new Signal<this, IDiagnosisEvent>(this);
   private _listChanged = new Signal<this, string>(this);
 }
 

@@ -555,24 +555,20 @@ export class GraphView extends Widget {
 /**
  * Mark the legend that render/dot.py draws (a cluster with id "vjpviz-legend"
  * and boxes and edges named legend_*): left out of fit and of the keyboard.
- * The failing-node sample gets the failing node's colours (the theme's).
+ * Its failing-node and mismatched-edge samples come classed (vjpviz-legend-failed,
+ * vjpviz-legend-mismatch), so the theme colours them as the real ones.
  */
 function markLegend(svg: SVGSVGElement): void {
   for (const g of Array.from(svg.querySelectorAll('g.cluster, g.node, g.edge'))) {
     const title = Array.from(g.children).find(c => c.localName === 'title');
     const name = title?.textContent?.trim() ?? '';
-    const isLegend =
+    if (
       g.getAttribute('id') === 'vjpviz-legend' ||
       name === 'cluster_legend' ||
-      /^legend_[\w]+($|->)/.test(name);
-    if (!isLegend) {
-      continue;
-    }
-    g.classList.add(LEGEND_CLASS);
-    if (name === 'legend_failed') {
-      g.classList.add('vjpviz-legend-failed');
-    } else if (name === 'legend_failed->legend_custom') {
-      g.classList.add('vjpviz-legend-mismatch');
+      /^legend_[\w]+($|->)/.test(name) ||
+      g.matches('.vjpviz-legend-failed, .vjpviz-legend-mismatch')
+    ) {
+      g.classList.add(LEGEND_CLASS);
     }
   }
 }

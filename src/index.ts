@@ -75,6 +75,9 @@ function activate(
       app.shell.activateById(panel.id);
     }
   });
+  comms.fixesReceived.connect((_, { kernelId, diagnosis }) =>
+    panel.onFixes(kernelId, diagnosis)
+  );
 
   if (settingRegistry) {
     void settingRegistry

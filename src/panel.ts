@@ -116,6 +116,21 @@ export class VjpvizPanel extends Panel implements IVjpviz {
   }
 
   /**
+   * A diagnosis of `kernelId` got its fixes (judged after it arrived): the list and,
+   * if it is shown, its fix editor take them; its graph stays as the user left it.
+   */
+  onFixes(kernelId: string, diagnosis: Diagnosis): void {
+    if (kernelId !== this._kernelId) {
+      return;
+    }
+    this._list.setItems(this.diagnoses, this._selectedId);
+    if (this._view.diagnosisId === diagnosis.id) {
+      this._view.showFixes(diagnosis, this._actions(diagnosis));
+      this._setShown(diagnosis);
+    }
+  }
+
+  /**
    * Show one diagnosis of the current kernel.
    */
   select(id: string): Promise<void> {
@@ -151,8 +166,13 @@ export class VjpvizPanel extends Panel implements IVjpviz {
         diagnosis_id: id,
         ...args
       })) as unknown as T;
+    const pushed = this._comms.pushedView(kernelId, id);
     return {
-      view: state => ask<View>('view', { ...state }),
+      // The default view came drawn with the diagnosis; any other is asked for.
+      view: state =>
+        pushed && !state.expanded.length && !state.collapsed.length
+          ? Promise.resolve(pushed)
+          : ask<View>('view', { ...state }),
       expand: (node, state) => ask<View>('expand', { node, ...state }),
       collapse: (node, state) =>
         ask<View>('collapse', { node, ...state }),

@@ -9,6 +9,7 @@ import type {
   Diagnosis,
   DiagnosisMessage,
   Fix,
+  FixesMessage,
   FixVerdict,
   GraphEdge,
   GraphNode,
@@ -29,6 +30,7 @@ export type {
   Diagnosis,
   DiagnosisMessage,
   Fix,
+  FixesMessage,
   FixVerdict,
   GraphEdge,
   GraphNode,
@@ -60,6 +62,7 @@ export const PROTOCOL_VERSION: Version = 1;
 export type KernelToPanelMessage =
   | HelloMessage
   | DiagnosisMessage
+  | FixesMessage
   | ReplyMessage;
 
 interface IValidator {
@@ -70,6 +73,7 @@ interface IValidator {
 const MESSAGE_VALIDATORS: Record<string, IValidator> = {
   hello: validators.HelloMessage,
   diagnosis: validators.DiagnosisMessage,
+  fixes: validators.FixesMessage,
   reply: validators.ReplyMessage
 };
 

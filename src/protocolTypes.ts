@@ -39,6 +39,13 @@ export type DiagnosisKind =
  */
 export type FixVerdict = 'verified' | 'type-only' | 'unverifiable' | '';
 /**
+ * an id one side made up: request_id, diagnosis_id
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "token".
+ */
+export type Token = string;
+/**
  * panel -> kernel. Ops: history {} -> {diagnoses: [Diagnosis]}; view {diagnosis_id, expanded?, collapsed?} -> View; expand/collapse {diagnosis_id, node, expanded?, collapsed?} -> View; search {diagnosis_id, query, expanded?, collapsed?} -> {matches: [node id], view: View}; verify {diagnosis_id, code} -> VerifyResult; apply {diagnosis_id, code} -> ApplyResult. The view state (expanded/collapsed) lives in the panel, so the kernel keeps none. Limits (generous for real use, read by deliver/comm.py from this file): each string and list below has a maxLength/maxItems, and the whole request, as compact UTF-8 JSON, is at most x-maxBytes bytes (a size JSON Schema cannot express). The kernel refuses anything over a limit with an error reply. x-results names each op's result definition: the panel validates every ok reply's result against it.
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -53,13 +60,6 @@ export type RequestMessage = {
   op: 'history' | 'view' | 'expand' | 'collapse' | 'search' | 'verify' | 'apply';
   args: RequestArgs;
 };
-/**
- * an id one side made up: request_id, diagnosis_id
- *
- * This interface was referenced by `Protocol`'s JSON-Schema
- * via the `definition` "token".
- */
-export type Token = string;
 /**
  * a graph node or cluster id (render.views ids; cluster ids carry scope names)
  *
@@ -82,11 +82,11 @@ export type NodeIds = NodeId[];
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "ProtocolMessage".
  */
-export type ProtocolMessage = HelloMessage | DiagnosisMessage | RequestMessage | ReplyMessage;
+export type ProtocolMessage = HelloMessage | DiagnosisMessage | FixesMessage | RequestMessage | ReplyMessage;
 
 export interface Protocol {}
 /**
- * kernel -> panel: a new diagnosis (Diagnosis.to_dict() plus what the panel needs to show it).
+ * kernel -> panel: a new diagnosis (Diagnosis.to_dict() plus what the panel needs to show it), pushed before its fixes are judged (a fixes message follows), with view: its default view, drawn, so the panel shows the graph without asking.
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "DiagnosisMessage".
@@ -95,6 +95,7 @@ export interface DiagnosisMessage {
   v: Version;
   type: 'diagnosis';
   diagnosis: Diagnosis;
+  view?: View;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -280,6 +281,37 @@ export interface LeafError {
   scale?: number;
 }
 /**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "View".
+ */
+export interface View {
+  /**
+   * graphviz SVG; each box is a <g> whose id attribute is the graph node or cluster id; clusters have class vjpviz-cluster, an opened equation's body is <g class="cluster" id="body:<node id>">, the failing box has class vjpviz-node-failed
+   */
+  svg: string;
+  expanded: string[];
+  failed_node?: NullableString;
+  shown?: number;
+  total?: number;
+  collapsed?: string[];
+  /**
+   * boxes laid out
+   */
+  boxes?: number;
+}
+/**
+ * kernel -> panel: the fixes of a diagnosis already pushed, judged after it was delivered (the diagnosis is pushed as soon as its graph exists); they replace that diagnosis's fixes.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "FixesMessage".
+ */
+export interface FixesMessage {
+  v: Version;
+  type: 'fixes';
+  diagnosis_id: Token;
+  fixes: Fix[];
+}
+/**
  * every op's arguments; which are required depends on the op (RequestMessage)
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -309,25 +341,6 @@ export interface ReplyMessage {
   ok: boolean;
   result?: unknown;
   error?: string;
-}
-/**
- * This interface was referenced by `Protocol`'s JSON-Schema
- * via the `definition` "View".
- */
-export interface View {
-  /**
-   * graphviz SVG; each box is a <g> whose id attribute is the graph node or cluster id; clusters have class vjpviz-cluster, an opened equation's body is <g class="cluster" id="body:<node id>">, the failing box has class vjpviz-node-failed
-   */
-  svg: string;
-  expanded: string[];
-  failed_node?: NullableString;
-  shown?: number;
-  total?: number;
-  collapsed?: string[];
-  /**
-   * boxes laid out
-   */
-  boxes?: number;
 }
 /**
  * the diagnoses this kernel keeps, oldest first; the panel validates each one on its own

@@ -1,4 +1,5 @@
 """Renderings of a real diagnosis: text, DOT, SVG, HTML; escaping, layout without dot, deadlines."""
+import dataclasses
 import os
 import re
 import shutil
@@ -119,7 +120,7 @@ def test_layout_falls_back_to_a_simpler_view_when_slow(d, monkeypatch):
       raise layout.LayoutTimeout("layout took longer than 1.3 s")
     return real(source, timeout)
   monkeypatch.setattr(layout, "svg", slow_once)
-  image = svg.render(d)
+  image = svg.render(dataclasses.replace(d, graph=dataclasses.replace(d.graph)))   # not drawn yet
   assert "showing a simpler view" in image and "vjpviz-node-failed" in image
   assert calls[0] < svg.TIMEOUT and calls[1] <= svg.TIMEOUT   # the remainder of one budget
 
@@ -181,3 +182,14 @@ def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
   assert shown[0].graph.nodes and svg.of_view(views.default_view(shown[0].graph, shown[0].node))
   assert not shown[0].fixes and fixed[0].fixes and fixed[0].id == shown[0].id
   assert vv.last() is fixed[0] and raised.value.__vjpviz__ == fixed
+
+
+def test_a_view_is_laid_out_once_for_the_push_the_output_and_the_first_request(d, monkeypatch):
+  real, calls = layout.svg, []
+  monkeypatch.setattr(layout, "svg", lambda source, timeout: calls.append(1) or real(source, timeout))
+  fresh = dataclasses.replace(d, graph=dataclasses.replace(d.graph))
+  view = views.default_view(fresh.graph, fresh.node)
+  assert views.default_view(fresh.graph, fresh.node) is view
+  assert svg.render(fresh) == svg.of_view(view) and len(calls) == 1
+  opened = views.expand(view, next(c.id for c in view.clusters))   # another view: laid out anew
+  assert svg.of_view(opened) != svg.of_view(view) and len(calls) == 2

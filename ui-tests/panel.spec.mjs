@@ -505,6 +505,9 @@ async function timeBigModel() {
       `graph request -> reply: ${ms(t.graphReceived - t.graphRequested)}; ` +
       `graph reply -> drawn: ${ms(t.graphShown - t.graphReceived)}; ${t.nodes} boxes drawn`);
     check(t.shown - t.received < 1000, 'the panel took over 1 s after the kernel answered');
+    // The default view came drawn with the push: no round trip to a busy kernel.
+    check(t.graphReceived - t.graphRequested < 50, 'the default view was asked of the kernel');
+    check(t.graph - t.error < 1000, `the graph was shown ${ms(t.graph - t.error)} after the error`);
     check(t.graphShown - t.graphReceived < 1000, 'drawing the graph took over 1 s after the kernel answered');
   }
   return t;
@@ -549,6 +552,12 @@ async function main() {
     await checkSoftclipShown();
     await waitGraph(null);
     await checkFit('initial view');
+    // The diagnosis came before its fixes were judged; they follow it into the editor.
+    const judged = await page.waitForFunction(() => {
+      const options = Array.from(document.querySelectorAll('#jp-vjpviz-panel .jp-Vjpviz-picker option'));
+      return options.length && !options.some(o => o.textContent.includes('The rule as written'));
+    }, null, { timeout: 15000 }).then(() => true, () => false);
+    check(judged, 'the fixes judged after the diagnosis never reached the fix editor');
     const label = await sidebarTab().getAttribute('title');
     check(label && /\d+ diagnos[ie]s/.test(label), `tab caption: ${label}`);
     await shot('02-diagnosis');

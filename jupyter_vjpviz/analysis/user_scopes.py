@@ -33,7 +33,10 @@ class Scopes:
 
 
 USER, MODULE, LIBRARY, INLINE = range(4)
-_kinds: dict = {}   # code object -> its kind: every equation's stack repeats the same few
+_kinds: dict = {}
+"""id(code) -> (code, its kind): every equation's stack repeats the same few. Keyed by
+identity, as hashing a code object hashes its bytecode (a 4k-equation program's
+stacks hold ~10^5 frames); the code object kept beside its kind keeps its id its own."""
 
 
 def chain(traceback) -> Chain:
@@ -46,9 +49,8 @@ def chain(traceback) -> Chain:
   kept, entered = [], True
   for k in range(len(codes) - 1, -1, -1):
     code = codes[k]
-    kind = _kinds.get(code)
-    if kind is None:
-      kind = _kinds[code] = _kind(code)
+    known = _kinds.get(id(code))
+    kind = known[1] if known is not None else _remember(code)
     if kind == USER:
       kept.append((code, lastis[k]))
       entered = False
@@ -60,6 +62,12 @@ def chain(traceback) -> Chain:
   if len(_kinds) > 100_000:   # bounded: code objects of long-gone cells go too
     _kinds.clear()
   return tuple(kept)
+
+
+def _remember(code) -> int:
+  kind = _kind(code)
+  _kinds[id(code)] = (code, kind)
+  return kind
 
 
 def _kind(code) -> int:
@@ -101,8 +109,10 @@ def scopes(chains: Sequence[Chain]) -> Scopes:
 
 
 def _calls(chain_: Chain) -> tuple:
-  """Each frame as a call: (callee code, caller's frame), outermost first."""
-  return tuple((code, chain_[k - 1] if k else None) for k, (code, _) in enumerate(chain_))
+  """Each frame as a call, outermost first: (callee, caller, caller's position), the code
+  objects by identity (hashing one hashes its bytecode; ``chain_`` keeps them alive)."""
+  return tuple((id(code), id(chain_[k - 1][0]), chain_[k - 1][1]) if k else (id(code), None, None)
+               for k, (code, _) in enumerate(chain_))
 
 
 def _common_prefix(calls: list[tuple]) -> tuple:
@@ -131,16 +141,15 @@ def _assign(members: list[int], calls, chains, depth: int, paths, sites) -> None
     runs[-1].append(m)
     previous_call, previous_position = call, position
   named: dict[str, list] = {}   # instances numbered per name: two call sites of one function
-  for run, caller in sorted(((run, caller) for (_, caller), runs in instances.items()
-                             for run in runs), key=lambda r: r[0][0]):
-    named.setdefault(_name(calls[run[0]][depth][0]), []).append((run, caller))
+  for run in sorted((run for runs in instances.values() for run in runs), key=lambda r: r[0]):
+    named.setdefault(_name(chains[run[0]][depth][0]), []).append(run)
   for name, runs in named.items():
-    for k, (run, caller) in enumerate(runs):
+    for k, run in enumerate(runs):
       part = f"{name} {k} of {len(runs)}" if len(runs) > 1 else name
       for m in run:
         paths[m].append(part)
-      if caller is not None:
-        sites.setdefault("/".join(paths[run[0]]), _where(*caller))
+      if depth:   # the caller's frame: where this call was made
+        sites.setdefault("/".join(paths[run[0]]), _where(*chains[run[0]][depth - 1]))
       _assign(run, calls, chains, depth + 1, paths, sites)
 
 

@@ -87,8 +87,22 @@ def _comm_manager():
 # --------------------------------------------------------------------------- pushing
 
 def push(d) -> None:
-  """Open a fresh comm carrying ``d``; close the previous push comm."""
-  _open_push_comm({"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)})
+  """Open a fresh comm carrying ``d`` and its default view, drawn (the panel shows its
+  graph at once: a request would wait until the kernel is idle); close the previous one."""
+  message = {"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)}
+  view = safely(lambda: _render_view(d, views.default_view(d.graph, d.node)))
+  _open_push_comm(message if view is None else {**message, "view": view})
+
+
+def push_fixes(d) -> None:
+  """Send the fixes of ``d``, pushed before they were judged, on the newest push comm (the
+  panel just heard on it); they replace its fixes."""
+  message = {"v": VERSION, "type": "fixes", "diagnosis_id": d.id,
+             "fixes": [f.to_dict() for f in d.fixes]}
+  if _state["push_comm"] is None:
+    _open_push_comm(message)
+  else:
+    _state["push_comm"].send(message)
 
 
 def _open_push_comm(message: dict) -> None:

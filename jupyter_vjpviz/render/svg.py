@@ -8,6 +8,7 @@ message, never a hung kernel.
 """
 from __future__ import annotations
 
+import collections
 import html
 import re
 import time
@@ -26,6 +27,21 @@ def render(d, view: View | None = None, *, timeout: float = TIMEOUT, legend: boo
 
 
 def of_view(view: View, timeout: float = TIMEOUT, legend: bool = True) -> str:
+  """The view laid out; the last few are kept (views are immutable, and each holds its graph)."""
+  key = (id(view), timeout, legend)
+  kept = _recent.pop(key, None)
+  image = kept[1] if kept is not None else _laid_out(view, timeout, legend)
+  _recent[key] = (view, image)   # the view kept beside its image keeps its id its own
+  while len(_recent) > RECENT:
+    _recent.popitem(last=False)
+  return image
+
+
+RECENT = 8
+_recent: collections.OrderedDict = collections.OrderedDict()
+
+
+def _laid_out(view: View, timeout: float, legend: bool) -> str:
   if not view.graph.nodes:
     return message(view.graph.note or "no graph was recorded")
   deadline = time.monotonic() + timeout

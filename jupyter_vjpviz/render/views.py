@@ -14,6 +14,7 @@ are aggregated. Everything here is pure: plain Graph in, plain View out.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import os
@@ -103,7 +104,20 @@ def default_view(graph: Graph, failing: str | None, expanded: Iterable[str] = fr
   ``collapsed`` closes what is open by default (the failing scope, the
   sub-jaxprs around the failing node).
   """
-  return _Builder(graph, failing, frozenset(expanded), frozenset(collapsed), budget).view()
+  key = (id(graph), failing, frozenset(expanded), frozenset(collapsed), budget)
+  view = _recent.pop(key, None)
+  if view is None:
+    view = _ViewBuilder(graph, failing, *key[2:]).view()
+  _recent[key] = view   # newest last; it holds its graph, so the graph's id stays its own
+  while len(_recent) > RECENT:
+    _recent.popitem(last=False)
+  return view
+
+
+RECENT = 8
+_recent: collections.OrderedDict = collections.OrderedDict()
+"""The last views made: a diagnosis's default view is drawn for the panel's push, the
+inline output and the panel's first request; a graph and its views never change."""
 
 
 def expand(view: View, cluster_id: str) -> View:
@@ -159,7 +173,7 @@ def _starts(a: tuple, prefix: tuple) -> bool:
   return a[:len(prefix)] == prefix
 
 
-class _Builder:
+class _ViewBuilder:
   """One pass per opened nesting level, outermost first, sharing the node budget."""
 
   def __init__(self, graph, failing, expanded, collapsed, budget):
@@ -278,14 +292,17 @@ class _Builder:
     held = where.get(focus)
     run: list[str] = []
     done: set[str] = set()
+    shape, last = None, None   # of the scope that joins, and of the run's last one
     for cid in [*dict.fromkeys(where.get(n.id) for n in nodes if n.kind == "eqn"), None]:
       joins = cid in folded and cid != held
-      if run and not (joins and self._shape(run[-1], folded) == self._shape(cid, folded)):
+      shape = self._shape(cid, folded) if joins else None
+      if run and shape != last:
         self._add_scopes(run, folded, parent, held)
         done.update(run)
         run = []
       if joins:
         run.append(cid)
+        last = shape
     for cid in [c for c in folded if c not in done]:   # the one holding the failure, say
       self._add_scopes([cid], folded, parent, held)
 

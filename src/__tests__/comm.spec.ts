@@ -29,6 +29,29 @@ describe('VjpvizComms', () => {
     expect(comms.diagnoses('other')).toEqual([]);
   });
 
+  it('gives a pushed diagnosis the fixes judged after it, and signals them', () => {
+    const events: IDiagnosisEvent[] = [];
+    comms.fixesReceived.connect((_, event) => events.push(event));
+    kernel.open(diagnosis(1)).receive(diagnosis(2));
+    const fixes = [{ title: 'cast back', code: 'return (g.astype(x.dtype),)' }];
+    kernel.open({ v: 1, type: 'fixes', diagnosis_id: 'd1', fixes });
+    expect(comms.diagnoses('k1')).toEqual([{ ...body(1), fixes }, body(2)]);
+    expect(events).toEqual([{ kernelId: 'k1', diagnosis: { ...body(1), fixes } }]);
+    // Fixes of a diagnosis this panel never had (dropped, kernel restarted): ignored.
+    kernel.open({ v: 1, type: 'fixes', diagnosis_id: 'd9', fixes });
+    expect(events).toHaveLength(1);
+    expect(comms.diagnoses('k1')).toHaveLength(2);
+  });
+
+  it('keeps the default view drawn with a push', () => {
+    const view = { svg: '<svg/>', expanded: [], collapsed: [] };
+    kernel.open({ ...diagnosis(1), view }).receive(diagnosis(2));
+    expect(comms.pushedView('k1', 'd1')).toEqual(view);
+    expect(comms.pushedView('k1', 'd2')).toBeNull();
+    kernel.statusChanged.emit('restarting');
+    expect(comms.pushedView('k1', 'd1')).toBeNull();
+  });
+
   it('keeps the newest MAX_DIAGNOSES of a kernel that fails every step', () => {
     for (let n = 1; n <= MAX_DIAGNOSES + 25; n++) {
       kernel.open(diagnosis(n));
