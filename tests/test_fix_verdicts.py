@@ -108,6 +108,36 @@ def test_a_leaf_built_by_keyword_in_a_constructor_gets_its_own_edit():
   np.testing.assert_allclose(got.b, want.b, rtol=1e-5)
 
 
+MIX = """
+@jax.custom_vjp
+def mix(x, y, alpha=0.5):
+  return alpha * x + (1 - alpha) * y
+def mix_fwd(x, y, alpha=0.5):
+  return mix(x, y, alpha), alpha
+def mix_bwd(alpha, g):
+  return alpha * g, (1 - alpha) * g.sum(0), None
+mix.defvjp(mix_fwd, mix_bwd)
+def loss(x, y): return jnp.sin(mix(x, y, alpha=0.3)).sum()
+"""
+
+
+def test_a_reduction_too_many_is_removed_and_a_gradient_left_none_by_the_rule_stays_its_choice():
+  """Before: no candidate removed the ``.sum(0)``, and every fix was called type-only for
+  "zeroing" ``alpha``, whose cotangent the user's own rule returns as None."""
+  ns = cell(MIX)
+  d = diagnosis(ns["loss"], X, X)
+  first = d.fixes[0]
+  assert first.title == "Remove `.sum(0)`" and first.verdict == "verified", \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "`alpha`" in first.note and "None" in first.note
+  assert not any("alpha` becomes zero" in f.title for f in d.fixes)
+  assert vv.apply_fix(d, first.code).applied
+  got = jax.grad(ns["loss"], argnums=(0, 1))(X, X)
+  want = jax.grad(lambda x, y: jnp.sin(.3 * x + .7 * y).sum(), argnums=(0, 1))(X, X)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
 LAYER = """
 @jax.custom_vjp
 def layer(x, w):

@@ -462,6 +462,35 @@ def _mean_sum(s: Scope) -> Iterator[Candidate]:
                       f"a {call.func.attr} scales the gradient by the reduced size")
 
 
+def _unreduced(s: Scope) -> Iterator[Candidate]:
+  """A reduction inside the failing element removed, where the input has the axes it
+  sums away (a batch or feature axis reduced once too often)."""
+  if not s.typed or len(s.nodes) != 1:
+    return
+  for call in (c for c in _walk_with(s.nodes[0]) if isinstance(c, ast.Call)):
+    operand = _reduction_operand(call) or _function_reduction(s, call)
+    if operand is None:
+      continue
+    edits = [(call, exprs.paren(s.src, operand))]
+    t = s.predict(edits)
+    if t is not None and s.fits(t):
+      text, what = s.src.segment(call), call.func.attr
+      shown = text[len(s.src.segment(operand)):] if call.func.value is operand else \
+          s.src.segment(call.func)
+      yield s.candidate(0, f"Remove `{shown}`", edits,
+                        f"the input has the axes the {what} reduces away: its gradient keeps them")
+
+
+def _function_reduction(s: Scope, call: ast.Call) -> ast.expr | None:
+  """``X`` in ``jnp.sum(X, ...)`` / ``jnp.mean(X, axis=...)``."""
+  func = call.func
+  if isinstance(func, ast.Attribute) and func.attr in ("sum", "mean") and call.args \
+      and isinstance(func.value, ast.Name) and s.namespace.get(func.value.id) is jax.numpy \
+      and len(call.args) <= 2 and all(k.arg in ("axis", "keepdims") for k in call.keywords):
+    return call.args[0]
+  return None
+
+
 def _expansions(got: tuple, want: tuple) -> list[tuple]:
   """Axes to insert in ``got`` so that it broadcasts to ``want`` (leading-aligned first)."""
   if len(got) > len(want) or _size(got) >= _size(want):
@@ -776,7 +805,8 @@ def _scatters(s: Scope) -> Iterator[Candidate]:
                           "take_along_axis): its gradient is zero elsewhere")
 
 
-_GENERATORS = (_unreturned, _swaps, _shapes, _scatters, _collectives, _entries, _constants)
+_GENERATORS = (_unreturned, _swaps, _shapes, _unreduced, _scatters, _collectives, _entries,
+               _constants)
 
 
 # ------------------------------------------------------------------- helpers

@@ -34,6 +34,7 @@ class Judge:
   why_not: str                  # why there is no oracle (or why nothing may run)
   deadline: float
   runnable: bool = True         # False: candidates cannot be run (so none is dropped either)
+  left_none: frozenset = frozenset()   # leaves the user's own rule returns None for
 
   @classmethod
   def of(cls, rule) -> Judge:
@@ -52,7 +53,7 @@ class Judge:
                  f"({type(e).__name__})", deadline)
     if not judge.judge:
       return cls(rule, None, judge.reason, deadline)
-    return cls(rule, judge, judge.reason, deadline)
+    return cls(rule, judge, judge.reason, deadline, left_none=verify.left_none(rule.d))
 
   @property
   def differentiable(self) -> bool:
@@ -88,7 +89,7 @@ class Judge:
                            "judging fixes ran out")
     verdict = verify.value_verdict(self.rule.d.site, verify.clone(self.rule.owner, fwd, bwd),
                                    self.oracle)
-    return _with_verdict(fix, verdict, self.rule.d.site)
+    return _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
 
 
 def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),

@@ -28,7 +28,7 @@ from jax._src import custom_derivatives as cd
 from ..capture import custom_rules, records, wrappers
 from ..analysis import oracle
 from ..analysis.diagnosis import Diagnosis
-from ..base import kinds
+from ..base import kinds, trees
 from ..capture.records import WARNING, Weak
 from . import exprs, source
 
@@ -69,7 +69,7 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   problems = recheck(diagnosis, edited, check)
   if problems:
     return Checked(tuple(problems))
-  verdict = value_verdict(diagnosis.site, edited)
+  verdict = as_written(value_verdict(diagnosis.site, edited), left_none(diagnosis))
   wrong = verdict.status == oracle.WRONG
   return Checked((value_problem(diagnosis, verdict),) if wrong else (), verdict)
 
@@ -83,6 +83,36 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
   return judge.verdict(cvjp.fwd, cvjp.bwd, symbolic_zeros=cvjp.symbolic_zeros,
                        nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
+
+
+def left_none(diagnosis: Diagnosis) -> frozenset:
+  """The input leaves whose cotangent the user's rule returns as None (no gradient, by
+  choice): a fix that keeps them None is not the fix that zeroes them."""
+  try:
+    out = rule_output(diagnosis)
+  except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: judge every leaf
+    return frozenset()
+  slices = trees.arg_slices(diagnosis.site.in_tree)
+  if not isinstance(out, (tuple, list)) or len(out) != len(slices):
+    return frozenset()
+  return frozenset(i for ct, s in zip(out, slices) if ct is None
+                   for i in range(s.start, s.stop))
+
+
+def as_written(verdict: oracle.Verdict, none_leaves: frozenset) -> oracle.Verdict:
+  """``verdict`` with the leaves the user's rule leaves None not judged, where the
+  candidate leaves them zero too: right if every other leaf is."""
+  kept = [l for l in verdict.leaves if l.index in none_leaves and l.got_zero and not l.ok]
+  if verdict.status != oracle.WRONG or not kept:
+    return verdict
+  leaves = tuple(dataclasses.replace(l, judged=False) if l in kept else l for l in verdict.leaves)
+  if any(l.judged and not l.ok for l in leaves):
+    return dataclasses.replace(verdict, leaves=leaves)
+  names = ", ".join(f"`{l.name}`" for l in kept)
+  return dataclasses.replace(
+      verdict, status=oracle.RIGHT, leaves=leaves,
+      reason=f"equal to the primal's {verdict.judge} but for {names}, which it leaves "
+             "without a gradient (None), as your rule does")
 
 
 def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
@@ -192,11 +222,12 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
     return Applied(applied=False, diff=file_diff(owner, code, diagnosis.kind), path=path)
   fwd, bwd = _compile(owner, code, _globals(owner), diagnosis.kind)
   flags = dict(symbolic_zeros=owner.symbolic_zeros)
-  if owner.with_accums:
+  if getattr(owner, "with_accums", False):   # before JAX 0.12 no custom_vjp has accumulators
     owner.defvjp_with_accums(fwd, bwd, **flags)
   else:
-    owner.defvjp(fwd, bwd, optimize_remat=owner.optimize_remat,
-                 generic_batching=owner.generic_batching, **flags)
+    takes = inspect.signature(owner.defvjp).parameters   # generic_batching from JAX 0.12
+    owner.defvjp(fwd, bwd, **flags, **{name: getattr(owner, name) for name in
+                                       ("optimize_remat", "generic_batching") if name in takes})
   jax.clear_caches()  # trace caches can otherwise keep running the old rule
   return Applied(applied=True, path=path)
 
