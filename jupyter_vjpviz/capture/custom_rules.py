@@ -188,8 +188,7 @@ def _tagged(cvjp, args, out_res, spelled):
   out, res = out_res
   if names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
     site = safety.safely(_with_closed_rule, site, res, default=site)
-  for rec in safety.safely(_check_fwd_output, cvjp, args, out, site, default=[]):
-    records.record(retained(rec))
+  safety.safely(_defer_fwd_check, cvjp, args, out, site)
   for observe in _site_observers.callbacks:
     safety.safely(observe, site, args)
   return type(out_res)((out, TaggedResiduals(res, site)))
@@ -318,12 +317,29 @@ def _call_site() -> tuple[str | None, str]:
 _primal_out_avals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _check_fwd_output(cvjp, args, out, site) -> list[Record]:
-  expected = _primal_out(cvjp, args)
+def _defer_fwd_check(cvjp, args, out, site) -> None:
+  """Compare the fwd's primal output with the primal's, as the session ends.
+
+  Under grad JAX never runs the primal; its output types come from running it
+  abstractly, which must not happen beneath the user's rule (an extra frame and a
+  call of the user's function inside their own live call). The check keeps only
+  avals: the session, the inputs' types and the fwd output's types and paths.
+  """
+  session = records.current_session()
+  key = _primal_key(args)
+  if session is None or key is None:
+    return
+  paths_leaves, got_tree = jax.tree_util.tree_flatten_with_path(out)
+  got = [(path, core.typeof(leaf)) for path, leaf in paths_leaves]
+  session.deferred.append((len(session.records), lambda: [
+      retained(r) for r in _check_fwd_output(cvjp, key, got, got_tree, site)]))
+
+
+def _check_fwd_output(cvjp, key, got_leaves, got_tree, site) -> list[Record]:
+  expected = _primal_out(cvjp, key)
   if expected is None:
     return []
   exp_leaves, exp_tree = jax.tree_util.tree_flatten(expected)
-  got_leaves_p, got_tree = jax.tree_util.tree_flatten_with_path(out)
   base = dict(function=site.function, source=site.source, rule=site.fwd_rule, site=site)
   if exp_tree != got_tree:
     return [Record(kind="fwd_structure", severity=ERROR, path="",
@@ -331,8 +347,7 @@ def _check_fwd_output(cvjp, args, out, site) -> list[Record]:
                    detail=f"fwd rule {site.fwd_rule}'s primal output has another "
                           f"structure than {site.function}'s output", **base)]
   found = []
-  for (path, leaf), want in zip(got_leaves_p, exp_leaves):
-    got = core.typeof(leaf)
+  for (path, got), want in zip(got_leaves, exp_leaves):
     # ``want`` came from eval_shape outside any shard_map: it cannot carry
     # varying manual axes, so compare what it does carry.
     if got.shape == want.shape and got.dtype == want.dtype:
@@ -350,29 +365,33 @@ def _check_fwd_output(cvjp, args, out, site) -> list[Record]:
 _KEYABLE = (core.AbstractValue, int, float, complex, bool, str, bytes, type(None))
 
 
-def _primal_out(cvjp, args):
-  """Output avals of the primal function, cached per input types."""
+def _primal_key(args):
+  """(treedef, an aval or Python value per leaf) of the primal's inputs, or None when
+  that cannot be a cache key (a callable in it would keep its closure, and arrays, alive)."""
   try:
     leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=_is_primal_box)
     avals = tuple(core.typeof(_unbox(x)) if _is_array(_unbox(x)) else x for x in leaves)
     if not all(isinstance(a, _KEYABLE) for a in avals):
-      return None  # a callable in the key would keep its closure (and arrays) alive
+      return None
     key = (treedef, avals)
-    per_fun = _primal_out_avals.setdefault(cvjp.fun, {})
     hash(key)
   except Exception:
     return None
+  return key
+
+
+def _primal_out(cvjp, key):
+  """Output avals of the primal function for these input types, cached."""
+  per_fun = _primal_out_avals.setdefault(cvjp.fun, {})
   if key not in per_fun:
+    treedef, avals = key
     specs = [spec(a) if isinstance(a, core.AbstractValue) else a for a in avals]
-    records.state.suspended += 1
     try:
       shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, specs))
       per_fun[key] = jax.tree_util.tree_map(
           lambda s: core.ShapedArray(s.shape, s.dtype, weak_type=s.weak_type), shapes)
     except Exception:
       per_fun[key] = None
-    finally:
-      records.state.suspended -= 1
   return per_fun[key]
 
 

@@ -129,6 +129,10 @@ class Session:
   held: dict = dataclasses.field(default_factory=dict)
   """id -> each custom_vjp applied here: a rule made for one call must outlive the call
   until the backward pass that may report on it (kept with the VJP function)."""
+  deferred: list = dataclasses.field(default_factory=list)
+  """(position in ``records``, check) to run as the session ends, off the user's stack: a
+  check that must run the user's code abstractly does it after the user's functions
+  return; its records go where they would have been, had it run at once."""
 
 
 class _State(threading.local):
