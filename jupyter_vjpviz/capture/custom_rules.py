@@ -23,7 +23,7 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import arguments, frames, jax_flags, names, records, user_calls, wrappers
+from . import arguments, frames, jax_flags, leaf_paths, names, records, user_calls, wrappers
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 from ..base import safety, trees
@@ -269,7 +269,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       for k, (p, _) in enumerate(leaves))
   return RuleSite(
       **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
-      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves), in_names=in_names,
+      in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves), in_names=in_names,
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       perturbed=(tuple(bool(x.perturbed) for _, x in leaves)
                  if any(_is_primal_box(x) for _, x in leaves) else None),
@@ -451,7 +451,7 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
     what = (f"a tuple of length {len(cts)}" if isinstance(cts, (tuple, list))
             else f"a bare {type(cts).__name__}, not a tuple")
     return [Record(kind="bwd_structure", severity=ERROR, path="",
-                   expected=site.in_structure, got=_structure(cts),
+                   expected=site.in_structure, got=_structure(cts), leaves=compared(site, cts),
                    detail=f"{site.rule} returned {what}; {site.function} takes "
                           f"{n_args} differentiable argument(s)", **base)]
   flat = match_structure(site, cts)
@@ -499,11 +499,11 @@ def match_structure(site, cts):
   try:
     jax.tree_util.tree_map(put, cts, expected, is_leaf=lambda x: x is None)
   except (ValueError, TypeError):
-    got = jax.tree_util.tree_structure(cts, is_leaf=_is_zero)
-    path, want, have = _first_difference(site, cts)
+    leaves = compared(site, cts)
+    path, want, have = _first_difference(leaves) or ("", site.in_structure, _structure(cts))
     return Record(kind="bwd_structure", severity=ERROR, function=site.function,
                   source=site.source, rule=site.rule, site=site, path=path,
-                  expected=site.in_structure, got=str(got),
+                  expected=site.in_structure, got=_structure(cts), leaves=leaves,
                   detail=f"at {path or 'the top'}: expected {want}, got {have}")
   return flat
 
@@ -515,19 +515,22 @@ def _leaves_of_same_tree(site, cts) -> list:
   return leaves if tree == site.in_tree else [None] * len(site.in_paths)
 
 
-def _first_difference(site, got) -> tuple[str, str, str]:
-  """The first key path where ``got`` differs from the args tree, and what each has there."""
-  expected = jax.tree_util.tree_unflatten(site.in_tree, [object()] * len(site.in_paths))
-  want = {jax.tree_util.keystr(p): l for p, l in jax.tree_util.tree_leaves_with_path(expected)}
-  have = {jax.tree_util.keystr(p): l for p, l in
-          jax.tree_util.tree_leaves_with_path(got, is_leaf=lambda x: x is None or _is_zero(x))}
-  for path in want:
-    if path not in have and not any(path.startswith(h) and have[h] is None for h in have):
-      return path, "a leaf", "nothing (missing)"
-  for path in have:
-    if path not in want:
-      return path, "nothing", "an extra leaf"
-  return "", str(jax.tree_util.tree_structure(expected)), str(jax.tree_util.tree_structure(got))
+def compared(site: RuleSite, cts) -> tuple[leaf_paths.Leaf, ...]:
+  """Every leaf of the args tree beside what the rule returned there, and any extra one,
+  by key path (the rule's output flattened, as JAX flattens it; nothing unflattened)."""
+  expected = [(k, ct_aval(a).str_short()) for k, a in zip(site.in_keys, site.in_avals)]
+  return leaf_paths.compared(expected, leaf_paths.of_tree(cts, is_leaf=_is_zero))
+
+
+def _first_difference(leaves) -> tuple[str, str, str] | None:
+  """The first key path where the rule's output differs from the args tree, and what each
+  has there; None when only containers differ."""
+  for leaf in leaves:
+    if leaf.got == leaf_paths.MISSING:
+      return leaf_paths.keystr(leaf.path), "a leaf", "nothing (missing)"
+    if leaf.expected == leaf_paths.MISSING:
+      return leaf_paths.keystr(leaf.path), "nothing", "an extra leaf"
+  return None
 
 
 def _jax_accepts(site, expected, got, ct) -> bool:

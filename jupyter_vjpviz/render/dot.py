@@ -181,6 +181,7 @@ _LEGEND_BOXES = (   # (legend node, label, attributes), drawn only when the view
     ("group", "▸ identical blocks ×N", dict(shape="box3d", style="filled", fillcolor=FOLDED)),
     ("run", "▸ folded run of nodes", dict(shape="component", style="filled", fillcolor=FOLDED)),
     ("custom", "custom rule", dict(fillcolor=CUSTOM)),
+    ("static", "input not differentiated", dict(shape="invhouse", style="filled,dashed")),
 )
 
 
@@ -189,6 +190,7 @@ def _legend(g, view: View, labels: bool) -> None:
   drawn = {c.kind for c in view.clusters}
   drawn.update("failed" if n == view.failing else "custom"
                for n in view.nodes if view.node(n).custom or n == view.failing)
+  drawn.update("static" for n in view.nodes if view.node(n).kind == "static")
   boxes = [(key, label, attrs) for key, label, attrs in _LEGEND_BOXES if key in drawn]
   edges = [(text, attrs) for text, attrs, present in (
       ("✖ mismatched cotangent", dict(color=FAIL, fontcolor=FAIL, penwidth="2.5",
