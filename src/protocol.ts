@@ -7,7 +7,6 @@
 import type {
   ApplyResult,
   Diagnosis,
-  DiagnosisLeaf,
   DiagnosisMessage,
   Fix,
   FixesMessage,
@@ -15,7 +14,6 @@ import type {
   GraphEdge,
   GraphNode,
   HelloMessage,
-  KeyEntry,
   LeafError,
   ReplyMessage,
   RequestMessage,
@@ -30,7 +28,6 @@ import * as validators from './protocolValidators';
 export type {
   ApplyResult,
   Diagnosis,
-  DiagnosisLeaf,
   DiagnosisMessage,
   Fix,
   FixesMessage,
@@ -38,7 +35,6 @@ export type {
   GraphEdge,
   GraphNode,
   HelloMessage,
-  KeyEntry,
   LeafError,
   ReplyMessage,
   RequestMessage,

@@ -4,6 +4,7 @@ Each program is real JAX (jit, scan, equinox, a custom_vjp) whose gradient is
 non-finite while its forward pass is finite. The fix's code is executed as the
 user would paste it, and its gradient compared with the right one.
 """
+import dataclasses
 import gc
 import inspect
 import textwrap
@@ -125,7 +126,20 @@ def test_a_recurrent_gradient_that_explodes_is_found_in_its_iteration():
   assert "of 60 of its scan" in d.detail
   strip = [it["norm"] for it in d.cotangents["iterations"]]
   assert len(strip) > 30 and 5 < strip[10] / strip[9] < 20   # x10 per step, backwards
-  assert d.fixes == ()      # no rewrite known to be right for an overflow: none is claimed
+  # the fix: the loss scaled by a power of two while differentiating, run as pasted, gives
+  # the true gradient (float64 recursion: dL/dh_t = 1 + w dL/dh_t+1, dL/dw = sum dL/dh_t h_t-1)
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "2.0 ** -" in first.code and "rnn_loss(*a)" in first.code
+  ns = {"jax": jax, "jnp": jnp, "rnn_loss": rnn_loss, "args": (10.0, xs)}
+  exec(first.code, ns)  # noqa: S102 - the fix as the user would paste it
+  h = [0.0]
+  for x in np.asarray(xs, np.float64):
+    h.append(10.0 * h[-1] + x)
+  a = [1.0]
+  for _ in range(59):
+    a.append(1.0 + 10.0 * a[-1])
+  true = sum(at * hp for at, hp in zip(a[::-1], h[:-1]))
+  assert np.isfinite(ns["grads"]) and abs(float(ns["grads"]) - true) < 1e-5 * true
 
 
 # ------------------------------------------------------- an equinox model
@@ -224,3 +238,57 @@ def test_the_nans_line_magic_shows_the_diagnosis(capsys):
   finally:
     shell.run_line_magic("unload_ext", "jupyter_vjpviz")
     InteractiveShell.clear_instance()   # later tests run outside IPython, as scripts do
+
+
+# ------------------------------------------------------- the overlay on the graph's edges
+
+def test_the_graph_carries_each_measured_cotangent_and_marks_the_first_non_finite():
+  from jupyter_vjpviz.render import dot, svg
+  d = vv.nans(soft_distance, jnp.array([0.0, 1.0, 4.0, 0.0, 2.0]))
+  (first,) = [e for e in d.graph.edges if e.dst == d.node and e.flow is not None]
+  assert first.flow[:3] == (5, 2, 0)                  # size, NaN, Inf
+  source = dot.render(d)
+  (line,) = [l for l in source.splitlines() if "first-nonfinite" in l and "->" in l]
+  assert "first non-finite: CT 2 NaN of 5" in line and "bold,dashed" in line
+  assert "‖CT‖ 1.73 · max 1" in source                 # the where's finite cotangent: √3
+  assert "✖ first non-finite cotangent" in source      # the legend says what it means
+  assert "first non-finite: CT 2 NaN of 5" in svg.render(d)
+  plain = dataclasses.replace(d, graph=dataclasses.replace(
+      d.graph, edges=tuple(e._replace(flow=None) for e in d.graph.edges)))
+  assert not any(t in dot.render(plain) for t in ("‖CT‖", "first non-finite", "edge-nonfinite"))
+
+
+def test_an_exploding_cotangent_is_coloured_and_said():
+  from jupyter_vjpviz.render import dot
+  d = vv.nans(rnn_loss, 10.0, jnp.ones(60) * 1e-30)
+  measured = [e for e in d.graph.edges if e.flow is not None]
+  assert measured and any(e.flow[4] > 1e8 for e in measured)
+  assert "(exploding)" in dot.render(d) and dot.HUGE_CT in dot.render(d)
+
+
+# ------------------------------------------------------- every gradient a cell computes
+
+def test_the_nans_cell_magic_checks_every_gradient_and_localises_the_first_bad_one(capsys):
+  from IPython.core.interactiveshell import InteractiveShell
+  shell = InteractiveShell.instance()
+  shell.run_line_magic("load_ext", "jupyter_vjpviz")
+  try:
+    big = jnp.ones(4096)
+    alive = weakref.ref(big)
+    shell.user_ns.update(f=soft_distance, jax=jax, jnp=jnp, big=big)
+    del big
+    shell.run_cell_magic("vjpviz", "--nans", "ok = jax.grad(f)(big)\n"
+                         "bad = jax.grad(f)(jnp.array([0.0, 1.0]))\nlater = jax.grad(f)(big)")
+    out = capsys.readouterr().out
+    assert "3 gradients checked for NaN/Inf, 1 not finite" in out
+    assert "the gradient goes non-finite at sqrt" in out and "double-where" in out
+    assert bool(jnp.isnan(shell.user_ns["bad"]).any())   # the cell's own results as JAX made them
+    shell.run_cell_magic("vjpviz", "--nans", "ok = jax.grad(f)(big)")
+    assert "1 gradient checked for NaN/Inf, 0 not finite" in capsys.readouterr().out
+    for name in ("big", "ok", "later", "bad"):
+      shell.user_ns.pop(name)
+    gc.collect()
+    assert alive() is None          # the watch kept no primal past the cell
+  finally:
+    shell.run_line_magic("unload_ext", "jupyter_vjpviz")
+    InteractiveShell.clear_instance()

@@ -44,6 +44,7 @@ class Edge(NamedTuple):
   cotangent_got: str | None = None   # what the backward pass actually produced, where known
   position: int = 0        # input position at dst
   value_error: str | None = None     # well-typed, wrong values: "rel 0.31" (vjpviz.gradcheck)
+  flow: tuple | None = None          # vv.nans: its cotangent's (size, NaN, Inf, norm, max |value|)
 
   @property
   def mismatch(self) -> bool:

@@ -149,19 +149,17 @@ class _Search:
     self.iterations: list = []
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
-            outer: str | None = None) -> tuple[Culprit | None, list]:
+            outer: str | None = None, env: dict | None = None) -> tuple[Culprit | None, list]:
     """The culprit in one level, or None and the cotangents of the level's inputs (None:
     zero); ``outer``: the enclosing equation's line (a library's jit keeps no user frame
     in its body's tracebacks).
 
     A jit or remat fed finite cotangents is searched inside before it is differentiated
-    whole: its body's search gives its pullback too, and nothing is compiled for it."""
-    env = dict(zip(jaxpr.constvars, jaxpr.consts))
-    env.update(zip(jaxpr.invars, args))
+    whole: its body's search gives its pullback too, and nothing is compiled for it.
+    ``env``: the level's values at ``args``, when its parent's forward run has them."""
+    env = env or forward(jaxpr, args)
     read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
     live = _active(jaxpr, active)
-    for eqn in jaxpr.eqns:
-      env.update(zip(eqn.outvars, run_eqn(eqn, [read(v) for v in eqn.invars])))
     ct: dict = {}
     for v, c in zip(jaxpr.outvars, out_cts):
       if isinstance(v, core.Var) and v in live and c is not None:
@@ -174,18 +172,17 @@ class _Search:
         continue
       cts = [ct.get(v) if inexact(v) else None for v in eqn.outvars]
       ins = [read(v) for v in eqn.invars]
-      fed = _all_finite(cts)
-      got = None
-      if fed and eqn.primitive.name in CALLS:
+      if eqn.primitive.name in CALLS and _all_finite(cts):
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
         found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
-                                ins, eqn_active, cts, where, _source(eqn) or outer)
+                                ins, eqn_active, cts, where, _source(eqn) or outer, env[k])
         if found is not None:
           return found, None
         got = [jnp.zeros_like(ins[j]) if got[j] is None else got[j] for j in wrt]
-      if got is None:
+      else:
         got = pullback(lambda full: run_eqn(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
-      flows = jax.device_get([flow(c) for c in got])      # one transfer per equation
+      flows = jax.device_get([flow(c) for c in (*got, *(cts[j] for j in fo))])  # one transfer
+      fed = all(Flow.of(f, 1).finite for f in flows[len(got):])
       for j, c, f in zip(wrt, got, flows):
         self.edges[f"{_eqn_id(prefix, k)}#{j}"] = Flow.of(
             f, int(np.prod(eqn.invars[j].aval.shape)))
@@ -254,6 +251,24 @@ class _Search:
       by_input = dict(zip(wrt, got))
       ct_carry = [by_input.get(n_consts + j, jnp.zeros_like(x)) for j, x in enumerate(carries[idx])]
     return None
+
+
+def forward(jaxpr, args) -> dict:
+  """Every value of one level at ``args``, eagerly; a jit's body run inline, its values
+  kept (under the equation's index) for the search inside it, on the same operands."""
+  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env.update(zip(jaxpr.invars, args))
+  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  for i, eqn in enumerate(jaxpr.eqns):
+    ins = [read(v) for v in eqn.invars]
+    if eqn.primitive.name in CALLS:
+      body = next(sub_jaxprs(eqn))
+      inner = env[i] = forward(body, ins)
+      outs = [v.val if isinstance(v, core.Literal) else inner[v] for v in body.outvars]
+    else:
+      outs = bind(eqn, ins)
+    env.update(zip(eqn.outvars, outs))
+  return env
 
 
 def _active(jaxpr, active) -> set:

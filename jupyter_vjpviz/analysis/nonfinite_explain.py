@@ -53,6 +53,23 @@ def _values(prim: str, operands, ct_out: Flow, ct_in: Summary | None = None) -> 
   return f"turned a finite cotangent into {ct_out.bad()}"
 
 
+def overflowed(c: Culprit) -> bool:
+  """Finite cotangents in, only Infs out, at operands where the derivative is finite: the
+  magnitudes overflowed (an exploding gradient), nothing was undefined."""
+  return (c.inner is None and c.eqn.primitive.name not in ("custom_vjp_call", "custom_jvp_call")
+          and c.ct_in.finite and bool(c.ct_out.inf) and not c.ct_out.nan
+          and not _singular(c.eqn.primitive.name, c.operands))
+
+
+def _singular(prim: str, operands) -> bool:
+  """Whether the operands hit a point where ``prim``'s derivative is infinite."""
+  first = operands[0] if operands else None
+  second = operands[1] if len(operands) > 1 else None
+  return bool((prim in _AT_ZERO and first is not None and first.zero)
+              or (prim == "log" and first is not None and first.negative)
+              or (prim == "div" and second is not None and second.zero))
+
+
 def _count(n: int, size: int, what: str) -> str:
   return f"{n} {what}{'s' * (n != 1)} (of {size})"
 

@@ -26,6 +26,9 @@ from ..base import safety
 Sink = Callable[[Session, BaseException | None], None]
 
 _origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+gradient_watchers: list = []
+"""Objects told of each jax.vjp (``vjp(fun, args, kwargs, diff_args, has_aux, f_vjp)``, the
+user's own call) and each backward pass's result (``backward(jaxpr, cotangents)``)."""
 _held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -35,6 +38,9 @@ class Boundary:
   On exit the session goes to the sink, with the exception if one is passing
   through; the exception itself always propagates untouched.
   """
+
+  call = jaxpr = None      # for gradient_watchers: the vjp's (fun, primals, has_aux); the
+                           # backward pass's jaxpr
 
   def __init__(self, entry: str, origin: Origin | None, sink: Sink):
     self.session = Session(entry, origin)
@@ -46,24 +52,11 @@ class Boundary:
 
   def __exit__(self, typ, exc, tb):
     _pop(self.session)
-    _run_deferred(self.session)
     if self.session.records or exc is not None:
       safety.safely(self.sink, self.session, exc)
     if exc is not None:
       safety.safely(frames.strip, exc)
     return False
-
-
-def _run_deferred(session: Session) -> None:
-  """The session's deferred checks, now that the user's functions have returned; the
-  hook stands aside while they trace (``records.state.suspended``)."""
-  records.state.suspended += 1
-  try:
-    for at, check in reversed(session.deferred):
-      session.records[at:at] = safety.safely(check, default=[])
-  finally:
-    records.state.suspended -= 1
-    session.deferred.clear()
 
 
 def _pop(session: Session) -> None:
@@ -117,6 +110,7 @@ def _vjp_started(frame, sink):
     return None
   args = frame.f_locals
   boundary = Boundary("vjp", safety.safely(_origin, args["fun"], args["primals"]), sink)
+  boundary.call = (args["fun"], args["primals"], args.get("has_aux", False))
   boundary.__enter__()
   watch = user_calls.Watch(boundary.session, args["primals"]).__enter__()
   return boundary, watch
@@ -135,6 +129,7 @@ def _backward_started(frame, sink):
     return None
   args = frame.f_locals
   boundary = Boundary("backward", _origin_of(args["jaxpr"]), sink)
+  boundary.jaxpr = args["jaxpr"]
   boundary.__enter__()
   _check_out_cotangent(args["jaxpr"], args["out_tree"], args["out_primal_avals"], args["out_ct"])
   return boundary, None
@@ -147,7 +142,18 @@ def _finish(opened, value, exc) -> None:
     watch.__exit__(*info)
   if exc is None and boundary.session.entry == "vjp":
     safety.safely(_remember, value, boundary.session)
+  if exc is None and gradient_watchers:
+    safety.safely(_tell_watchers, boundary, value)
   boundary.__exit__(*info)
+
+
+def _tell_watchers(boundary: Boundary, value) -> None:
+  for watcher in list(gradient_watchers):
+    if boundary.call is not None:
+      fun, primals, has_aux = boundary.call
+      watcher.vjp(*_unwrap_argnums(fun, primals), has_aux, value[1])
+    elif boundary.jaxpr is not None:
+      watcher.backward(boundary.jaxpr, value)
 
 
 def _check_out_cotangent(jaxpr, out_tree, out_primal_avals, out_ct) -> None:

@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import runtime, value_check
-from ..analysis.assemble import key
+from ..analysis.diagnose import key
 from ..capture import capabilities, jax_flags, records
 from ..capture.check_sites import observe_applications
 from .type_check import check, spec
@@ -116,6 +116,9 @@ class VjpvizMagics(Magics):
             help="also judge each custom rule's cotangent values by its primal's own "
                  "derivative at random inputs (bwd_value warnings; opt-in: surrogate "
                  "gradients differ on purpose, mark them with vjpviz.surrogate)")
+  @argument("--nans", action="store_true",
+            help="cell magic: check every gradient the cell computes for NaN/Inf and "
+                 "localise the first one that has them (vjpviz.nans)")
   @line_cell_magic
   def vjpviz(self, line: str, cell: str | None = None):
     """Gradient debugger controls; as a cell magic, check every custom rule the cell runs.
@@ -126,6 +129,8 @@ class VjpvizMagics(Magics):
     %vjpviz check --values EXPR) each rule whose fwd ran is judged by its
     primal's own derivative at random inputs of the types it was applied to
     (vjpviz.gradcheck); JAX's caches are cleared first, so jitted code re-traces.
+    With --nans every gradient the cell computes eagerly is checked for NaN/Inf as it
+    is made, and the first one that has them is localised (vjpviz.nans).
     """
     if cell is not None:
       return self._cell(parse_argstring(self.vjpviz, line), cell)
@@ -203,7 +208,8 @@ class VjpvizMagics(Magics):
       jax.clear_caches()   # a jitted function traced before would not run its rules' fwd
     try:
       with (runtime.collecting() as found, applications() as applied,
-            value_check.applications() if args.values else contextlib.nullcontext({}) as sites):
+            value_check.applications() if args.values else contextlib.nullcontext({}) as sites,
+            value_check.gradients() if args.nans else contextlib.nullcontext() as grads):
         self.shell.run_cell(cell)
       for cvjp, specs in applied.values():
         found.extend(check_application(cvjp, specs))
@@ -217,8 +223,9 @@ class VjpvizMagics(Magics):
     values = safety.safely(value_check.judge, sites) if args.values else None
     if values is not None:
       report_values("", values)
-    if args.strict and (problems or values):
-      shown = [*problems, *(values or ())]
+    nonfinite = report_nans(grads) if grads is not None else None
+    if args.strict and (problems or values or nonfinite):
+      shown = [*problems, *(values or ()), *([nonfinite] if nonfinite else [])]
       raise VjpvizProblems(summary(len(applied), shown) + ": "
                            + "; ".join(d.headline for d in shown))
 
@@ -230,6 +237,16 @@ def report_values(prefix: str, result) -> None:
     print(f"  not judged: {r.line()}")
   for d in result:
     show(d)
+
+
+def report_nans(grads: value_check.GradientWatch):
+  """How many gradients the cell computed and how many had NaN/Inf; the first localised."""
+  n, bad = grads.checked, len(grads.bad)
+  print(f"{n} gradient{'s' * (n != 1)} checked for NaN/Inf, {bad} not finite")
+  d = safety.safely(grads.diagnose)
+  if d is not None:
+    show(d)
+  return d
 
 
 def show(d) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import weakref
 
 import jax
 import numpy as np
@@ -29,11 +30,11 @@ from jax._src import core
 from . import type_check
 from ..analysis import locate, nonfinite, nonfinite_explain, oracle, program
 from ..analysis.nonfinite_eval import inexact
-from ..analysis.assemble import diagnose, key
+from ..analysis.diagnose import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.graph import Graph
 from ..analysis.partial_vjp import pull_ones
-from ..capture import custom_rules, records, user_calls
+from ..capture import custom_rules, entry_points, records, user_calls
 from ..capture.records import ERROR, WARNING, Record, Session
 from ..fixes import nonfinite as nonfinite_fixes
 from ..base.surrogates import is_surrogate
@@ -252,7 +253,7 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:
     graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
     labels = [(graph.node(f"in{k}").label if graph.node(f"in{k}") else f"args[{k}]")
               for k in range(len(origin.diff_leaves))]
-    run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels)
+    run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums)
     original = [np.asarray(g) for g in nonfinite_fixes.gradient(run)]
     fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
@@ -261,7 +262,16 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:
   return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
 
 
+def mark_flows(graph: Graph, flows: dict) -> Graph:
+  """The graph with each edge whose cotangent the search measured carrying its values
+  (``Edge.flow``), for the overlay; ``flows``: ``"dst#position"`` -> ``nonfinite.Flow``."""
+  edges = tuple(e._replace(flow=dataclasses.astuple(flows[k])) if (k := f"{e.dst}#{e.position}")
+                in flows else e for e in graph.edges)
+  return dataclasses.replace(graph, edges=edges)
+
+
 def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin) -> Diagnosis:
+  graph = mark_flows(graph, found.edges)
   cotangents = {"edges": {k: s.to_dict() for k, s in found.edges.items()},
                 "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
                                for n, t, norm, ok in found.iterations]}
@@ -283,6 +293,54 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
       got=f"{c.ct_out.bad()} out of {function}; {where}", message=None, node=node,
       graph=graph, fixes=fixes, call_site=c.source, instance=locate.instance(graph, node),
       detail=nonfinite_explain.explain(c), cotangents=cotangents)
+
+
+class GradientWatch:
+  """Every gradient computed eagerly meanwhile, checked for NaN/Inf as its backward pass
+  returns (one reduction per leaf); the user's call behind each one that is not, kept
+  until ``diagnose`` (a gradient taken under an outer jit holds tracers: not seen)."""
+
+  def __init__(self):
+    self.calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    self.checked = 0
+    self.bad: list = []          # (fun, args, kwargs, diff_args, has_aux) per bad gradient
+
+  def vjp(self, fun, args, kwargs, diff_args, has_aux, f_vjp) -> None:
+    jaxpr = getattr(f_vjp, "jaxpr", None)
+    if jaxpr is not None and not any(isinstance(x, core.Tracer)
+                                     for x in jax.tree_util.tree_leaves((args, kwargs))):
+      self.calls[jaxpr] = (fun, tuple(args), kwargs, diff_args, has_aux)
+
+  def backward(self, jaxpr, cotangents) -> None:
+    call = self.calls.get(jaxpr)
+    if call is None:
+      return
+    self.checked += 1
+    leaves = [x for x in jax.tree_util.tree_leaves(cotangents)
+              if isinstance(x, jax.Array) and inexact(x)]
+    if not all(bool(jax.numpy.isfinite(x).all()) for x in leaves):
+      self.bad.append(call)
+
+  def diagnose(self) -> Diagnosis | None:
+    """``nans`` of the first gradient that was not finite (later ones usually inherit its
+    NaN through the parameters); the calls are dropped, and their arrays with them."""
+    bad, self.bad, self.calls = self.bad, [], weakref.WeakKeyDictionary()
+    if not bad:
+      return None
+    fun, args, kwargs, diff_args, has_aux = bad[0]
+    main = (lambda *a, **k: fun(*a, **k)[0]) if has_aux else fun
+    return nans(main, *args, argnums=diff_args, **kwargs)
+
+
+@contextlib.contextmanager
+def gradients():
+  """A ``GradientWatch`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile."""
+  watch = GradientWatch()
+  entry_points.gradient_watchers.append(watch)
+  try:
+    yield watch
+  finally:
+    entry_points.gradient_watchers.remove(watch)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,11 @@
 
 Only rewrites known to be right are proposed: the double-``where`` guard (the
 operand replaced by a safe value where the result is not used), a safe norm,
-clamping before ``log``, ``log_softmax`` for the log of a softmax, and JAX's own
-derivative of a custom rule's primal. Each is applied to the forward program at
+clamping before ``log``, ``log_softmax`` for the log of a softmax, JAX's own
+derivative of a custom rule's primal, and for cotangents that overflow (an
+exploding gradient whose true value is finite) scaling the loss by a power of
+two: the backward pass is linear in its output cotangent and a power of two
+scales exactly, so dividing the gradient by it gives the same values, in range. Each is applied to the forward program at
 the culprit equation (``nonfinite_eval.Patch``) and the whole gradient is
 computed again: a fix is verified when that gradient is finite and equal to the
 original wherever the original was finite. The code shown is the user's own
@@ -25,7 +28,7 @@ from ..analysis.diagnosis import VERIFIED, Fix
 from ..analysis.locate import source_line
 from ..analysis.nonfinite import Culprit
 from ..analysis.nonfinite_eval import Patch, evaluate, pullback
-from ..analysis.nonfinite_explain import chosen_away
+from ..analysis.nonfinite_explain import chosen_away, overflowed
 from ..capture import names
 
 TINY = 1e-30     # clamp for log: above float32's smallest normal, far below any probability
@@ -38,6 +41,8 @@ class Program(NamedTuple):
   active: list
   out_cts: list
   names: list       # the differentiated inputs as the user names them
+  function: str = "loss"
+  argnums: tuple = (0,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +50,9 @@ class _Candidate:
   title: str
   code: str
   reason: str
-  fn: Callable      # (eqn, operands, producer) -> outputs
+  fn: Callable | None = None   # (eqn, operands, producer) -> outputs, at the culprit
+  scale: float = 1.0           # of the output cotangent; the gradient divided by it
+  family: str = ""             # of alternatives: only the first verified one is offered
 
 
 def gradient(p: Program, patch: Patch | None = None) -> list:
@@ -60,10 +67,13 @@ def gradient(p: Program, patch: Patch | None = None) -> list:
 
 def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
   """The candidates for ``c`` that make the gradient finite and keep it where it was."""
-  fixes = []
-  for cand in candidates(c):
+  fixes, offered = [], set()
+  for cand in candidates(c, p):
+    if cand.family in offered:
+      continue
     verdict = _judge(cand, c, p, original)
     if verdict is not None:
+      offered.add(cand.family or cand.title)
       fixes.append(Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED,
                        note=verdict))
   return fixes
@@ -71,7 +81,8 @@ def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
 
 def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | None:
   try:
-    got = gradient(p, Patch(c.path, cand.fn))
+    scaled = p._replace(out_cts=[None if o is None else o * cand.scale for o in p.out_cts])
+    got = [g / cand.scale for g in gradient(scaled, cand.fn and Patch(c.path, cand.fn))]
   except Exception:  # noqa: BLE001 - a rewrite that does not apply here is no fix
     return None
   if not all(bool(jnp.isfinite(g).all()) for g in got):
@@ -83,9 +94,11 @@ def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | No
   return "the gradient is finite, and equal to the original wherever that was finite"
 
 
-def candidates(c: Culprit) -> list[_Candidate]:
+def candidates(c: Culprit, p: Program) -> list[_Candidate]:
   """The rewrites that fit the culprit equation, best first."""
   name, line = c.eqn.primitive.name, _line(c.source)
+  if overflowed(c):
+    return [_rescale(p.function, p.argnums, k) for k in SCALES]
   if name in ("custom_vjp_call", "custom_jvp_call"):
     return [_autodiff(c)]
   if name in ("sqrt", "rsqrt"):
@@ -168,6 +181,21 @@ def _guard_div(line: str | None) -> _Candidate:
   code = _rewrite_div(line) or "jnp.where(d != 0, n / jnp.where(d != 0, d, 1.0), 0.0)"
   return _Candidate("Guard the division with a double where", code,
                     "the denominator is replaced by 1 where it is 0, and the result by 0", fn)
+
+
+SCALES = (32, 64, 100)   # 2**-k tried in turn: float32 spans 2**-126 to 2**128
+
+
+def _rescale(function: str, argnums: tuple, k: int) -> _Candidate:
+  nums = "" if argnums == (0,) else f", argnums={argnums[0] if len(argnums) == 1 else argnums}"
+  code = (f"scale = 2.0 ** -{k}   # a power of two: exact; the cotangents stay in range\n"
+          f"grads = jax.grad(lambda *a: {function}(*a) * scale{nums})(*args)\n"
+          "grads = jax.tree_util.tree_map(lambda g: g / scale, grads)")
+  return _Candidate(f"Scale the loss by 2^-{k} while differentiating (the gradient "
+                    "explodes in range)", code,
+                    "the backward pass is linear in its output cotangent: every cotangent is "
+                    f"scaled by 2^-{k} exactly, none overflows, and dividing the gradient by the "
+                    "same power of two restores its values", scale=2.0 ** -k, family="scale")
 
 
 def _autodiff(c: Culprit) -> _Candidate:

@@ -11,6 +11,12 @@ it into the SVG. DOT node names are our own ``n0, n1, ...``
 Highlighting must survive colour blindness and greyscale printing, so colour
 (Okabe-Ito vermillion) always comes with a second cue: a ✖ marker, a double
 border, a bold dashed line.
+
+Edges whose cotangent values were measured (``vv.nans``: ``Edge.flow``) also say
+them: the norm and max |value|, or how many NaN/Inf; a non-finite one is drawn
+bold, the first one (into the culprit) marked ✖, a vanishing or exploding one
+coloured (Okabe-Ito blue, orange) with the word for it. Edges without values
+are drawn exactly as before.
 """
 from __future__ import annotations
 
@@ -21,6 +27,9 @@ from .views import Cluster, View, ViewEdge, default_view
 
 FAIL = "#D55E00"        # Okabe-Ito vermillion
 CUSTOM = "#E1EEF8"      # custom-rule equations: pale blue
+TINY_CT = "#0072B2"     # Okabe-Ito blue: a vanishing cotangent
+HUGE_CT = "#E69F00"     # Okabe-Ito orange: an exploding one
+VANISHING, EXPLODING = 1e-8, 1e8   # |ct| bounds past which an edge is coloured so
 FOLDED = "#EEEEEE"
 INK = "#444444"
 FAILED_CLASS = "vjpviz-node-failed"
@@ -51,7 +60,7 @@ def source(view: View, *, labels: bool = True, legend: bool = True, fast: bool =
   opened = {view.node(n).parent for n in view.nodes} | {c.parent for c in view.clusters}
   _add_level(g, view, None, names, opened)
   for e in view.edges:
-    g.edge(names[e.src], names[e.dst], **_edge_attrs(e, labels))
+    g.edge(names[e.src], names[e.dst], **_edge_attrs(e, labels, view.failing))
   if legend:
     _legend(g, view, labels)
   caption = " · ".join(t for t in (view.note, note) if t)
@@ -153,23 +162,55 @@ def _avals(side: str, avals: tuple[str, ...]) -> str:
   return f"{side}: {', '.join(avals[:MAX_AVALS])}{more}"
 
 
-def _edge_attrs(e: ViewEdge, labels: bool) -> dict:
+def _edge_attrs(e: ViewEdge, labels: bool, failing: str | None = None) -> dict:
   differs = next((x for x in e.edges if x.value_error), None)   # well-typed, wrong values
   shown = e.shown if e.mismatch or differs is None else differs
   flagged = e.mismatch or differs is not None
+  flows = [x for x in e.edges if x.flow is not None]
+  bad = [x for x in flows if _nonfinite(x.flow)]
+  first = any(x.dst == failing for x in bad)       # the culprit's own non-finite output
   count = f"×{len(e.edges)} " if len(e.edges) > 1 else ""
-  text = f"{'✖ ' if flagged else ''}{count}P {shown.primal} / CT {shown.cotangent}"
+  text = f"{'✖ ' if flagged or first else ''}{count}P {shown.primal} / CT {shown.cotangent}"
   got = (f"got {shown.cotangent_got}" if e.mismatch else
          f"CT value differs: {differs.value_error}" if differs else "")
-  attrs = dict(label=_text(text, got) if labels or flagged else "",
+  values = _flow_text((bad or flows)[0].flow, first) if flows else ""
+  attrs = dict(label=_text(text, got, values) if labels or flagged or bad else "",
                **{"class": "vjpviz-edge" + (" vjpviz-edge-mismatch" if flagged else "")
-                  + (" vjpviz-edge-value" if differs else "")})
+                  + (" vjpviz-edge-value" if differs else "")
+                  + (" vjpviz-edge-nonfinite" if bad else "")
+                  + (" vjpviz-edge-first-nonfinite" if first else "")})
   if differs:
     attrs.update(tooltip=_text(f"{got}: the rule's cotangent has the expected type, but its "
                                "values are not the primal's derivative", passes=2))
-  if flagged:
+  if flagged or first:
     attrs.update(color=FAIL, fontcolor=FAIL, penwidth="2.5", style="bold,dashed")
+  elif bad:
+    attrs.update(color=FAIL, fontcolor=FAIL, penwidth="1.5", style="bold")
+  elif flows:
+    colour = _magnitude_colour(flows[0].flow)
+    if colour:
+      attrs.update(color=colour, fontcolor=colour, penwidth="1.5")
   return attrs
+
+
+def _nonfinite(flow: tuple) -> bool:
+  return bool(flow[1] or flow[2])
+
+
+def _flow_text(flow: tuple, first: bool) -> str:
+  """``CT 2 NaN of 5 · max |ct| 0.5`` or ``|CT| 3.2 · max 1.1``, with the word for a
+  vanishing or exploding one (colour is never the only cue)."""
+  size, nan, inf, norm, peak = flow
+  bad = ", ".join(f"{n} {w}" for n, w in ((nan, "NaN"), (inf, "Inf")) if n)
+  if bad:
+    return f"{'first non-finite: ' if first else ''}CT {bad} of {size} · max |ct| {peak:.3g}"
+  word = {TINY_CT: " (vanishing)", HUGE_CT: " (exploding)"}.get(_magnitude_colour(flow), "")
+  return f"‖CT‖ {norm:.3g} · max {peak:.3g}{word}"
+
+
+def _magnitude_colour(flow: tuple) -> str | None:
+  peak = flow[4]
+  return HUGE_CT if peak > EXPLODING else TINY_CT if 0 < peak < VANISHING else None
 
 
 _LEGEND_BOXES = (   # (legend node, label, attributes), drawn only when the view has one
@@ -188,6 +229,7 @@ _LEGEND_BOXES = (   # (legend node, label, attributes), drawn only when the view
 def _legend(g, view: View, labels: bool) -> None:
   """What this view draws, and nothing else: a legend is for reading this graph."""
   drawn = {c.kind for c in view.clusters}
+  flows = [x for e in view.edges for x in e.edges if x.flow is not None]
   drawn.update("failed" if n == view.failing else "custom"
                for n in view.nodes if view.node(n).custom or n == view.failing)
   drawn.update("static" for n in view.nodes if view.node(n).kind == "static")
@@ -196,7 +238,11 @@ def _legend(g, view: View, labels: bool) -> None:
       ("✖ mismatched cotangent", dict(color=FAIL, fontcolor=FAIL, penwidth="2.5",
                                       style="bold,dashed", **{"class": "vjpviz-legend-mismatch"}),
        any(e.mismatch for e in view.edges)),
-      ("P primal / CT cotangent aval", {}, labels and bool(view.edges)))
+      ("P primal / CT cotangent aval", {}, labels and bool(view.edges)),
+      ("✖ first non-finite cotangent", dict(color=FAIL, fontcolor=FAIL, penwidth="2.5",
+                                           style="bold,dashed"), any(
+          _nonfinite(x.flow) and x.dst == view.failing for x in flows)),
+      ("‖CT‖ cotangent norm · max |value|", {}, labels and bool(flows)))
       if present]
   if not boxes and not edges:
     return
