@@ -28,7 +28,7 @@ def analysis(limits, jaxpr) -> dict:
   """diagnose() on the last captured session under ``limits``, its re-trace (JAX's part,
   timed apart) replaced by ``jaxpr``: seconds; then, in a second run, peak and kept bytes."""
   from jupyter_vjpviz.deliver import runtime
-  from jupyter_vjpviz.analysis import diagnose, program
+  from jupyter_vjpviz.analysis import assemble, program
 
   session, exc = scale._Handler.last
   shipped = program.LIMITS, program.trace
@@ -36,12 +36,12 @@ def analysis(limits, jaxpr) -> dict:
   try:
     t = time.perf_counter()
     with runtime._gc_paused():
-      diagnose.diagnose(session, exc)
+      assemble.diagnose(session, exc)
     seconds = time.perf_counter() - t
     gc.collect()
     tracemalloc.start()   # a second run: tracemalloc slows Python down several times
     with runtime._gc_paused():
-      found = diagnose.diagnose(session, exc)
+      found = assemble.diagnose(session, exc)
     gc.collect()
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

@@ -1,8 +1,9 @@
 /**
- * The expected-vs-got diff of a diagnosis as rows, pytree-aware for the
- * structure kinds (`PyTreeDef(...)` strings are parsed into leaf paths).
+ * The expected-vs-got diff of a diagnosis as rows, from the leaves the kernel
+ * sends as data (key paths, each side's type or `missing`): no tree's text is
+ * parsed here.
  */
-import type { LeafError } from './protocol';
+import type { DiagnosisLeaf, KeyEntry, LeafError } from './protocol';
 
 export type RowStatus = 'mismatch' | 'same' | 'missing' | 'extra';
 
@@ -14,166 +15,68 @@ export interface IDiffRow {
 }
 
 /**
- * The leaf paths of a `str(PyTreeDef)`, in jax.tree_util.keystr spelling
- * (`[0]`, `['a']`, `.x`), or null when the text is not understood.
+ * A Python string literal as `repr` writes it (how `keystr` spells a dict key).
  */
-export function treeLeaves(text: string): string[] | null {
-  let s = text.trim();
-  const wrapped = /^PyTreeDef\(([\s\S]*)\)$/.exec(s);
-  if (wrapped) {
-    s = wrapped[1];
-  }
-  const leaves: string[] = [];
-  let i = 0;
-  const ws = () => {
-    while (i < s.length && /\s/.test(s[i])) {
-      i++;
+const ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+function pyRepr(s: string): string {
+  const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
+  const escaped = Array.from(s, c => {
+    const code = c.codePointAt(0)!;
+    if (c === '\\' || c === quote) {
+      return '\\' + c;
     }
+    if (ESCAPES[c]) {
+      return ESCAPES[c];
+    }
+    return code < 0x20 || (code >= 0x7f && code < 0xa0)
+      ? `\\x${code.toString(16).padStart(2, '0')}`
+      : c;
+  });
+  return quote + escaped.join('') + quote;
+}
+
+/**
+ * A key path as `jax.tree_util.keystr` spells it (`[0]`, `['w']`, `.x`).
+ */
+export function keyPath(path: readonly KeyEntry[]): string {
+  return path
+    .map(k => {
+      switch (k.kind) {
+        case 'index':
+          return `[${k.key}]`;
+        case 'key':
+          return typeof k.key === 'number' ? `[${k.key}]` : `[${pyRepr(k.key)}]`;
+        case 'attr':
+          return `.${k.key}`;
+        case 'flat':
+          return `[<flat index ${k.key}>]`;
+        default:
+          return String(k.key);
+      }
+    })
+    .join('');
+}
+
+const MISSING = 'missing';
+
+function leafRow(l: DiagnosisLeaf): IDiffRow {
+  const expected = l.expected ?? '';
+  const got = l.got ?? '';
+  const status: RowStatus =
+    expected === MISSING
+      ? 'extra'
+      : got === MISSING
+        ? 'missing'
+        : expected === got
+          ? 'same'
+          : 'mismatch';
+  return {
+    path: l.argument || keyPath(l.path) || '(root)',
+    expected: expected === MISSING ? '(absent)' : expected,
+    got: got === MISSING ? '(missing)' : got,
+    status
   };
-  const expect = (c: string) => {
-    ws();
-    if (s[i] !== c) {
-      throw new Error(`expected ${c} at ${i}`);
-    }
-    i++;
-  };
-  const key = (): string => {
-    ws();
-    const quote = s[i];
-    if (quote === "'" || quote === '"') {
-      const end = s.indexOf(quote, i + 1);
-      if (end < 0) {
-        throw new Error('unterminated key');
-      }
-      const k = s.slice(i, end + 1);
-      i = end + 1;
-      return `[${k}]`;
-    }
-    const m = /^[^:,}]+/.exec(s.slice(i));
-    if (!m) {
-      throw new Error('bad key');
-    }
-    i += m[0].length;
-    return `[${m[0].trim()}]`;
-  };
-  const seq = (close: string, path: string) => {
-    let n = 0;
-    ws();
-    if (s[i] === close) {
-      i++;
-      return;
-    }
-    for (;;) {
-      node(`${path}[${n++}]`);
-      ws();
-      if (s[i] === ',') {
-        i++;
-        ws();
-        if (s[i] === close) {
-          i++;
-          return;
-        }
-        continue;
-      }
-      expect(close);
-      return;
-    }
-  };
-  const node = (path: string): void => {
-    ws();
-    const c = s[i];
-    if (c === '*') {
-      i++;
-      leaves.push(path);
-    } else if (c === '(') {
-      i++;
-      seq(')', path);
-    } else if (c === '[') {
-      i++;
-      seq(']', path);
-    } else if (c === '{') {
-      i++;
-      ws();
-      if (s[i] === '}') {
-        i++;
-        return;
-      }
-      for (;;) {
-        const k = key();
-        expect(':');
-        node(path + k);
-        ws();
-        if (s[i] === ',') {
-          i++;
-          continue;
-        }
-        expect('}');
-        return;
-      }
-    } else if (s.startsWith('None', i)) {
-      i += 4;
-    } else {
-      const m = /^([A-Za-z_][\w.]*)/.exec(s.slice(i));
-      if (!m) {
-        throw new Error(`unexpected ${c} at ${i}`);
-      }
-      i += m[1].length;
-      ws();
-      if (m[1] === 'CustomNode') {
-        // CustomNode(Name[aux], [children])
-        expect('(');
-        let depth = 0;
-        while (i < s.length) {
-          if (s[i] === '[') {
-            depth++;
-          } else if (s[i] === ']') {
-            depth--;
-          } else if (s[i] === ',' && depth === 0) {
-            break;
-          }
-          i++;
-        }
-        expect(',');
-        expect('[');
-        seq(']', path);
-        expect(')');
-        return;
-      }
-      // NamedTuple(x=*, y=*)
-      expect('(');
-      ws();
-      if (s[i] === ')') {
-        i++;
-        return;
-      }
-      for (;;) {
-        ws();
-        const f = /^([A-Za-z_]\w*)\s*=/.exec(s.slice(i));
-        if (!f) {
-          throw new Error('bad field');
-        }
-        i += f[0].length;
-        node(`${path}.${f[1]}`);
-        ws();
-        if (s[i] === ',') {
-          i++;
-          continue;
-        }
-        expect(')');
-        return;
-      }
-    }
-  };
-  try {
-    node('');
-    ws();
-    if (i !== s.length) {
-      return null;
-    }
-  } catch {
-    return null;
-  }
-  return leaves;
 }
 
 const num = (x: number | null | undefined): string =>
@@ -207,56 +110,32 @@ function valueRow(l: LeafError): IDiffRow {
 export function diffRows(d: {
   kind: string;
   path?: string | null;
+  argument?: string | null;
   expected?: string | null;
   got?: string | null;
   leaf_errors?: readonly LeafError[] | null;
+  leaves?: readonly DiagnosisLeaf[] | null;
 }): IDiffRow[] {
   if (d.kind === 'bwd_value' && Array.isArray(d.leaf_errors) && d.leaf_errors.length) {
     return d.leaf_errors.map(valueRow);
   }
   const expected = d.expected ?? '';
   const got = d.got ?? '';
-  if (d.kind.endsWith('_structure')) {
-    const want = treeLeaves(expected);
-    const have = treeLeaves(got);
-    if (want && have) {
-      const prefix = d.path ?? '';
-      const haveSet = new Set(have);
-      const wantSet = new Set(want);
-      const rows: IDiffRow[] = want.map(p => ({
-        path: prefix + (p || '(root)'),
-        expected: 'leaf',
-        got: haveSet.has(p) ? 'leaf' : '(missing)',
-        status: haveSet.has(p) ? 'same' : 'missing'
-      }));
-      for (const p of have) {
-        if (!wantSet.has(p)) {
-          rows.push({
-            path: prefix + (p || '(root)'),
-            expected: '(absent)',
-            got: 'leaf',
-            status: 'extra'
-          });
-        }
-      }
-      if (rows.every(r => r.status === 'same')) {
-        // Same leaves, different containers: show the two trees.
-        rows.push({
-          path: prefix || '(root)',
-          expected,
-          got,
-          status: 'mismatch'
-        });
-      }
-      return rows;
+  if (Array.isArray(d.leaves) && d.leaves.length) {
+    const rows = d.leaves.map(leafRow);
+    if (d.kind.endsWith('_structure') && rows.every(r => r.status === 'same')) {
+      // Same leaves, different containers: the two trees, as the kernel wrote them.
+      rows.push({ path: d.path || '(root)', expected, got, status: 'mismatch' });
     }
+    return rows;
   }
+  // Read from JAX's message: no leaves, only its text.
   if (!expected && !got) {
     return [];
   }
   return [
     {
-      path: d.path || '(output)',
+      path: d.argument || d.path || '(output)',
       expected,
       got,
       status: expected === got ? 'same' : 'mismatch'

@@ -7,6 +7,7 @@
 import type {
   ApplyResult,
   Diagnosis,
+  DiagnosisLeaf,
   DiagnosisMessage,
   Fix,
   FixesMessage,
@@ -14,6 +15,7 @@ import type {
   GraphEdge,
   GraphNode,
   HelloMessage,
+  KeyEntry,
   LeafError,
   ReplyMessage,
   RequestMessage,
@@ -28,6 +30,7 @@ import * as validators from './protocolValidators';
 export type {
   ApplyResult,
   Diagnosis,
+  DiagnosisLeaf,
   DiagnosisMessage,
   Fix,
   FixesMessage,
@@ -35,6 +38,7 @@ export type {
   GraphEdge,
   GraphNode,
   HelloMessage,
+  KeyEntry,
   LeafError,
   ReplyMessage,
   RequestMessage,

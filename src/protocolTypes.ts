@@ -153,6 +153,10 @@ export interface Diagnosis {
    */
   leaf_errors?: LeafError[];
   /**
+   * the expected-vs-got table (analysis/diagnosis.py MismatchedLeaf): every leaf the rule application got wrong, the one the diagnosis leads with first; for the structure kinds every leaf of either tree. Empty for a diagnosis read from JAX's message
+   */
+  leaves?: DiagnosisLeaf[];
+  /**
    * added by deliver/comm.py: the rule's source text
    */
   rule_source_text?: string | null;
@@ -279,6 +283,35 @@ export interface LeafError {
    * the largest reference magnitude
    */
   scale?: number;
+}
+/**
+ * one row of a diagnosis's expected-vs-got table; expected and got are avals (str_short), a Python type's name, None, or missing (that side has no such leaf)
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "DiagnosisLeaf".
+ */
+export interface DiagnosisLeaf {
+  /**
+   * the leaf's key path in the cotangent tree, as data
+   */
+  path: KeyEntry[];
+  /**
+   * the leaf as the user would type it: x, p['w'], out[0]
+   */
+  argument?: string | null;
+  primal?: NullableString;
+  expected: NullableString;
+  got: NullableString;
+}
+/**
+ * one step of a pytree key path (capture/leaf_paths.py Key): index = a sequence's [0], key = a dict's ['w'] or [1], attr = a field's .w, flat = a custom node's child without a key, other = any other key, spelled as jax.tree_util.keystr spells it
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "KeyEntry".
+ */
+export interface KeyEntry {
+  kind: 'index' | 'key' | 'attr' | 'flat' | 'other';
+  key: number | string;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

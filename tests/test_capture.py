@@ -457,8 +457,8 @@ def test_check_is_abstract_and_cached(hook):
 
 
 def test_vjpviz_failure_leaves_user_code_alone(hook, monkeypatch, capsys):
-  from jupyter_vjpviz.analysis import diagnose as diagnose_mod
-  monkeypatch.setattr(diagnose_mod.program, "build", lambda origin: 1 / 0)
+  from jupyter_vjpviz.analysis import assemble
+  monkeypatch.setattr(assemble.program, "build", lambda origin: 1 / 0)
   run = _failing_grad()
   err = raises(run)
   assert "ValueError" == type(err).__name__
@@ -684,3 +684,66 @@ def test_one_rule_application_that_fails_at_two_leaves_is_one_diagnosis(path):
   # Said once (its verdict, type-only here as the rule's values are not the gradient, may
   # follow the title).
   assert sum(f.title.startswith("Swap outputs 1 and 2") for f in d.fixes) == 1
+
+
+# ------------------------------------------------------------ leaves as data
+
+def test_a_structure_diagnosis_lists_every_leaf_by_key_path(path):
+  from jupyter_vjpviz.capture.leaf_paths import Key
+  f = custom(lambda x, p: x * p["a"] * p["b"], lambda r, g: (g, {"a": g, "c": g}))
+  raises(lambda: jax.grad(lambda x, p: f(x, p).sum(), argnums=(0, 1))(
+      jnp.ones(3), {"a": jnp.ones(3), "b": jnp.ones(3)}))
+  d = only("bwd_structure")
+  rows = [(l.path, l.argument, l.expected, l.got) for l in d.leaves]
+  assert rows == [
+      ((Key("index", 0),), "x", "float32[3]", "float32[3]"),
+      ((Key("index", 1), Key("key", "a")), "p['a']", "float32[3]", "float32[3]"),
+      ((Key("index", 1), Key("key", "b")), "p['b']", "float32[3]", "missing"),
+      ((Key("index", 1), Key("key", "c")), None, "missing", "float32[3]")]
+  assert d.to_dict()["leaves"][2]["path"] == [{"kind": "index", "key": 1}, {"kind": "key", "key": "b"}]
+  assert d.argument == "p['b']" and "missing p['b']" in d.to_text()
+  assert d.detail is None or "swapped" not in d.detail
+
+
+def test_a_cotangent_tree_of_the_wrong_structure_lists_its_leaves(hook):
+  _, f_vjp = jax.vjp(lambda x: (x, {"u": x}), jnp.ones(2))
+  raises(lambda: f_vjp((jnp.ones(2), {"v": jnp.ones(2)})))
+  d = only("vjp_cotangent_structure")
+  assert [(l.name, l.expected, l.got) for l in d.leaves] == [
+      ("[0]", "float32[2]", "float32[2]"), ("[1]['u']", "float32[2]", "missing"),
+      ("[1]['v']", "missing", "float32[2]")]
+
+
+# ------------------------------------------------------------ one spelling of an input
+
+def _dense_in_a_loss(argnums):
+  dense = custom(lambda x, w: x @ w, lambda res, g: ((g @ res[1].T).T, res[0].T @ g),
+                 fwd=lambda x, w: (x @ w, (x, w)))
+
+  def loss(x, w1, w2):
+    return dense(jnp.tanh(x @ w1), w2).sum()
+  raises(lambda: jax.grad(loss, argnums=argnums)(jnp.ones((4, 5)), jnp.ones((5, 3)),
+                                                 jnp.ones((3, 2))))
+  return only("bwd_type")
+
+
+def test_a_rule_input_is_spelled_one_way_and_no_graph_box_reads_like_it(hook):
+  d = _dense_in_a_loss((1, 2))
+  assert d.argument == "x" and "for input x: float32[4,3]" in d.headline
+  assert "  input     x" in d.to_text() and d.to_dict()["argument"] == "x"
+  assert [l.argument for l in d.leaves] == ["x"]
+  # The loss's own x (not differentiated here: drawn dashed) is another input.
+  labels = {n.id: n.label for n in d.graph.nodes if n.kind in ("input", "static")}
+  assert "x" not in labels.values() and labels["arg0"] == "x of loss"
+  assert "input not differentiated" in d.to_dot()
+  assert d.instance is None    # w2 beside w1 is a parameter, not one of several blocks
+
+
+def test_an_accumulators_input_is_spelled_as_the_graph_spells_it(hook):
+  from jax.experimental.hijax import ShapedArray, ValAccum
+  _, f_vjp = jax.vjp(lambda x, y: jnp.sin(x) * y, jnp.ones(3), jnp.ones(3))
+  raises(lambda: f_vjp.with_refs(ValAccum(ShapedArray((4,), jnp.float32)),
+                                 jax.ad.GradValue())(jnp.ones(3)))
+  d = only("accumulator_type")
+  assert d.graph.node(d.node).label == d.argument == "x"
+  assert "accumulator for x of" in d.headline and "args[0]" not in d.headline

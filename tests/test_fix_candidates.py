@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
-from test_fixes import cell, first_problem
+from test_fixes import cell, first_problem, untimed  # noqa: F401 - autouse fixture
 
 from jupyter_vjpviz.analysis import oracle
 from jupyter_vjpviz.fixes import candidates, suggest, verify
@@ -239,3 +239,22 @@ def loss(x): return jnp.sin(double(x)).sum()
   rebind(d, fixes[0].code)
   x = jnp.arange(32.).reshape(8, 4) / 32
   np.testing.assert_allclose(run(x)[0], 2. * jnp.cos(2. * x), rtol=1e-5)
+
+
+def test_a_discarded_underscore_is_never_a_candidate_cotangent():
+  """``_, vjp = jax.vjp(...)``: ``_`` has the expected type (the primal output) but is
+  discarded by convention; "Return _" was offered before."""
+  code = """
+@jax.custom_vjp
+def gelu(x): return jax.nn.gelu(x)
+def gelu_fwd(x): return gelu(x), x
+def gelu_bwd(x, g):
+  _, vjp = jax.vjp(jax.nn.gelu, x)
+  return vjp(g)[0].astype(jnp.float16),
+gelu.defvjp(gelu_fwd, gelu_bwd)
+def loss(x): return jnp.sin(gelu(x)).sum()
+"""
+  d = first_problem(cell(code)["loss"], jnp.linspace(-1., 1., 8))
+  assert not any("return _" in f.code for f in found(d) + list(d.fixes)), \
+      [f.title for f in d.fixes]
+  assert d.fixes[0].title == "Cast to float32" and d.fixes[0].verdict == "verified"

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.capture.leaf_paths import keystr
 
 FLOATS = ("float32", "float16", "bfloat16")
 shapes = st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple)
@@ -126,8 +127,8 @@ def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_
            if out is not None and out != given]
   path_of = (lambda i: f"[0]['k{i}']") if container == "dict" else (lambda i: f"[{i}]")
   # One diagnosis per rule application and kind; each lists every leaf it got wrong.
-  leaves = {l.path: (l, d) for d in found for l in (d.leaves or [d])}
-  assert len(leaves) == sum(len(d.leaves) or 1 for d in found), case
+  leaves = {keystr(l.path): (l, d) for d in found for l in d.leaves}
+  assert len(leaves) == sum(len(d.leaves) for d in found), case
   assert set(leaves) == {path_of(i) for i in wrong}, (case, [d.headline for d in found])
   for i in wrong:
     leaf, d = leaves[path_of(i)]

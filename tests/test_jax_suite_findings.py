@@ -87,6 +87,35 @@ def test_a_rule_runs_under_exactly_one_frame_of_ours():
   assert hooked["bwd"] - plain["bwd"] == 1, (plain, hooked)
 
 
+@pytest.mark.parametrize("jitted", [False, True])
+def test_the_primal_is_never_run_inside_the_users_live_call(hook, jitted):
+  """[test_custom_vjp_traceback] Under grad classic JAX never runs a custom_vjp's primal;
+  the fwd-output check's abstract run of it (for the primal's output types) happened
+  beneath the user's rule, inside the differentiated function's live call. It runs as
+  the VJP session ends, after that call returned, and the finding is the same (the
+  diagnosis re-runs the user's function later: those calls are not JAX's)."""
+  calls, first_call_open = [], []
+
+  @jax.custom_vjp
+  def act(x):
+    first_call_open.append(calls[0])
+    return jnp.sin(x)
+  act.defvjp(lambda x: (jnp.sin(x).astype(jnp.bfloat16), x), lambda x, g: (jnp.cos(x) * g,))
+
+  def differentiated_loss(x):
+    i = len(calls)
+    calls.append(True)
+    try:
+      return act(x).astype(jnp.float32).sum()
+    finally:
+      calls[i] = False
+  grad = jax.grad(differentiated_loss)
+  (jax.jit(grad) if jitted else grad)(jnp.ones(3))
+  assert first_call_open and not any(first_call_open), first_call_open
+  d = vv.last()
+  assert (d.kind, d.expected, d.got) == ("fwd_type", "float32[3]", "bfloat16[3]")
+
+
 # --------------------------------------- the user's pytree code [CustomVJPTest::...nones]
 
 class _Pair(list):

@@ -65,7 +65,7 @@ FAULTS = {
     "capture: rule clone": ("jupyter_vjpviz.capture.custom_rules", "instrumented"),
     "capture: entry point": ("jupyter_vjpviz.capture.entry_points", "_origin"),
     "analysis": ("jupyter_vjpviz.deliver.runtime", "diagnose"),
-    "analysis: locate": ("jupyter_vjpviz.analysis.diagnose", "locate"),
+    "analysis: locate": ("jupyter_vjpviz.analysis.assemble", "locate"),
     "fixes": ("jupyter_vjpviz.fixes.suggest", "attach"),
     "render: text": ("jupyter_vjpviz.render.text", "render"),
     "deliver: console": ("jupyter_vjpviz.deliver.console", "_on_diagnoses"),

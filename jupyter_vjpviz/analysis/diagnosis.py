@@ -6,6 +6,7 @@ import itertools
 from typing import Any, Callable
 
 from ..base import kinds
+from ..capture import leaf_paths
 from .graph import Graph
 
 _ids = itertools.count(1)
@@ -33,15 +34,22 @@ class Fix:
 
 @dataclasses.dataclass(frozen=True)
 class MismatchedLeaf:
-  """One input leaf a rule application got wrong, as the diagnosis's table lists it."""
-  path: str | None
-  argument: str | None               # as the user named it: "k", "p['w']"
+  """One row of the diagnosis's expected-vs-got table: a leaf the rule application got
+  wrong, or for the structure kinds each leaf of either tree (``missing`` on the side
+  without it). The path is data (``leaf_paths.Key`` entries), never text to parse."""
+  path: tuple
+  argument: str | None               # as the user would type it: "k", "p['w']", "out[0]"
   primal: str | None
   expected: str | None
   got: str | None
 
+  @property
+  def name(self) -> str:
+    """The leaf as a sentence names it."""
+    return self.argument or leaf_paths.keystr(self.path) or "the top"
+
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    return {**dataclasses.asdict(self), "path": [dataclasses.asdict(k) for k in self.path]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +87,7 @@ class Diagnosis:
   """The capture stage's RuleSite (avals, paths, a weakref to the custom_vjp)."""
   leaves: tuple = ()
   """Every ``MismatchedLeaf`` of this rule application, the one the fields above are
-  about first, when there is more than one: one failure is one diagnosis."""
+  about first: one failure is one diagnosis. Empty for one read from JAX's message."""
   leaf_errors: tuple = ()
   """bwd_value: per input leaf, how the rule's cotangent differs from the primal's
   derivative (``oracle.LeafError``: numbers and strings, never arrays)."""
@@ -91,7 +99,7 @@ class Diagnosis:
   @property
   def headline(self) -> str:
     """One sentence in plain words."""
-    more = [l.argument or l.path or "?" for l in self.leaves[1:]]
+    more = [] if kinds.of(self.kind).structural else [l.name for l in self.leaves[1:]]
     return (kinds.of(self.kind).headline(self)
             + (f" (in {self.instance})" if self.instance else "")
             + (f"; also {', '.join(more)}" if more else "") + ".")

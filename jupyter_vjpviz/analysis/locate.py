@@ -90,12 +90,13 @@ def _common(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 def _repeated(common: tuple[str, ...], paths: list[tuple[str, ...]]) -> str | None:
   """The deepest prefix of ``common`` ending in a part that has a sibling named alike up
-  to a number and holding some of the same paths: one block of several."""
+  to a number and holding some of the same paths: one block of several. An input is no
+  block (``w2`` beside ``w1``): a block holds paths below it."""
   found = None
   for i, own in enumerate(common):
     head, below = common[:i], {}
     for p in paths:
-      if len(p) > i and p[:i] == head and _stem(p[i]) == _stem(own):
+      if len(p) > i + 1 and p[:i] == head and _stem(p[i]) == _stem(own):
         below.setdefault(p[i], set()).add(p[i + 1:])
     mine = below.get(own, set())
     if any(part != own and inside & mine for part, inside in below.items()):
@@ -138,6 +139,18 @@ def mark_got(graph: Graph, node_id: str | None, rec: Record) -> Graph:
                 if e.dst == node.id and e.position == position else e
                 for e in graph.edges)
   return dataclasses.replace(graph, edges=edges)
+
+
+def distinct_inputs(graph: Graph, argument: str | None, function: str | None) -> Graph:
+  """The graph with each program input spelled like a rule's input ``argument`` (the
+  loss's ``x`` beside the rule's ``x``) labelled with its function: ``x of loss``. The
+  diagnosis spells the rule's input one way everywhere; no other box may read the same."""
+  if not argument or not function:
+    return graph
+  nodes = tuple(n._replace(label=f"{n.label} of {function}")
+                if n.kind in ("input", "static") and n.label == argument else n
+                for n in graph.nodes)
+  return dataclasses.replace(graph, nodes=nodes) if nodes != graph.nodes else graph
 
 
 def source_line(where: str | None) -> tuple[str, int] | None:

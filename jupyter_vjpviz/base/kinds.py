@@ -72,6 +72,11 @@ def _who(d) -> str:
   return d.rule if d.function and d.rule.startswith(f"{d.function}.") else f"{who} {d.rule}"
 
 
+def _input(d) -> str | None:
+  """The input as the user would type it (their parameter, ``p['w']``), else its path."""
+  return d.argument or d.path
+
+
 def _where(d) -> str:
   if d.argument and d.primal:
     return f" for input {d.argument}: {d.primal}"
@@ -89,7 +94,7 @@ def _silent_dtype(d) -> str:
 def _accumulator(d) -> str:
   if d.rule:
     return f"{_who(d)} pushed {d.got} into the accumulator{_where(d)}; the cotangent must be {d.expected}"
-  return (f"a gradient accumulator for {d.path or 'an input'} of {d.function or 'the function'} "
+  return (f"a gradient accumulator for {_input(d) or 'an input'} of {d.function or 'the function'} "
           f"expected {d.expected} but got {d.got}")
 
 
@@ -99,7 +104,7 @@ _ENTRIES = (
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
          rule_fixers=("types",)),
     Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"
-         f"{' at ' + d.path if d.path else ''}", role="bwd", wrong=STRUCTURE,
+         f"{' at ' + _input(d) if d.path else ''}", role="bwd", wrong=STRUCTURE,
          rule_fixers=("structure",)),
     Kind("bwd_value", lambda d: f"{d.function}'s bwd rule returns well-typed cotangents that are "
          f"not {d.function}'s derivative: {d.got}", role="bwd", wrong=VALUE, silent=True),
@@ -109,13 +114,13 @@ _ENTRIES = (
          wrong=STRUCTURE, rule_fixers=("fwd",)),
     Kind("accumulator_type", _accumulator, role="bwd", subject=INPUT, channel=ACCUMULATED,
          rule_fixers=("types",), call_fixers=("accumulator",)),
-    Kind("ref_grad_unbound", lambda d: f"{d.path} of {d.function} is a Ref: its gradient needs a "
+    Kind("ref_grad_unbound", lambda d: f"{_input(d)} of {d.function} is a Ref: its gradient needs a "
          "gradient ref bound with with_refs", role=None, subject=INPUT, wrong=BINDING,
          channel=ACCUMULATED, call_fixers=("refs",)),
-    Kind("ref_grad_as_value", lambda d: f"{d.path} of {d.function} is a Ref: its gradient can't be "
+    Kind("ref_grad_as_value", lambda d: f"{_input(d)} of {d.function} is a Ref: its gradient can't be "
          "returned as a value", role=None, subject=INPUT, wrong=BINDING, channel=ACCUMULATED,
          call_fixers=("refs",)),
-    Kind("grad_ref_type", lambda d: f"the gradient ref for {d.path} of {d.function} is {d.got}, but "
+    Kind("grad_ref_type", lambda d: f"the gradient ref for {_input(d)} of {d.function} is {d.got}, but "
          f"must be {d.expected}", role=None, subject=INPUT, channel=ACCUMULATED,
          call_fixers=("refs",)),
     Kind("vjp_cotangent_type", lambda d: f"the cotangent passed to {d.function}'s VJP function at "

@@ -16,8 +16,9 @@ from jax._src import api, core, pjit
 from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 
-from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, names, records
+from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_paths, names, records
 from .patches import PatchSet
+from .leaf_paths import Leaf
 from .records import ERROR, WARNING, Record, RuleSite, Session
 from ..base import safety
 
@@ -68,7 +69,8 @@ def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
   ct_tree = jax.tree_util.tree_structure(out_ct, is_leaf=is_zero)
   if ct_tree != out_tree:
     return [Record(kind="vjp_cotangent_structure", severity=ERROR, path="out",
-                   expected=str(out_tree), got=str(ct_tree), **base)]
+                   expected=str(out_tree), got=str(ct_tree),
+                   leaves=_out_leaves(out_tree, out_avals, out_ct), **base)]
   found = []
   # The paths of the user's own cotangent tree (its structure is the output's): no
   # unflattening of the user's types around values JAX would not give them.
@@ -83,8 +85,23 @@ def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
     found.append(Record(
         kind="vjp_cotangent_type", severity=WARNING if accepted else ERROR,
         path=f"out{jax.tree_util.keystr(path)}", expected=expected.str_short(),
-        got=got.str_short(), flat_index=i, expected_aval=expected, got_aval=got, **base))
+        got=got.str_short(), flat_index=i, expected_aval=expected, got_aval=got,
+        leaves=(Leaf(leaf_paths.keys(path), expected.str_short(), got.str_short()),), **base))
   return found
+
+
+def _out_leaves(out_tree, out_avals, out_ct) -> tuple:
+  """The output's leaves beside the cotangent's, by key path. JAX names them by rebuilding
+  the output tree around sentinels as it reports this very mismatch; a user's type that
+  refuses sentinels leaves them unnamed (the two trees are then shown as text)."""
+  try:
+    dummy = jax.tree_util.tree_unflatten(out_tree, [object()] * out_tree.num_leaves)
+  except Exception:  # noqa: BLE001 - the user's unflatten, not our bug
+    return ()
+  paths = [leaf_paths.keys(p) for p, _ in jax.tree_util.tree_leaves_with_path(dummy)]
+  expected = [(p, custom_rules.ct_aval(a).str_short()) for p, a in zip(paths, out_avals)]
+  got = leaf_paths.of_tree(out_ct, is_leaf=lambda x: isinstance(x, ad.Zero))
+  return leaf_paths.compared(expected, got)
 
 
 def _wrap_vjp_accum(original):

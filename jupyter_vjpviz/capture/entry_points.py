@@ -52,11 +52,24 @@ class Boundary:
 
   def __exit__(self, typ, exc, tb):
     _pop(self.session)
+    _run_deferred(self.session)
     if self.session.records or exc is not None:
       safety.safely(self.sink, self.session, exc)
     if exc is not None:
       safety.safely(frames.strip, exc)
     return False
+
+
+def _run_deferred(session: Session) -> None:
+  """The session's deferred checks, now that the user's functions have returned; the
+  hook stands aside while they trace (``records.state.suspended``)."""
+  records.state.suspended += 1
+  try:
+    for at, check in reversed(session.deferred):
+      session.records[at:at] = safety.safely(check, default=[])
+  finally:
+    records.state.suspended -= 1
+    session.deferred.clear()
 
 
 def _pop(session: Session) -> None:

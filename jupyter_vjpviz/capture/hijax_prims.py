@@ -22,7 +22,7 @@ import jax
 from jax._src import core
 from jax._src.interpreters import ad
 
-from . import custom_rules, hijax_rules, jax_flags, names, records
+from . import custom_rules, hijax_rules, jax_flags, leaf_paths, names, records
 from .patches import PatchSet
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
@@ -117,7 +117,7 @@ def site_of(prim) -> RuleSite:
       function=static["function"], source=static["source"], rule=static["rule"],
       fwd_rule=static["fwd_rule"], rule_source=static["rule_source"],
       call_site=call_site, name_stack=name_stack, occurrence=occurrence,
-      in_paths=tuple(jax.tree_util.keystr(p) for p, _ in leaves),
+      in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves),
       in_names=tuple(names.argument_name(params, p[0].idx, jax.tree_util.keystr(p[1:]))
                      for p, _ in leaves),
       in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True,
@@ -247,7 +247,7 @@ def returned_records(site: RuleSite, arg_accums, args_grad) -> list[Record]:
   except (ValueError, TypeError) as e:
     got = jax.tree_util.tree_structure(args_grad, is_leaf=lambda x: isinstance(x, ad.Zero))
     return [Record(kind="bwd_structure", severity=ERROR, path="", expected=site.in_structure,
-                   got=str(got), detail=f"{site.rule} must return one cotangent per input of "
+                   got=str(got), leaves=custom_rules.compared(site, args_grad), detail=f"{site.rule} must return one cotangent per input of "
                    f"{site.function}, structured like its inputs: {e}", **base)]
   found = []
   for i, (acc, ct) in enumerate(zip(accums, cts)):

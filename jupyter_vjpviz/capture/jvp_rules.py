@@ -13,7 +13,8 @@ from jax._src import core
 from jax._src import custom_derivatives as cd
 from jax._src import linear_util as lu
 
-from . import names, records
+from . import leaf_paths, names, records
+from .leaf_paths import Leaf
 from .patches import PatchSet
 from .records import ERROR, Record
 from ..base import safety
@@ -61,5 +62,6 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None) -
           kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=None,
           path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
           rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
+          leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
           detail=f"the jvp rule is at {rule_source}" if rule_source else None))
   return found

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 from typing import Any, Callable
 
 from ..base import kinds
+from .leaf_paths import Leaf, Path, keystr
 
 ERROR = "error"
 WARNING = "warning"
@@ -33,7 +35,7 @@ class RuleSite:
   call_site: str | None    # file:line of the user's call of the primal
   name_stack: str
   occurrence: int | None   # n-th application of this primal at this call site
-  in_paths: tuple[str, ...]      # keystr of each differentiable input leaf
+  in_keys: tuple[Path, ...]      # key path of each differentiable input leaf
   in_names: tuple[str, ...]      # the same leaves as the user named them: "x", "p['w']"
   in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
   in_tree: Any                   # PyTreeDef of the differentiable args tuple
@@ -50,6 +52,11 @@ class RuleSite:
   method: Any = dataclasses.field(default=None, compare=False, repr=False)
   """For a hijax primitive: (weakref to its class, the rule's attribute name), so fixes
   can read the rule (``getattr``) and rebind it (``setattr``)."""
+
+  @functools.cached_property
+  def in_paths(self) -> tuple[str, ...]:
+    """``keystr`` of each differentiable input leaf."""
+    return tuple(keystr(p) for p in self.in_keys)
 
   @property
   def in_structure(self) -> str:
@@ -93,6 +100,10 @@ class Record:
   expected_aval: Any = None
   got_aval: Any = None
   detail: str | None = None        # one line from us, when JAX's own text is poor
+  leaves: tuple[Leaf, ...] = ()
+  """Expected beside got at each leaf this is about, by key path: for the structure kinds
+  every leaf of either tree. Empty where the site knows no path (a rule's input leaf
+  has its path in ``site.in_keys[flat_index]``)."""
 
   def __post_init__(self):
     kinds.of(self.kind)   # every kind a capture site records has its registry entry
@@ -129,6 +140,10 @@ class Session:
   held: dict = dataclasses.field(default_factory=dict)
   """id -> each custom_vjp applied here: a rule made for one call must outlive the call
   until the backward pass that may report on it (kept with the VJP function)."""
+  deferred: list = dataclasses.field(default_factory=list)
+  """(position in ``records``, check) to run as the session ends, off the user's stack: a
+  check that must run the user's code abstractly does it after the user's functions
+  return; its records go where they would have been, had it run at once."""
 
 
 class _State(threading.local):

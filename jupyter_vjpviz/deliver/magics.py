@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import runtime, value_check
-from ..analysis.diagnose import key
+from ..analysis.assemble import key
 from ..capture import capabilities, jax_flags, records
 from ..capture.check_sites import observe_applications
 from .type_check import check, spec

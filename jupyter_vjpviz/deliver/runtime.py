@@ -11,7 +11,7 @@ import gc
 import threading
 
 from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
-from ..analysis.diagnose import diagnose, key
+from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..capture import check_sites, hook, records
 from ..capture.records import Session

@@ -30,7 +30,7 @@ from jax._src import core
 from . import type_check
 from ..analysis import locate, nonfinite, nonfinite_explain, oracle, program
 from ..analysis.nonfinite_eval import inexact
-from ..analysis.diagnose import diagnose, key
+from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.graph import Graph
 from ..analysis.partial_vjp import pull_ones

@@ -141,6 +141,8 @@ class Scope:
     locals, and the entries of tuples and dicts of them (``res[1]``)."""
     found = {}
     for name, t in self.types.items():
+      if _discarded(name):
+        continue
       if _is_aval(t):
         found[name] = t
       elif isinstance(t, (tuple, list)):
@@ -600,14 +602,15 @@ def _dims(s: Scope) -> dict[int, str]:
 
 
 def _unreturned(s: Scope) -> Iterator[Candidate]:
-  """A local of the expected type that the rule computed but no return uses (``_`` and
-  other names marked unused last)."""
+  """A local of the expected type that the rule computed but no return uses (names
+  marked unused, ``_x``, last; ``_`` itself never)."""
   if not s.nodes or s.want is None:
     return
   used = {n.id for r in s.src.returns() for n in _walk(r.value) if isinstance(n, ast.Name)}
   computed = s.computed()
   names = [n for n, a in s.types.items()
-           if n in computed and n not in used and _is_aval(a) and s.fits_fully(a)]
+           if n in computed and n not in used and not _discarded(n) and _is_aval(a)
+           and s.fits_fully(a)]
   loads = {n.id for n in _walk(s.src.node) if isinstance(n, ast.Name)
            and isinstance(n.ctx, ast.Load)}
   names.sort(key=lambda n: (n.startswith("_"), -_about(n, s.input_key), n in loads, n))
@@ -810,6 +813,11 @@ _GENERATORS = (_unreturned, _swaps, _shapes, _unreduced, _scatters, _collectives
 
 
 # ------------------------------------------------------------------- helpers
+
+def _discarded(name: str) -> bool:
+  """``_`` (or ``__``): a value thrown away by convention, as in ``_, vjp = jax.vjp(...)``."""
+  return set(name) == {"_"}
+
 
 def _walk(node: ast.AST) -> Iterator[ast.AST]:
   """``ast.walk`` of a rule, not into nested functions or classes."""

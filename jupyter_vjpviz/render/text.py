@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..analysis.graph import Edge, Graph
 from ..base import kinds
+from ..capture.leaf_paths import MISSING
 
 MAX_EDGES = 8      # per direction around the failing node
 
@@ -33,11 +34,20 @@ def facts(d) -> list[tuple[str, str | None]]:
   """(label, value) rows shared with the HTML table; empty values are skipped by both."""
   return [("kind", d.kind), ("function", _at(d.function, d.source)),
           (f"{kinds.of(d.kind).role or 'bwd'} rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
-          ("scope", d.name_stack), ("instance", d.instance), ("input", d.argument or d.path),
-          ("expected", d.expected), ("got", d.got),
-          *((f"also {l.argument or l.path}", f"expected {l.expected}, got {l.got}")
-            for l in d.leaves[1:]),
+          ("scope", d.name_stack), ("instance", d.instance),
+          ("output" if kinds.of(d.kind).subject == kinds.OUTPUT else "input", d.argument or d.path),
+          ("expected", d.expected), ("got", d.got), *_leaf_rows(d),
           *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors), ("note", d.detail)]
+
+
+def _leaf_rows(d) -> list[tuple[str, str]]:
+  """The other mismatched leaves; for a structure, each leaf one tree has and the other
+  lacks (the trees themselves are the expected and got rows)."""
+  if not kinds.of(d.kind).structural:
+    return [(f"also {l.name}", f"expected {l.expected}, got {l.got}") for l in d.leaves[1:]]
+  return [(f"{'missing' if l.got == MISSING else 'extra'} {l.name}",
+           l.expected if l.got == MISSING else l.got)
+          for l in d.leaves if MISSING in (l.expected, l.got)]
 
 
 def leaf_values(leaf) -> str:

@@ -1,5 +1,5 @@
 import { renderDiff, renderRuleSource } from '../diagnosisView';
-import { diffRows, treeLeaves } from '../diff';
+import { diffRows, keyPath } from '../diff';
 import { Diagnosis } from '../protocol';
 
 const base = {
@@ -10,26 +10,30 @@ const base = {
   fixes: []
 };
 
-describe('treeLeaves', () => {
-  it('reads str(PyTreeDef)', () => {
-    expect(treeLeaves('PyTreeDef((*, *))')).toEqual(['[0]', '[1]']);
-    expect(treeLeaves("PyTreeDef(({'a': *, 'b': [*, *]}, None, *))")).toEqual([
-      "[0]['a']",
-      "[0]['b'][0]",
-      "[0]['b'][1]",
-      '[2]'
-    ]);
-    expect(treeLeaves('PyTreeDef(*)')).toEqual(['']);
-    expect(treeLeaves('PyTreeDef((*,))')).toEqual(['[0]']);
-    expect(treeLeaves('PyTreeDef(Point(x=*, y=*))')).toEqual(['.x', '.y']);
+describe('keyPath', () => {
+  it('spells a path as jax.tree_util.keystr does', () => {
     expect(
-      treeLeaves('PyTreeDef(CustomNode(Params[(1, 2)], [*, (*, *)]))')
-    ).toEqual(['[0]', '[1][0]', '[1][1]']);
-  });
-
-  it('gives up on what it does not understand', () => {
-    expect(treeLeaves('float32[3]')).toBeNull();
-    expect(treeLeaves('PyTreeDef((*, *)')).toBeNull();
+      keyPath([
+        { kind: 'index', key: 1 },
+        { kind: 'key', key: 'w' },
+        { kind: 'attr', key: 'x' },
+        { kind: 'key', key: 2 },
+        { kind: 'flat', key: 0 },
+        { kind: 'other', key: '[(1, 2)]' }
+      ])
+    ).toBe("[1]['w'].x[2][<flat index 0>][(1, 2)]");
+    // What Python's keystr writes for these dict keys.
+    const spelled: [string, string][] = [
+      ["it's", `["it's"]`],
+      ['a"b', `['a"b']`],
+      ['x\\y\n', "['x\\\\y\\n']"],
+      ['q\x07\x85z', "['q\\x07\\x85z']"],
+      [`both'"`, `['both\\'"']`],
+      ['é', "['é']"]
+    ];
+    for (const [key, text] of spelled) {
+      expect(keyPath([{ kind: 'key', key }])).toBe(text);
+    }
   });
 });
 
@@ -52,32 +56,57 @@ describe('diffRows', () => {
     ]);
   });
 
-  it('marks missing and extra leaves for structure kinds', () => {
+  it('marks missing and extra leaves for structure kinds, from the leaves as data', () => {
     const rows = diffRows({
       kind: 'bwd_structure',
-      path: '',
-      expected: "PyTreeDef((*, {'w': *, 'b': *}))",
-      got: "PyTreeDef((*, {'w': *, 'scale': *}))"
+      path: "[1]['b']",
+      expected: 'a tree the panel never parses',
+      got: 'another one',
+      leaves: [
+        { path: [{ kind: 'index', key: 0 }], argument: 'x', expected: 'float32[3]', got: 'float32[3]' },
+        { path: [{ kind: 'index', key: 1 }, { kind: 'key', key: 'w' }], argument: "p['w']",
+          expected: 'float32[2]', got: 'float32[3]' },
+        { path: [{ kind: 'index', key: 1 }, { kind: 'key', key: 'b' }], argument: "p['b']",
+          expected: 'float32[2]', got: 'missing' },
+        { path: [{ kind: 'index', key: 1 }, { kind: 'key', key: 'scale' }], argument: null,
+          expected: 'missing', got: 'float32[]' }
+      ]
     });
-    expect(rows.map(r => [r.path, r.status])).toEqual([
-      ['[0]', 'same'],
-      ["[1]['w']", 'same'],
-      ["[1]['b']", 'missing'],
-      ["[1]['scale']", 'extra']
+    expect(rows).toEqual([
+      { path: 'x', expected: 'float32[3]', got: 'float32[3]', status: 'same' },
+      { path: "p['w']", expected: 'float32[2]', got: 'float32[3]', status: 'mismatch' },
+      { path: "p['b']", expected: 'float32[2]', got: '(missing)', status: 'missing' },
+      { path: "[1]['scale']", expected: '(absent)', got: 'float32[]', status: 'extra' }
     ]);
   });
 
-  it('falls back to the two trees when only the containers differ', () => {
+  it('adds the two trees as text when only the containers differ', () => {
+    const leaf = (i: number) => ({
+      path: [{ kind: 'index' as const, key: i }], expected: 'float32[]', got: 'float32[]'
+    });
     const rows = diffRows({
       kind: 'fwd_structure',
       expected: 'PyTreeDef((*, *))',
-      got: 'PyTreeDef([*, *])'
+      got: 'PyTreeDef([*, *])',
+      leaves: [leaf(0), leaf(1)]
     });
-    expect(rows[rows.length - 1]).toMatchObject({
-      status: 'mismatch',
-      expected: 'PyTreeDef((*, *))',
-      got: 'PyTreeDef([*, *])'
-    });
+    expect(rows.map(r => r.status)).toEqual(['same', 'same', 'mismatch']);
+    expect(rows[2]).toMatchObject({ expected: 'PyTreeDef((*, *))', got: 'PyTreeDef([*, *])' });
+  });
+
+  it('names the one row by the input as the user would type it', () => {
+    expect(
+      diffRows({ kind: 'accumulator_type', path: 'args[0]', argument: 'x', expected: 'float32[3]',
+        got: 'float32[4]' })[0].path
+    ).toBe('x');
+  });
+
+  it('shows a diagnosis read from the message as its text, in one row', () => {
+    expect(
+      diffRows({ kind: 'bwd_structure', path: '', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)' })
+    ).toEqual([
+      { path: '(output)', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)', status: 'mismatch' }
+    ]);
   });
 });
 

@@ -1,4 +1,5 @@
-"""From a captured session to Diagnoses: merge records, build the graph once, locate."""
+"""Diagnoses assembled from a captured session: records merged and grouped per rule
+application, the graph built once, each group located in it."""
 from __future__ import annotations
 
 import functools
@@ -6,9 +7,10 @@ import itertools
 
 from ..base import kinds
 from ..capture.records import ERROR, WARNING, Record, Session
+from ..capture.leaf_paths import MISSING, Path
 from . import fallback, program
 from .diagnosis import Diagnosis, MismatchedLeaf
-from .locate import instance, locate, mark_got
+from .locate import distinct_inputs, instance, locate, mark_got
 
 
 def diagnose(session: Session, exc: BaseException | None,
@@ -31,8 +33,7 @@ def diagnose(session: Session, exc: BaseException | None,
   for group, node in zip(groups, nodes):
     rec, site = group[0], group[0].site
     argument, primal = _argument(rec, graph.node(node) if node else None)
-    leaves = tuple(MismatchedLeaf(r.path, *_argument(r, None), r.expected, r.got)
-                   for r in group) if len(group) > 1 else ()
+    leaves = tuple(leaf for r in group for leaf in _leaves(r))
     out.append(Diagnosis(
         # Whatever the check site expected, if JAX raised nothing it let it through.
         kind=rec.kind, severity=_severity(rec, exc, failed_later),
@@ -40,7 +41,7 @@ def diagnose(session: Session, exc: BaseException | None,
         rule=rec.rule,
         source=rec.source or (session.origin.source if session.origin else None),
         path=rec.path, expected=rec.expected, got=rec.got, message=message, node=node,
-        graph=functools.reduce(lambda g, r: mark_got(g, node, r), group, graph),
+        graph=_graph(graph, node, group, argument, session),
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
         name_stack=site.name_stack if site else "", instance=instance(graph, node),
@@ -48,6 +49,16 @@ def diagnose(session: Session, exc: BaseException | None,
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves))
   return out
+
+
+def _graph(graph, node: str | None, group: list[Record], argument: str | None,
+           session: Session):
+  """The diagnosis's own graph: its edges marked, and, when it is about a rule's input,
+  no program input labelled like that input."""
+  marked = functools.reduce(lambda g, r: mark_got(g, node, r), group, graph)
+  about_rule = kinds.of(group[0].kind).subject == kinds.RULE and group[0].site is not None
+  function = session.origin.name if session.origin else None
+  return distinct_inputs(marked, argument, function) if about_rule else marked
 
 
 def applications(recs: list[Record]) -> list[list[Record]]:
@@ -64,10 +75,32 @@ def applications(recs: list[Record]) -> list[list[Record]]:
           for g in groups.values()]
 
 
+def _leaves(rec: Record) -> list[MismatchedLeaf]:
+  """The record's leaves for the diagnosis's table, each named as the user would type it."""
+  site, i = rec.site, rec.flat_index
+  if rec.leaves:
+    one = len(rec.leaves) == 1 and rec.path
+    return [MismatchedLeaf(l.path, *_input(site, l.path, rec.path if one else None),
+                           l.expected, l.got) for l in rec.leaves]
+  if site is not None and i is not None and i < len(site.in_keys):
+    return [MismatchedLeaf(site.in_keys[i], site.in_names[i], site.in_avals[i].str_short(),
+                           rec.expected, rec.got)]
+  return []
+
+
+def _input(site, path: Path, spelled: str | None) -> tuple[str | None, str | None]:
+  """(the user's name, primal aval) of the rule input at ``path``; else the site's own
+  spelling of the leaf (``out[0]``), without a primal."""
+  if site is not None and path in site.in_keys:
+    j = site.in_keys.index(path)
+    return site.in_names[j], site.in_avals[j].str_short()
+  return spelled, None
+
+
 def _swapped(leaves: tuple[MismatchedLeaf, ...]) -> str | None:
   for a, b in itertools.combinations(leaves, 2):
-    if a.expected == b.got and b.expected == a.got:
-      return (f"{a.argument or a.path} and {b.argument or b.path} look swapped: each got "
+    if a.expected == b.got and b.expected == a.got and MISSING not in (a.expected, b.expected):
+      return (f"{a.name} and {b.name} look swapped: each got "
               "the other's cotangent type")
   return None
 
@@ -86,6 +119,9 @@ def _argument(rec: Record, node) -> tuple[str | None, str | None]:
   site, i = rec.site, rec.flat_index
   if site is not None and i is not None and i < len(site.in_names):
     return site.in_names[i], site.in_avals[i].str_short()
+  if site is not None and rec.path in site.in_paths:   # a structure's first difference
+    j = site.in_paths.index(rec.path)
+    return site.in_names[j], site.in_avals[j].str_short()
   if node is not None and node.kind == "input":
     return node.label, node.out_avals[0]
   return None, None
