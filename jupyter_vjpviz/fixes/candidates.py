@@ -624,7 +624,7 @@ def _entries(s: Scope) -> Iterator[Candidate]:
   """Missing entries of a returned tuple or dict, filled from locals of their type."""
   if not kinds.of(s.rule.d.kind).structural:
     return
-  want = _expected_args(s.rule.d.site)
+  want = verify.expected_args(s.rule.d.site)
   top = _filled(s, s.ret.value, s.returned, want, _arg_names(s.rule.d.site))
   for edits, filled in itertools.islice(top, PER_GENERATOR):
     if edits and filled:   # zeros alone are the templates' placeholder, not a search result
@@ -903,8 +903,3 @@ def _size(shape) -> int:
 def _num(value: float) -> str:
   return str(int(value)) if float(value).is_integer() else str(value)
 
-
-def _expected_args(site) -> tuple:
-  """The cotangent types the rule must return, one subtree per primal argument."""
-  cts = [custom_rules.ct_aval(a) for a in site.in_avals]
-  return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))

@@ -226,7 +226,7 @@ def _swaps(rule: Rule) -> list[Fix]:
   ret = rule.src.only_return()
   if ret is None or not isinstance(ret.value, (ast.Tuple, ast.List)) or len(rule.keys) != 1:
     return []
-  out, wanted = _rule_output(rule), _expected_args(rule.d.site)
+  out, wanted = _rule_output(rule), verify.expected_args(rule.d.site)
   i, elts = rule.keys[0], ret.value.elts
   if not isinstance(out, (tuple, list)) or len(out) != len(wanted) or len(elts) != len(out):
     return []
@@ -266,7 +266,7 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
   ret = rule.src.only_return()
   if ret is None:
     return []
-  out, wanted = _rule_output(rule), _expected_args(rule.d.site)
+  out, wanted = _rule_output(rule), verify.expected_args(rule.d.site)
   value, n = ret.value, len(wanted)
   fixes = []
   if out is not None and not isinstance(out, (tuple, list)) and n == 1:
@@ -388,12 +388,6 @@ def _rule_output(rule: Rule):
     return verify.rule_output(rule.d)
   except Exception:  # noqa: BLE001 - a rule that cannot run abstractly gets no type-based fix
     return None
-
-
-def _expected_args(site) -> tuple:
-  """The cotangent types the rule must return, one subtree per primal argument."""
-  cts = [ct_aval(a) for a in site.in_avals]
-  return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))
 
 
 def _types(tree):

@@ -85,6 +85,12 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
                        nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
 
 
+def expected_args(site) -> tuple:
+  """The cotangent types the rule must return, one subtree per primal argument."""
+  cts = [custom_rules.ct_aval(a) for a in site.in_avals]
+  return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))
+
+
 def left_none(diagnosis: Diagnosis) -> frozenset:
   """The input leaves whose cotangent the user's rule returns as None (no gradient, by
   choice): a fix that keeps them None is not the fix that zeroes them."""
