@@ -2,7 +2,7 @@ import { CodeEditor } from '@jupyterlab/codeeditor';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { mark } from './comm';
-import { diffRows } from './diff';
+import { leafRows } from './leafTable';
 import { FixEditor, IFixActions } from './fixEditor';
 import { GraphView, IGraphRequests } from './graphView';
 import { Diagnosis } from './protocol';
@@ -17,9 +17,9 @@ export interface IDiagnosisActions {
 }
 
 /**
- * Build the diff table of a diagnosis (text only; kernel strings are never HTML).
+ * Build the expected-vs-got table of a diagnosis (text only; kernel strings are never HTML).
  */
-export function renderDiff(d: Diagnosis): HTMLTableElement {
+export function renderLeafTable(d: Diagnosis): HTMLTableElement {
   const table = document.createElement('table');
   table.className = 'jp-Vjpviz-diff';
   const head = table.createTHead().insertRow();
@@ -29,7 +29,7 @@ export function renderDiff(d: Diagnosis): HTMLTableElement {
     head.appendChild(th);
   }
   const body = table.createTBody();
-  for (const row of diffRows(d)) {
+  for (const row of leafRows(d)) {
     const tr = body.insertRow();
     tr.className = `jp-Vjpviz-diffRow jp-mod-${row.status}`;
     tr.setAttribute('data-vjpviz-path', row.path);
@@ -78,7 +78,7 @@ export function renderRuleSource(d: Diagnosis): HTMLElement | null {
 }
 
 /**
- * One diagnosis: headline, diff, rule source, JAX's message, graph, fix.
+ * One diagnosis: headline, expected vs got, rule source, JAX's message, graph, fix.
  */
 export class DiagnosisView extends Panel {
   constructor(editorFactory: CodeEditor.Factory | null, openInMain: () => void) {
@@ -125,7 +125,7 @@ export class DiagnosisView extends Panel {
     }
 
     root.appendChild(section('Expected vs got'));
-    root.appendChild(renderDiff(d));
+    root.appendChild(renderLeafTable(d));
     if (d.detail) {
       const p = document.createElement('p');
       p.className = 'jp-Vjpviz-detail';

@@ -1,5 +1,5 @@
 /**
- * The expected-vs-got diff of a diagnosis as rows, from the leaves the kernel
+ * The expected-vs-got table of a diagnosis as rows, from the leaves the kernel
  * sends as data (key paths, each side's type or `missing`): no tree's text is
  * parsed here.
  */
@@ -7,18 +7,18 @@ import type { DiagnosisLeaf, KeyEntry, LeafError } from './protocol';
 
 export type RowStatus = 'mismatch' | 'same' | 'missing' | 'extra';
 
-export interface IDiffRow {
+export interface ILeafRow {
   readonly path: string;
   readonly expected: string;
   readonly got: string;
   readonly status: RowStatus;
 }
 
+const ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
 /**
  * A Python string literal as `repr` writes it (how `keystr` spells a dict key).
  */
-const ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
-
 function pyRepr(s: string): string {
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
   const escaped = Array.from(s, c => {
@@ -60,7 +60,7 @@ export function keyPath(path: readonly KeyEntry[]): string {
 
 const MISSING = 'missing';
 
-function leafRow(l: DiagnosisLeaf): IDiffRow {
+function rowOfLeaf(l: DiagnosisLeaf): ILeafRow {
   const expected = l.expected ?? '';
   const got = l.got ?? '';
   const status: RowStatus =
@@ -86,7 +86,7 @@ const num = (x: number | null | undefined): string =>
  * A value row: the reference beside the rule's value where they differ most.
  * Kernel numbers are untrusted like its text: only ever shown as text.
  */
-function valueRow(l: LeafError): IDiffRow {
+function valueRow(l: LeafError): ILeafRow {
   const error = `max abs error ${num(l.max_abs)}, rel ${num(l.max_rel)}`;
   const perElement = l.reference_at !== l.got_at;
   const at = perElement ? ` at [${(l.where ?? []).map(num).join(', ')}]` : '';
@@ -105,9 +105,9 @@ function valueRow(l: LeafError): IDiffRow {
 }
 
 /**
- * The diff rows of a diagnosis.
+ * The expected-vs-got rows of a diagnosis.
  */
-export function diffRows(d: {
+export function leafRows(d: {
   kind: string;
   path?: string | null;
   argument?: string | null;
@@ -115,14 +115,14 @@ export function diffRows(d: {
   got?: string | null;
   leaf_errors?: readonly LeafError[] | null;
   leaves?: readonly DiagnosisLeaf[] | null;
-}): IDiffRow[] {
+}): ILeafRow[] {
   if (d.kind === 'bwd_value' && Array.isArray(d.leaf_errors) && d.leaf_errors.length) {
     return d.leaf_errors.map(valueRow);
   }
   const expected = d.expected ?? '';
   const got = d.got ?? '';
   if (Array.isArray(d.leaves) && d.leaves.length) {
-    const rows = d.leaves.map(leafRow);
+    const rows = d.leaves.map(rowOfLeaf);
     if (d.kind.endsWith('_structure') && rows.every(r => r.status === 'same')) {
       // Same leaves, different containers: the two trees, as the kernel wrote them.
       rows.push({ path: d.path || '(root)', expected, got, status: 'mismatch' });

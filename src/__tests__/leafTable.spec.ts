@@ -1,5 +1,5 @@
-import { renderDiff, renderRuleSource } from '../diagnosisView';
-import { diffRows, keyPath } from '../diff';
+import { renderLeafTable, renderRuleSource } from '../diagnosisView';
+import { leafRows, keyPath } from '../leafTable';
 import { Diagnosis } from '../protocol';
 
 const base = {
@@ -37,10 +37,10 @@ describe('keyPath', () => {
   });
 });
 
-describe('diffRows', () => {
+describe('leafRows', () => {
   it('gives one row for a type mismatch', () => {
     expect(
-      diffRows({
+      leafRows({
         kind: 'bwd_type',
         path: '[1]',
         expected: 'float32[5,3]',
@@ -57,7 +57,7 @@ describe('diffRows', () => {
   });
 
   it('marks missing and extra leaves for structure kinds, from the leaves as data', () => {
-    const rows = diffRows({
+    const rows = leafRows({
       kind: 'bwd_structure',
       path: "[1]['b']",
       expected: 'a tree the panel never parses',
@@ -84,7 +84,7 @@ describe('diffRows', () => {
     const leaf = (i: number) => ({
       path: [{ kind: 'index' as const, key: i }], expected: 'float32[]', got: 'float32[]'
     });
-    const rows = diffRows({
+    const rows = leafRows({
       kind: 'fwd_structure',
       expected: 'PyTreeDef((*, *))',
       got: 'PyTreeDef([*, *])',
@@ -96,21 +96,21 @@ describe('diffRows', () => {
 
   it('names the one row by the input as the user would type it', () => {
     expect(
-      diffRows({ kind: 'accumulator_type', path: 'args[0]', argument: 'x', expected: 'float32[3]',
+      leafRows({ kind: 'accumulator_type', path: 'args[0]', argument: 'x', expected: 'float32[3]',
         got: 'float32[4]' })[0].path
     ).toBe('x');
   });
 
   it('shows a diagnosis read from the message as its text, in one row', () => {
     expect(
-      diffRows({ kind: 'bwd_structure', path: '', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)' })
+      leafRows({ kind: 'bwd_structure', path: '', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)' })
     ).toEqual([
       { path: '(output)', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)', status: 'mismatch' }
     ]);
   });
 });
 
-describe('renderDiff', () => {
+describe('renderLeafTable', () => {
   it('puts the stable hooks on every row and never parses kernel text as HTML', () => {
     const d: Diagnosis = {
       ...base,
@@ -119,7 +119,7 @@ describe('renderDiff', () => {
       expected: 'float32[5,3]',
       got: '<img src=x onerror=alert(1)>'
     };
-    const table = renderDiff(d);
+    const table = renderLeafTable(d);
     const row = table.querySelector('tbody tr')!;
     expect(row.getAttribute('data-vjpviz-path')).toBe('[<b>1</b>]');
     expect(row.getAttribute('data-vjpviz-expected')).toBe('float32[5,3]');
@@ -151,9 +151,9 @@ describe('renderRuleSource', () => {
   });
 });
 
-describe('diffRows of a bwd_value', () => {
+describe('leafRows of a bwd_value', () => {
   it('shows the reference beside the rule, leaf by leaf', () => {
-    const rows = diffRows({
+    const rows = leafRows({
       kind: 'bwd_value',
       path: '[0]',
       expected: "the primal's derivative (autodiff)",
