@@ -80,8 +80,15 @@ def test_no_frame_of_ours_under_grad_vjp_or_a_custom_vjp_call(capsys):
 
 
 def test_a_rule_runs_under_exactly_one_frame_of_ours():
-  """The fwd's residuals must be tagged and the bwd's cotangents compared after the
-  rule returns, so one frame is the bound there; nothing else of ours is above it."""
+  """[test_custom_vjp_traceback: f_fwd 17 != 16 hooked] The bound, not zero: the rule is
+  called through ``InstrumentedFwd``/``InstrumentedBwd``, because the fwd's residuals
+  carry the site to the bwd (only a caller can change what the rule returns) and the
+  bwd's cotangents are compared before JAX's check raises. Zero is possible in
+  principle (JAX's ``_flatten_fwd`` and ``_flatten_bwd`` of one application share the
+  ``out_trees`` store, a key for the site; their ``pair_out``/``py_cts_in`` locals are
+  readable as those frames return or unwind), but each of JAX's paths (classic,
+  with_accums, custom_vjp3, optimize_remat) would need its own private local names read,
+  across JAX 0.6-0.12. Nothing else of ours is above the rule."""
   plain, hooked = _plain_and_hooked(_depths)
   assert hooked["fwd"] - plain["fwd"] == 1, (plain, hooked)
   assert hooked["bwd"] - plain["bwd"] == 1, (plain, hooked)
