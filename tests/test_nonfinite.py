@@ -292,3 +292,31 @@ def test_the_nans_cell_magic_checks_every_gradient_and_localises_the_first_bad_o
   finally:
     shell.run_line_magic("unload_ext", "jupyter_vjpviz")
     InteractiveShell.clear_instance()
+
+
+# ------------------------------------------------------- a bwd rule's own while loop
+
+@jax.custom_vjp
+def damped(x):
+  return x * jnp.tanh(x)
+
+
+def _damped_fwd(x):
+  return damped(x), x
+
+
+def _damped_bwd(x, g):
+  def step(carry):
+    k, acc = carry
+    return k + 1, acc + g * jnp.tanh(x) / (x * k)       # k = 0 on the first pass
+  _, acc = jax.lax.while_loop(lambda c: c[0] < 3, step, (0.0, jnp.zeros_like(x)))
+  return (acc,)
+
+
+damped.defvjp(_damped_fwd, _damped_bwd)
+
+
+def test_a_while_loop_in_a_bwd_rule_is_stepped_to_the_line_that_divides_by_zero():
+  d = vv.nans(lambda x: damped(x).sum(), jnp.array([0.5, -1.0]))
+  assert d.function == "damped" and d.rule == "_damped_bwd"
+  assert d.source == _line_of(_damped_bwd, "(x * k)") and "div" in d.detail

@@ -330,7 +330,8 @@ def _user_bwd(eqn, ins, cts):
 
 def first_nonfinite(jaxpr: core.Jaxpr, args) -> tuple | None:
   """(equation, operands) of the first equation, forwards, whose operands are finite and
-  whose outputs are not; through the bodies of calls."""
+  whose outputs are not; through the bodies of calls and, iteration by iteration, of
+  while loops (a bwd rule's own loop)."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
@@ -340,8 +341,25 @@ def first_nonfinite(jaxpr: core.Jaxpr, args) -> tuple | None:
     if _all_finite(ins) and not _all_finite(outs):
       if eqn.primitive.name in CALLS:
         return first_nonfinite(next(sub_jaxprs(eqn)), ins)
+      if eqn.primitive.name == "while":
+        return _first_bad_iteration(eqn, ins) or (eqn, ins)
       return eqn, ins
     env.update(zip(eqn.outvars, outs))
+  return None
+
+
+def _first_bad_iteration(eqn, ins) -> tuple | None:
+  """Step a while loop on the host to the first iteration that turns a finite carry
+  non-finite, and search its body there."""
+  p = eqn.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  cond, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
+  cconsts, bconsts, carry = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+  while bool(evaluate(cond, [*cconsts, *carry])[0]):
+    new = evaluate(body, [*bconsts, *carry])
+    if not _all_finite(new):
+      return first_nonfinite(body, [*bconsts, *carry])
+    carry = new
   return None
 
 
