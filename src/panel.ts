@@ -6,7 +6,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { IDefinition, definitionEdit, definitionSpan } from './cells';
-import { VjpvizComms } from './comm';
+import { VjpvizComms, mark } from './comm';
 import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
 import { IApplied } from './fixEditor';
@@ -171,7 +171,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
       // The default view came drawn with the diagnosis; any other is asked for.
       view: state =>
         pushed && !state.expanded.length && !state.collapsed.length
-          ? Promise.resolve(pushed)
+          ? (mark('vjpviz:graph-from-push'), Promise.resolve(pushed))
           : ask<View>('view', { ...state }),
       expand: (node, state) => ask<View>('expand', { node, ...state }),
       collapse: (node, state) =>

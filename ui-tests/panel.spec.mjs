@@ -494,6 +494,7 @@ async function timeBigModel() {
       graphRequested: mark('vjpviz:graph-requested'),
       graphReceived: mark('vjpviz:graph-received'),
       graphShown: mark('vjpviz:graph-shown'),
+      fromPush: mark('vjpviz:graph-from-push'),
       nodes: document.querySelectorAll('#jp-vjpviz-panel .jp-Vjpviz-svg g.node').length
     };
   });
@@ -506,7 +507,7 @@ async function timeBigModel() {
       `graph reply -> drawn: ${ms(t.graphShown - t.graphReceived)}; ${t.nodes} boxes drawn`);
     check(t.shown - t.received < 1000, 'the panel took over 1 s after the kernel answered');
     // The default view came drawn with the push: no round trip to a busy kernel.
-    check(t.graphReceived - t.graphRequested < 50, 'the default view was asked of the kernel');
+    check(t.fromPush >= t.graphRequested, 'the default view was asked of the kernel');
     check(t.graph - t.error < 1000, `the graph was shown ${ms(t.graph - t.error)} after the error`);
     check(t.graphShown - t.graphReceived < 1000, 'drawing the graph took over 1 s after the kernel answered');
   }
