@@ -747,3 +747,16 @@ def test_an_accumulators_input_is_spelled_as_the_graph_spells_it(hook):
   d = only("accumulator_type")
   assert d.graph.node(d.node).label == d.argument == "x"
   assert "accumulator for x of" in d.headline and "args[0]" not in d.headline
+
+
+def test_a_fwd_structure_lists_the_outputs_leaves_not_the_inputs(path):
+  f = jax.custom_vjp(lambda x: (x, {"a": x}))
+  f.defvjp(lambda x: ((x, {"b": x}), None), lambda r, g: (g[0],))
+  try:
+    jax.grad(lambda x: f(x)[0].sum())(jnp.ones(3))
+  except Exception:
+    pass
+  d = only("fwd_structure")
+  assert [(l.name, l.expected, l.got) for l in d.leaves] == [
+      ("[0]", "float32[3]", "float32[3]"), ("[1]['a']", "float32[3]", "missing"),
+      ("[1]['b']", "missing", "float32[3]")]

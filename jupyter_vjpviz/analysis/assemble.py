@@ -2,6 +2,7 @@
 application, the graph built once, each group located in it."""
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 
@@ -19,6 +20,7 @@ def diagnose(session: Session, exc: BaseException | None,
   recs = session.records
   if not recs and exc is not None:
     recs = fallback.records_from_text(str(exc))
+  repeats = collections.Counter(key(r) for r in recs)
   recs = [r for r in merge(recs) if skip is None or key(r) not in skip]
   if not recs:
     return []
@@ -44,7 +46,7 @@ def diagnose(session: Session, exc: BaseException | None,
         graph=_graph(graph, node, group, argument, session),
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
-        name_stack=site.name_stack if site else "", instance=instance(graph, node),
+        name_stack=site.name_stack if site else "", instance=_instance(graph, node, rec, repeats[key(rec)]),
         detail=rec.detail or _swapped(leaves) or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves))
@@ -59,6 +61,15 @@ def _graph(graph, node: str | None, group: list[Record], argument: str | None,
   about_rule = kinds.of(group[0].kind).subject == kinds.RULE and group[0].site is not None
   function = session.origin.name if session.origin else None
   return distinct_inputs(marked, argument, function) if about_rule else marked
+
+
+def _instance(graph, node: str | None, rec: Record, times: int) -> str | None:
+  """Which application of the rule this is; for a problem JAX let through, how many
+  other applications returned the same (each of a dozen blocks, say)."""
+  one = instance(graph, node)
+  if times <= 1 or rec.severity == ERROR:
+    return one
+  return f"{one} and {times - 1} more" if one else f"{times} applications"
 
 
 def applications(recs: list[Record]) -> list[list[Record]]:
@@ -80,7 +91,8 @@ def _leaves(rec: Record) -> list[MismatchedLeaf]:
   site, i = rec.site, rec.flat_index
   if rec.leaves:
     one = len(rec.leaves) == 1 and rec.path
-    return [MismatchedLeaf(l.path, *_input(site, l.path, rec.path if one else None),
+    inputs = site if kinds.of(rec.kind).role == "bwd" else None   # a fwd's are its outputs
+    return [MismatchedLeaf(l.path, *_input(inputs, l.path, rec.path if one else None),
                            l.expected, l.got) for l in rec.leaves]
   if site is not None and i is not None and i < len(site.in_keys):
     return [MismatchedLeaf(site.in_keys[i], site.in_names[i], site.in_avals[i].str_short(),

@@ -342,8 +342,10 @@ def _check_fwd_output(cvjp, key, got_leaves, got_tree, site) -> list[Record]:
   exp_leaves, exp_tree = jax.tree_util.tree_flatten(expected)
   base = dict(function=site.function, source=site.source, rule=site.fwd_rule, site=site)
   if exp_tree != got_tree:
+    got = [(leaf_paths.keys(p), a.str_short()) for p, a in got_leaves]
     return [Record(kind="fwd_structure", severity=ERROR, path="",
                    expected=str(exp_tree), got=str(got_tree),
+                   leaves=leaf_paths.compared(leaf_paths.of_tree(expected), got),
                    detail=f"fwd rule {site.fwd_rule}'s primal output has another "
                           f"structure than {site.function}'s output", **base)]
   found = []
@@ -358,7 +360,9 @@ def _check_fwd_output(cvjp, key, got_leaves, got_tree, site) -> list[Record]:
     found.append(Record(
         kind="fwd_type", severity=WARNING if silent else ERROR,
         path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
-        expected_aval=want, got_aval=got, **base))
+        expected_aval=want, got_aval=got,
+        leaves=(leaf_paths.Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
+        **base))
   return found
 
 
