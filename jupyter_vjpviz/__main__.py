@@ -2,7 +2,9 @@
 
 The script runs as ``__main__`` with the hook installed. Each diagnosis is
 printed as text and all of them are written to one standalone HTML report, so
-a failing CI job leaves something to open. The exit status is the script's.
+a failing CI job leaves something to open: by default ``SCRIPT.vjpviz.html`` in the
+working directory (``train.py`` -> ``train.vjpviz.html``), a name a re-run overwrites
+and a CI step can collect. The exit status is the script's.
 """
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import argparse
 import os
 import runpy
 import sys
-import tempfile
 import traceback
 
 from .deliver import runtime
@@ -19,18 +20,31 @@ from .render import html
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jupyter_vjpviz")
+  parser = argparse.ArgumentParser(
+      prog="python -m jupyter_vjpviz", description="vjpviz outside notebooks.",
+      epilog=f"python -m jupyter_vjpviz run [--report PATH] SCRIPT [ARGS...]: {REPORT_HELP}")
   sub = parser.add_subparsers(dest="command", required=True)
-  run = sub.add_parser("run", help="run a script with vjpviz installed")
+  run = sub.add_parser("run", help="run a script with vjpviz installed", description=REPORT_HELP)
+  run.add_argument("--report", metavar="PATH", help="where to write the HTML report "
+                                                    "(default: SCRIPT.vjpviz.html here)")
   run.add_argument("script")
   run.add_argument("args", nargs=argparse.REMAINDER)
-  run.add_argument("--report", help="where to write the HTML report "
-                                    "(default: a new file in the temp directory)")
   opts = parser.parse_args(argv)
-  return run_script(opts.script, opts.args, opts.report)
+  return run_script(opts.script, opts.args, opts.report or default_report(opts.script))
 
 
-def run_script(script: str, args: list[str], report: str | None = None) -> int:
+REPORT_HELP = ("runs SCRIPT with vjpviz installed, prints each diagnosis and, if there is one, "
+               "writes them all to an HTML report: SCRIPT.vjpviz.html in the working directory "
+               "(train.py -> train.vjpviz.html) unless --report says where.")
+
+
+def default_report(script: str) -> str:
+  """The report's path unless ``--report`` says: named for the script, in the working
+  directory (the script's own may not be writable)."""
+  return os.path.abspath(os.path.splitext(os.path.basename(script))[0] + ".vjpviz.html")
+
+
+def run_script(script: str, args: list[str], report: str) -> int:
   runtime.install()
   runtime.clear()
   runtime.NOTE_POINTER = ("the diagnosis follows the traceback, and vjpviz prints where "
@@ -58,11 +72,8 @@ def run_script(script: str, args: list[str], report: str | None = None) -> int:
   return status
 
 
-def write_report(found: list, path: str | None = None) -> str:
+def write_report(found: list, path: str) -> str:
   """One standalone HTML page with every diagnosis."""
-  if path is None:
-    fd, path = tempfile.mkstemp(prefix="vjpviz-", suffix=".html")
-    os.close(fd)
   with open(path, "w", encoding="utf-8") as f:
     f.write(html.page(found, "vjpviz report"))
   return path

@@ -57,3 +57,23 @@ def test_clean_script_writes_no_report(tmp_path):
   proc, report = run(tmp_path, "jnp.cos(x) * g")
   assert proc.returncode == 0, proc.stderr
   assert "HTML report" not in proc.stderr and not report.exists()
+
+
+def test_report_goes_by_default_next_to_where_the_script_was_run(tmp_path):
+  script = tmp_path / "train.py"
+  script.write_text(RULES.format(bad="jnp.cos(x)[:2] * g[:2]", tail=""))
+  cwd = tmp_path / "work"
+  cwd.mkdir()
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+  proc = subprocess.run([sys.executable, "-m", "jupyter_vjpviz", "run", str(script)],
+                        capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+  report = cwd / "train.vjpviz.html"
+  assert proc.returncode == 1 and f"HTML report: {report}" in proc.stderr, proc.stderr
+  assert "act_bwd" in report.read_text()
+
+
+def test_top_level_help_says_where_the_report_goes():
+  proc = subprocess.run([sys.executable, "-m", "jupyter_vjpviz", "--help"], capture_output=True,
+                        text=True, cwd=REPO, timeout=120)
+  assert proc.returncode == 0 and "--report" in proc.stdout
+  assert "SCRIPT.vjpviz.html in the working directory" in " ".join(proc.stdout.split())

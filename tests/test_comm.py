@@ -16,10 +16,6 @@ from kernel_helpers import DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SE
 
 from jupyter_vjpviz.deliver import comm
 
-SEES_THE_FUNCTION = tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 8)
-needs_the_function = pytest.mark.skipif(
-    not SEES_THE_FUNCTION, reason="before JAX 0.8 the hook does not yet see the function "
-    "jax.grad differentiates: no graph to request, no call to re-run for apply")
 
 VIEW = validator("View")
 VERIFY = validator("VerifyResult")
@@ -126,7 +122,6 @@ def test_failing_grad_opens_a_comm_without_blocking(panel):
   assert "return gy @ w.T, (x.T @ gy).T" in bad
 
 
-@needs_the_function
 def test_requests_get_replies_on_the_push_comm(panel):
   comm_id = panel.opened()[-1]["content"]["comm_id"]
   d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]
@@ -179,7 +174,6 @@ def test_panel_opened_comm_gets_the_history_and_listening_is_set(panel):
   assert "LISTENING True" in text
 
 
-@needs_the_function
 def test_apply_rebinds_the_rule(panel):
   comm_id = panel.opened()[-1]["content"]["comm_id"]
   d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]

@@ -177,6 +177,43 @@ def test_correct_gradients_are_bitwise_unchanged():
   assert hooked == plain and all(o[0] == "returned" for o in plain)
 
 
+EVERY_TESTED_JAX = ("bwd_type", "bwd_structure", "fwd_type", "fwd_structure", "silent_dtype",
+                    "vjp_cotangent_type", "vjp_cotangent_structure", "jvp_tangent_type")
+"""The kinds whose failures exist in every JAX from 0.6: vjpviz must diagnose them on each."""
+
+
+def test_every_jax_from_0_6_gets_the_kinds_it_can_express():
+  vv.install()
+  try:
+    caps = claimed()
+  finally:
+    vv.uninstall()
+  assert set(EVERY_TESTED_JAX) <= set(caps.kinds), caps.line()
+
+
+def test_grad_diagnosis_has_the_users_function_and_its_graph():
+  """grad enters JAX's VJP differently before 0.10; the diagnosis must still know the
+  user's call (its arguments as given, the keyword too) to trace the graph and re-run it."""
+  rule = custom(lambda x: x * 2., lambda r, g: (g[:2],))
+
+  def loss(scale, x, *, offset):
+    return (rule(x) * scale + offset).sum()
+  vv.install()
+  vv.clear()
+  try:
+    with pytest.raises(ValueError):
+      jax.grad(loss, argnums=1)(jnp.array(2.), jnp.ones(3), offset=jnp.array(1.))
+    found = vv.diagnoses()
+  finally:
+    vv.uninstall()
+    vv.clear()
+  assert [d.kind for d in found] == ["bwd_type"]
+  (d,) = found
+  assert d.graph.note is None, d.graph.note
+  inputs = [n.label for n in d.graph.nodes if n.kind == "input"]
+  assert len(inputs) == 1 and inputs[0].startswith("x") and d.node is not None, (inputs, d.node)
+
+
 def test_uninstall_restores_every_hook_point_by_identity():
   from jax._src import api, custom_derivatives as cd
   from jax._src.interpreters import ad

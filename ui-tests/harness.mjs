@@ -1,6 +1,6 @@
 // What both browser suites share: Debian chromium, a tiny test runner that
-// never stops at the first failure, screenshots, and the closing line run.sh
-// and CI read: "N passed, M failed" (also written to $VJPVIZ_SUMMARY).
+// never stops at the first failure, screenshots, and the closing line CI reads:
+// "N passed, M failed", printed, or written to $VJPVIZ_SUMMARY for run.sh to print once.
 import { chromium } from 'playwright-core';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -71,9 +71,12 @@ export function harness(prefix = '') {
       const failed = results.length - passed + (crashed ? 1 : 0);
       const summary = `${passed} passed, ${failed} failed`;
       if (process.env.VJPVIZ_SUMMARY) {
+        // run.sh prints the closing line, once, with every suite it ran added up.
         writeFileSync(process.env.VJPVIZ_SUMMARY, summary);
+        h.log(`${label}${summary} in this suite`);
+      } else {
+        console.log(label + summary);
       }
-      console.log(label + summary);
       process.exit(failed ? 1 : 0);
     }
   };

@@ -25,10 +25,9 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 from jax._src import core
-from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from ..capture import custom_rules, hijax_rules, records
+from ..capture import custom_rules, hijax_rules, older_api, records
 from ..capture import names as capture_names
 from ..capture.records import Origin
 from . import user_scopes
@@ -458,7 +457,7 @@ class _GraphBuilder:
 
   def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
     function, rule = custom_names(eqn)
-    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    frame = older_api.user_frame(eqn.source_info)
     return Node(
         id=nid, kind="eqn", label=function or eqn.primitive.name,
         primitive=eqn.primitive.name, parent=parent,

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 
 import jax
 from jax._src import custom_derivatives as cd
 
 TESTED = ("0.6", "0.12")   # the oldest and newest JAX minor versions the test script runs
 _RULES = "custom_vjp"          # its __call__, or its fwd and bwd
-_F_VJP = "_vjp3_bwd"
+_F_VJP = "_vjp3_bwd|_vjp_pullback_wrapper"   # before JAX 0.8, the pullback wrapper
 _WITH_REFS = "_vjp_accum"
 _ACCUMULATE = "ct_check"
 _HIJAX_BWD = "_accum_args_grad"
@@ -36,7 +37,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "jvp_tangent_type": ("_flatten_jvp",),
 }
 """The JAX objects each kind is recorded at: all must be hooked (wrapped or watched),
-named as in a hook point's label (``jax._src.api._vjp3_bwd``, ``custom_vjp.fwd``)."""
+named as in a hook point's label (``jax._src.api._vjp3_bwd``, ``custom_vjp.fwd``);
+``a|b``: either one, where JAX versions differ."""
 
 SOURCES: dict[str, tuple[str, ...]] = {
     "hijax primitives": (_HIJAX_BWD,),
@@ -66,13 +68,21 @@ class Capabilities:
 def of(points: list[str]) -> Capabilities:
   """What the wrapped hook ``points`` let vjpviz diagnose on the running JAX."""
   hooked = {name for point in points for name in re.split(r"[.\s]", point)}
-  has = lambda need: hooked.issuperset(need)
+  has = lambda need: all(hooked.intersection(n.split("|")) for n in need)
   kinds = tuple(k for k, need in NEEDS.items() if has(need))
   return Capabilities(
       jax=jax.__version__, kinds=kinds,
       missing=tuple(k for k in NEEDS if k not in kinds),
       sources=tuple(s for s, need in SOURCES.items() if has(need)),
       hijax_path=has((_RULES,)) and _hijax_path_dispatches(), tested=_tested())
+
+
+def no_monitoring() -> str:
+  """Why the entry points are wrapped rather than watched (``sys.monitoring``)."""
+  if not hasattr(sys, "monitoring"):
+    return (f"not in Python {sys.version_info.major}.{sys.version_info.minor} (new in 3.12): "
+            "wrappers instead, with their frames")
+  return "no free tool slot: wrappers instead, with their frames"
 
 
 def _hijax_path_dispatches() -> bool:

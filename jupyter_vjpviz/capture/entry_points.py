@@ -81,9 +81,6 @@ def _pop(session: Session) -> None:
 
 
 def install(patches: PatchSet, sink: Sink, events: CodeEvents | None = None) -> None:
-  for name, entry in (("_vjp", "vjp"), ("_vjp_pullback_wrapper", "backward")):
-    if hasattr(api, name):   # before JAX 0.10 grad calls _vjp, and (before 0.8) its pullback
-      patches.apply(api, name, lambda o, entry=entry: _wrap_older(o, entry, sink))
   if events is not None and safety.safely(_watch, events, sink, default=False):
     return
   original_vjp = api.vjp
@@ -132,7 +129,7 @@ def _vjp_started(frame, sink):
 def _call_started(frame, sink):
   if not records.active():
     return None
-  boundary = Boundary("vjp_call", _origin_of(frame.f_locals["jaxpr"]), sink)
+  boundary = Boundary("vjp_call", origin_of(frame.f_locals["jaxpr"]), sink)
   boundary.__enter__()
   return boundary, None
 
@@ -141,7 +138,7 @@ def _backward_started(frame, sink):
   if not records.active():
     return None
   args = frame.f_locals
-  boundary = Boundary("backward", _origin_of(args["jaxpr"]), sink)
+  boundary = Boundary("backward", origin_of(args["jaxpr"]), sink)
   boundary.jaxpr = args["jaxpr"]
   boundary.__enter__()
   _check_out_cotangent(args["jaxpr"], args["out_tree"], args["out_primal_avals"], args["out_ct"])
@@ -189,21 +186,15 @@ def _wrap_vjp(original, sink):
   return vjp
 
 
-def _wrap_older(original, entry: str, sink):
-  """An entry point of older JAX (``_vjp``, its pullback): a session, unless one is open."""
-  def older_entry(*args, **kwargs):
-    if not records.active() or records.current_session() is not None:
-      return original(*args, **kwargs)
-    with Boundary(entry, None, sink):
-      return original(*args, **kwargs)
-  older_entry.__wrapped__ = original
-  return older_entry
-
-
 def _remember(vjp_result, session: Session) -> None:
-  """So applying the VJP function later knows the user's function and argument types,
-  and the custom rules it applied live as long as it can report on them."""
-  jaxpr = vjp_result[1].jaxpr
+  f_vjp = vjp_result[1]
+  if hasattr(f_vjp, "jaxpr"):   # before JAX 0.8 a Partial: older_entries finds its jaxpr
+    remember(f_vjp.jaxpr, session)
+
+
+def remember(jaxpr, session: Session) -> None:
+  """So applying the VJP function of ``jaxpr`` later knows the user's function and argument
+  types, and the custom rules it applied live as long as it can report on them."""
   if session.origin is not None:
     _origins[jaxpr] = session.origin
   if session.held:
@@ -211,7 +202,11 @@ def _remember(vjp_result, session: Session) -> None:
 
 
 def _origin(fun, primals) -> Origin:
-  user_fun, args, kwargs, diff_args = _unwrap_argnums(fun, primals)
+  return call_origin(*_unwrap_argnums(fun, primals))
+
+
+def call_origin(user_fun, args: list, kwargs: dict, diff_args: tuple[int, ...]) -> Origin:
+  """The call ``user_fun(*args, **kwargs)``, differentiated in the ``diff_args`` arguments."""
   paths_leaves, tree = jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))
   leaves = tuple(_aval_or_value(x) for _, x in paths_leaves)
   by_arg: dict[int, list[int]] = {}
@@ -248,7 +243,7 @@ def _aval_or_value(x):
     return x
 
 
-def _origin_of(jaxpr) -> Origin | None:
+def origin_of(jaxpr) -> Origin | None:
   try:
     return _origins.get(jaxpr)
   except TypeError:
@@ -259,7 +254,7 @@ def _wrap_vjp_callable(original, sink):
   def vjp3_callable(*args):
     if not records.active():
       return original(*args)
-    with Boundary("vjp_call", _origin_of(args[2]), sink):
+    with Boundary("vjp_call", origin_of(args[2]), sink):
       return original(*args)
   vjp3_callable.__wrapped__ = original
   return vjp3_callable
@@ -269,7 +264,7 @@ def _wrap_backward(original, sink):
   def vjp3_bwd(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest):
     if not records.active():
       return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
-    with Boundary("backward", _origin_of(jaxpr), sink):
+    with Boundary("backward", origin_of(jaxpr), sink):
       _check_out_cotangent(jaxpr, out_tree, out_primal_avals, rest[-1])
       return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
   vjp3_bwd.__wrapped__ = original

@@ -16,7 +16,7 @@ import threading
 import jax
 from jax._src import source_info_util, traceback_util
 
-from . import capabilities, check_sites, custom_rules, entry_points, frames
+from . import capabilities, check_sites, custom_rules, entry_points, frames, older_entries
 from .code_events import CodeEvents
 from .patches import PatchSet
 
@@ -43,8 +43,9 @@ def _install(sink: entry_points.Sink) -> None:
     _excluded = True
   events = _events if _events.start() else None
   if events is None:
-    _patches.skip("sys.monitoring", "no free tool slot: wrappers instead, with their frames")
+    _patches.skip("sys.monitoring", capabilities.no_monitoring())
   entry_points.install(_patches, sink, events)
+  older_entries.install(_patches, sink)
   check_sites.install(_patches, sink, events)
   caps = capabilities.of(hook_points()[0])
   if not caps.tested or caps.missing or _patches.skipped:

@@ -1,0 +1,18 @@
+"""JAX internals whose signature changed within the supported range (0.6 to 0.12), one way.
+
+Each is called as the newest JAX has it and adapted here for the older ones, so the
+stages above read one API and the version test lives in one place.
+"""
+from __future__ import annotations
+
+import inspect
+
+from jax._src import source_info_util
+
+_FRAME_OF_SOURCE_INFO = "source_info" in inspect.signature(source_info_util.user_frame).parameters
+
+
+def user_frame(source_info):
+  """JAX's guess at the user's frame of an equation (``source_info_util.user_frame``): of
+  its traceback on newer JAX, of the whole ``SourceInfo`` on JAX 0.6."""
+  return source_info_util.user_frame(source_info if _FRAME_OF_SOURCE_INFO else source_info.traceback)
