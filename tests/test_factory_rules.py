@@ -44,3 +44,28 @@ def test_the_failing_layer_among_identical_made_per_call_is_the_one_shown(hook, 
   acts_in_graph = [n.id for n in d.graph.nodes if n.custom and n.function == "act"]
   assert d.node == acts_in_graph[broken]
   assert d.fixes and d.fixes[0].verdict == "verified"
+
+
+@jax.custom_vjp
+def half_act(x):
+  return jnp.tanh(x)
+
+
+half_act.defvjp(lambda x: (jnp.tanh(x), x),
+                lambda x, g: ((g * (1 - jnp.tanh(x) ** 2)).astype(jnp.bfloat16),))
+
+
+@pytest.mark.parametrize("layers", [1, 4])
+def test_a_rule_wrong_alike_in_every_layer_is_one_warning_that_says_how_many(hook, layers):
+  def model(ws, x):
+    for w in ws:
+      x = half_act(x @ w)
+    return x.sum()
+  jax.grad(model)([jnp.eye(3) * .5] * layers, jnp.ones((4, 3)))
+  found = [d for d in vv.diagnoses() if d.kind == "silent_dtype"]
+  assert len(found) == 1
+  if layers == 1:
+    assert " more" not in found[0].headline
+  else:
+    assert found[0].instance.endswith(f" and {layers - 1} more"), found[0].instance
+    assert f" and {layers - 1} more" in found[0].headline
