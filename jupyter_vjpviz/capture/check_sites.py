@@ -20,7 +20,7 @@ from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_path
 from .patches import PatchSet
 from .leaf_paths import Leaf
 from .records import ERROR, WARNING, Record, RuleSite, Session
-from ..base import safety
+from ..base import safety, trees
 
 
 def install(patches: PatchSet, sink: Callable | None = None,
@@ -137,8 +137,7 @@ def _accum_record(jaxpr, in_tree, explicit_refs, idx, v, x) -> Record:
 
 def _leaf_path(tree, idx) -> str:
   try:
-    dummy = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
-    return jax.tree_util.keystr(jax.tree_util.tree_leaves_with_path(dummy)[idx][0])
+    return jax.tree_util.keystr(trees.leaf_paths(tree, [object()] * tree.num_leaves)[idx])
   except Exception:
     return f"[flat {idx}]"
 
