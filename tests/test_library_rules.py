@@ -196,7 +196,8 @@ def test_under_a_lifted_nn_grad_the_input_is_the_users_not_flaxs_scopes(hook):
   x = jnp.ones((2, 3))
   d = _diagnosed(lambda: LiftedGrad().init(jax.random.key(0), x))
   assert (d.kind, d.rule, d.argument) == ("bwd_type", "dense_bwd", "x")
-  assert _inputs(d) == ["x"], d.graph.note
+  # the user's x (not flax's scopes), told apart from the rule's own x as "x of f"
+  assert _inputs(d) == ["x of f"], (_inputs(d), d.graph.note)
 
 
 def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_no_array(hook):
