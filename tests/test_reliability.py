@@ -334,7 +334,7 @@ def test_install_and_uninstall_while_other_threads_differentiate():
 
 DELIVERY_FAULTS = {   # stage -> (module, attribute)
     "render: html": ("jupyter_vjpviz.render.html", "fragment"),
-    "deliver: IPython display": ("jupyter_vjpviz.deliver.magics", "show"),
+    "deliver: IPython display": ("jupyter_vjpviz.deliver.display", "show"),
     "deliver: panel comm": ("jupyter_vjpviz.deliver.comm", "push"),
 }
 
