@@ -13,7 +13,6 @@ import json
 import jax
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
 
 from . import runtime, value_check
 from ..analysis.assemble import key
@@ -22,7 +21,7 @@ from ..capture.check_sites import observe_applications
 from .type_check import check, spec
 from .value_check import floating
 from . import comm
-from .display import mimebundle
+from .display import show
 from ..base import safety
 
 
@@ -247,15 +246,6 @@ def report_nans(grads: value_check.GradientWatch):
   if d is not None:
     show(d)
   return d
-
-
-def show(d) -> None:
-  """The rich output %load_ext vjpviz shows after a failing cell.
-
-  The bundle is made here, not lazily by IPython's formatter, so a renderer
-  failing costs vjpviz's one line instead of a formatter traceback.
-  """
-  display(mimebundle(d), raw=True)
 
 
 def register(ipython) -> None:
