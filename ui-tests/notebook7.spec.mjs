@@ -146,7 +146,7 @@ async function main() {
     await panel().locator('[data-vjpviz-kind="bwd_type"][data-vjpviz-function="softclip"]')
       .waitFor({ timeout: 10000 });
     await panel().locator(
-      '[data-vjpviz-path="[1]"][data-vjpviz-expected="float32[5,3]"][data-vjpviz-got="float32[3,5]"]'
+      '[data-vjpviz-path="w"][data-vjpviz-expected="float32[5,3]"][data-vjpviz-got="float32[3,5]"]'
     ).waitFor({ timeout: 10000 });
     const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
     check(headline.includes('softclip'), `headline: ${headline}`);

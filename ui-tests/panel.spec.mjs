@@ -400,7 +400,7 @@ const resultText = () => panel().locator('.jp-Vjpviz-verifyResult').innerText();
 /** The softclip diagnosis is the one shown: diff row, headline, bad line. */
 async function checkSoftclipShown() {
   await panel().locator(
-    '[data-vjpviz-path="[1]"][data-vjpviz-expected="float32[5,3]"][data-vjpviz-got="float32[3,5]"]'
+    '[data-vjpviz-path="w"][data-vjpviz-expected="float32[5,3]"][data-vjpviz-got="float32[3,5]"]'
   ).waitFor({ timeout: 10000 });
   const headline = await panel().locator('.jp-Vjpviz-headline').innerText();
   check(headline.includes('softclip'), `headline: ${headline}`);
