@@ -16,11 +16,14 @@ const esModules = [
   'yjs'
 ].join('|');
 
+const base = jestJupyterLab(__dirname);
+
 module.exports = {
-  ...jestJupyterLab(__dirname),
+  ...base,
   automock: false,
   collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/*.d.ts'],
   roots: ['<rootDir>/src'],
+  setupFiles: [...base.setupFiles, '<rootDir>/src/__tests__/clipboard.ts'],
   testRegex: 'src/.*/.*.spec.ts[x]?$',
   transformIgnorePatterns: [`/node_modules/(?!${esModules}).+`]
 };

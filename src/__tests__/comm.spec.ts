@@ -176,6 +176,7 @@ describe('VjpvizComms after a page reload', () => {
     comms.attach(kernel as unknown as Kernel.IKernelConnection);
     expect(opened).toHaveLength(1);
     expect(opened[0]).toMatchObject({ v: 1, type: 'request', op: 'history' });
+    const warn = jest.spyOn(console, 'warn').mockImplementation(() => undefined);
     control.receive({
       v: 1,
       type: 'reply',
@@ -185,6 +186,10 @@ describe('VjpvizComms after a page reload', () => {
     });
     await new Promise(r => setTimeout(r, 0));
     expect(comms.diagnoses('k1')).toEqual([body(1), body(2)]);
+    expect(warn.mock.calls.map(c => c[0])).toEqual([
+      'jupyter-vjpviz: skipped a diagnosis of the history:'
+    ]);
+    warn.mockRestore();
     expect(lists).toEqual(['k1']);
     // Requests now go on the panel's comm.
     void comms.request('k1', 'view', { diagnosis_id: 'd1' });
