@@ -41,15 +41,27 @@ node_present() {
   fi
 }
 
+digest() {
+  # One hash of the contents of the files under the given paths, src/__tests__ left out.
+  find "$@" -path src/__tests__ -prune -o -type f -print | LC_ALL=C sort | xargs sha256sum |
+    sha256sum
+}
+
+current() {
+  # Whether the stamp $1 holds the hash $2 (what a step was last done from).
+  [[ -f $1 && $(<"$1") == "$2" ]]
+}
+
 python_packages() {
-  # Skipped when pyproject.toml is what the venv was last installed from and no panel
-  # source is newer than the labextension that install built (it is installed as a
-  # copy: a newer source needs the install again). A JAX already in the venv is
-  # pinned: installing the test extra never changes it.
-  local stamp=.venv/.installed-from constraints=.venv/.jax-constraints
-  local built=jupyter_vjpviz/labextension/package.json
-  if [[ -f $stamp && -f $built ]] && cmp -s pyproject.toml "$stamp" &&
-     [[ -z $(find src style schema package.json -newer "$built" -print -quit) ]]; then
+  # Skipped when the files the venv was last installed from are unchanged: the package
+  # metadata and the panel's sources (the labextension is built from them and installed
+  # as a copy; the Python modules are linked, the panel's tests not built in). Contents,
+  # not times: a checkout or an edit to a test does not re-run it. A JAX already in the
+  # venv is pinned: installing the test extra never changes it.
+  local stamp=.venv/.installed-from constraints=.venv/.jax-constraints inputs
+  inputs=$(digest pyproject.toml install.json package.json yarn.lock tsconfig.json schema style src)
+  if [[ -f jupyter_vjpviz/labextension/package.json ]] && current "$stamp" "$inputs"; then
+    echo "setup: the editable install is current"
     return
   fi
   .venv/bin/python - >"$constraints" <<'PY'
@@ -61,11 +73,19 @@ for name in ("jax", "jaxlib"):
         pass
 PY
   .venv/bin/pip install --disable-pip-version-check -c "$constraints" -e '.[test,test-libraries]'
-  cp pyproject.toml "$stamp"
+  echo "$inputs" >"$stamp"
 }
 
 npm_packages() {
+  # Skipped when package.json and yarn.lock are what node_modules was installed from.
+  local stamp=node_modules/.vjpviz-installed-from inputs
+  inputs=$(digest package.json yarn.lock .yarnrc.yml)
+  if current "$stamp" "$inputs"; then
+    echo "setup: node_modules is current"
+    return
+  fi
   jlpm install
+  echo "$inputs" >"$stamp"
 }
 
 # package.json scripts call jlpm and jupyter-builder from the venv.
