@@ -10,11 +10,11 @@ import inspect
 import textwrap
 import weakref
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+eqx = pytest.importorskip("equinox")   # not installed with an older JAX (scripts/test.sh)
 
 import jupyter_vjpviz as vv
 
@@ -320,3 +320,96 @@ def test_a_while_loop_in_a_bwd_rule_is_stepped_to_the_line_that_divides_by_zero(
   d = vv.nans(lambda x: damped(x).sum(), jnp.array([0.5, -1.0]))
   assert d.function == "damped" and d.rule == "_damped_bwd"
   assert d.source == _line_of(_damped_bwd, "(x * k)") and "div" in d.detail
+
+
+# ------------------------------------------------------- gradients taken inside a jitted step
+
+def relu_root(w, x):
+  r = jnp.maximum(x @ w, 0.0)
+  return jnp.where(r > 0, jnp.sqrt(r), 0.0).sum()
+
+
+def _optax_step():
+  import optax
+  opt = optax.sgd(0.1)
+
+  @jax.jit
+  def step(w, state, x):
+    value, grads = jax.jit(jax.value_and_grad(relu_root))(w, x)
+    updates, state = opt.update(grads, state)
+    return optax.apply_updates(w, updates), state, value
+  return step, opt.init
+
+
+def _shell():
+  from IPython.core.interactiveshell import InteractiveShell
+  shell = InteractiveShell.instance()
+  shell.run_line_magic("load_ext", "jupyter_vjpviz")
+  return shell
+
+
+def _close(shell):
+  from IPython.core.interactiveshell import InteractiveShell
+  shell.run_line_magic("unload_ext", "jupyter_vjpviz")
+  InteractiveShell.clear_instance()
+
+
+def test_a_nan_born_in_a_jitted_optax_step_is_localised_to_the_loss_line(capsys):
+  step, init = _optax_step()
+  w = jnp.array([[1.0, 1.0], [0.5, 0.5]])
+  xs = [jnp.array([[1.0, 0.0]])] * 2 + [jnp.array([[1.0, -4.0]])]   # relu 0 at step 3
+  step(w, init(w), xs[0])                       # compiled before the cell, as in a notebook
+  shell = _shell()
+  try:
+    shell.user_ns.update(step=step, w=w, state=init(w), xs=xs)
+    shell.run_cell_magic("vjpviz", "--nans", "for x in xs:\n  w, state, l = step(w, state, x)")
+    out = capsys.readouterr().out
+    assert "3 calls of jitted functions that take gradients checked; NaN/Inf in the " \
+           "outputs of step" in out
+    assert f"the gradient goes non-finite at sqrt ({_line_of(relu_root, 'jnp.sqrt')})" in out
+    assert "double-where" in out and "1. [verified] Guard sqrt with a double where" in out
+    assert bool(jnp.isnan(shell.user_ns["w"]).all())    # the cell ran as JAX ran it
+  finally:
+    _close(shell)
+
+
+def test_a_finite_jitted_step_is_checked_and_left_alone(capsys):
+  step, init = _optax_step()
+  w = jnp.array([[1.0, 1.0], [0.5, 0.5]])
+  shell = _shell()
+  try:
+    shell.user_ns.update(step=step, w=w, state=init(w), x=jnp.array([[1.0, 0.0]]),
+                         plain=jax.jit(lambda a: a * jnp.nan))   # no gradient: not a step
+    shell.run_cell_magic("vjpviz", "--nans", "w, state, l = step(w, state, x)\n"
+                         "w, state, l = step(w, state, x)\nplain(x)")
+    out = capsys.readouterr().out
+    assert "2 calls of jitted functions that take gradients checked, all outputs finite" in out
+    assert "nonfinite" not in out and "non-finite" not in out
+  finally:
+    _close(shell)
+
+
+class Ranged(eqx.Module):
+  weight: jax.Array
+
+  def __call__(self, x):
+    return jnp.log(jnp.sum(self.weight * x))      # log 0 when the product sums to 0
+
+
+def test_an_equinox_filter_jit_step_nan_on_its_first_call_and_vv_nans_of_a_step(capsys):
+  @eqx.filter_jit
+  def train(model, x):
+    grads = eqx.filter_grad(lambda m: m(x))(model)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, model, grads)
+  model, x = Ranged(jnp.array([1.0, 1.0])), jnp.array([1.0, -1.0])
+  shell = _shell()
+  try:
+    shell.user_ns.update(train=train, model=model, x=x)
+    shell.run_cell_magic("vjpviz", "--nans", "model = train(model, x)")
+    out = capsys.readouterr().out
+    assert f"non-finite at log ({_line_of(Ranged.__call__, 'jnp.log')})" in out
+  finally:
+    _close(shell)
+  d = vv.nans(train, model, x, argnums=None)      # the step itself: it takes its gradient
+  assert d.function == "log" and d.source == _line_of(Ranged.__call__, "jnp.log")
+  assert vv.nans(train, model, jnp.array([1.0, 0.0]), argnums=None) is None

@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import runtime, value_check
 from ..analysis.assemble import key
-from ..capture import capabilities, jax_flags, records
+from ..capture import capabilities, jax_flags, names, records
 from ..capture.check_sites import observe_applications
 from .type_check import check, spec
 from .value_check import floating
@@ -128,8 +128,9 @@ class VjpvizMagics(Magics):
     %vjpviz check --values EXPR) each rule whose fwd ran is judged by its
     primal's own derivative at random inputs of the types it was applied to
     (vjpviz.gradcheck); JAX's caches are cleared first, so jitted code re-traces.
-    With --nans every gradient the cell computes eagerly is checked for NaN/Inf as it
-    is made, and the first one that has them is localised (vjpviz.nans).
+    With --nans every gradient the cell computes is checked for NaN/Inf as it is made
+    (one taken inside a jitted step by the step's outputs), and the first one that has
+    them is localised (vjpviz.nans; a jitted step is re-run with jit disabled for it).
     """
     if cell is not None:
       return self._cell(parse_argstring(self.vjpviz, line), cell)
@@ -203,8 +204,9 @@ class VjpvizMagics(Magics):
   def _cell(self, args, cell: str):
     was_installed = runtime.installed()
     runtime.install()
-    if args.values:
-      jax.clear_caches()   # a jitted function traced before would not run its rules' fwd
+    if args.values or args.nans:
+      jax.clear_caches()   # a jitted function traced before would run neither its rules'
+                           # fwd nor the jax.vjp that tells --nans it is a train step
     try:
       with (runtime.collecting() as found, applications() as applied,
             value_check.applications() if args.values else contextlib.nullcontext({}) as sites,
@@ -242,6 +244,12 @@ def report_nans(grads: value_check.GradientWatch):
   """How many gradients the cell computed and how many had NaN/Inf; the first localised."""
   n, bad = grads.checked, len(grads.bad)
   print(f"{n} gradient{'s' * (n != 1)} checked for NaN/Inf, {bad} not finite")
+  if grads.steps_checked:
+    k, steps = grads.steps_checked, grads.bad_steps
+    print(f"{k} call{'s' * (k != 1)} of jitted functions that take gradients checked"
+          + (f"; NaN/Inf in the outputs of {names.function_name(steps[0][0])}"
+             + ("" if bad else ": re-run with jit disabled to localise it") if steps else
+             ", all outputs finite"))
   d = safety.safely(grads.diagnose)
   if d is not None:
     show(d)

@@ -27,14 +27,14 @@ import jax
 import numpy as np
 from jax._src import core
 
-from . import type_check
+from . import runtime, type_check
 from ..analysis import locate, nonfinite, nonfinite_explain, oracle, program
 from ..analysis.nonfinite_eval import inexact
 from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.graph import Graph
 from ..analysis.partial_vjp import pull_ones
-from ..capture import custom_rules, entry_points, records, user_calls
+from ..capture import custom_rules, entry_points, jit_calls, names, records, user_calls
 from ..capture.records import ERROR, WARNING, Record, Session
 from ..fixes import nonfinite as nonfinite_fixes
 from ..base.surrogates import is_surrogate
@@ -218,8 +218,12 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
   by re-running the gradient. None when the gradient is finite (nothing else runs).
 
   With ``jax_debug_nans`` on, JAX's FloatingPointError makes the diagnosis an error;
-  the search itself runs with it off.
+  the search itself runs with it off. ``argnums=None``: ``fun`` takes its gradients
+  itself (a train step, jitted or not): it is run with jit disabled and the first
+  gradient it takes that is not finite is localised.
   """
+  if argnums is None:
+    return stepped(fun, args, kwargs)
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(jax.numpy.asarray, a) if i in nums else a
                for i, a in enumerate(args))   # a Python float differentiated is an input
@@ -296,19 +300,26 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
 
 
 class GradientWatch:
-  """Every gradient computed eagerly meanwhile, checked for NaN/Inf as its backward pass
-  returns (one reduction per leaf); the user's call behind each one that is not, kept
-  until ``diagnose`` (a gradient taken under an outer jit holds tracers: not seen)."""
+  """Every gradient computed meanwhile, checked for NaN/Inf: an eager one as its backward
+  pass returns (one reduction per leaf), one taken inside a jitted call (tracers, no
+  values) by that call's outputs, each time it is called (one reduction). The user's call
+  behind the first that is not finite is kept until ``diagnose``."""
 
   def __init__(self):
     self.calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     self.checked = 0
     self.bad: list = []          # (fun, args, kwargs, diff_args, has_aux) per bad gradient
+    self.traced = self._traced_seen = 0    # gradients taken on tracers, and as of the last call
+    self.steps: weakref.WeakSet = weakref.WeakSet()   # jitted functions that take gradients
+    self.steps_checked = 0
+    self.bad_steps: list = []    # (fun, args, kwargs) per jitted call with NaN/Inf outputs
 
   def vjp(self, fun, args, kwargs, diff_args, has_aux, f_vjp) -> None:
+    if any(isinstance(x, core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
+      self.traced += 1
+      return
     jaxpr = getattr(f_vjp, "jaxpr", None)
-    if jaxpr is not None and not any(isinstance(x, core.Tracer)
-                                     for x in jax.tree_util.tree_leaves((args, kwargs))):
+    if jaxpr is not None:
       self.calls[jaxpr] = (fun, tuple(args), kwargs, diff_args, has_aux)
 
   def backward(self, jaxpr, cotangents) -> None:
@@ -316,31 +327,81 @@ class GradientWatch:
     if call is None:
       return
     self.checked += 1
-    leaves = [x for x in jax.tree_util.tree_leaves(cotangents)
-              if isinstance(x, jax.Array) and inexact(x)]
-    if not all(bool(jax.numpy.isfinite(x).all()) for x in leaves):
+    if not _finite(cotangents):
       self.bad.append(call)
+
+  def jitted(self, fun, args, kwargs, outs) -> None:
+    """A top-level jitted call returned: if its trace took a gradient (one was taken on
+    tracers since the last call), it is a step whose outputs are checked, now and later."""
+    if self.traced > self._traced_seen:
+      self._traced_seen = self.traced
+      self.steps.add(fun)
+    if fun not in self.steps:
+      return
+    self.steps_checked += 1
+    if not self.bad_steps and not _finite(outs):
+      self.bad_steps.append((fun, tuple(args), dict(kwargs)))
 
   def diagnose(self) -> Diagnosis | None:
     """``nans`` of the first gradient that was not finite (later ones usually inherit its
-    NaN through the parameters); the calls are dropped, and their arrays with them."""
-    bad, self.bad, self.calls = self.bad, [], weakref.WeakKeyDictionary()
-    if not bad:
-      return None
-    fun, args, kwargs, diff_args, has_aux = bad[0]
-    main = (lambda *a, **k: fun(*a, **k)[0]) if has_aux else fun
-    return nans(main, *args, argnums=diff_args, **kwargs)
+    NaN through the parameters), else of the first gradient taken by the first jitted
+    call whose outputs were not; the calls are dropped, and their arrays with them."""
+    bad, steps = self.bad, self.bad_steps
+    self.bad, self.bad_steps, self.calls = [], [], weakref.WeakKeyDictionary()
+    if bad:
+      fun, args, kwargs, diff_args, has_aux = bad[0]
+      main = (lambda *a, **k: fun(*a, **k)[0]) if has_aux else fun
+      return nans(main, *args, argnums=diff_args, **kwargs)
+    return stepped(*steps[0]) if steps else None
+
+
+def stepped(fun, args, kwargs) -> Diagnosis | None:
+  """``fun`` (a train step: it takes its gradients itself) run again with jit disabled,
+  so that each gradient it takes is eager and watched: ``nans`` of the first one that is
+  not finite. Its inputs donated to the jitted call are gone: then None, said."""
+  if any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(args)):
+    print(f"vjpviz: {names.function_name(fun)}'s inputs were donated to it; call it without "
+          "donate_argnums to localise its NaN")
+    return None
+  with _hooked(), runtime.collecting(), gradients(jit=False) as watch, jax.disable_jit():
+    fun(*args, **kwargs)
+  return watch.diagnose()
+
+
+@jax.jit
+def _all_finite(leaves) -> jax.Array:
+  return jax.numpy.all(jax.numpy.stack([jax.numpy.isfinite(x).all() for x in leaves]))
+
+
+def _finite(tree) -> bool:
+  """Whether every floating array in ``tree`` is finite: one dispatch, one transfer."""
+  leaves = [x for x in jax.tree_util.tree_leaves(tree) if isinstance(x, jax.Array) and inexact(x)]
+  return not leaves or bool(_all_finite(leaves))
 
 
 @contextlib.contextmanager
-def gradients():
-  """A ``GradientWatch`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile."""
+def gradients(jit: bool = True):
+  """A ``GradientWatch`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile;
+  with ``jit``, of every top-level jitted call in this thread too (a train step)."""
   watch = GradientWatch()
   entry_points.gradient_watchers.append(watch)
   try:
-    yield watch
+    with jit_calls.watching(watch.jitted) if jit else contextlib.nullcontext():
+      yield watch
   finally:
     entry_points.gradient_watchers.remove(watch)
+
+
+@contextlib.contextmanager
+def _hooked():
+  """The hook installed meanwhile (the watch is told of gradients through it)."""
+  was = runtime.installed()
+  runtime.install()
+  try:
+    yield
+  finally:
+    if not was:
+      runtime.uninstall()
 
 
 @contextlib.contextmanager
