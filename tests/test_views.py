@@ -262,6 +262,37 @@ def test_a_plain_python_loop_folds_into_its_calls(hook):
   assert "layer 30 of 48 · called at graph_scale.py:" in source
 
 
+def test_calls_inside_named_scopes_are_counted_within_each_scope(hook):
+  """48 named layers, each calling the same helpers: a helper is the one call in its named
+  scope ("layer30/mlp/layer_norm"), not one of the 96 calls of the whole program, and the
+  failing call inside a named layer is named by that layer, with its own call site."""
+  bench = _bench()
+
+  def block(p, x, act):
+    return act(bench.layer_norm(x, p["ln2"]) @ p["up"]) @ p["down"]
+
+  def loss(layers, x):
+    for i, p in enumerate(layers):
+      with jax.named_scope(f"layer{i}"):
+        with jax.named_scope("attn"):
+          x = x + bench.attention(p, bench.layer_norm(x, p["ln1"]), 2)
+        x = x + block(p, x, bench.gelu_bad if i == 30 else bench.gelu)
+    return (x ** 2).mean()
+
+  d = _diagnose(loss, *bench.inputs(48, **SMALL))
+  v = _bounded(d)
+  assert d.graph.node(d.node).scope == "layer30/block"
+  assert v.instance.label == "layer30/block"
+  lines = Path(__file__).read_text().splitlines()
+  line = next(i for i, text in enumerate(lines, 1) if "x = x + block(p, x" in text)
+  assert v.instance.site == f"{__file__}:{line}"
+  scopes = {n.scope for n in d.graph.nodes}
+  assert {"layer30/attn/layer_norm", "layer30/block/layer_norm"} <= scopes
+  assert not any(" of 96" in s or " of 48" in s for s in scopes)
+  line = next(i for i, text in enumerate(lines, 1) if "bench.layer_norm(x, p[\"ln1\"])" in text)
+  assert d.graph.site_of("layer30/attn/layer_norm") == f"{__file__}:{line}"
+
+
 def _equinox_model(n, bad):
   import equinox as eqx
   gelu, gelu_bad = _bench().gelu, _bench().gelu_bad

@@ -404,10 +404,8 @@ class _GraphBuilder:
     """The nodes, each equation with its scope from the user's frames (per jaxpr level)."""
     nodes, sites = list(self.nodes), {}
     for chains in self._chains.values():
-      found = user_scopes.scopes([c for _, c in chains])
-      names = [nodes[k].name_stack for k, _ in chains]
-      for (k, _), path, scope in zip(chains, found.paths,
-                                     user_scopes.combined(names, found.paths)):
+      found = user_scopes.of_level([c for _, c in chains], [nodes[k].name_stack for k, _ in chains])
+      for (k, _), path, scope in zip(chains, found.frames, found.scopes):
         node = nodes[k]   # _make, as _replace is 3x slower; frames and scope are adjacent
         nodes[k] = Node._make((*node[:_FRAMES], path, scope, *node[_FRAMES + 2:]))
       sites.update(found.sites)

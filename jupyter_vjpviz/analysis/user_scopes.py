@@ -27,9 +27,11 @@ _INLINE = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
 
 @dataclasses.dataclass(frozen=True)
 class Scopes:
-  """Per equation, its scope path (``"layer 30 of 48/attention"``), and each scope's call site."""
-  paths: tuple[str, ...]
-  sites: tuple[tuple[str, str], ...]   # (scope path, "file:line" of the call)
+  """Per equation of one jaxpr: its user calls (``"layer 30 of 48/attention"``), the scope
+  views group it by (those calls and its named scopes), and where each call was made."""
+  frames: tuple[str, ...]
+  scopes: tuple[str, ...]
+  sites: tuple[tuple[str, str], ...]   # (scope path up to a call, "file:line" of that call)
 
 
 USER, MODULE, LIBRARY, INLINE = range(4)
@@ -78,34 +80,52 @@ def _kind(code) -> int:
   return LIBRARY
 
 
-def combined(names: Sequence[str], frames: Sequence[str]) -> list[str]:
-  """Each equation's scope from its named scopes and its user calls, for one jaxpr.
+def of_level(chains: Sequence[Chain], names: Sequence[str]) -> Scopes:
+  """Scopes for the equations of one jaxpr, in program order, from their chains and
+  named scopes.
 
-  Names lead where each outermost call lies inside one outermost name (the user
-  wrapped their calls in ``jax.named_scope``, a library names its modules); else
-  the names were made inside the calls (equinox's ``eqx.nn.Linear``, jnp.einsum's,
-  the user's own scopes inside a layer function) and sit under them.
+  Calls every equation shares (the differentiated function's own call) are no
+  scope; below them, each call is one path component. Names lead where each
+  outermost call lies inside one outermost name (the user wrapped their calls in
+  ``jax.named_scope``, a library names its modules): then each named scope holds
+  its own calls, numbered within it (``layer30/mlp/layer_norm``, not ``layer_norm
+  61 of 96`` counted over the whole program). Else the names were made inside the
+  calls (equinox's ``eqx.nn.Linear``, jnp.einsum's, the user's own scopes inside a
+  layer function) and sit under them.
   """
+  calls = [_calls(c) for c in chains]
+  depth = len(_common_prefix([c for c in calls if c]))
+  frames, sites = _frame_paths({"": list(range(len(calls)))}, calls, chains, depth)
+  if not _names_lead(names, frames):
+    return Scopes(frames, _joined(frames, names), sites)
+  within: dict[str, list[int]] = {}
+  for m, name in enumerate(names):
+    within.setdefault(name, []).append(m)
+  frames, sites = _frame_paths(within, calls, chains, depth)
+  return Scopes(frames, _joined(names, frames), sites)
+
+
+def _names_lead(names: Sequence[str], frames: Sequence[str]) -> bool:
   spans: dict[str, set] = {}
   for name, frame in zip(names, frames):
     if frame:
       spans.setdefault(frame.split("/", 1)[0], set()).add(name.split("/", 1)[0])
-  named = any(names) and all(len(outer) == 1 for outer in spans.values())
-  return ["/".join(p for p in ((n, f) if named else (f, n)) if p) for n, f in zip(names, frames)]
+  return any(names) and all(len(outer) == 1 for outer in spans.values())
 
 
-def scopes(chains: Sequence[Chain]) -> Scopes:
-  """Scope paths for equations of one jaxpr, in program order, from their chains.
+def _joined(outer: Sequence[str], inner: Sequence[str]) -> tuple[str, ...]:
+  return tuple("/".join(p for p in pair if p) for pair in zip(outer, inner))
 
-  Calls every equation shares (the differentiated function's own call) are no
-  scope; below them, each call is one path component.
-  """
-  calls = [_calls(c) for c in chains]
-  common = _common_prefix([c for c in calls if c])
+
+def _frame_paths(within: dict[str, list[int]], calls, chains,
+                 depth: int) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+  """Each equation's path of calls, numbered within its enclosing scope in ``within``
+  (scope -> its equations), and each call's site keyed by that scope and the path."""
   paths: list[list[str]] = [[] for _ in calls]
   sites: dict[str, str] = {}
-  _assign(list(range(len(calls))), calls, chains, len(common), paths, sites)
-  return Scopes(tuple("/".join(p) for p in paths), tuple(sites.items()))
+  for scope, members in within.items():
+    _assign(members, calls, chains, depth, paths, sites, scope)
+  return tuple("/".join(p) for p in paths), tuple(sites.items())
 
 
 def _calls(chain_: Chain) -> tuple:
@@ -125,7 +145,7 @@ def _common_prefix(calls: list[tuple]) -> tuple:
   return first[:n]
 
 
-def _assign(members: list[int], calls, chains, depth: int, paths, sites) -> None:
+def _assign(members: list[int], calls, chains, depth: int, paths, sites, scope: str) -> None:
   """Name the calls at ``depth`` among ``members`` (one enclosing scope), then recurse."""
   instances: dict = {}     # call -> [member lists], one per instance, in program order
   previous_call, previous_position = None, None
@@ -149,8 +169,9 @@ def _assign(members: list[int], calls, chains, depth: int, paths, sites) -> None
       for m in run:
         paths[m].append(part)
       if depth:   # the caller's frame: where this call was made
-        sites.setdefault("/".join(paths[run[0]]), _where(*chains[run[0]][depth - 1]))
-      _assign(run, calls, chains, depth + 1, paths, sites)
+        sites.setdefault("/".join(p for p in (scope, *paths[run[0]]) if p),
+                         _where(*chains[run[0]][depth - 1]))
+      _assign(run, calls, chains, depth + 1, paths, sites, scope)
 
 
 def _name(code) -> str:

@@ -223,10 +223,8 @@ class _ViewBuilder:
     if node is None or not scope or self.owner.get(node.id) != node.id:
       return None
     depth = next((k + 1 for k, part in enumerate(scope) if _COUNTED.match(part)), len(scope))
-    frames = _split(node.frames)
-    call = frames.index(scope[depth - 1]) + 1 if scope[depth - 1] in frames else 0
-    site = self.graph.site_of("/".join(frames[:call])) if call else None
     inside = scope[:depth]
+    site = self.graph.site_of("/".join(inside)) if inside[-1] in _split(node.frames) else None
     boxes = frozenset(b for b in (*self.visible, *self.clusters)
                       if self._level_of(b) == node.parent and self._inside(b, inside))
     label = scope[depth - 1] if _COUNTED.match(scope[depth - 1]) else "/".join(inside)
