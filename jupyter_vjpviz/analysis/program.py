@@ -27,7 +27,7 @@ import jax
 from jax._src import core
 from jax._src.state.types import AbstractRef
 
-from ..capture import custom_rules, hijax_rules, older_api, records
+from ..capture import custom_rules, frames, hijax_rules, older_api, records
 from ..capture import names as capture_names
 from ..capture.records import Origin
 from . import user_scopes
@@ -455,7 +455,10 @@ class _GraphBuilder:
 
   def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
     function, rule = custom_names(eqn)
-    frame = older_api.user_frame(eqn.source_info)
+    custom = eqn.primitive.name in CUSTOM_PRIMITIVES
+    # A custom rule is called where the hook saw it called: the user's frame, not a library's.
+    frame = ((custom and frames.user_frame(eqn.source_info.traceback))
+             or older_api.user_frame(eqn.source_info))
     return Node(
         id=nid, kind="eqn", label=function or eqn.primitive.name,
         primitive=eqn.primitive.name, parent=parent,
@@ -464,7 +467,7 @@ class _GraphBuilder:
         function=function, rule=rule,
         in_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.invars]),
         out_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.outvars]),
-        n_eqns=n_eqns, custom=eqn.primitive.name in CUSTOM_PRIMITIVES)
+        n_eqns=n_eqns, custom=custom)
 
   def scopes(self, name_stack) -> str:
     try:
@@ -483,8 +486,12 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
   """(primal function, rule) names of a custom-rule equation (a custom_jvp's rule is its jvp)."""
   params = eqn.params
   if eqn.primitive.name == "custom_vjp_call":
+    bwd = params.get("bwd")
+    seen = custom_rules.seen_names(getattr(bwd, "f", bwd))   # behind a library's wrappers
+    if seen is not None:
+      return seen["function"], seen["rule"]
     return (capture_names.function_of(params.get("call_jaxpr"))[0],
-            capture_names.function_of(params.get("bwd"))[0])
+            capture_names.function_of(bwd)[0])
   if eqn.primitive.name == "custom_jvp_call":
     return (capture_names.function_of(params.get("call_jaxpr"))[0],
             capture_names.function_of(params.get("jvp_jaxpr_fun"))[0])

@@ -291,7 +291,25 @@ def _rule_names(cvjp) -> dict:
         rule=names.function_name(cvjp.bwd),
         fwd_rule=names.function_name(wrappers.user_fwd(cvjp)[0]),
         rule_source=names.function_source(cvjp.bwd)), _user_fwd_code(cvjp))
+    try:
+      _names_by_bwd[cvjp.bwd] = cached[1]
+    except TypeError:   # a bwd that takes no weak reference
+      pass
   return cached[1]
+
+
+# The bwd JAX runs -> the names above: a staged equation holds only the library's bwd
+# (equinox's ``fn_bwd_wrapped``) and the name of the library's primal.
+_names_by_bwd: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def seen_names(bwd) -> dict | None:
+  """The user's names of the custom_vjp whose bwd JAX runs as ``bwd``, if the hook has
+  applied it: ``function``, ``rule``, ``source``, ``rule_source``."""
+  try:
+    return _names_by_bwd.get(bwd)
+  except TypeError:
+    return None
 
 
 def _watched_code(cvjp):
@@ -640,4 +658,5 @@ def clear_caches() -> None:
   _user_bwd_codes.clear()
   _clones.clear()
   _names_cache.clear()
+  _names_by_bwd.clear()
   _primal_out_avals.clear()
