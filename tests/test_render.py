@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.render import html, layout, svg, text, views
+from jupyter_vjpviz.render import dot, html, layout, svg, text, views
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<img/src=x/onerror=alert(1)>"   # no spaces: JAX's debug_info cuts names at one
@@ -193,3 +193,54 @@ def test_a_view_is_laid_out_once_for_the_push_the_output_and_the_first_request(d
   assert svg.render(fresh) == svg.of_view(view) and len(calls) == 1
   opened = views.expand(view, next(c.id for c in view.clusters))   # another view: laid out anew
   assert svg.of_view(opened) != svg.of_view(view) and len(calls) == 2
+
+
+def _value_accumulator():
+  """``f_vjp.with_refs`` given an accumulator of the wrong type for ``x``."""
+  from jax.experimental.hijax import ShapedArray, ValAccum
+  _, f_vjp = jax.vjp(lambda x, y: jnp.sin(x) * y, jnp.ones(3), jnp.ones(3))
+  f_vjp.with_refs(ValAccum(ShapedArray((4,), jnp.float32)), jax.ad.GradValue())(jnp.ones(3))
+
+
+def _gradient_ref():
+  """``f_vjp.with_refs`` given a gradient Ref of the wrong type for a Ref input."""
+  _, f_vjp = jax.vjp(lambda w, x: jnp.sin(w[...] * x), jax.new_ref(jnp.ones(3)), jnp.ones(3))
+  f_vjp.with_refs(jax.new_ref(jnp.zeros(4)), jax.ad.GradValue())(jnp.ones(3))
+
+
+def _rule_with_accumulators():
+  """A custom_vjp rule pushing a cotangent of the wrong shape into its input's accumulator."""
+  @jax.custom_vjp
+  def h(x):
+    return x * 2.
+
+  def h_bwd(res, g, x_acc):
+    x_acc.accum(g[:2] * 2.)
+  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  jax.grad(lambda x: h(x).sum())(jnp.ones(3))
+
+
+def _cotangent_given_to_a_vjp():
+  jax.vjp(jnp.sin, jnp.ones((2, 3)))[1](jnp.ones((3, 2)))
+
+
+@pytest.mark.parametrize("fails, expected, got", [
+    pytest.param(_value_accumulator, "float32[3]", "float32[4]",
+                 marks=pytest.mark.needs("accumulator_type")),
+    pytest.param(_gradient_ref, "Ref{float32[3]}", "Ref{float32[4]}",
+                 marks=pytest.mark.needs("grad_ref_type")),
+    pytest.param(_rule_with_accumulators, "float32[3]", "float32[2]",
+                 marks=pytest.mark.needs("accumulator_type")),
+    (_cotangent_given_to_a_vjp, "float32[2,3]", "float32[3,2]"),
+], ids=["value-accumulator", "gradient-ref", "rule-accumulator", "vjp-cotangent"])
+def test_an_accumulators_wrong_type_is_drawn_on_its_edge(hook, fails, expected, got):
+  """The failing node's edge says what was expected and what the accumulator got, as a
+  rule's wrong return does: in the graph, the view and the DOT the SVG is drawn from."""
+  with pytest.raises(Exception):
+    fails()
+  d = vv.last()
+  (edge,) = [e for e in d.graph.edges if e.mismatch]
+  assert d.node in (edge.src, edge.dst) and (edge.cotangent, edge.cotangent_got) == (expected, got)
+  v = views.default_view(d.graph, d.node)
+  assert [e.shown for e in v.edges if e.mismatch] == [edge]
+  assert f"CT {expected}\\ngot {got}" in dot.source(v)

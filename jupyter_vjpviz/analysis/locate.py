@@ -29,7 +29,10 @@ def locate(graph: Graph, rec: Record) -> str | None:
 
 def _custom_node(graph: Graph, rec: Record) -> str | None:
   site = rec.site
-  candidates = [n for n in graph.nodes if n.custom and n.function == site.function]
+  custom = [n for n in graph.nodes if n.custom]
+  candidates = [n for n in custom if n.function == site.function]
+  if not candidates:   # staged under a library's names (a rule made per call): where it was called
+    candidates = [n for n in custom if n.call_site == site.call_site]
   avals = tuple(a.str_short() for a in site.in_avals)
   for narrow in (lambda n: n.call_site == site.call_site,
                  lambda n: n.name_stack == site.name_stack,
@@ -41,6 +44,20 @@ def _custom_node(graph: Graph, rec: Record) -> str | None:
     return None
   k = (site.occurrence or 1) - 1
   return candidates[k].id if k < len(candidates) else candidates[0].id
+
+
+def named_as_site(graph: Graph, node_id: str | None, site) -> Graph:
+  """The graph with the located rule's equations named as the hook saw the rule: a
+  library that makes its custom_vjp per call (flax linen) stages its own ``f``/``f_bwd``.
+  Every equation staged like it from the same line is an application of the same rule."""
+  node = graph.node(node_id) if node_id else None
+  if node is None or site is None or (node.function, node.rule) == (site.function, site.rule):
+    return graph
+  same = (node.function, node.rule, node.call_site)
+  nodes = tuple(n._replace(label=site.function, function=site.function, rule=site.rule)
+                if n.custom and (n.function, n.rule, n.call_site) == same else n
+                for n in graph.nodes)
+  return dataclasses.replace(graph, nodes=nodes)
 
 
 def instance(graph: Graph, node_id: str | None) -> str | None:
@@ -130,14 +147,23 @@ def _existing(graph: Graph, node_id: str) -> str | None:
 
 
 def mark_got(graph: Graph, node_id: str | None, rec: Record) -> Graph:
-  """The graph with the edge into ``node_id`` that ``rec`` is about labelled with what the backward pass produced."""
+  """The graph with the edges ``rec`` is about labelled with what the backward pass produced:
+  the rule's input edge, or every edge of a program input or output whose gradient (an
+  accumulator, a Ref, the cotangent given to a VJP) had the wrong type."""
   node = graph.node(node_id) if node_id else None
-  if node is None or rec.flat_index is None or rec.got is None or rec.site is None:
+  if node is None or rec.got is None:
     return graph
-  position = len(node.in_avals) - len(rec.site.in_paths) + rec.flat_index
-  edges = tuple(e._replace(cotangent_got=rec.got)
-                if e.dst == node.id and e.position == position else e
-                for e in graph.edges)
+  if node.kind in ("input", "static", "output") and rec.got_aval is not None:
+    end = "src" if node.kind != "output" else "dst"   # spelled as the diagnosis spells it
+    marked = lambda e: e._replace(cotangent=rec.expected or e.cotangent, cotangent_got=rec.got)
+    about = lambda e: getattr(e, end) == node.id
+  elif rec.flat_index is not None and rec.site is not None:
+    position = len(node.in_avals) - len(rec.site.in_paths) + rec.flat_index
+    marked = lambda e: e._replace(cotangent_got=rec.got)
+    about = lambda e: e.dst == node.id and e.position == position
+  else:
+    return graph
+  edges = tuple(marked(e) if about(e) else e for e in graph.edges)
   return dataclasses.replace(graph, edges=edges)
 
 
