@@ -3,6 +3,7 @@
 Each nested case puts a custom_vjp whose bwd returns ``g.T`` inside one kind of
 sub-jaxpr, so the failing node is nested and the view must open its way to it.
 """
+import collections
 import contextlib
 import importlib.util
 from pathlib import Path
@@ -260,6 +261,18 @@ def test_a_plain_python_loop_folds_into_its_calls(hook):
   assert drawn and all(d.graph.node(n).label.startswith("params['layers'][30]") for n in drawn)
   source = dot.source(v)
   assert "layer 30 of 48 · called at graph_scale.py:" in source
+
+
+def test_a_build_walks_each_equations_params_once(hook, monkeypatch):
+  """Counting a program's equations and building its graph share what each equation holds:
+  on the error path, finding an equation's bodies costs as much as making its node."""
+  bench, walked = _bench(), []
+  find = program.sub_jaxprs
+  monkeypatch.setattr(program, "sub_jaxprs", lambda eqn: walked.append(id(eqn)) or find(eqn))
+  params, x = bench.plain_inputs(4, **SMALL)
+  d = _diagnose(bench.plain_model(4, 2, heads=2), params, x)
+  assert len(d.graph.nodes) > 200 and len(walked) > 200
+  assert max(collections.Counter(walked).values()) == 1
 
 
 def test_calls_inside_named_scopes_are_counted_within_each_scope(hook):

@@ -93,20 +93,20 @@ def _bounded(jaxpr: core.Jaxpr, inputs: list[Node], locate: Locate,
   """``build`` past the trace: the whole graph if within ``limits``, else a neighbourhood."""
   start = _now()
   whole, total = _Clock(start + limits.seconds / 2), _Clock(start + limits.seconds)
-  counts: dict = {}
+  memo = _Memo()
   try:
-    n = _count(jaxpr, counts, total)
+    n = _count(jaxpr, memo, total)
     if n <= limits.max_eqns:
       try:
-        graph = _graph(jaxpr, inputs, _ALL, whole, counts)
+        graph = _graph(jaxpr, inputs, _ALL, whole, memo)
         found = locate(graph)
         return _with_upstream(graph, jaxpr, inputs, found, total), found
       except OutOfTime:
         why = f"the whole graph took over {limits.seconds / 2:g} s"
     else:
       why = f"a program of {n:,} equations"
-    found = locate(_graph(jaxpr, inputs, _CUSTOM, total, counts))
-    graph = _neighbourhood(jaxpr, inputs, found, why, limits, total, counts)
+    found = locate(_graph(jaxpr, inputs, _CUSTOM, total, memo))
+    graph = _neighbourhood(jaxpr, inputs, found, why, limits, total, memo)
     return _with_upstream(graph, jaxpr, inputs, found, total), found
   except OutOfTime:
     return _bare(f"no graph: building it took over {limits.seconds:g} s", locate)
@@ -141,7 +141,7 @@ def from_jaxpr(jaxpr: core.Jaxpr, inputs: list[Node] | None = None) -> Graph:
   if inputs is None:
     inputs = [Node(id=f"in{i}", kind="input", label=f"args[{i}]",
                    out_avals=(_short(v.aval),)) for i, v in enumerate(jaxpr.invars)]
-  return _graph(jaxpr, inputs, _ALL, _Clock(math.inf), {})
+  return _graph(jaxpr, inputs, _ALL, _Clock(math.inf), _Memo())
 
 
 class OutOfTime(Exception):
@@ -173,8 +173,8 @@ _CUSTOM = _Select(lambda nid, eqn: eqn.primitive.name in CUSTOM_PRIMITIVES,
 
 
 def _graph(jaxpr: core.Jaxpr, inputs: list[Node], select: _Select, clock: _Clock,
-           counts: dict) -> Graph:
-  builder = _GraphBuilder(select, clock, counts)
+           memo: _Memo) -> Graph:
+  builder = _GraphBuilder(select, clock, memo)
   for node, v in zip(inputs, jaxpr.invars):
     if select.io(node.id):
       builder.nodes.append(node)
@@ -189,15 +189,31 @@ def _graph(jaxpr: core.Jaxpr, inputs: list[Node], select: _Select, clock: _Clock
   return Graph(nodes=nodes, edges=tuple(builder.edges), sites=sites)
 
 
-def _count(jaxpr: core.Jaxpr, counts: dict, clock: _Clock) -> int:
+class _Memo:
+  """What one build reads of a program more than once: each jaxpr's equation count and
+  each equation's bodies (found by walking its params, as costly as the rest of a node)."""
+
+  def __init__(self):
+    self.counts: dict = {}
+    self._subs: dict[int, tuple] = {}   # by id: the program outlives the build
+
+  def subs(self, eqn) -> tuple:
+    try:
+      return self._subs[id(eqn)]
+    except KeyError:
+      found = self._subs[id(eqn)] = tuple(sub_jaxprs(eqn))
+      return found
+
+
+def _count(jaxpr: core.Jaxpr, memo: _Memo, clock: _Clock) -> int:
   """Equations in ``jaxpr``, sub-jaxprs included; a body many equations share is read once."""
-  if jaxpr not in counts:
+  if jaxpr not in memo.counts:
     n = 0
     for eqn in jaxpr.eqns:
       clock.tick()
-      n += 1 + sum(_count(sub, counts, clock) for sub in sub_jaxprs(eqn))
-    counts[jaxpr] = n
-  return counts[jaxpr]
+      n += 1 + sum(_count(sub, memo, clock) for sub in memo.subs(eqn))
+    memo.counts[jaxpr] = n
+  return memo.counts[jaxpr]
 
 
 def _eqn_id(prefix: str | None, i: int) -> str:
@@ -215,7 +231,7 @@ def _out_id(i: int) -> str:
 
 
 def _neighbourhood(jaxpr: core.Jaxpr, inputs: list[Node], foci: list[str | None], why: str,
-                   limits: Limits, clock: _Clock, counts: dict) -> Graph:
+                   limits: Limits, clock: _Clock, memo: _Memo) -> Graph:
   """The graph of what lies around ``foci`` only, with a note saying so and why."""
   near, chain = set(), set()
   for focus in dict.fromkeys(f for f in foci if f):
@@ -230,7 +246,7 @@ def _neighbourhood(jaxpr: core.Jaxpr, inputs: list[Node], foci: list[str | None]
   # the call (f_vjp.with_refs) read the whole argument list from the graph.
   select = _Select(lambda nid, eqn: nid in near, chain.__contains__,
                    lambda nid: nid in near or not nid.startswith("e"))
-  graph = _graph(jaxpr, inputs, select, clock, counts)
+  graph = _graph(jaxpr, inputs, select, clock, memo)
   shown = (f"showing the failing node's neighbourhood only, {len(graph.nodes)} nodes within "
            f"{limits.hops} data edges of it" if near else "the failing node was not found in it")
   return dataclasses.replace(graph, note=f"{why}: {shown}")
@@ -389,8 +405,8 @@ def _nearest(links: dict[str, list[str]], start: str, hops: int, room: int) -> l
 class _GraphBuilder:
   """One walk over a program's selected equations: its nodes, edges and call sites."""
 
-  def __init__(self, select: _Select, clock: _Clock, counts: dict):
-    self.select, self.clock, self.counts = select, clock, counts
+  def __init__(self, select: _Select, clock: _Clock, memo: _Memo):
+    self.select, self.clock, self.memo = select, clock, memo
     self.nodes: list[Node] = []
     self.edges: list[Edge] = []
     self.env: dict[Any, str] = {}    # variable -> the node that produced it, for selected nodes
@@ -437,11 +453,11 @@ class _GraphBuilder:
       kept, descend = self.select.eqn(nid, eqn), self.select.body(nid)
       if not (kept or descend):
         continue
-      subs = list(sub_jaxprs(eqn))
+      subs = self.memo.subs(eqn)
       if kept:
         for k, v in enumerate(eqn.invars):
           self.add_edge(v, nid, k)
-        inner = sum(_count(sub, self.counts, self.clock) for sub in subs)
+        inner = sum(_count(sub, self.memo, self.clock) for sub in subs)
         self._chains[parent].append((len(self.nodes), user_scopes.chain(eqn.source_info.traceback)))
         self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
       for b, sub in enumerate(subs if descend else ()):
