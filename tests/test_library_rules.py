@@ -110,6 +110,35 @@ def test_custom_gradient_made_in_a_loop_names_the_users_vjp(hook):
   assert wrong and wrong[0].rule == "double_vjp"
 
 
+@jax.custom_gradient
+def matvec(w, x):
+  return w @ x, lambda g: (jnp.outer(g, x).T, w.T @ g)   # w's cotangent transposed
+
+
+def test_a_custom_gradient_closure_gets_a_verified_fix_of_the_users_function(hook, untimed):
+  """JAX's own bwd runs the lambda matvec returned: the fix edits that lambda, inside
+  matvec (the function JAX is handed), and is judged against matvec's autodiff."""
+  d = _diagnosed(lambda: jax.grad(lambda w, x: matvec(w, x).sum())(jnp.ones((4, 3)), jnp.ones(3)))
+  first = d.fixes[0]
+  assert (first.title, first.verdict) == ("Transpose", "verified")
+  assert "lambda g: (jnp.outer(g, x), w.T @ g)" in first.code and first.code.count("def ") == 1
+  assert vv.verify_fix(d, first.code) == []
+  applied = vv.apply_fix(d, first.code)
+  assert applied.path == HERE and not applied.applied   # a diff of this file, not of JAX's
+  assert "+  return w @ x, lambda g: (jnp.outer(g, x), w.T @ g)" in applied.diff
+
+
+def test_a_custom_gradient_vjp_def_returning_a_bare_cotangent_is_fixed(hook, untimed):
+  @jax.custom_gradient
+  def double(x):
+    def double_vjp(g):
+      return g[:2] * 2.         # JAX takes a one-input VJP's cotangent without a tuple
+    return x * 2., double_vjp
+  d = _diagnosed(lambda: jax.grad(lambda x: double(x).sum())(jnp.ones(3)))
+  assert (d.fixes[0].title, d.fixes[0].verdict) == ("Remove the slice", "verified")
+  assert "    return g * 2." in d.fixes[0].code
+
+
 class Dense3(nn.Module):
   """flax linen's nn.custom_vjp: a jax.custom_vjp made anew on every call."""
   drop_input_grad: bool
@@ -198,6 +227,20 @@ def test_under_a_lifted_nn_grad_the_input_is_the_users_not_flaxs_scopes(hook):
   assert (d.kind, d.rule, d.argument) == ("bwd_type", "dense_bwd", "x")
   # the user's x (not flax's scopes), told apart from the rule's own x as "x of f"
   assert _inputs(d) == ["x of f"], (_inputs(d), d.graph.note)
+
+
+def test_flax_linen_graph_names_the_rule_made_per_call_as_the_user_wrote_it(hook):
+  """flax stages its own per-call ``f``/``f_bwd``: the graph's node is the user's dense,
+  found by where it was called, with the wrong cotangent on its input's edge."""
+  x = jnp.ones((2, 3))
+  model = TransposedDense()
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(lambda p, x: model.apply(p, x).sum(), argnums=(0, 1))(params, x))
+  node = d.graph.node(d.node)
+  assert node is not None and (node.label, node.function, node.rule) == ("dense", "dense", "dense_bwd")
+  _in_this_file(node.call_site)
+  [edge] = [e for e in d.graph.edges if e.mismatch]
+  assert (edge.dst, edge.cotangent, edge.cotangent_got) == (d.node, "float32[2,3]", "float32[3,2]")
 
 
 def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_no_array(hook):

@@ -11,7 +11,7 @@ from ..capture.records import ERROR, WARNING, Record, Session
 from ..capture.leaf_paths import MISSING, Path
 from . import fallback, program
 from .diagnosis import Diagnosis, MismatchedLeaf
-from .locate import distinct_inputs, instance, locate, mark_got
+from .locate import distinct_inputs, instance, locate, mark_got, named_as_site
 
 
 def diagnose(session: Session, exc: BaseException | None,
@@ -34,7 +34,8 @@ def diagnose(session: Session, exc: BaseException | None,
   out = []
   for group, node in zip(groups, nodes):
     rec, site = group[0], group[0].site
-    argument, primal = _argument(rec, graph.node(node) if node else None)
+    own = named_as_site(graph, node, site)
+    argument, primal = _argument(rec, own.node(node) if node else None)
     leaves = tuple(leaf for r in group for leaf in _leaves(r))
     out.append(Diagnosis(
         # Whatever the check site expected, if JAX raised nothing it let it through.
@@ -43,10 +44,10 @@ def diagnose(session: Session, exc: BaseException | None,
         rule=rec.rule,
         source=rec.source or (session.origin.source if session.origin else None),
         path=rec.path, expected=rec.expected, got=rec.got, message=message, node=node,
-        graph=_graph(graph, node, group, argument, session),
+        graph=_graph(own, node, group, argument, session),
         rule_source=site.rule_source if site else None,
         call_site=site.call_site if site else None, argument=argument, primal=primal,
-        name_stack=site.name_stack if site else "", instance=_instance(graph, node, rec, repeats[key(rec)]),
+        name_stack=site.name_stack if site else "", instance=_instance(own, node, rec, repeats[key(rec)]),
         detail=rec.detail or _swapped(leaves) or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves))

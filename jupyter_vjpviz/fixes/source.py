@@ -144,6 +144,35 @@ def of(fn, name: str = "rule", bound: int = 0) -> RuleSource | None:
   return None
 
 
+def nested(fn, where: str, name: str = "rule") -> RuleSource | None:
+  """The rule defined at ``where`` (``file:line``) inside ``fn`` as a RuleSource of the
+  whole of ``fn``: a fix of a closure ``fn`` returns (``jax.custom_gradient``'s VJP) is
+  ``fn`` redefined, the only function JAX can be handed again."""
+  outer = of(fn)
+  file, _, line = where.rpartition(":")
+  code = getattr(inspect.unwrap(fn), "__code__", None)
+  if outer is None or code is None or file != code.co_filename or not line.isdigit():
+    return None
+  lineno = int(line) - code.co_firstlineno + 1
+  for node in ast.walk(outer.node):
+    if isinstance(node, ast.FunctionDef) and node is not outer.node and node.lineno == lineno:
+      return dataclasses.replace(outer, node=node)
+    if isinstance(node, ast.Lambda) and node.lineno == lineno:
+      return dataclasses.replace(outer, node=_as_def(node, name))
+  return None
+
+
+def _as_def(lam: ast.Lambda, name: str) -> ast.FunctionDef:
+  """A lambda as the def it stands for, its body the return value, spans kept: edits
+  splice into the lambda's own text."""
+  span = dict(lineno=lam.lineno, col_offset=lam.col_offset, end_lineno=lam.end_lineno,
+              end_col_offset=lam.end_col_offset)
+  body = ast.Return(value=lam.body, lineno=lam.body.lineno, col_offset=lam.body.col_offset,
+                    end_lineno=lam.body.end_lineno, end_col_offset=lam.body.end_col_offset)
+  return ast.FunctionDef(name=name, args=lam.args, body=[body], decorator_list=[], returns=None,
+                         type_params=[], **span)
+
+
 def _from_lambda(code, name: str) -> RuleSource | None:
   """``lambda r, g: e`` as ``def name(r, g): return e``.
 

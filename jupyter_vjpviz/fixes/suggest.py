@@ -56,20 +56,24 @@ class Rule:
   d: Diagnosis
   owner: Any
   src: RuleSource
+  closure: bool = False   # a VJP closure the user's function returned (jax.custom_gradient)
 
   @classmethod
   def of(cls, d: Diagnosis, owner) -> Rule | None:
     role = kinds.of(d.kind).role
     base = d.function if d.function and d.function.isidentifier() else "rule"
     name = f"{base}_{role}"   # what a lambda rule's def is called
-    while name in getattr(owner.bwd, "__globals__", {}):
+    while name in getattr(verify.home(owner), "__globals__", {}):
       name += "_"
-    rule = getattr(owner, role)
-    code = getattr(inspect.unwrap(rule), "__code__", None)
-    if code is None or not wrappers.user_code(inspect.unwrap(rule)):   # never edit a library's code
+    rule = inspect.unwrap(getattr(owner, role))
+    closure = not wrappers.user_code(rule) and role == "bwd" and bool(d.rule_source)
+    if closure:   # JAX's bwd runs a closure the user's function returned
+      src = source.nested(verify.home(owner), d.rule_source, name)
+    elif wrappers.user_code(rule):   # never edit a library's code
+      src = source.of_role(owner, role, name)
+    else:
       return None
-    src = source.of_role(owner, role, name)
-    return cls(d, owner, src) if src is not None else None
+    return cls(d, owner, src, closure) if src is not None else None
 
   def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
     """A candidate; ``exact`` is the template's claim, a prior until it is judged."""
@@ -77,7 +81,11 @@ class Rule:
 
   @property
   def keys(self) -> list:
-    return source.path_keys(self.d.path)
+    keys = source.path_keys(self.d.path)
+    if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(
+        isinstance(r.value, (ast.Tuple, ast.List)) for r in self.src.returns()):
+      return keys[1:]   # custom_gradient takes a one-argument VJP's cotangent bare
+    return keys
 
   @property
   def jnp(self) -> str:
@@ -88,7 +96,7 @@ class Rule:
 
   @property
   def globals(self) -> dict:
-    return getattr(self.owner.bwd, "__globals__", {})
+    return getattr(verify.home(self.owner), "__globals__", {})
 
   def zeros(self, aval) -> str:
     return f"{self.jnp}.zeros({tuple(aval.shape)}, {self.jnp}.{aval.dtype})"

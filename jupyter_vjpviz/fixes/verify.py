@@ -223,7 +223,7 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
     if problems:
       return Applied(applied=False, problems=tuple(problems))
   owner = _owner(diagnosis)
-  path = inspect.unwrap(owner.bwd).__code__.co_filename
+  path = home(owner).__code__.co_filename
   if not in_notebook(path):
     return Applied(applied=False, diff=file_diff(owner, code, diagnosis.kind), path=path)
   fwd, bwd = _compile(owner, code, _globals(owner), diagnosis.kind)
@@ -246,7 +246,7 @@ def in_notebook(path: str) -> bool:
 
 def file_diff(owner, code: str, kind: str = "bwd_type") -> str:
   """A unified diff replacing each rule ``code`` redefines in its source file."""
-  path = inspect.unwrap(owner.bwd).__code__.co_filename
+  path = home(owner).__code__.co_filename
   with open(path, encoding="utf-8") as f:
     old = f.readlines()
   new = list(old)
@@ -402,8 +402,18 @@ def _owner(diagnosis: Diagnosis):
   return wrappers.user_rules(owner)
 
 
+def home(owner):
+  """The user's function a fix of ``owner``'s bwd edits: the bwd, or the fwd where JAX's
+  own bwd runs a closure the user's function returned (``jax.custom_gradient``)."""
+  bwd = inspect.unwrap(owner.bwd)
+  if wrappers.user_code(bwd):
+    return bwd
+  fwd = inspect.unwrap(owner.fwd)
+  return fwd if wrappers.user_code(fwd) else bwd
+
+
 def _globals(owner) -> dict:
-  return inspect.unwrap(owner.bwd).__globals__
+  return home(owner).__globals__
 
 
 def _closure(owner) -> dict:
