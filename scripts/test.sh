@@ -12,10 +12,16 @@ export PATH="$PWD/.venv/bin:$PATH"
 # Older JAX releases, each in a venv of its own on the oldest Python they run on: a
 # user's environment with that JAX, into which the checkout is pip-installed as a user
 # would (a wheel: the labextension is already built, so no npm runs); the install must
-# leave JAX as it was. OLD_JAX is tested (tests/test_jax_versions.py, and the panel's comm on the
-# oldest); UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
+# leave JAX as it was. OLD_JAX is tested (OLD_JAX_TESTS, and the panel's comm on the oldest);
+# UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
 # (this checkout on PYTHONPATH, only the runtime dependencies installed).
 OLD_JAX=(0.6.2 0.8.3 0.10.2)
+# On each older JAX the suites whose outcome depends on it: capture, diagnoses, fixes and
+# their verification, JAX's errors unchanged. Each test file imports there; what a JAX lacks
+# is skipped by feature (tests/jax_features.py). Rendering, panel and library suites do not
+# depend on the JAX (or need libraries not installed with an older one): they run on 0.12.
+OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes.py
+               tests/test_fix_verdicts.py tests/test_fix_candidates.py tests/test_oracle.py)
 UNSUPPORTED_JAX=0.5.3
 OLD_PYTHON=$(bash scripts/find-python.sh 3.11)
 pip_q() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }
@@ -32,7 +38,7 @@ for version in "${OLD_JAX[@]}"; do
   jax_venv "$version"
   venv=.venv-jax-$version
   before=$("$venv/bin/pip" freeze | grep -E '^jax(lib)?==')
-  pip_q "$venv/bin/pip" install . pytest hypothesis ipykernel jupyter_client nbformat
+  pip_q "$venv/bin/pip" install . pytest hypothesis ipykernel jupyter_client nbformat nbclient
   after=$("$venv/bin/pip" freeze | grep -E '^jax(lib)?==')
   if [[ $before != "$after" ]]; then
     echo "test.sh: installing vjpviz changed JAX in $venv: $before -> $after" >&2
@@ -76,7 +82,7 @@ suite pytest "$pytest_summary" python -m pytest -q -p no:cacheprovider tests
 # The panel's comm runs once, on the oldest JAX.
 for version in "${OLD_JAX[@]}"; do
   suite "jax-$version" "$pytest_summary" ".venv-jax-$version/bin/python" -m pytest -q \
-    -p no:cacheprovider tests/test_jax_versions.py \
+    -p no:cacheprovider "${OLD_JAX_TESTS[@]}" \
     $([[ $version == "${OLD_JAX[0]}" ]] && echo tests/test_comm.py)
 done
 python scripts/capability_table.py --check README.md "$VJPVIZ_CAPABILITIES"/*.json || true

@@ -7,6 +7,7 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 import jupyter_vjpviz as vv  # noqa: E402
+import jax_features  # noqa: E402
 
 pytest_plugins = ["kernel_helpers"]   # its fixture ``panel``: a real kernel, played as the panel
 
@@ -19,12 +20,26 @@ def hook():
   yield vv
   vv.uninstall()
   vv.clear()
-  jax.config.update("jax_custom_vjp3", False)
-  jax.config.update("jax_disable_bwd_checks", False)
+  jax_features.flags_off()
 
 
 @pytest.fixture(params=["classic", "hijax"])
 def path(request, hook):
-  """Run a test on both custom_vjp implementations."""
-  jax.config.update("jax_custom_vjp3", request.param == "hijax")
+  """Run a test on both custom_vjp implementations (the hijax one where vjpviz watches it)."""
+  if request.param == "hijax":
+    if not jax_features.has(jax_features.HIJAX_PATH):
+      pytest.skip(jax_features.why_not(jax_features.HIJAX_PATH))
+    jax.config.update("jax_custom_vjp3", True)
   return request.param
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "needs(feature): skip unless vjpviz diagnoses that "
+                          "kind, rule source or path on this JAX (tests/jax_features.py)")
+
+
+def pytest_runtest_setup(item):
+  for mark in item.iter_markers("needs"):
+    for feature in mark.args:
+      if not jax_features.has(feature):
+        pytest.skip(jax_features.why_not(feature))

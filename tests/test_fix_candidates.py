@@ -200,6 +200,7 @@ def _shard_mapped(hook, code, in_specs, out_specs, *args):
   return hook.last(), run
 
 
+@pytest.mark.needs("bwd check of varying axes")
 def test_an_invariant_input_gets_its_cotangent_summed_over_the_mesh(hook):
   """w is the same on every device: the per-device cotangent must be psum'd."""
   d, run = _shard_mapped(hook, """
@@ -222,6 +223,7 @@ def loss(x, w): return jnp.sin(scale(x, w)).sum()
     np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
+@pytest.mark.needs("bwd check of varying axes")
 def test_a_collective_in_an_assignment_is_removed(hook):
   """A psum two statements before the return loses {V:dp}; the fix removes it there."""
   d, run = _shard_mapped(hook, """

@@ -191,6 +191,7 @@ def loss(x): return act(x).sum()
   assert_grads_equal(grads, jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
 
 
+@pytest.mark.needs("accumulator_type")
 def test_an_accumulator_rule_is_fixed_but_said_to_be_unjudged():
   ns = cell(ACCUMULATOR)
   d, fix, grads = fixed_grad(ns, "loss", (V,))
@@ -326,6 +327,7 @@ def _call_diagnosis(fun, primals, call):
     vv.uninstall()
 
 
+@pytest.mark.needs("grad_ref_type")
 def test_ref_fixes_bind_a_gradient_ref_of_the_right_type():
   f = lambda w_ref, x: jnp.sin(w_ref[...] * x)
   ct = jnp.ones(3)
@@ -360,6 +362,7 @@ def test_attach_keeps_the_diagnosis_and_orders_exact_first():
       f.verdict == "verified" for f in d.fixes]
 
 
+@pytest.mark.needs("bwd check of varying axes")
 def test_lost_varying_axes_suggest_removing_the_collective():
   """A bwd rule that psums a per-device cotangent loses {V:dp}; removing psum is the fix."""
   from jax.sharding import PartitionSpec as P
@@ -467,6 +470,7 @@ def test_saving_the_dtype_edits_both_rules_in_a_file(tmp_path):
     assert jax.grad(fixed["loss"])(x).dtype == x.dtype
 
 
+@pytest.mark.needs("grad_ref_type")
 def test_with_refs_fix_for_a_dict_argument_is_a_dict_of_refs():
   f = lambda p, x: jnp.sin(p["w"][...] * x + p["b"])
   params = {"w": jax.new_ref(jnp.ones(3)), "b": jnp.full(3, 0.5)}
@@ -485,6 +489,7 @@ def test_with_refs_fix_for_a_dict_argument_is_a_dict_of_refs():
   assert_grads_equal((refs[0][...], grads[0]["b"], grads[1]), plain)
 
 
+@pytest.mark.needs("accumulator_type")
 def test_accumulator_fix_without_a_rule_builds_a_val_accum_from_the_input():
   from jax.experimental.hijax import ShapedArray, ValAccum
   f = lambda x, y: jnp.sin(x) * y

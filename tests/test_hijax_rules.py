@@ -8,7 +8,9 @@ import inspect
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.experimental.hijax import HiPrim, vjp_from_jvp
+import jax_features
+jax_features.require("hijax primitives")   # before importing what only such a JAX has
+from jax.experimental.hijax import HiPrim, vjp_from_jvp  # noqa: E402
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture import retain

@@ -123,6 +123,12 @@ def outcome(thunk):
   return ("returned", str(jax.tree_util.tree_map(lambda a: (a.dtype, a.tolist()), value)))
 
 
+def from_message(d) -> bool:
+  """Read from JAX's message text (analysis/fallback), not recorded at a check site: the
+  safety net where a path is not watched, which the capability line does not claim."""
+  return "read from JAX's message" in (d.detail or "")
+
+
 def claimed() -> capabilities.Capabilities:
   return capabilities.of(runtime.hook_points()[0])
 
@@ -151,7 +157,7 @@ def test_each_kind_is_diagnosed_exactly_where_vjpviz_says_and_jax_is_unchanged(r
   try:
     hooked = outcome(thunk)
     caps = claimed()
-    found = [d.kind for d in vv.diagnoses()]
+    found = [d.kind for d in vv.diagnoses() if not from_message(d)]
   finally:
     vv.uninstall()
     vv.clear()

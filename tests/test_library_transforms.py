@@ -8,12 +8,12 @@ failing node, and say which block it is, as the library's user names it.
 """
 import sys
 
-import equinox as eqx
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import pytest
-from flax import nnx
+eqx = pytest.importorskip("equinox")   # not installed with an older JAX (scripts/test.sh)
+nn = pytest.importorskip("flax.linen")
+nnx = pytest.importorskip("flax.nnx")
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture import arguments

@@ -2,7 +2,8 @@
 
 The hook captures structured data wherever JAX checks types; this is the
 safety net for a check site it does not wrap (another JAX version, a new code
-path). A record made here says so in its ``detail``.
+path). A record made here says so in its ``detail``. Each pattern reads every tested
+JAX's wording (0.6 says "shape/dtype" and "vjp function"; before 0.12 JAX names no rule).
 
 A type is matched whole, however ``str_short`` writes it (``float32[2,3]``,
 ``float32<pinned_host>[8,4]{V:dp, U:x}``, ``Ref{float32[3]}``, a hijax type's
@@ -26,12 +27,13 @@ def _type(name: str) -> str:
 
 _PATTERNS = (
     ("bwd_type", re.compile(
-        r"attached to (?P<function>\S+) at (?P<source>\S+) must produce an output with the same "
-        rf"type.*?at output(?P<path>\S*) the bwd rule produced an output of type {_type('got')} "
-        rf"corresponding to an input of type {_type('expected')}{_END}", re.S)),
+        r"(?:attached to (?P<function>\S+) at (?P<source>\S+) )?must produce an output with the "
+        rf"same (?:type|shape/dtypes).*?at output(?P<path>\S*) the bwd rule produced an output of "
+        rf"(?:type|shape/dtype) {_type('got')} corresponding to an input of (?:type|shape/dtype) "
+        rf"{_type('expected')}{_END}", re.S)),
     ("bwd_type", re.compile(
-        r"(?:at output(?P<path>\S*) )?the bwd rule attached to (?P<function>\S+) at "
-        rf"(?P<source>\S+) produced an output of type {_type('got')} which doesn't match "
+        r"(?:at output(?P<path>\S*) )?the bwd rule (?:attached to (?P<function>\S+) at "
+        rf"(?P<source>\S+) )?produced an output of type {_type('got')} which doesn't match "
         rf"expected type {_type('expected')}{_END}")),
     ("accumulator_type", re.compile(
         rf"Accumulator aval mismatch: expected {_type('expected')}, got {_type('got')}{_END}")),
@@ -43,7 +45,7 @@ _PATTERNS = (
         rf"accumulating this argument's gradient requires a ref of type {_type('expected')}"
         rf"{_END}")),
     ("vjp_cotangent_type", re.compile(
-        rf"for argument to VJP function: got {_type('got')}, but expected {_type('expected')}"
+        rf"for argument to (?:VJP|vjp) function: got {_type('got')}, but expected {_type('expected')}"
         rf"{_END}")),
 )
 

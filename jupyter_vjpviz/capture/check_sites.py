@@ -31,7 +31,7 @@ def install(patches: PatchSet, sink: Callable | None = None,
   hijax_prims.install(patches)
   jvp_rules.install(patches)
   if sink is not None:
-    patches.apply(pjit, "_run_python_pjit", lambda o: _wrap_run_staged(o, sink))
+    patches.apply(pjit, "_run_python_pjit", lambda o: wrap_run_staged(o, sink))
 
 
 def staged() -> bool:
@@ -39,7 +39,7 @@ def staged() -> bool:
   return not core.trace_state_clean()
 
 
-def _wrap_run_staged(original, sink):
+def wrap_run_staged(original, sink):
   """The outermost ``jit`` lowering and running what it traced (on a cache miss only).
 
   A cotangent JAX accepted while tracing can fail here, in lowering (a scan's carry

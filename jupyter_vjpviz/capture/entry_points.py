@@ -177,13 +177,19 @@ def _wrap_vjp(original, sink):
   def vjp(fun, *primals, **kwargs):
     if not records.active():
       return original(fun, *primals, **kwargs)
-    with (Boundary("vjp", safety.safely(_origin, fun, primals), sink) as session,
-          user_calls.Watch(session, primals)):
-      result = original(fun, *primals, **kwargs)
-    safety.safely(_remember, result, session)
-    return result
+    return in_session(original, fun, primals, kwargs, safety.safely(_origin, fun, primals),
+                      sink, _remember)
   vjp.__wrapped__ = original
   return vjp
+
+
+def in_session(original, fun, primals, kwargs, origin, sink, remember):
+  """``original(fun, *primals, **kwargs)``, a VJP of the user's call ``origin``, in a session;
+  then ``remember(result, session)``, so applying its VJP function finds that call."""
+  with (Boundary("vjp", origin, sink) as session, user_calls.Watch(session, primals)):
+    result = original(fun, *primals, **kwargs)
+  safety.safely(remember, result, session)
+  return result
 
 
 def _remember(vjp_result, session: Session) -> None:

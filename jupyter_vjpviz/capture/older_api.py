@@ -12,6 +12,13 @@ from jax._src import source_info_util
 _FRAME_OF_SOURCE_INFO = "source_info" in inspect.signature(source_info_util.user_frame).parameters
 
 
+def varying_axes(aval) -> frozenset:
+  """The manual mesh axes an aval varies over (``{V:dp}``): its ``manual_axis_type`` on
+  newer JAX, its ``vma`` before; empty outside shard_map."""
+  manual = getattr(aval, "manual_axis_type", None)
+  return frozenset(manual.varying if manual is not None else getattr(aval, "vma", None) or ())
+
+
 def user_frame(source_info):
   """JAX's guess at the user's frame of an equation (``source_info_util.user_frame``): of
   its traceback on newer JAX, of the whole ``SourceInfo`` on JAX 0.6."""

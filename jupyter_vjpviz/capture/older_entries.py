@@ -11,12 +11,16 @@ Before 0.8 the VJP function is ``_vjp_pullback_wrapper`` around ``ad.vjp``'s
 pullback (no ``_vjp3_bwd``): it is watched here, with the cotangent the user hands
 it checked against the output types (``vjp_cotangent_*``) before JAX's own check
 raises, and the origin found again by the linearized jaxpr it closes over.
+
+Before 0.10 the outermost ``jit`` traces, lowers and runs in ``_python_pjit_helper``
+(no ``_run_python_pjit``): it is watched as check_sites watches the newer one, so what
+JAX accepted while tracing is told once the program ran (or failed lowering).
 """
 from __future__ import annotations
 
-from jax._src import api
+from jax._src import api, pjit
 
-from . import check_sites, entry_points, records, user_calls
+from . import check_sites, entry_points, records
 from .patches import PatchSet
 from .records import Origin, Session
 from ..base import safety
@@ -27,6 +31,8 @@ def install(patches: PatchSet, sink: entry_points.Sink) -> None:
     patches.apply(api, "_vjp", lambda o: _wrap_vjp(o, sink))
   if hasattr(api, "_vjp_pullback_wrapper"):
     patches.apply(api, "_vjp_pullback_wrapper", lambda o: _wrap_pullback(o, sink))
+  if not hasattr(pjit, "_run_python_pjit") and hasattr(pjit, "_python_pjit_helper"):
+    patches.apply(pjit, "_python_pjit_helper", lambda o: check_sites.wrap_run_staged(o, sink))
 
 
 def _wrap_vjp(original, sink):
@@ -41,11 +47,8 @@ def _wrap_vjp(original, sink):
       if session.entry == "vjp" and session.origin is not None and session.origin.fun is fun.f:
         safety.safely(_remember, result, session)
       return result
-    with (entry_points.Boundary("vjp", safety.safely(_origin, fun, primals), sink) as session,
-          user_calls.Watch(session, primals)):
-      result = original(fun, *primals, **kwargs)
-    safety.safely(_remember, result, session)
-    return result
+    return entry_points.in_session(original, fun, primals, kwargs,
+                                   safety.safely(_origin, fun, primals), sink, _remember)
   _vjp.__wrapped__ = original
   return _vjp
 

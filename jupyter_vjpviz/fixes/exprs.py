@@ -10,6 +10,7 @@ import itertools
 
 import jax
 
+from ..capture import older_api
 from .source import RuleSource
 
 _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
@@ -103,7 +104,7 @@ _COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter")
 
 def varying(aval) -> frozenset:
   """The manual mesh axes an aval varies over (``{V:dp}``); empty outside shard_map."""
-  return getattr(getattr(aval, "manual_axis_type", None), "varying", frozenset())
+  return older_api.varying_axes(aval)
 
 
 def revaried(text: str, axes: tuple) -> str:
