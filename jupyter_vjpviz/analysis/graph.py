@@ -63,7 +63,8 @@ class Graph:
   """(failing node, the ids of the program inputs nearest upstream of it), for the
   located nodes only: which instance of a repeated block it is (``locate.instance``)."""
   sites: tuple[tuple[str, str], ...] = ()
-  """(frame scope, ``file:line`` of its call): where each user call in ``Node.frames`` was made."""
+  """(scope path up to a user call, ``file:line`` of that call): where each call in
+  ``Node.frames`` was made, keyed as ``Node.scope`` spells it (a named scope may lead)."""
 
   strip: tuple[tuple, ...] = ()
   """(layer, size, NaN, Inf, norm, max |value|) of each layer's gradient in a stacked
