@@ -88,6 +88,9 @@ def test_a_custom_jvp_tangent_of_the_wrong_type_is_diagnosed_and_jax_error_kept(
   node = d.graph.node(d.node)
   assert node is not None and node.primitive == "custom_jvp_call"
   assert "jvp rule  scaled_sin_jvp" in d.to_text()
+  # the primal's and the rule's definitions, not the loss's
+  assert d.source.startswith(__file__ + ":") and d.rule_source.startswith(__file__ + ":")
+  assert d.source != d.rule_source and f"({d.rule_source})" in d.to_text()
 
 
 def test_a_custom_jvp_whose_tangents_are_right_records_nothing(hook):

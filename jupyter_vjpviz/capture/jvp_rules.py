@@ -8,6 +8,8 @@ JAX raises exactly what it would have.
 """
 from __future__ import annotations
 
+import sys
+
 import jax
 from jax._src import core
 from jax._src import custom_derivatives as cd
@@ -27,25 +29,30 @@ def install(patches: PatchSet) -> None:
 def _wrap_flatten_jvp(original):
   def flatten_jvp(jvp, primal_name, jvp_name, *rest):
     if records.current_session() is not None:   # outside a VJP, no one would hear of it
-      jvp = safety.safely(_watch, jvp, primal_name, jvp_name, default=jvp)
+      caller = sys._getframe(1).f_locals.get("self")   # custom_jvp.__call__: the primal's owner
+      source = names.function_source(caller.fun) if isinstance(caller, cd.custom_jvp) else None
+      jvp = safety.safely(_watch, jvp, primal_name, jvp_name, source, default=jvp)
     return original(jvp, primal_name, jvp_name, *rest)
   flatten_jvp.__wrapped__ = original
   return flatten_jvp
 
 
-def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str) -> lu.WrappedFun:
+def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
+           source: str | None) -> lu.WrappedFun:
   """``jvp`` with ``_watched`` around it (a transformation, as JAX composes its own)."""
-  return jvp.wrap(_watched, (primal_name, jvp_name, names.function_of(jvp)[1]), None)
+  return jvp.wrap(_watched, (primal_name, jvp_name, names.function_of(jvp)[1], source), None)
 
 
-def _watched(rule, primal_name, jvp_name, rule_source, *args):
+def _watched(rule, primal_name, jvp_name, rule_source, source, *args):
   pair = rule(*args)
-  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, default=[]):
+  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, source,
+                           default=[]):
     records.record(rec)
   return pair
 
 
-def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None) -> list[Record]:
+def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
+               source: str | None = None) -> list[Record]:
   """A record per tangent leaf whose type is not its primal output's tangent type."""
   if not isinstance(pair, (tuple, list)) or len(pair) != 2:
     return []  # JAX's own message says what a jvp rule must return
@@ -59,9 +66,9 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None) -
     got = (t.aval if isinstance(t, cd.SymbolicZero) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
       found.append(Record(
-          kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=None,
+          kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=source,
           path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
           rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
           leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
-          detail=f"the jvp rule is at {rule_source}" if rule_source else None))
+          rule_source=rule_source))
   return found
