@@ -413,3 +413,81 @@ def test_an_equinox_filter_jit_step_nan_on_its_first_call_and_vv_nans_of_a_step(
   d = vv.nans(train, model, x, argnums=None)      # the step itself: it takes its gradient
   assert d.function == "log" and d.source == _line_of(Ranged.__call__, "jnp.log")
   assert vv.nans(train, model, jnp.array([1.0, 0.0]), argnums=None) is None
+
+
+# ------------------------------------------------------- %vjpviz values on: every VJP diagnosis
+
+@jax.custom_vjp
+def half_clip(x):
+  return jnp.clip(x, -1.0, 1.0)
+
+
+half_clip.defvjp(lambda x: (half_clip(x), x), lambda x, g: (g.astype(jnp.float16),))
+
+
+def clipped_stack(params, x):
+  h = x
+  for i, w in enumerate(params):
+    h = jnp.tanh(h @ w)
+    if i == 1:
+      h = half_clip(h)                  # its bwd returns float16: the hook's type error
+  return (h ** 2).sum()
+
+
+def _clipped_grad() -> weakref.ref:
+  """A 5-layer stack's gradient, failing in layer 1's rule; its last layer, weakly."""
+  params = [jnp.eye(4) * (0.5 + 0.1 * i) for i in range(5)]
+  with pytest.raises(TypeError):
+    jax.grad(clipped_stack)(params, jnp.ones((2, 4)))
+  return weakref.ref(params[4])
+
+
+def test_values_on_puts_the_backward_pass_values_on_a_type_error_graph(capsys):
+  from jupyter_vjpviz.render import dot
+  shell = _shell()
+  try:
+    shell.run_line_magic("vjpviz", "values on")
+    assert "cotangent values on the graph on" in capsys.readouterr().out
+    alive = _clipped_grad()
+    gc.collect()
+    assert alive() is None                           # no array outlives the call for it
+    d = vv.last()
+    (bad,) = [e for e in d.graph.edges if e.mismatch]
+    assert bad.flow is not None and bad.flow[:3] == (8, 0, 0) and bad.flow[3] > 0
+    assert d.cotangents["complete"] is False         # the pass ends at the rule that failed
+    assert [r[0] for r in d.graph.strip] == ["params[2]", "params[3]", "params[4]"]
+    source = dot.render(d)
+    assert "‖CT‖" in source and "‖gradient‖ per layer" in source
+    shell.run_line_magic("vjpviz", "values off")
+    _clipped_grad()
+    assert not any(e.flow for e in vv.last().graph.edges) and not vv.last().graph.strip
+  finally:
+    shell.run_line_magic("vjpviz", "values off")
+    _close(shell)
+
+
+def stacked_root(params, x):
+  h = x
+  for i, (w, b) in enumerate(params):
+    z = h @ w + b
+    h = jnp.where(z > 0, jnp.sqrt(z), 0.0) if i == 2 else jnp.tanh(z)
+  return (h ** 2).sum()
+
+
+def test_a_stacked_models_gradient_norms_per_layer_are_a_strip_beside_the_graph():
+  from jupyter_vjpviz.render import dot, svg
+  keys = jax.random.split(jax.random.PRNGKey(0), 5)
+  params = [(jax.random.normal(k, (4, 4)), jnp.zeros(4).at[0].set(-100.0 if i == 2 else 0.0))
+            for i, k in enumerate(keys)]
+  d = vv.nans(stacked_root, params, jnp.ones((2, 4)))
+  assert d.source == _line_of(stacked_root, "jnp.sqrt")
+  rows = {r[0]: r for r in d.graph.strip}
+  assert list(rows) == [f"params[{i}]" for i in range(5)]
+  assert all(rows[f"params[{i}]"][2] > 0 for i in range(3))        # NaN below the trap
+  assert all(rows[f"params[{i}]"][2] == 0 and rows[f"params[{i}]"][4] > 0 for i in (3, 4))
+  assert [l["layer"] for l in d.cotangents["layers"]] == list(rows)
+  source = dot.render(d)
+  assert "‖gradient‖ per layer" in source and "vjpviz-norm-strip-nonfinite" in source
+  assert "params[4]  ████" in source and "params[0]  ✖" in source
+  assert "‖gradient‖ per layer" in svg.render(d)
+  assert "norm_strip" not in dot.render(vv.nans(soft_distance, jnp.array([0.0, 1.0])))

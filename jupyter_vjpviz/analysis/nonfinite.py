@@ -25,8 +25,10 @@ it rewritten); ``Diagnosis`` keeps none of them.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -143,10 +145,45 @@ def localise(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -
   return Localisation(found, search.edges, search.iterations)
 
 
+def measure(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -> tuple:
+  """Every edge's cotangent in the backward pass of ``jaxpr``, not only on the path to a
+  culprit, as far as it runs (a rule that raises, the error being diagnosed, ends it);
+  the ``Flow`` of each input's cotangent (None: not reached, or not differentiated), and
+  whether the pass ran to its end (else those are what reached the inputs by then)."""
+  search = _Search(stop=False)
+  _, got = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "")
+  flows = jax.device_get([None if c is None else flow(c) for c in got])
+  return search.edges, [None if f is None else Flow.of(f, int(np.size(x)))
+                        for f, x in zip(flows, args)], not search.failed
+
+
+def strip(names: list[str], flows: list) -> tuple:
+  """The gradient per layer of a stacked model, ``(layer, *Flow)`` in order: the inputs
+  grouped by their path without its last key (``layers[3].weight`` -> ``layers[3]``), or
+  else each on its own (``params[3]``), when at least ``STACKED`` groups differ only in
+  their indices; () otherwise."""
+  named = [(n, f) for n, f in zip(names, flows) if f is not None]
+  for key in (lambda n: re.sub(r"(\.[^.\[\]]+|\[[^\]]*\])$", "", n), lambda n: n):
+    groups: dict[str, list] = {}
+    for name, f in named:
+      groups.setdefault(key(name), []).append(f)
+    shapes = collections.Counter(re.sub(r"\d+", "#", g) for g in groups)
+    shape, n = shapes.most_common(1)[0] if shapes else ("", 0)
+    if n >= STACKED:
+      return tuple((g, *dataclasses.astuple(Flow.joined(fs))) for g, fs in groups.items()
+                   if re.sub(r"\d+", "#", g) == shape)
+  return ()
+
+
+STACKED = 3
+
+
 class _Search:
-  def __init__(self):
+  def __init__(self, stop: bool = True):
     self.edges: dict[str, Flow] = {}
     self.iterations: list = []
+    self.stop = stop            # at the first culprit (else: every edge, for the overlay)
+    self.failed = False         # measuring, a rule raised: the pass ends there
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
             outer: str | None = None, env: dict | None = None) -> tuple[Culprit | None, list]:
@@ -178,9 +215,17 @@ class _Search:
                                 ins, eqn_active, cts, where, _source(eqn) or outer, env[k])
         if found is not None:
           return found, None
+        if self.failed:
+          break
         got = [jnp.zeros_like(ins[j]) if got[j] is None else got[j] for j in wrt]
       else:
-        got = pullback(lambda full: run_eqn(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
+        try:
+          got = pullback(lambda full: run_eqn(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
+        except Exception:  # noqa: BLE001 - measuring: the rule being diagnosed fails again
+          if self.stop:
+            raise
+          self.failed = True
+          break
       flows = jax.device_get([flow(c) for c in (*got, *(cts[j] for j in fo))])  # one transfer
       fed = all(Flow.of(f, 1).finite for f in flows[len(got):])
       for j, c, f in zip(wrt, got, flows):
@@ -189,7 +234,7 @@ class _Search:
         v = eqn.invars[j]
         ct[v] = ct[v] + c if v in ct else c
       made = [self.edges[f"{_eqn_id(prefix, k)}#{j}"] for j in wrt]
-      if fed and not all(f.finite for f in made):
+      if self.stop and fed and not all(f.finite for f in made):
         return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer), None
     return None, [ct.get(v) if isinstance(v, core.Var) else None for v in jaxpr.invars]
 

@@ -14,7 +14,7 @@ import jax
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import runtime, value_check
+from . import runtime, value_check, values
 from ..analysis.assemble import key
 from ..capture import capabilities, jax_flags, names, records
 from ..capture.check_sites import observe_applications
@@ -104,7 +104,8 @@ class VjpvizMagics(Magics):
   @magic_arguments()
   @argument("action", nargs="?", default="status",
             help="status (default) | on | off | clear | last | list | export PATH | "
-                 "check [--values] EXPR | nans EXPR")
+                 "check [--values] EXPR | nans EXPR | values on|off (each later VJP "
+                 "diagnosis's graph carries its cotangents' norms and NaN/Inf counts)")
   @argument("target", nargs="*", help="export: the file to write; check: a call such as "
                                       "loss(params, batch)")
   @argument("--format", choices=sorted(_EXPORTS), default=None,
@@ -143,11 +144,20 @@ class VjpvizMagics(Magics):
     args = parse_argstring(self.vjpviz, line)
     handler = {"status": lambda: print(status()), "on": runtime.install,
                "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
-               "list": self._list, "export": lambda: self._export(args)}.get(args.action)
+               "list": self._list, "export": lambda: self._export(args),
+               "values": lambda: self._values_overlay(args)}.get(args.action)
     if handler is None:
       print(f"vjpviz: unknown action {args.action!r}; see %vjpviz?")
       return None
     return handler()
+
+  def _values_overlay(self, args):
+    """``%vjpviz values on|off``: later VJP diagnoses carry their backward pass's values."""
+    switch = {"on": values.on, "off": values.off}.get(args.target[0] if args.target else "")
+    if switch is not None:
+      switch()
+    print(f"vjpviz: cotangent values on the graph {'on' if values.enabled() else 'off'}"
+          + ("" if switch else " (usage: %vjpviz values on|off)"))
 
   def _last(self):
     found = runtime.history()

@@ -34,6 +34,8 @@ _lock = threading.Lock()             # history and warnings, when grads fail in 
 _listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc)
 _fixes_listeners: list = []          # the same, called again once fixes are attached
 _collecting = threading.local()      # while vjpviz.check runs: where its findings go (per thread)
+decorators: list = []                # f(diagnosis, session) -> diagnosis, before delivery
+                                     # (%vjpviz values on puts the backward pass's values on it)
 
 
 def install() -> None:
@@ -113,7 +115,8 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   found = []
   with _gc_paused():
     for session in sessions:
-      found += safety.safely(diagnose, session, exc, skip, default=[])
+      found += [_decorated(d, session)
+                for d in safety.safely(diagnose, session, exc, skip, default=[])]
   if not found:
     return
   if collector is not None:
@@ -128,6 +131,12 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
   _publish(found, exc, _listeners)   # the diagnosis first, then its fixes
   _publish([_with_fixes(d) for d in found], exc, _fixes_listeners)
+
+
+def _decorated(d: Diagnosis, session: Session) -> Diagnosis:
+  for decorate in list(decorators):
+    d = safety.safely(decorate, d, session, default=d)
+  return d
 
 
 def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list) -> None:

@@ -243,27 +243,41 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
 
 def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:
   origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
-  jaxpr = program.trace(origin)
-  flat = jax.tree_util.tree_leaves((tuple(args), kwargs))
-  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
-  diff = set(origin.diff_leaves)
-  invals = [jax.numpy.asarray(flat[j]) for j in arrays]
-  active = [j in diff for j in arrays]
-  out_cts = [jax.numpy.ones(v.aval.shape, v.aval.dtype) if inexact(v) else None
-             for v in jaxpr.outvars]
-  with _hook_aside():
+  jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
+  with hook_aside():
     found = nonfinite.localise(jaxpr, invals, active, out_cts)
     c = found.culprit
     graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
-    labels = [(graph.node(f"in{k}").label if graph.node(f"in{k}") else f"args[{k}]")
-              for k in range(len(origin.diff_leaves))]
+    labels = input_names(graph, origin)
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums)
     original = [np.asarray(g) for g in nonfinite_fixes.gradient(run)]
     fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
+  strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
+      jax.device_get([nonfinite.flow(g) for g in original]), original)])
   del original, invals, run
+  graph = dataclasses.replace(graph, strip=strip)
   return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
+
+
+def program_inputs(origin, call) -> tuple:
+  """(jaxpr, its array inputs' values, which are differentiated, ones for its outputs'
+  cotangents: jax.grad's) of ``origin`` called with ``call``'s leaves."""
+  jaxpr = program.trace(origin)
+  flat = jax.tree_util.tree_leaves(call)
+  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
+  diff = set(origin.diff_leaves)
+  out_cts = [jax.numpy.ones(v.aval.shape, v.aval.dtype) if inexact(v) else None
+             for v in jaxpr.outvars]
+  return (jaxpr, [jax.numpy.asarray(flat[j]) for j in arrays], [j in diff for j in arrays],
+          out_cts)
+
+
+def input_names(graph: Graph, origin) -> list[str]:
+  """The differentiated inputs as the graph names them (``params[3].w``)."""
+  return [(graph.node(f"in{k}").label if graph.node(f"in{k}") else f"args[{k}]")
+          for k in range(len(origin.diff_leaves))]
 
 
 def mark_flows(graph: Graph, flows: dict) -> Graph:
@@ -274,9 +288,15 @@ def mark_flows(graph: Graph, flows: dict) -> Graph:
   return dataclasses.replace(graph, edges=edges)
 
 
+def flow_dicts(edges: dict, strip: tuple) -> dict:
+  """``Diagnosis.cotangents``' edges and layers, as numbers."""
+  return {"edges": {k: f.to_dict() for k, f in edges.items()},
+          "layers": [{"layer": r[0], **nonfinite.Flow(*r[1:]).to_dict()} for r in strip]}
+
+
 def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin) -> Diagnosis:
   graph = mark_flows(graph, found.edges)
-  cotangents = {"edges": {k: s.to_dict() for k, s in found.edges.items()},
+  cotangents = {**flow_dicts(found.edges, graph.strip),
                 "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
                                for n, t, norm, ok in found.iterations]}
   where = f"the gradient of {name} has {grad.bad()}"
@@ -405,7 +425,7 @@ def _hooked():
 
 
 @contextlib.contextmanager
-def _hook_aside():
+def hook_aside():
   """The hook stands aside while the search re-runs the user's rules."""
   records.state.suspended += 1
   try:

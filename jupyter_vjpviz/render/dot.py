@@ -16,13 +16,15 @@ Edges whose cotangent values were measured (``vv.nans``: ``Edge.flow``) also say
 them: the norm and max |value|, or how many NaN/Inf; a non-finite one is drawn
 bold, the first one (into the culprit) marked ✖, a vanishing or exploding one
 coloured (Okabe-Ito blue, orange) with the word for it. Edges without values
-are drawn exactly as before.
+are drawn exactly as before. A stacked model's per-layer gradient norms
+(``Graph.strip``) are a box of their own beside the graph (``norm_strip``).
 """
 from __future__ import annotations
 
 import graphviz
 
 from ..analysis.graph import Node
+from . import norm_strip
 from .views import Cluster, View, ViewEdge, default_view
 
 FAIL = "#D55E00"        # Okabe-Ito vermillion
@@ -61,6 +63,7 @@ def source(view: View, *, labels: bool = True, legend: bool = True, fast: bool =
   _add_level(g, view, None, names, opened)
   for e in view.edges:
     g.edge(names[e.src], names[e.dst], **_edge_attrs(e, labels, view.failing))
+  _strip(g, view.graph.strip)
   if legend:
     _legend(g, view, labels)
   caption = " · ".join(t for t in (view.note, note) if t)
@@ -256,14 +259,27 @@ def _legend(g, view: View, labels: bool) -> None:
       lg.edge(f"legend_e{k}a", f"legend_e{k}b", label=text, **attrs)
 
 
-def _text(*lines: str, passes: int = 1) -> graphviz.nohtml:
+def _strip(g, strip: tuple) -> None:
+  """The per-layer gradient-norm strip (``norm_strip``), a box beside the graph."""
+  if not strip:
+    return
+  bad = norm_strip.failing(strip)
+  with g.subgraph(name="cluster_norm_strip") as sub:
+    sub.attr(label="", color="#BBBBBB", id="vjpviz-norm-strip")
+    sub.node("norm_strip", label=_text(*norm_strip.lines(strip), left=True), shape="box", style="filled",
+             fontname="Courier", fillcolor="white", **({"color": FAIL, "penwidth": "2"}
+                                                       if bad else {}),
+             **{"class": "vjpviz-norm-strip" + (" vjpviz-norm-strip-nonfinite" if bad else "")})
+
+
+def _text(*lines: str, passes: int = 1, left: bool = False) -> graphviz.nohtml:
   """A DOT string that shows ``lines`` literally, whatever characters they hold.
 
   Graphviz expands escapes (``\\N`` is the node name) once in labels and ids but
   twice in tooltips, hence ``passes``. It also decodes HTML entities in labels
   and tooltips (``&lt;`` would be drawn as ``<``) and writes them raw into ids
   (where the browser decodes them), so ``&`` goes in as ``&amp;``: a name is
-  drawn, and its box found by id, as exactly itself.
+  drawn, and its box found by id, as exactly itself. ``left``: each line left-justified.
   """
-  return graphviz.nohtml("\\n".join(s.replace("\\", "\\" * 2 ** passes).replace("&", "&amp;")
-                                   for s in lines if s))
+  shown = [s.replace("\\", "\\" * 2 ** passes).replace("&", "&amp;") for s in lines if s]
+  return graphviz.nohtml("".join(s + "\\l" for s in shown) if left else "\\n".join(shown))

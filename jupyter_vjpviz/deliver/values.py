@@ -1,0 +1,99 @@
+"""``%vjpviz values on``: each later VJP diagnosis carries its backward pass's values.
+
+Opt-in: while on, each eager ``jax.vjp`` (``jax.grad``) remembers its call by weak
+references only, so no array lives longer for it (a call whose arrays are gone is not
+measured). When the hook diagnoses that VJP's backward pass (a wrong cotangent type,
+a warning), the pass is re-run eagerly at the same inputs, equation by equation, with
+ones as the output cotangent (jax.grad's), each edge's cotangent reduced to its norm
+and NaN/Inf counts as it is made (``nonfinite.measure``), as far as it runs: the rule
+that raised ends it, so the cotangents that reached it are shown. The graph's edges
+carry them (the overlay ``vv.nans`` draws) and a stacked model's per-layer strip.
+"""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import jax
+from jax._src import core
+
+from . import runtime, value_check
+from ..analysis import nonfinite
+from ..analysis.diagnosis import Diagnosis
+from ..capture import entry_points
+
+
+class CallWatch:
+  """Each eager jax.vjp's call, weakly: ``(fun, args, kwargs)`` with its arrays as weak
+  references, under the VJP's jaxpr (dropped with it)."""
+
+  def __init__(self):
+    self.calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+  def vjp(self, fun, args, kwargs, diff_args, has_aux, f_vjp) -> None:
+    jaxpr = getattr(f_vjp, "jaxpr", None)
+    leaves, tree = jax.tree_util.tree_flatten((tuple(args), kwargs))
+    if jaxpr is None or any(isinstance(x, core.Tracer) for x in leaves):
+      return
+    self.calls[jaxpr] = (tree, [_weak(x) for x in leaves])
+
+  def backward(self, jaxpr, cotangents) -> None:
+    pass
+
+  def call_of(self, origin):
+    """The live leaves of the call whose VJP ``origin`` describes, or None."""
+    for jaxpr, (tree, refs) in list(self.calls.items()):
+      if entry_points.origin_of(jaxpr) is origin:
+        leaves = [r() for r in refs]
+        return None if any(x is None for x in leaves) else jax.tree_util.tree_unflatten(tree, leaves)
+    return None
+
+
+def _weak(x):
+  try:
+    return weakref.ref(x)
+  except TypeError:             # a Python number or None: no buffer to keep alive
+    return lambda: x
+
+
+_watch: CallWatch | None = None
+
+
+def on() -> None:
+  global _watch
+  if _watch is None:
+    _watch = CallWatch()
+    entry_points.gradient_watchers.append(_watch)
+    runtime.decorators.append(decorate)
+
+
+def off() -> None:
+  global _watch
+  if _watch is not None:
+    entry_points.gradient_watchers.remove(_watch)
+    runtime.decorators.remove(decorate)
+    _watch = None
+
+
+def enabled() -> bool:
+  return _watch is not None
+
+
+def decorate(d: Diagnosis, session) -> Diagnosis:
+  """``d`` with its graph's edges carrying the values its backward pass had, when its
+  call is still alive and ``d`` has none yet (``vv.nans`` measured its own)."""
+  call = _watch.call_of(session.origin) if _watch and session.origin is not None else None
+  if call is None or d.cotangents.get("edges"):
+    return d
+  jaxpr, invals, active, out_cts = value_check.program_inputs(session.origin, call)
+  del call
+  with value_check.hook_aside():
+    edges, flows, whole = nonfinite.measure(jaxpr, invals, active, out_cts)
+  del invals
+  arrays = [j for j, leaf in enumerate(session.origin.leaves)
+            if isinstance(leaf, core.AbstractValue)]
+  diff = [flows[arrays.index(j)] for j in session.origin.diff_leaves if j in arrays]
+  strip = nonfinite.strip(value_check.input_names(d.graph, session.origin), diff)
+  graph = dataclasses.replace(value_check.mark_flows(d.graph, edges), strip=strip)
+  return dataclasses.replace(d, graph=graph, cotangents={
+      **value_check.flow_dicts(edges, strip), "complete": whole})
