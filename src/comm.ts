@@ -57,6 +57,14 @@ export class KernelChannel {
     kernel.registerCommTarget(COMM_TARGET, (comm, msg) =>
       this._onCommOpen(comm, msg)
     );
+    // The kernel says hello on a comm it never opens (deliver/comm.py: frontends
+    // without a panel drop it unread); the panel reads it off the iopub stream.
+    kernel.iopubMessage.connect((_, msg) => {
+      const data = (msg.content as { data?: { type?: unknown } }).data;
+      if (msg.header.msg_type === 'comm_msg' && data?.type === 'hello') {
+        this._onData(data);
+      }
+    });
   }
 
   /**
@@ -400,7 +408,8 @@ export class VjpvizComms {
   private _onMessage(channel: KernelChannel, message: KernelToPanelMessage): void {
     const kernelId = channel.kernel.id;
     if (message.type === 'hello') {
-      // vjpviz was just loaded: open our own comm so the kernel knows we listen.
+      // vjpviz was just loaded: open our own comm so the kernel knows we listen
+      // (it pushes diagnoses only from then on).
       if (!channel.hasControl) {
         void this._loadHistory(channel);
       }

@@ -77,7 +77,7 @@ export type NodeId = string;
  */
 export type NodeIds = NodeId[];
 /**
- * Every message on the `vjpviz` comm target. On %load_ext the kernel opens a comm with a hello message; it opens a fresh comm per diagnosis push (data = a diagnosis message); the panel may open its own comm (data = a request) to ask for history after a page reload. Requests go panel -> kernel; every request gets exactly one reply with the same request_id. Both src/protocol.ts and jupyter_vjpviz/deliver/comm.py are tested against this file.
+ * Every message on the `vjpviz` comm target. On %load_ext the kernel sends a hello message on a comm it never opens (a comm_msg that frontends without a panel drop unread; the panel reads it off iopub); once a panel has opened its own comm, the kernel opens a fresh comm per diagnosis push (data = a diagnosis message); the panel may open its own comm (data = a request) to ask for history after a page reload. Requests go panel -> kernel; every request gets exactly one reply with the same request_id. Both src/protocol.ts and jupyter_vjpviz/deliver/comm.py are tested against this file.
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "ProtocolMessage".

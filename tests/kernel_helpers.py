@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import time
+import uuid
 from pathlib import Path
 
 import jsonschema
@@ -44,14 +45,31 @@ class Panel:
   def __init__(self, kc):
     self.kc = kc
     self.iopub: list[dict] = []
+    self.control: str | None = None
+    """The id of the comm the panel opened itself, once it heard the kernel's hello."""
 
   def execute(self, code: str, timeout: float = 120) -> dict:
     msg_id = self.kc.execute(code)
     reply = self.kc.get_shell_msg(timeout=timeout)
     while reply["parent_header"].get("msg_id") != msg_id:
       reply = self.kc.get_shell_msg(timeout=timeout)
+    start = len(self.iopub)
     self._drain_until_idle(msg_id, timeout)
+    if self.control is None and any(_is_hello(m) for m in self.iopub[start:]):
+      self.open_control()
     return reply["content"]
+
+  def open_control(self) -> dict:
+    """Answer a hello as the panel does: open a comm asking for the history (the kernel
+    pushes diagnoses from then on); its reply."""
+    self.control = uuid.uuid4().hex
+    msg_id = self.send("comm_open", {"comm_id": self.control, "target_name": "vjpviz",
+                                     "data": {"v": 1, "type": "request", "request_id": "hello",
+                                              "op": "history", "args": {}}})
+    return self.replies([msg_id], 60)[0]
+
+  def hellos(self) -> list[dict]:
+    return [m for m in self.iopub if _is_hello(m)]
 
   def _drain_until_idle(self, msg_id: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
@@ -100,6 +118,11 @@ class Panel:
     if len(found) < len(msg_ids):
       raise TimeoutError(f"no reply to {len(msg_ids) - len(found)} of {len(msg_ids)} messages")
     return [found[i] for i in msg_ids]
+
+
+def _is_hello(msg: dict) -> bool:
+  data = msg["content"].get("data") if msg["msg_type"] == "comm_msg" else None
+  return isinstance(data, dict) and data.get("type") == "hello"
 
 
 @pytest.fixture(scope="module")

@@ -145,6 +145,7 @@ def test_diagnosis_display_push_and_requests_never_run_fix_code(hook, monkeypatc
   with monkeypatch.context() as m:
     m.setattr("comm.create_comm", lambda **kw: pushed.append(kw) or PushComm())
     m.setitem(comm._state, "push_comm", None)
+    m.setitem(comm._state, "listening", True)   # a panel announced itself: push opens a comm
     comm.push(d)
   json.dumps(pushed[0]["data"])
   mimebundle(d)

@@ -110,9 +110,11 @@ def test_failing_grad_opens_a_comm_without_blocking(panel):
   # Nobody answers the comm_open: the cell still finishes at once, with JAX's error.
   assert reply["status"] == "error" and time.monotonic() - start < 60
   opened = panel.opened()
-  # %load_ext says hello (a panel answers it), then the diagnosis comes on a fresh comm.
-  assert [m["content"]["data"]["type"] for m in opened] == ["hello", "diagnosis"]
-  data = opened[1]["content"]["data"]
+  # %load_ext says hello on a comm it never opens; the panel answered it by opening its own,
+  # and then the diagnosis came on a fresh comm.
+  assert len(panel.hellos()) == 1 and panel.control is not None
+  assert [m["content"]["data"]["type"] for m in opened] == ["diagnosis"]
+  data = opened[0]["content"]["data"]
   DIAGNOSIS.validate(data)
   d = data["diagnosis"]
   assert (d["kind"], d["function"], d["path"], d["expected"], d["got"]) == (

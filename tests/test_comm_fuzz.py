@@ -290,7 +290,7 @@ def hostile_burst() -> list:
 
 def test_a_burst_of_hostile_messages_over_a_real_comm(panel):
   assert panel.execute(SETUP)["status"] == "ok"
-  comm_id = panel.opened()[-1]["content"]["comm_id"]   # the hello push comm
+  comm_id = panel.control   # the comm the panel opened on hearing hello
   burst = hostile_burst()
   assert len(burst) >= 300 and any(json_bytes(m) > MAX_BYTES for m in burst)
   replies = panel.burst(comm_id, burst, timeout=300)

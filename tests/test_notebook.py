@@ -1,4 +1,5 @@
 """``%load_ext vjpviz`` in a real kernel: JAX's own error, then the rich diagnosis."""
+import logging
 import re
 
 import nbformat
@@ -27,7 +28,8 @@ jax.grad(lambda x: softclip(x).sum())(jnp.ones((4, 3)))
 
 def run(*cells):
   nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-  NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+  NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                 log=logging.getLogger(__name__)).execute()
   return nb.cells
 
 
@@ -69,6 +71,16 @@ def test_rich_diagnosis_follows_the_traceback(outputs):
       "bwd_type", "softclip_bwd", "float32[4,3]", "float32[3,4]")
   assert "softclip_bwd" in shown.data["text/plain"]
   assert d["node"] and any(n["id"] == d["node"] for n in d["graph"]["nodes"])
+
+
+def test_a_frontend_without_a_panel_is_sent_no_comm(caplog):
+  """nbclient (nbconvert's executor) is a frontend with no panel: it logged "No handler found
+  for comm target 'vjpviz'" for the hello and for every diagnosis pushed to no one."""
+  with caplog.at_level(logging.WARNING, logger=__name__):
+    cells = run("%load_ext vjpviz", FAILING, FAILING)
+  for cell in cells[1:]:   # each failure still diagnosed inline
+    assert [o for o in cell.outputs if o.output_type == "display_data" and MIME in o.data]
+  assert not [r.getMessage() for r in caplog.records if "comm target" in r.getMessage()]
 
 
 def test_warning_in_kernel_without_error():

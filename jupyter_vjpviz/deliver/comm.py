@@ -1,9 +1,13 @@
 """The kernel side of the panel protocol (jupyter_vjpviz/protocol.schema.json).
 
-Kernel -> panel: each diagnosis the IPython delivery shows is pushed on a FRESH comm opened on the
-``vjpviz`` target (data = the diagnosis message); the previous push comm is
-closed. A long-lived comm goes stale after a page reload (the new page never
-saw its id), so nothing here keeps one for pushing.
+Kernel -> panel: ``%load_ext`` says hello on a comm it never opens (see ``_say_hello``); a
+panel answers by opening its own comm, and only from then on (``listening()``) is each
+diagnosis the IPython delivery shows pushed on a FRESH comm opened on the ``vjpviz``
+target (data = the diagnosis message); the previous push comm is closed. A frontend
+without a panel (nbconvert, JupyterLab without the extension) is never sent a comm it
+has no handler for; a panel that comes later asks for the history. A long-lived comm
+goes stale after a page reload (the new page never saw its id), so nothing here keeps
+one for pushing.
 
 Panel -> kernel: requests arrive as comm messages on any vjpviz comm (a push
 comm, or one the panel opened itself to ask for the history after a reload)
@@ -58,7 +62,18 @@ def register() -> None:
     if manager is not None:
       manager.register_target(TARGET, _on_panel_open)
     _state["registered"] = True
-  safely(_open_push_comm, {"v": VERSION, "type": "hello"})
+  safely(_say_hello)
+
+
+def _say_hello() -> None:
+  """Tell a panel that vjpviz is loaded, as a message on a comm never opened: a frontend drops
+  a message to a comm id it does not know, unread and unlogged, so only a panel, which reads
+  it off the kernel's iopub, hears it (a comm_open would make every other frontend complain
+  that it has no handler for the target)."""
+  import comm
+  hello = comm.create_comm(target_name=TARGET, primary=False)
+  hello.send({"v": VERSION, "type": "hello"})
+  hello._closed = True   # never opened, so never closed (a comm closes itself when collected)
 
 
 def unregister() -> None:
@@ -88,7 +103,10 @@ def _comm_manager():
 
 def push(d) -> None:
   """Open a fresh comm carrying ``d`` and its default view, drawn (the panel shows its
-  graph at once: a request would wait until the kernel is idle); close the previous one."""
+  graph at once: a request would wait until the kernel is idle); close the previous one.
+  Nothing while no panel listens: the history keeps ``d`` for one that comes later."""
+  if not _state["listening"]:
+    return
   message = {"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)}
   view = safely(lambda: _render_view(d, views.default_view(d.graph, d.node)))
   _open_push_comm(message if view is None else {**message, "view": view})
@@ -97,6 +115,8 @@ def push(d) -> None:
 def push_fixes(d) -> None:
   """Send the fixes of ``d``, pushed before they were judged, on the newest push comm (the
   panel just heard on it); they replace its fixes."""
+  if not _state["listening"]:
+    return
   message = {"v": VERSION, "type": "fixes", "diagnosis_id": d.id,
              "fixes": [f.to_dict() for f in d.fixes]}
   if _state["push_comm"] is None:

@@ -161,6 +161,33 @@ describe('VjpvizComms', () => {
   });
 });
 
+describe('VjpvizComms when vjpviz is loaded after the panel attached', () => {
+  it('answers the hello heard on iopub by opening its own comm, once', () => {
+    const kernel = new FakeKernel();
+    const opened: JSONObject[] = [];
+    const controls: FakeComm[] = [];
+    (kernel as unknown as { createComm: () => FakeComm }).createComm = () => {
+      const control = new FakeComm();
+      controls.push(control);
+      (control as unknown as { open: (d: JSONObject) => void }).open = d => {
+        opened.push(d);
+      };
+      return control;
+    };
+    const comms = new VjpvizComms();
+    comms.attach(kernel as unknown as Kernel.IKernelConnection);
+    const [early] = opened; // vjpviz not loaded yet: the kernel closes this one
+    expect(early).toMatchObject({ type: 'request', op: 'history' });
+    controls[0].close();
+    kernel.publish({ v: 1, type: 'diagnosis', diagnosis: {} }); // not a hello: ignored
+    expect(opened).toHaveLength(1);
+    kernel.publish({ v: 1, type: 'hello' });
+    kernel.publish({ v: 1, type: 'hello' });
+    expect(opened).toHaveLength(2);
+    expect(opened[1]).toMatchObject({ v: 1, type: 'request', op: 'history' });
+  });
+});
+
 describe('VjpvizComms after a page reload', () => {
   it('opens its own comm and loads the history', async () => {
     const kernel = new FakeKernel();

@@ -15,10 +15,19 @@ type OpenHandler = (
 export class FakeKernel {
   readonly id = 'k1';
   readonly statusChanged = new Signal<this, string>(this);
+  readonly iopubMessage = new Signal<this, KernelMessage.IIOPubMessage>(this);
   handlers = new Map<string, OpenHandler>();
 
   registerCommTarget(target: string, handler: OpenHandler): void {
     this.handlers.set(target, handler);
+  }
+
+  /** Publish a comm message on iopub, as the kernel says hello (on a comm never opened). */
+  publish(data: JSONObject, commId = 'never-opened'): void {
+    this.iopubMessage.emit({
+      header: { msg_type: 'comm_msg' },
+      content: { comm_id: commId, data }
+    } as unknown as KernelMessage.IIOPubMessage);
   }
 
   /** Open a comm from the kernel side, as `comm.create_comm(data=...)` does. */
