@@ -102,30 +102,41 @@ async function runCell(i, timeout = 120000) {
   const state = () => cell(i).locator('.jp-InputPrompt').first().evaluate(
     el => ({ text: el.textContent ?? '', ran: el.__vjpvizRan })
   );
-  const press = async () => {
-    await acceptKernelDialog();
-    await cell(i).locator('.jp-InputPrompt').first().click();
-    await page.keyboard.press('Escape');
-    await cell(i).locator('.jp-InputPrompt').first().click();
-    await page.keyboard.press('Shift+Enter');
-  };
-  await press();
+  await acceptKernelDialog();
+  await focusCell(i);
+  await page.keyboard.press('Shift+Enter');
   const deadline = Date.now() + timeout;
-  let retry = Date.now() + 5000;
   for (;;) {
     const { text: now, ran } = await state();
     if (/\[\d+\]/.test(now) && (ran || now !== before)) {
       return;
     }
-    if (!ran && now === before && Date.now() > retry) {
-      // The key press went nowhere (focus elsewhere): press again.
-      log(`cell ${i} did not start; pressing Shift+Enter again`);
-      await press();
-      retry = Date.now() + 5000;
-    }
     check(Date.now() < deadline, `cell ${i} did not finish (prompt ${now})`);
     await page.waitForTimeout(100);
   }
+}
+
+/**
+ * Select cell i in command mode and wait until it has the keyboard focus. A click on
+ * the prompt makes the cell active at once, but JupyterLab moves the focus to it only
+ * later (the notebook's mousedown ends in NotebookActions.focusActiveCell, a promise,
+ * and the prompt's drag handling keeps the click itself from focusing anything): a key
+ * pressed before then goes to whatever had the focus (the panel, the page), and the
+ * cell does not start.
+ */
+async function focusCell(i) {
+  await cell(i).locator('.jp-InputPrompt').first().click();
+  const focused = await cell(i).evaluateHandle(el => el);
+  await page.waitForFunction(
+    el => el.classList.contains('jp-mod-active') && el.contains(document.activeElement) &&
+      el.closest('.jp-Notebook')?.classList.contains('jp-mod-commandMode'),
+    focused,
+    { timeout: 10000 }
+  ).catch(async () => {
+    const where = await page.evaluate(() => document.activeElement?.className || 'the page');
+    throw new Error(`cell ${i} did not get the keyboard focus (it is on ${where})`);
+  });
+  await focused.dispose();
 }
 
 async function outputText(i) {
