@@ -678,9 +678,11 @@ def test_custom_gradient_points_at_the_users_function(hook):
   d = vv.last()
   assert (d.kind, d.function, d.argument) == ("bwd_type", "clip_grad", "x")
   assert d.source.startswith(__file__)
-  # The rule is the VJP closure clip_grad returned, not JAX's own bwd; no fix edits JAX.
+  # The rule is the VJP closure clip_grad returned, not JAX's own bwd; fixes edit that
+  # closure inside clip_grad, never JAX. g is not sin's gradient: none is verified.
   assert d.rule == "<lambda>" and d.rule_source.startswith(__file__)
-  assert not d.fixes
+  assert d.fixes and all("def clip_grad(x):" in f.code for f in d.fixes)
+  assert all(f.verdict != "verified" for f in d.fixes), [(f.title, f.verdict) for f in d.fixes]
 
 
 def test_one_rule_application_that_fails_at_two_leaves_is_one_diagnosis(path):
