@@ -9,6 +9,7 @@ JAX raises exactly what it would have.
 from __future__ import annotations
 
 import sys
+import weakref
 
 import jax
 from jax._src import core
@@ -29,30 +30,39 @@ def install(patches: PatchSet) -> None:
 def _wrap_flatten_jvp(original):
   def flatten_jvp(jvp, primal_name, jvp_name, *rest):
     if records.current_session() is not None:   # outside a VJP, no one would hear of it
-      caller = sys._getframe(1).f_locals.get("self")   # custom_jvp.__call__: the primal's owner
-      source = names.function_source(caller.fun) if isinstance(caller, cd.custom_jvp) else None
-      jvp = safety.safely(_watch, jvp, primal_name, jvp_name, source, default=jvp)
+      primal = safety.safely(_primal_of, sys._getframe(1), default=None)
+      jvp = safety.safely(_watch, jvp, primal_name, jvp_name, primal, default=jvp)
     return original(jvp, primal_name, jvp_name, *rest)
   flatten_jvp.__wrapped__ = original
   return flatten_jvp
 
 
+def _primal_of(frame):
+  """A weak reference to the primal of the custom_jvp whose ``__call__`` is ``frame``; its
+  source is read only for a mismatch (this runs on every relu and gelu)."""
+  caller = frame.f_locals.get("self")
+  try:
+    return weakref.ref(caller.fun) if isinstance(caller, cd.custom_jvp) else None
+  except TypeError:   # a primal that takes no weak reference: no source, as before
+    return None
+
+
 def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
-           source: str | None) -> lu.WrappedFun:
+           primal) -> lu.WrappedFun:
   """``jvp`` with ``_watched`` around it (a transformation, as JAX composes its own)."""
-  return jvp.wrap(_watched, (primal_name, jvp_name, names.function_of(jvp)[1], source), None)
+  return jvp.wrap(_watched, (primal_name, jvp_name, names.function_of(jvp)[1], primal), None)
 
 
-def _watched(rule, primal_name, jvp_name, rule_source, source, *args):
+def _watched(rule, primal_name, jvp_name, rule_source, primal, *args):
   pair = rule(*args)
-  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, source,
+  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal,
                            default=[]):
     records.record(rec)
   return pair
 
 
 def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
-               source: str | None = None) -> list[Record]:
+               primal=None) -> list[Record]:
   """A record per tangent leaf whose type is not its primal output's tangent type."""
   if not isinstance(pair, (tuple, list)) or len(pair) != 2:
     return []  # JAX's own message says what a jvp rule must return
@@ -66,7 +76,8 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
     got = (t.aval if isinstance(t, cd.SymbolicZero) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
       found.append(Record(
-          kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=source,
+          kind="jvp_tangent_type", severity=ERROR, function=primal_name,
+          source=names.function_source(primal()) if primal and primal() else None,
           path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
           rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
           leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
