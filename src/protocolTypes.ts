@@ -230,6 +230,10 @@ export interface GraphEdge {
   cotangent_got?: NullableString;
   mismatch?: boolean;
   /**
+   * the failing rule's input this edge feeds, spelled as the diagnosis's argument
+   */
+  argument?: string | null;
+  /**
    * bwd_value: the cotangent is well-typed but its values differ from the primal's derivative, e.g. rel 0.31
    */
   value_error?: string | null;

@@ -66,7 +66,7 @@ const schema14 = {"description":"kernel -> panel: a new diagnosis (Diagnosis.to_
 const schema16 = {"type":"object","required":["id","kind","severity","headline","graph","fixes"],"properties":{"id":{"type":"string","minLength":1},"kind":{"$ref":"#/definitions/diagnosisKind"},"severity":{"enum":["error","warning"]},"headline":{"type":"string"},"function":{"$ref":"#/definitions/nullableString"},"rule":{"$ref":"#/definitions/nullableString"},"source":{"$ref":"#/definitions/nullableString","description":"file:line of the primal definition"},"path":{"$ref":"#/definitions/nullableString","description":"pytree path of the mismatching leaf, e.g. [1] or ['w']"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"},"message":{"$ref":"#/definitions/nullableString","description":"JAX's own text; null for warnings"},"node":{"$ref":"#/definitions/nullableString","description":"id of the failing graph node"},"rule_source":{"$ref":"#/definitions/nullableString","description":"file:line of the bwd rule"},"call_site":{"$ref":"#/definitions/nullableString"},"argument":{"$ref":"#/definitions/nullableString","description":"the failing input as the user named it: x, p['w']"},"primal":{"$ref":"#/definitions/nullableString","description":"that input's primal aval"},"instance":{"$ref":"#/definitions/nullableString","description":"which of several identical blocks: model.layers[3]"},"name_stack":{"type":"string"},"detail":{"$ref":"#/definitions/nullableString"},"hijax":{"type":"boolean"},"graph":{"$ref":"#/definitions/Graph"},"fixes":{"type":"array","items":{"$ref":"#/definitions/Fix"}},"leaf_errors":{"type":"array","items":{"$ref":"#/definitions/LeafError"},"description":"bwd_value: per input leaf, how the rule's cotangent differs from the primal's derivative"},"leaves":{"type":"array","items":{"$ref":"#/definitions/DiagnosisLeaf"},"description":"the expected-vs-got table (analysis/diagnosis.py MismatchedLeaf): every leaf the rule application got wrong, the one the diagnosis leads with first; for the structure kinds every leaf of either tree. Empty for a diagnosis read from JAX's message"},"rule_source_text":{"$ref":"#/definitions/nullableString","description":"added by deliver/comm.py: the rule's source text"},"rule_source_start":{"type":["integer","null"],"description":"added by deliver/comm.py: line number of rule_source_text's first line"},"rule_source_end":{"type":["integer","null"],"description":"added by deliver/comm.py: line number of rule_source_text's last line (the rule's definition spans rule_source_start..rule_source_end, decorators included)"},"rule_source_bad_line":{"type":["integer","null"],"description":"added by deliver/comm.py: the line (file numbering) of the return statement that produced the failing cotangent (fixes/returns.py), null when not known"},"cell_index":{"type":["integer","null"]}}};
 const schema17 = {"description":"a diagnosis kind: a name in the kind registry (base/kinds.py; tests/test_architecture.py checks the two agree)","enum":["bwd_type","silent_dtype","bwd_structure","bwd_value","fwd_type","fwd_structure","accumulator_type","ref_grad_unbound","ref_grad_as_value","grad_ref_type","vjp_cotangent_type","vjp_cotangent_structure","nonfinite_cotangent","jvp_tangent_type"]};
 const schema18 = {"type":["string","null"]};
-const schema45 = {"description":"how one input's cotangent differs from the primal's derivative (analysis/oracle.py LeafError)","type":"object","required":["name","max_abs","ok"],"properties":{"index":{"type":"integer"},"name":{"type":"string"},"max_abs":{"type":"number"},"max_rel":{"type":["number","null"],"description":"null when the reference is zero"},"where":{"type":"array","items":{"type":"integer"}},"reference_zero":{"type":"boolean"},"got_zero":{"type":"boolean"},"judged":{"type":"boolean"},"ok":{"type":"boolean"},"reference_at":{"type":"number","description":"the reference at where (on the draw with the worst error)"},"got_at":{"type":"number","description":"the rule's cotangent there"},"scale":{"type":"number","description":"the largest reference magnitude"}}};
+const schema46 = {"description":"how one input's cotangent differs from the primal's derivative (analysis/oracle.py LeafError)","type":"object","required":["name","max_abs","ok"],"properties":{"index":{"type":"integer"},"name":{"type":"string"},"max_abs":{"type":"number"},"max_rel":{"type":["number","null"],"description":"null when the reference is zero"},"where":{"type":"array","items":{"type":"integer"}},"reference_zero":{"type":"boolean"},"got_zero":{"type":"boolean"},"judged":{"type":"boolean"},"ok":{"type":"boolean"},"reference_at":{"type":"number","description":"the reference at where (on the draw with the worst error)"},"got_at":{"type":"number","description":"the rule's cotangent there"},"scale":{"type":"number","description":"the largest reference magnitude"}}};
 const schema32 = {"type":"object","required":["nodes","edges"],"properties":{"nodes":{"type":"array","items":{"$ref":"#/definitions/GraphNode"}},"edges":{"type":"array","items":{"$ref":"#/definitions/GraphEdge"}},"note":{"$ref":"#/definitions/nullableString"}}};
 const schema33 = {"type":"object","required":["id","kind","label"],"properties":{"id":{"type":"string"},"kind":{"type":"string","description":"input (differentiated), static (not differentiated), output or eqn"},"label":{"type":"string"},"primitive":{"$ref":"#/definitions/nullableString"},"parent":{"$ref":"#/definitions/nullableString"},"name_stack":{"type":"string"},"call_site":{"$ref":"#/definitions/nullableString"},"function":{"$ref":"#/definitions/nullableString","description":"custom rules: the primal function"},"rule":{"$ref":"#/definitions/nullableString","description":"custom rules: the rule"},"in_avals":{"type":"array","items":{"type":"string"}},"out_avals":{"type":"array","items":{"type":"string"}},"n_eqns":{"type":"integer"},"custom":{"type":"boolean"},"frames":{"type":"string"},"scope":{"type":"string"}},"description":"a node of the forward graph (analysis/graph.py Node)"};
 
@@ -327,7 +327,7 @@ validate16.errors = vErrors;
 return errors === 0;
 }
 
-const schema39 = {"type":"object","required":["src","dst"],"properties":{"src":{"type":"string"},"dst":{"type":"string"},"var":{"type":"string"},"primal":{"type":"string"},"cotangent":{"type":"string"},"cotangent_got":{"$ref":"#/definitions/nullableString"},"mismatch":{"type":"boolean"},"value_error":{"$ref":"#/definitions/nullableString","description":"bwd_value: the cotangent is well-typed but its values differ from the primal's derivative, e.g. rel 0.31"}},"description":"an edge of the forward graph (analysis/graph.py Edge): a variable and its avals"};
+const schema39 = {"type":"object","required":["src","dst"],"properties":{"src":{"type":"string"},"dst":{"type":"string"},"var":{"type":"string"},"primal":{"type":"string"},"cotangent":{"type":"string"},"cotangent_got":{"$ref":"#/definitions/nullableString"},"mismatch":{"type":"boolean"},"argument":{"$ref":"#/definitions/nullableString","description":"the failing rule's input this edge feeds, spelled as the diagnosis's argument"},"value_error":{"$ref":"#/definitions/nullableString","description":"bwd_value: the cotangent is well-typed but its values differ from the primal's derivative, e.g. rel 0.31"}},"description":"an edge of the forward graph (analysis/graph.py Edge): a variable and its avals"};
 
 function validate18(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -425,17 +425,31 @@ else {
 var valid0 = true;
 }
 if(valid0){
-if(data.value_error !== undefined){
-let data7 = data.value_error;
+if(data.argument !== undefined){
+let data7 = data.argument;
 const _errs16 = errors;
 if((typeof data7 !== "string") && (data7 !== null)){
-validate18.errors = [{instancePath:instancePath+"/value_error",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
+validate18.errors = [{instancePath:instancePath+"/argument",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
 return false;
 }
 var valid0 = _errs16 === errors;
 }
 else {
 var valid0 = true;
+}
+if(valid0){
+if(data.value_error !== undefined){
+let data8 = data.value_error;
+const _errs19 = errors;
+if((typeof data8 !== "string") && (data8 !== null)){
+validate18.errors = [{instancePath:instancePath+"/value_error",schemaPath:"#/definitions/nullableString/type",keyword:"type",params:{type: schema18.type},message:"must be string,null"}];
+return false;
+}
+var valid0 = _errs19 === errors;
+}
+else {
+var valid0 = true;
+}
 }
 }
 }
@@ -552,8 +566,8 @@ validate15.errors = vErrors;
 return errors === 0;
 }
 
-const schema43 = {"type":"object","required":["title","code"],"properties":{"title":{"type":"string"},"code":{"type":"string"},"reason":{"type":"string"},"exact":{"type":"boolean","description":"true only when verified equal to the primal's own derivative"},"verdict":{"$ref":"#/definitions/FixVerdict"},"note":{"type":"string","description":"type-only: what the fix breaks (\"the gradient of `scale` becomes zero\"); unverifiable: why (no oracle, out of time)"}}};
-const schema44 = {"description":"what the primal's own derivative says of a fix: verified (equal to it), type-only (well-typed, wrong values), unverifiable (no judge); \"\" when not ranked","enum":["verified","type-only","unverifiable",""]};
+const schema44 = {"type":"object","required":["title","code"],"properties":{"title":{"type":"string"},"code":{"type":"string"},"reason":{"type":"string"},"exact":{"type":"boolean","description":"true only when verified equal to the primal's own derivative"},"verdict":{"$ref":"#/definitions/FixVerdict"},"note":{"type":"string","description":"type-only: what the fix breaks (\"the gradient of `scale` becomes zero\"); unverifiable: why (no oracle, out of time)"}}};
+const schema45 = {"description":"what the primal's own derivative says of a fix: verified (equal to it), type-only (well-typed, wrong values), unverifiable (no judge); \"\" when not ranked","enum":["verified","type-only","unverifiable",""]};
 
 function validate21(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -618,7 +632,7 @@ if(data.verdict !== undefined){
 let data4 = data.verdict;
 const _errs9 = errors;
 if(!((((data4 === "verified") || (data4 === "type-only")) || (data4 === "unverifiable")) || (data4 === ""))){
-validate21.errors = [{instancePath:instancePath+"/verdict",schemaPath:"#/definitions/FixVerdict/enum",keyword:"enum",params:{allowedValues: schema44.enum},message:"must be equal to one of the allowed values"}];
+validate21.errors = [{instancePath:instancePath+"/verdict",schemaPath:"#/definitions/FixVerdict/enum",keyword:"enum",params:{allowedValues: schema45.enum},message:"must be equal to one of the allowed values"}];
 return false;
 }
 var valid0 = _errs9 === errors;
@@ -654,8 +668,8 @@ validate21.errors = vErrors;
 return errors === 0;
 }
 
-const schema46 = {"description":"one row of a diagnosis's expected-vs-got table; expected and got are avals (str_short), a Python type's name, None, or missing (that side has no such leaf)","type":"object","required":["path","expected","got"],"properties":{"path":{"type":"array","items":{"$ref":"#/definitions/KeyEntry"},"description":"the leaf's key path in the cotangent tree, as data"},"argument":{"$ref":"#/definitions/nullableString","description":"the leaf as the user would type it: x, p['w'], out[0]"},"primal":{"$ref":"#/definitions/nullableString"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"}}};
-const schema47 = {"description":"one step of a pytree key path (capture/leaf_paths.py Key): index = a sequence's [0], key = a dict's ['w'] or [1], attr = a field's .w, flat = a custom node's child without a key, other = any other key, spelled as jax.tree_util.keystr spells it","type":"object","required":["kind","key"],"properties":{"kind":{"enum":["index","key","attr","flat","other"]},"key":{"type":["integer","string"]}}};
+const schema47 = {"description":"one row of a diagnosis's expected-vs-got table; expected and got are avals (str_short), a Python type's name, None, or missing (that side has no such leaf)","type":"object","required":["path","expected","got"],"properties":{"path":{"type":"array","items":{"$ref":"#/definitions/KeyEntry"},"description":"the leaf's key path in the cotangent tree, as data"},"argument":{"$ref":"#/definitions/nullableString","description":"the leaf as the user would type it: x, p['w'], out[0]"},"primal":{"$ref":"#/definitions/nullableString"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"}}};
+const schema48 = {"description":"one step of a pytree key path (capture/leaf_paths.py Key): index = a sequence's [0], key = a dict's ['w'] or [1], attr = a field's .w, flat = a custom node's child without a key, other = any other key, spelled as jax.tree_util.keystr spells it","type":"object","required":["kind","key"],"properties":{"kind":{"enum":["index","key","attr","flat","other"]},"key":{"type":["integer","string"]}}};
 
 function validate23(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -691,7 +705,7 @@ if(data1.kind !== undefined){
 let data2 = data1.kind;
 const _errs6 = errors;
 if(!(((((data2 === "index") || (data2 === "key")) || (data2 === "attr")) || (data2 === "flat")) || (data2 === "other"))){
-validate23.errors = [{instancePath:instancePath+"/path/" + i0+"/kind",schemaPath:"#/definitions/KeyEntry/properties/kind/enum",keyword:"enum",params:{allowedValues: schema47.properties.kind.enum},message:"must be equal to one of the allowed values"}];
+validate23.errors = [{instancePath:instancePath+"/path/" + i0+"/kind",schemaPath:"#/definitions/KeyEntry/properties/kind/enum",keyword:"enum",params:{allowedValues: schema48.properties.kind.enum},message:"must be equal to one of the allowed values"}];
 return false;
 }
 var valid3 = _errs6 === errors;
@@ -704,7 +718,7 @@ if(data1.key !== undefined){
 let data3 = data1.key;
 const _errs7 = errors;
 if((!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))) && (typeof data3 !== "string")){
-validate23.errors = [{instancePath:instancePath+"/path/" + i0+"/key",schemaPath:"#/definitions/KeyEntry/properties/key/type",keyword:"type",params:{type: schema47.properties.key.type},message:"must be integer,string"}];
+validate23.errors = [{instancePath:instancePath+"/path/" + i0+"/key",schemaPath:"#/definitions/KeyEntry/properties/key/type",keyword:"type",params:{type: schema48.properties.key.type},message:"must be integer,string"}];
 return false;
 }
 var valid3 = _errs7 === errors;
@@ -1183,7 +1197,7 @@ if(data24.max_rel !== undefined){
 let data28 = data24.max_rel;
 const _errs69 = errors;
 if((!((typeof data28 == "number") && (isFinite(data28)))) && (data28 !== null)){
-validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema45.properties.max_rel.type},message:"must be number,null"}];
+validate14.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema46.properties.max_rel.type},message:"must be number,null"}];
 return false;
 }
 var valid19 = _errs69 === errors;
@@ -1477,7 +1491,7 @@ validate14.errors = vErrors;
 return errors === 0;
 }
 
-const schema53 = {"type":"object","required":["svg","expanded"],"properties":{"svg":{"type":"string","description":"graphviz SVG; each box is a <g> whose id attribute is the graph node or cluster id; clusters have class vjpviz-cluster, an opened equation's body is <g class=\"cluster\" id=\"body:<node id>\">, the failing box has class vjpviz-node-failed"},"expanded":{"type":"array","items":{"type":"string"}},"failed_node":{"$ref":"#/definitions/nullableString"},"shown":{"type":"integer"},"total":{"type":"integer"},"collapsed":{"type":"array","items":{"type":"string"}},"boxes":{"type":"integer","description":"boxes laid out"}}};
+const schema54 = {"type":"object","required":["svg","expanded"],"properties":{"svg":{"type":"string","description":"graphviz SVG; each box is a <g> whose id attribute is the graph node or cluster id; clusters have class vjpviz-cluster, an opened equation's body is <g class=\"cluster\" id=\"body:<node id>\">, the failing box has class vjpviz-node-failed"},"expanded":{"type":"array","items":{"type":"string"}},"failed_node":{"$ref":"#/definitions/nullableString"},"shown":{"type":"integer"},"total":{"type":"integer"},"collapsed":{"type":"array","items":{"type":"string"}},"boxes":{"type":"integer","description":"boxes laid out"}}};
 
 function validate26(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -1704,8 +1718,8 @@ return errors === 0;
 }
 
 export const FixesMessage = validate45;
-const schema55 = {"description":"kernel -> panel: the fixes of a diagnosis already pushed, judged after it was delivered (the diagnosis is pushed as soon as its graph exists); they replace that diagnosis's fixes.","type":"object","required":["v","type","diagnosis_id","fixes"],"properties":{"v":{"$ref":"#/definitions/version"},"type":{"const":"fixes"},"diagnosis_id":{"$ref":"#/definitions/token"},"fixes":{"type":"array","items":{"$ref":"#/definitions/Fix"}}},"additionalProperties":false};
-const schema57 = {"type":"string","maxLength":256,"description":"an id one side made up: request_id, diagnosis_id"};
+const schema56 = {"description":"kernel -> panel: the fixes of a diagnosis already pushed, judged after it was delivered (the diagnosis is pushed as soon as its graph exists); they replace that diagnosis's fixes.","type":"object","required":["v","type","diagnosis_id","fixes"],"properties":{"v":{"$ref":"#/definitions/version"},"type":{"const":"fixes"},"diagnosis_id":{"$ref":"#/definitions/token"},"fixes":{"type":"array","items":{"$ref":"#/definitions/Fix"}}},"additionalProperties":false};
+const schema58 = {"type":"string","maxLength":256,"description":"an id one side made up: request_id, diagnosis_id"};
 
 function validate45(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -1818,7 +1832,7 @@ return errors === 0;
 }
 
 export const ReplyMessage = validate47;
-const schema66 = {"description":"kernel -> panel: the one answer to a message on a vjpviz comm. ok=false carries an error string; a message the kernel cannot parse gets request_id \"\" unless it had a string request_id within the token limit, which is echoed.","type":"object","required":["v","type","request_id","ok"],"properties":{"v":{"$ref":"#/definitions/version"},"type":{"const":"reply"},"request_id":{"type":"string"},"ok":{"type":"boolean"},"result":{},"error":{"type":"string"}},"if":{"properties":{"ok":{"const":false}}},"then":{"required":["error"]}};
+const schema67 = {"description":"kernel -> panel: the one answer to a message on a vjpviz comm. ok=false carries an error string; a message the kernel cannot parse gets request_id \"\" unless it had a string request_id within the token limit, which is echoed.","type":"object","required":["v","type","request_id","ok"],"properties":{"v":{"$ref":"#/definitions/version"},"type":{"const":"reply"},"request_id":{"type":"string"},"ok":{"type":"boolean"},"result":{},"error":{"type":"string"}},"if":{"properties":{"ok":{"const":false}}},"then":{"required":["error"]}};
 
 function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -2337,7 +2351,7 @@ if(data24.max_rel !== undefined){
 let data28 = data24.max_rel;
 const _errs69 = errors;
 if((!((typeof data28 == "number") && (isFinite(data28)))) && (data28 !== null)){
-validate48.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema45.properties.max_rel.type},message:"must be number,null"}];
+validate48.errors = [{instancePath:instancePath+"/leaf_errors/" + i1+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema46.properties.max_rel.type},message:"must be number,null"}];
 return false;
 }
 var valid19 = _errs69 === errors;
@@ -2632,7 +2646,7 @@ return errors === 0;
 }
 
 export const HistoryResult = validate52;
-const schema95 = {"description":"the diagnoses this kernel keeps, oldest first; the panel validates each one on its own","type":"object","required":["diagnoses"],"properties":{"diagnoses":{"type":"array","items":{"type":"object"}}}};
+const schema96 = {"description":"the diagnoses this kernel keeps, oldest first; the panel validates each one on its own","type":"object","required":["diagnoses"],"properties":{"diagnoses":{"type":"array","items":{"type":"object"}}}};
 
 function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -2836,7 +2850,7 @@ return errors === 0;
 }
 
 export const SearchResult = validate54;
-const schema98 = {"type":"object","required":["matches","view"],"properties":{"matches":{"type":"array","items":{"type":"string"},"description":"ids of the graph nodes matching the query"},"view":{"$ref":"#/definitions/View"}}};
+const schema99 = {"type":"object","required":["matches","view"],"properties":{"matches":{"type":"array","items":{"type":"string"},"description":"ids of the graph nodes matching the query"},"view":{"$ref":"#/definitions/View"}}};
 
 function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -2903,8 +2917,8 @@ return errors === 0;
 }
 
 export const VerifyResult = validate56;
-const schema99 = {"type":"object","required":["pass"],"properties":{"pass":{"type":"boolean"},"summary":{"type":"string"},"diff":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"},"description":"the problems still found"},"verdict":{"$ref":"#/definitions/FixVerdict","description":"once the types are right: what the edited rule's values are worth"},"note":{"type":"string","description":"the oracle's reason for the verdict"}}};
-const schema100 = {"description":"a problem verify or apply still found (deliver/comm.py _problem); a bwd_value one (well-typed, wrong values) adds leaf_errors","type":"object","required":["id","kind","headline"],"properties":{"id":{"type":"string"},"kind":{"$ref":"#/definitions/diagnosisKind"},"headline":{"type":"string"},"path":{"$ref":"#/definitions/nullableString"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"},"leaf_errors":{"type":"array","items":{"$ref":"#/definitions/LeafError"}}}};
+const schema100 = {"type":"object","required":["pass"],"properties":{"pass":{"type":"boolean"},"summary":{"type":"string"},"diff":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"},"description":"the problems still found"},"verdict":{"$ref":"#/definitions/FixVerdict","description":"once the types are right: what the edited rule's values are worth"},"note":{"type":"string","description":"the oracle's reason for the verdict"}}};
+const schema101 = {"description":"a problem verify or apply still found (deliver/comm.py _problem); a bwd_value one (well-typed, wrong values) adds leaf_errors","type":"object","required":["id","kind","headline"],"properties":{"id":{"type":"string"},"kind":{"$ref":"#/definitions/diagnosisKind"},"headline":{"type":"string"},"path":{"$ref":"#/definitions/nullableString"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"},"leaf_errors":{"type":"array","items":{"$ref":"#/definitions/LeafError"}}}};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -3054,7 +3068,7 @@ if(data7.max_rel !== undefined){
 let data11 = data7.max_rel;
 const _errs27 = errors;
 if((!((typeof data11 == "number") && (isFinite(data11)))) && (data11 !== null)){
-validate57.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema45.properties.max_rel.type},message:"must be number,null"}];
+validate57.errors = [{instancePath:instancePath+"/leaf_errors/" + i0+"/max_rel",schemaPath:"#/definitions/LeafError/properties/max_rel/type",keyword:"type",params:{type: schema46.properties.max_rel.type},message:"must be number,null"}];
 return false;
 }
 var valid7 = _errs27 === errors;
@@ -3301,7 +3315,7 @@ if(data.verdict !== undefined){
 let data4 = data.verdict;
 const _errs8 = errors;
 if(!((((data4 === "verified") || (data4 === "type-only")) || (data4 === "unverifiable")) || (data4 === ""))){
-validate56.errors = [{instancePath:instancePath+"/verdict",schemaPath:"#/definitions/FixVerdict/enum",keyword:"enum",params:{allowedValues: schema44.enum},message:"must be equal to one of the allowed values"}];
+validate56.errors = [{instancePath:instancePath+"/verdict",schemaPath:"#/definitions/FixVerdict/enum",keyword:"enum",params:{allowedValues: schema45.enum},message:"must be equal to one of the allowed values"}];
 return false;
 }
 var valid0 = _errs8 === errors;
@@ -3337,7 +3351,7 @@ return errors === 0;
 }
 
 export const ApplyResult = validate59;
-const schema107 = {"type":"object","required":["applied"],"properties":{"applied":{"type":"boolean"},"problems":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"}},"diff":{"type":["string","null"],"description":"for rules defined in a .py file: a unified diff to apply by hand"},"path":{"type":["string","null"]}}};
+const schema108 = {"type":"object","required":["applied"],"properties":{"applied":{"type":"boolean"},"problems":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"}},"diff":{"type":["string","null"],"description":"for rules defined in a .py file: a unified diff to apply by hand"},"path":{"type":["string","null"]}}};
 
 function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -3396,7 +3410,7 @@ if(data.diff !== undefined){
 let data3 = data.diff;
 const _errs6 = errors;
 if((typeof data3 !== "string") && (data3 !== null)){
-validate59.errors = [{instancePath:instancePath+"/diff",schemaPath:"#/properties/diff/type",keyword:"type",params:{type: schema107.properties.diff.type},message:"must be string,null"}];
+validate59.errors = [{instancePath:instancePath+"/diff",schemaPath:"#/properties/diff/type",keyword:"type",params:{type: schema108.properties.diff.type},message:"must be string,null"}];
 return false;
 }
 var valid0 = _errs6 === errors;
@@ -3409,7 +3423,7 @@ if(data.path !== undefined){
 let data4 = data.path;
 const _errs8 = errors;
 if((typeof data4 !== "string") && (data4 !== null)){
-validate59.errors = [{instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: schema107.properties.path.type},message:"must be string,null"}];
+validate59.errors = [{instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: schema108.properties.path.type},message:"must be string,null"}];
 return false;
 }
 var valid0 = _errs8 === errors;

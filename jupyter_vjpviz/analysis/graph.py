@@ -45,6 +45,7 @@ class Edge(NamedTuple):
   position: int = 0        # input position at dst
   value_error: str | None = None     # well-typed, wrong values: "rel 0.31" (vjpviz.gradcheck)
   flow: tuple | None = None          # vv.nans: its cotangent's (size, NaN, Inf, norm, max |value|)
+  argument: str | None = None        # the failing rule's input it feeds, as the diagnosis spells it
 
   @property
   def mismatch(self) -> bool:

@@ -11,7 +11,7 @@ import re
 
 from ..base import kinds
 from ..capture.records import Record
-from .graph import Graph
+from .graph import Edge, Graph, Node
 
 
 def locate(graph: Graph, rec: Record) -> str | None:
@@ -158,13 +158,31 @@ def mark_got(graph: Graph, node_id: str | None, rec: Record) -> Graph:
     marked = lambda e: e._replace(cotangent=rec.expected or e.cotangent, cotangent_got=rec.got)
     about = lambda e: getattr(e, end) == node.id
   elif rec.flat_index is not None and rec.site is not None:
-    position = len(node.in_avals) - len(rec.site.in_paths) + rec.flat_index
-    marked = lambda e: e._replace(cotangent_got=rec.got)
-    about = lambda e: e.dst == node.id and e.position == position
+    return _mark_rule_input(graph, node, rec)
   else:
     return graph
   edges = tuple(marked(e) if about(e) else e for e in graph.edges)
   return dataclasses.replace(graph, edges=edges)
+
+
+def _mark_rule_input(graph: Graph, node: Node, rec: Record) -> Graph:
+  """The graph with the edge into ``node`` of the rule input ``rec`` is about marked, and
+  named by the rule's argument (the loss's ``m`` feeds the rule's ``model``). An input
+  that is a constant of the program (an array the loss closes over) has no edge to mark:
+  it gets a box of its own, so the failure is drawn wherever it entered."""
+  site, i = rec.site, rec.flat_index
+  position = len(node.in_avals) - len(site.in_paths) + i
+  argument = site.in_names[i] if i < len(site.in_names) else None
+  marked = lambda e: e._replace(cotangent_got=rec.got, argument=argument)
+  edges = [marked(e) if e.dst == node.id and e.position == position else e for e in graph.edges]
+  if edges != list(graph.edges):
+    return dataclasses.replace(graph, edges=tuple(edges))
+  primal = site.in_avals[i].str_short() if i < len(site.in_avals) else ""
+  const = Node(id=f"k{node.id}.{position}", kind="static", label="constant",
+               parent=node.parent, out_avals=(primal,))
+  edge = Edge(src=const.id, dst=node.id, var="", primal=primal, cotangent=rec.expected or "",
+              cotangent_got=rec.got, position=position, argument=argument)
+  return dataclasses.replace(graph, nodes=(*graph.nodes, const), edges=(*graph.edges, edge))
 
 
 def distinct_inputs(graph: Graph, argument: str | None, function: str | None) -> Graph:

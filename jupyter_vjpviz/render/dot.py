@@ -177,7 +177,7 @@ def _edge_attrs(e: ViewEdge, labels: bool, failing: str | None = None) -> dict:
   got = (f"got {shown.cotangent_got}" if e.mismatch else
          f"CT value differs: {differs.value_error}" if differs else "")
   values = _flow_text((bad or flows)[0].flow, first) if flows else ""
-  attrs = dict(label=_text(text, got, values) if labels or flagged or bad else "",
+  attrs = dict(label=_text(shown.argument or "", text, got, values) if labels or flagged or bad else "",
                **{"class": "vjpviz-edge" + (" vjpviz-edge-mismatch" if flagged else "")
                   + (" vjpviz-edge-value" if differs else "")
                   + (" vjpviz-edge-nonfinite" if bad else "")

@@ -64,7 +64,8 @@ def leaf_values(leaf) -> str:
 def edge_text(e: Edge) -> str:
   mark = (f"  ✖ got {e.cotangent_got}" if e.mismatch else
           f"  ✖ CT value differs: {e.value_error}" if e.value_error else "")
-  return f"P {e.primal} / CT {e.cotangent}{mark}"
+  into = f"{e.argument}  " if e.argument else ""
+  return f"{into}P {e.primal} / CT {e.cotangent}{mark}"
 
 
 def _at(name: str | None, where: str | None) -> str | None:
