@@ -103,7 +103,7 @@ def build() -> list[Mutant]:
     _, ns = cell(base.code)
     subject = judge.Subject(base, ns, ns[base.name].fun)
     draws = judge.references(subject, seed=n)
-    verdict = judge.judge_rules(subject, subject.owner.fwd, subject.owner.bwd, draws)
+    verdict = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
     assert verdict.right, f"the correct {base.name} rule is not right: {verdict.detail}"
     for k, mutation in enumerate(base.mutations):
       filename, mns = cell(mutation.apply(base.code))
@@ -128,15 +128,15 @@ def loss_of(m: Mutant, deep: int = 0):
   ``deep`` > 0 puts a chain of ``3 * deep`` elementwise equations before the rule,
   so the program is as big as a real model's.
   """
-  owner, args = m.subject.owner, m.args
+  custom_vjp, args = m.subject.custom_vjp, m.args
   argnums = tuple(i for i, a in enumerate(args)
-                  if i not in owner.nondiff_argnums and _floating(a))
+                  if i not in custom_vjp.nondiff_argnums and _floating(a))
 
   def loss(*a):
     *a, weights = a
     if deep:
       a[argnums[0]] = _prefixed(a[argnums[0]], deep)
-    out = owner(*a)
+    out = custom_vjp(*a)
     return sum((o * w).sum() for o, w in zip(jax.tree_util.tree_leaves(out),
                                              jax.tree_util.tree_leaves(weights)))
   return loss, argnums
@@ -146,7 +146,7 @@ def failing_grad(m: Mutant, deep: int = 0):
   """A thunk running ``jax.grad`` of the loss (under shard_map if the rule needs it; jit if deep)."""
   loss, argnums = loss_of(m, deep)
   grad = jax.grad(loss, argnums)
-  nondiff = m.subject.owner.nondiff_argnums
+  nondiff = m.subject.custom_vjp.nondiff_argnums
   if m.base.specs is not None:
     in_specs, out_spec = judge.specs(m.base)
     run = jax.jit(jax.shard_map(lambda a, w: grad(*a, w), mesh=judge.mesh(),
@@ -162,7 +162,7 @@ def failing_grad(m: Mutant, deep: int = 0):
 def equations(m: Mutant, deep: int) -> int:
   """Top-level equations of the deep loss (the custom rule counts as one)."""
   loss, _ = loss_of(m, deep)
-  nondiff = m.subject.owner.nondiff_argnums
+  nondiff = m.subject.custom_vjp.nondiff_argnums
   return len(jax.make_jaxpr(loss, static_argnums=nondiff)(*m.args, m.weights).jaxpr.eqns)
 
 

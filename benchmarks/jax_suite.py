@@ -73,12 +73,12 @@ def prepare(mirror: str | None, directory: str | None, files: list[str]) -> str:
   return where
 
 
-def run(where: str, spec: list[str], hooked: bool, tag: str) -> tuple[dict, float, list[str]]:
+def run(where: str, pytest_args: list[str], hooked: bool, tag: str) -> tuple[dict, float, list[str]]:
   """(test id -> (outcome, message), wall seconds, vjpviz's own lines) of one pytest run."""
   xml = os.path.join(where, f"{tag}.xml")
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [HERE, *filter(None, [os.environ.get("PYTHONPATH")])]))
-  cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *spec,
+  cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args,
          f"--junitxml={xml}", "-o", "junit_logging=all", *(["-p", "jax_suite"] if hooked else [])]
   t0 = time.perf_counter()
   proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
@@ -112,24 +112,24 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--mirror", default=MIRROR)
   parser.add_argument("--dir", help="take the test files from here instead of the mirror")
-  parser.add_argument("--run", action="append", help="a pytest spec: a file and its options")
-  parser.add_argument("--rounds", type=int, default=1, help="plain/hooked pairs per spec")
+  parser.add_argument("--run", action="append", help="pytest's arguments: a file and its options")
+  parser.add_argument("--rounds", type=int, default=1, help="plain/hooked pairs per --run")
   args = parser.parse_args()
-  specs = [shlex.split(s) for s in (args.run or ["custom_api_test.py"])]
+  runs = [shlex.split(s) for s in (args.run or ["custom_api_test.py"])]
   if not args.dir and not os.path.isdir(args.mirror):
     print(f"no snapshot of jax-ml/jax at {args.mirror} (fetch it, or pass --dir)")
     return
-  where = prepare(args.mirror, args.dir, sorted({s[0] for s in specs}))
+  where = prepare(args.mirror, args.dir, sorted({s[0] for s in runs}))
   print(f"{'file (selection)':64s} {'tests':>6s} {'same':>6s} {'differ':>6s}  wall hooked/plain")
-  for spec in specs:
+  for pytest_args in runs:
     ratios, plain, hooked, ours = [], {}, {}, []
     for r in range(args.rounds):
-      plain, t_plain, _ = run(where, spec, False, f"plain{r}")
-      hooked, t_hooked, ours = run(where, spec, True, f"hooked{r}")
+      plain, t_plain, _ = run(where, pytest_args, False, f"plain{r}")
+      hooked, t_hooked, ours = run(where, pytest_args, True, f"hooked{r}")
       ratios.append(t_hooked / t_plain)
     outcome, message = compare(plain, hooked)
     tests = len(set(plain) | set(hooked))
-    print(f"{' '.join(spec)[:64]:64s} {tests:6d} {tests - len(outcome):6d} {len(outcome):6d}"
+    print(f"{' '.join(pytest_args)[:64]:64s} {tests:6d} {tests - len(outcome):6d} {len(outcome):6d}"
           f"  {statistics.median(ratios):.3f} (median of {len(ratios)}; last "
           f"{t_plain:.0f} s plain, {t_hooked:.0f} s hooked)")
     for test, a, b in outcome:

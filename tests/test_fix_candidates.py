@@ -21,21 +21,21 @@ from jupyter_vjpviz.fixes import candidates, suggest, verify
 
 
 def found(d):
-  rule = suggest.Rule.of(d, d.site.owner())
+  rule = suggest.Rule.of(d, d.site.custom_rule())
   assert rule is not None
   return candidates.for_rule(rule)
 
 
 def judged(d, code: str) -> oracle.Verdict:
   """The oracle's verdict on the rule(s) ``code`` defines, run on the site's draws."""
-  owner = d.site.owner()
-  ns = verify.namespace(owner)
+  custom_vjp = d.site.custom_rule()
+  ns = verify.namespace(custom_vjp)
   exec(compile(code, "<candidate>", "exec"), ns)
   defs = {n.name: ns[n.name] for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)}
-  fwd = defs.get(owner.fwd.__name__, owner.fwd)
-  bwd = defs.get(owner.bwd.__name__, next(iter(defs.values())))
-  return oracle.Oracle.of(d.site, owner.fun).verdict(fwd, bwd, owner.symbolic_zeros,
-                                                     owner.nondiff_argnums)
+  fwd = defs.get(custom_vjp.fwd.__name__, custom_vjp.fwd)
+  bwd = defs.get(custom_vjp.bwd.__name__, next(iter(defs.values())))
+  return oracle.Oracle.of(d.site, custom_vjp.fun).verdict(fwd, bwd, custom_vjp.symbolic_zeros,
+                                                     custom_vjp.nondiff_argnums)
 
 
 CASES = {
@@ -182,10 +182,10 @@ def test_candidates_are_bounded_and_distinct():
 
 def rebind(d, code: str) -> None:
   """The user's custom_vjp rebound to the bwd ``code`` defines (as Apply does in a cell)."""
-  owner = d.site.owner()
-  ns = owner.bwd.__globals__
+  custom_vjp = d.site.custom_rule()
+  ns = custom_vjp.bwd.__globals__
   exec(compile(code, "<fix>", "exec"), ns)
-  owner.defvjp(owner.fwd, ns[owner.bwd.__name__])
+  custom_vjp.defvjp(custom_vjp.fwd, ns[custom_vjp.bwd.__name__])
   jax.clear_caches()
 
 

@@ -29,8 +29,8 @@ def mutant(name: str, note: str) -> judge.Subject:
 
 def test_the_real_gradient_is_right_and_the_broken_rule_is_not():
   subject = mutant("linear", "bias gradient not summed over the batch")
-  owner = subject.owner
-  assert not judge.judge_rules(subject, owner.fwd, owner.bwd).typed
+  custom_vjp = subject.custom_vjp
+  assert not judge.judge_rules(subject, custom_vjp.fwd, custom_vjp.bwd).typed
   fixed = judge.judge_fix(subject, """
 def linear_bwd(res, g):
   w, x = res
@@ -75,8 +75,8 @@ def softplus_bwd(x, g):
 
 def test_a_sharded_rule_is_judged_under_shard_map():
   subject = mutant("shard_scale", "the replicated weight's cotangent never psummed")
-  owner = subject.owner
-  assert not judge.judge_rules(subject, owner.fwd, owner.bwd).typed   # varying where invariant
+  custom_vjp = subject.custom_vjp
+  assert not judge.judge_rules(subject, custom_vjp.fwd, custom_vjp.bwd).typed   # varying where invariant
   pmean = judge.judge_fix(subject, """
 def shard_scale_bwd(res, g):
   x, w = res
@@ -96,7 +96,7 @@ def test_correct_rules_are_right(name):
   base = BASES[name]
   _, ns = cell(base.code, "harness")
   subject = judge.Subject(base, ns, ns[name].fun)
-  assert judge.judge_rules(subject, subject.owner.fwd, subject.owner.bwd).right
+  assert judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd).right
 
 
 def test_every_mutation_edits_its_rule_once_and_every_kind_is_covered():

@@ -159,7 +159,7 @@ ZEROED = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  ret
 
 
 def _judge(d):
-  rule = suggest.Rule.of(d, suggest.wrappers.user_rules(d.site.owner()))
+  rule = suggest.Rule.of(d, suggest.wrappers.user_rules(d.site.custom_rule()))
   return rank.Judge.of(rule)
 
 

@@ -311,7 +311,7 @@ def test_a_diagnosis_keeps_no_array_of_a_primitive_that_holds_arrays(hook):
         lambda x, y: Shifted(jax.typeof(x), jax.typeof(y), table)(x, y).sum(), argnums=(0, 1))(X, Y))
   del table
   gc.collect()
-  assert len(vv.diagnoses()) == 3 and not retain.holds_arrays(vv.last().site.owner())  # a stand-in
+  assert len(vv.diagnoses()) == 3 and not retain.holds_arrays(vv.last().site.custom_rule())  # a stand-in
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
 

@@ -84,7 +84,7 @@ def test_a_diagnosis_keeps_no_array_of_a_per_call_rule_that_closes_over_arrays(h
   del data, bwd, loss
   gc.collect()
   assert len(vv.diagnoses()) == 12
-  assert not retain.holds_arrays(vv.last().site.owner())    # a stand-in, if anything
+  assert not retain.holds_arrays(vv.last().site.custom_rule())    # a stand-in, if anything
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
 
@@ -253,7 +253,7 @@ def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_
   baseline = {id(a) for a in jax.live_arrays()}
   d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
   assert [a.shape for a in jax.live_arrays() if id(a) not in baseline] == []
-  assert isinstance(d.site.owner, Strong) and not retain.holds_arrays(d.site.owner())
+  assert isinstance(d.site.custom_rule, Strong) and not retain.holds_arrays(d.site.custom_rule())
   assert d.fixes and d.fixes[0].verdict == "verified", [(f.title, f.verdict) for f in d.fixes]
   assert vv.verify_fix(d, GOOD_DENSE_BWD) == []
   (wrong,) = vv.verify_fix(d, GOOD_DENSE_BWD.replace("input_t)", "input_t.T)"))

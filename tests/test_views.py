@@ -100,7 +100,7 @@ def test_default_view_opens_the_way_to_a_nested_failure(nested):
   other = next(n for n in nested.graph.nodes if n.label == "jit" and n.id != top)
   inside = [n.id for n in nested.graph.nodes if n.parent == other.id]
   assert inside and not set(inside) & set(v.nodes)
-  assert all(v.owners[i] == other.id for i in inside)
+  assert all(v.box_of[i] == other.id for i in inside)
   opened = views.expand(v, other.id)
   assert set(inside) <= set(opened.nodes) and nested.node in opened.nodes
 
@@ -108,7 +108,7 @@ def test_default_view_opens_the_way_to_a_nested_failure(nested):
 def test_collapse_folds_the_failing_sub_jaxpr_into_its_equation(nested):
   top = _top(nested.graph, nested.node)
   v = views.collapse(views.default_view(nested.graph, nested.node), top)
-  assert nested.node not in v.nodes and v.owners[nested.node] == top and top in v.nodes
+  assert nested.node not in v.nodes and v.box_of[nested.node] == top and top in v.nodes
   drawn = set(v.nodes) | {c.id for c in v.clusters}
   assert all(e.src in drawn and e.dst in drawn and e.src != e.dst for e in v.edges)
   assert nested.node in views.expand(v, top).nodes
@@ -191,7 +191,7 @@ def test_groups_and_scopes_expand_and_collapse(deep):
   assert views.collapse(layer3, "scope:layer3") == layers
   zone = views.collapse(v, "scope:layer30")
   held = zone.cluster("scope:layer30")
-  assert held.failing and deep.node not in zone.nodes and zone.owners[deep.node] == held.id
+  assert held.failing and deep.node not in zone.nodes and zone.box_of[deep.node] == held.id
 
 
 def test_search_and_reveal(deep):

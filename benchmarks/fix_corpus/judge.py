@@ -40,7 +40,7 @@ class Subject:
   reference: Any                # the correct primal function (undecorated)
 
   @property
-  def owner(self):
+  def custom_vjp(self):
     return self.ns[self.base.name]
 
 
@@ -86,16 +86,16 @@ def compile_fix(subject: Subject, code: str, role: str):
   A def named like a rule replaces it (or ending in ``_fwd``/``_bwd`` when the
   rule is a lambda); a lone def of another name replaces ``role``.
   """
-  owner = subject.owner
+  custom_vjp = subject.custom_vjp
   code = textwrap.dedent(code)
   filename = f"<fix-quality-{next(_serial)}>"
   linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
   space = dict(subject.ns)
-  space.update(_closure(owner))
+  space.update(_closure(custom_vjp))
   exec(compile(code, filename, "exec"), space)  # noqa: S102 - our own corpus's fixes
   defs = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
-  named = {_name(owner.fwd): "fwd", _name(owner.bwd): "bwd"}
-  rules = {"fwd": owner.fwd, "bwd": owner.bwd}
+  named = {_name(custom_vjp.fwd): "fwd", _name(custom_vjp.bwd): "bwd"}
+  rules = {"fwd": custom_vjp.fwd, "bwd": custom_vjp.bwd}
   for name in defs:
     which = (named.get(name) or next((r for r in ("fwd", "bwd") if name.endswith("_" + r)), None)
              if len(defs) > 1 else named.get(name, role))
@@ -106,9 +106,9 @@ def compile_fix(subject: Subject, code: str, role: str):
 
 def judge_rules(subject: Subject, fwd, bwd, draws: list[Draw] | None = None) -> Verdict:
   """Rebuild the custom_vjp with ``fwd``/``bwd`` and compare it with the reference."""
-  owner = subject.owner
-  fixed = jax.custom_vjp(owner.fun, nondiff_argnums=owner.nondiff_argnums)
-  fixed.defvjp(fwd, bwd, symbolic_zeros=owner.symbolic_zeros)
+  custom_vjp = subject.custom_vjp
+  fixed = jax.custom_vjp(custom_vjp.fun, nondiff_argnums=custom_vjp.nondiff_argnums)
+  fixed.defvjp(fwd, bwd, symbolic_zeros=custom_vjp.symbolic_zeros)
   zeros = False
   for i, draw in enumerate(draws if draws is not None else references(subject)):
     try:
@@ -124,8 +124,8 @@ def judge_rules(subject: Subject, fwd, bwd, draws: list[Draw] | None = None) -> 
 
 def vjp_at(fn, subject: Subject, args: tuple, ct):
   """(output, cotangents of the differentiable arguments) of ``fn`` at ``args``, ``ct``."""
-  owner = subject.owner
-  diff = [i for i in range(len(args)) if i not in owner.nondiff_argnums]
+  custom_vjp = subject.custom_vjp
+  diff = [i for i in range(len(args)) if i not in custom_vjp.nondiff_argnums]
 
   def run(diff_args, ct):
     def f(*d):
@@ -154,7 +154,7 @@ def cotangent(subject: Subject, args: tuple, rng):
 def output_types(subject: Subject, args: tuple):
   """The primal output's global ShapeDtypeStructs (under shard_map when the rule needs it)."""
   if subject.base.specs is None:
-    nondiff = subject.owner.nondiff_argnums
+    nondiff = subject.custom_vjp.nondiff_argnums
     static = {i: a for i, a in enumerate(args) if i in nondiff}
     rest = [a for i, a in enumerate(args) if i not in nondiff]
 
@@ -205,9 +205,9 @@ def specs(base: Base):
   return tuple(spec(s) for s in in_specs), spec(out_spec)
 
 
-def _closure(owner) -> dict:
+def _closure(custom_vjp) -> dict:
   found = {}
-  for rule in (owner.fwd, owner.bwd):
+  for rule in (custom_vjp.fwd, custom_vjp.bwd):
     try:
       found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)
     except TypeError:

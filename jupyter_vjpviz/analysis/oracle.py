@@ -197,14 +197,14 @@ class _TypeMismatch(Exception):
 # ---------------------------------------------------------------- building
 
 def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracle:
-  specs = _all_specs(site)
-  bounds = _index_bounds(fun, specs)
+  abstract_args = _abstract_args(site)
+  bounds = _index_bounds(fun, abstract_args)
   key = np.random.default_rng(seed)
   draws, judge, reason, pull = [], "autodiff", "", None
   for k in range(n_draws):
-    args = _draw_args(site, specs, key, positive=k % 2 == 1, bounds=bounds)
+    args = _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds)
     out = _shapes(fun, args)
-    ct = jax.tree_util.tree_map(lambda s: _draw_like(_ct_spec(s), key), out)
+    ct = jax.tree_util.tree_map(lambda s: _draw_like(_ct_struct(s), key), out)
     try:
       pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
       reference = tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct))))
@@ -213,14 +213,14 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracl
                                              f"({type(e).__name__}); judged by finite differences")
       reference = None
     draws.append(_Draw(tuple(args), ct, reference))
-  unjudged, flat_reason = _flat_leaves(site, fun, specs, draws) if judge == "autodiff" \
+  unjudged, flat_reason = _flat_leaves(site, fun, abstract_args, draws) if judge == "autodiff" \
       else (frozenset(), "")
   if flat_reason:
     reason = flat_reason
   return cls(site, fun, tuple(draws), judge, reason, unjudged)
 
 
-def _all_specs(site: RuleSite) -> list:
+def _abstract_args(site: RuleSite) -> list:
   """Every argument of the call as ShapeDtypeStructs (arrays) or its value (the rest)."""
   diff = jax.tree_util.tree_unflatten(
       site.in_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in site.in_avals])
@@ -229,9 +229,9 @@ def _all_specs(site: RuleSite) -> list:
   return [static[i] if i in static else next(rest) for i in range(len(diff) + len(static))]
 
 
-def _draw_args(site, specs, rng, positive: bool, bounds: dict) -> list:
+def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict) -> list:
   """Random values of every argument: nondiff arrays too, callables resolved."""
-  flat, tree = jax.tree_util.tree_flatten(specs, is_leaf=lambda x: isinstance(x, Weak))
+  flat, tree = jax.tree_util.tree_flatten(abstract_args, is_leaf=lambda x: isinstance(x, Weak))
   drawn = []
   for j, leaf in enumerate(flat):
     if isinstance(leaf, Weak):
@@ -246,22 +246,22 @@ def _draw_args(site, specs, rng, positive: bool, bounds: dict) -> list:
   return jax.tree_util.tree_unflatten(tree, drawn)
 
 
-def _ct_spec(out):
+def _ct_struct(out):
   """The cotangent type of a primal output: float0 for integer and boolean outputs."""
   return jax.ShapeDtypeStruct(out.shape, core.primal_dtype_to_tangent_dtype(out.dtype))
 
 
-def _draw_like(spec, rng, positive: bool = False, bound: int | None = None):
-  dtype = np.dtype(spec.dtype)
+def _draw_like(struct, rng, positive: bool = False, bound: int | None = None):
+  dtype = np.dtype(struct.dtype)
   if dtype == jax.dtypes.float0:
-    return np.zeros(spec.shape, jax.dtypes.float0)
+    return np.zeros(struct.shape, jax.dtypes.float0)
   if jnp.issubdtype(dtype, jnp.bool_):
-    return jnp.asarray(rng.random(spec.shape) < 0.5)
+    return jnp.asarray(rng.random(struct.shape) < 0.5)
   if jnp.issubdtype(dtype, jnp.integer):
-    return jnp.asarray(rng.integers(0, max(bound or 2, 1), spec.shape), dtype)
-  values = rng.uniform(0.25, 2.0, spec.shape) if positive else rng.standard_normal(spec.shape)
+    return jnp.asarray(rng.integers(0, max(bound or 2, 1), struct.shape), dtype)
+  values = rng.uniform(0.25, 2.0, struct.shape) if positive else rng.standard_normal(struct.shape)
   if jnp.issubdtype(dtype, jnp.complexfloating):
-    values = values + 1j * rng.standard_normal(spec.shape)
+    values = values + 1j * rng.standard_normal(struct.shape)
   return jnp.asarray(values, dtype)
 
 
@@ -468,19 +468,19 @@ def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
 
 # ------------------------------------------------ what the primal tells us
 
-def _index_bounds(fun, specs) -> dict[int, int]:
+def _index_bounds(fun, abstract_args) -> dict[int, int]:
   """For integer argument leaves: the size of what the primal indexes or compares them with.
 
   Labels and indices must be drawn in range, or both the rule and autodiff see
   out-of-bounds gathers (clamped or dropped) and agree on nothing useful.
   """
-  flat, tree = jax.tree_util.tree_flatten(specs, is_leaf=lambda x: isinstance(x, Weak))
+  flat, tree = jax.tree_util.tree_flatten(abstract_args, is_leaf=lambda x: isinstance(x, Weak))
   ints = [j for j, l in enumerate(flat) if isinstance(l, jax.ShapeDtypeStruct)
           and jnp.issubdtype(l.dtype, jnp.integer)]
   if not ints:
     return {}
   try:
-    closed = jax.make_jaxpr(lambda *a: fun(*a))(*specs)
+    closed = jax.make_jaxpr(lambda *a: fun(*a))(*abstract_args)
   except Exception:  # noqa: BLE001 - without a jaxpr, draws fall back to {0, 1}
     return {}
   arrays = [j for j, l in enumerate(flat) if isinstance(l, jax.ShapeDtypeStruct)]
@@ -521,7 +521,7 @@ def _bound(jaxpr, var) -> int | None:
   return best
 
 
-def _flat_leaves(site, fun, specs, draws) -> tuple[frozenset, str]:
+def _flat_leaves(site, fun, abstract_args, draws) -> tuple[frozenset, str]:
   """Input leaves whose reference is zero because the primal is flat (round, sign, ...)."""
   zero = {i for i in range(len(site.in_paths))
           if all(d.reference is not None and (d.reference[i] is None or not np.any(d.reference[i]))
@@ -529,7 +529,7 @@ def _flat_leaves(site, fun, specs, draws) -> tuple[frozenset, str]:
   if not zero:
     return frozenset(), ""
   try:
-    closed = jax.make_jaxpr(lambda *a: fun(*a))(*specs)
+    closed = jax.make_jaxpr(lambda *a: fun(*a))(*abstract_args)
   except Exception:  # noqa: BLE001
     return frozenset(), ""
   flat = sorted(_primitives(closed.jaxpr) & _FLAT)

@@ -51,12 +51,12 @@ class InstrumentedFwd(InstrumentedRule):
   strong reference back would keep it (and every JAX cache keyed on its functions, with
   their constants) alive forever."""
 
-  def __init__(self, rule, owner):
+  def __init__(self, rule, custom_vjp):
     super().__init__(rule)
-    self._owner = weakref.ref(owner)
+    self._custom_vjp = weakref.ref(custom_vjp)
 
   def __call__(self, *args):
-    cvjp = self._owner()
+    cvjp = self._custom_vjp()
     if cvjp is None:  # a JAX cache outlived the user's object: be the plain rule
       return self.__wrapped__(*args)
     watch = safety.safely(_user_fwd_to_watch, cvjp, args)
@@ -72,7 +72,7 @@ class InstrumentedFwd(InstrumentedRule):
 
 
 class InstrumentedBwd(InstrumentedRule):
-  """Needs no owner: its check reads only the site in the residuals, so it runs even
+  """Needs no custom_vjp: its check reads only the site in the residuals, so it runs even
   when the custom_vjp was made for one call and is gone by the backward pass."""
 
   def __init__(self, rule, with_logs: bool):
@@ -274,7 +274,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       perturbed=(tuple(bool(x.perturbed) for _, x in leaves)
                  if any(_is_primal_box(x) for _, x in leaves) else None),
       nondiff=tuple((i, _kept(args[i])) for i in cvjp.nondiff_argnums),
-      owner=weakref.ref(cvjp))
+      custom_rule=weakref.ref(cvjp))
 
 
 _names_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -407,9 +407,9 @@ def _primal_out(cvjp, key):
   per_fun = _primal_out_avals.setdefault(cvjp.fun, {})
   if key not in per_fun:
     treedef, avals = key
-    specs = [spec(a) if isinstance(a, core.AbstractValue) else a for a in avals]
+    structs = [shape_struct(a) if isinstance(a, core.AbstractValue) else a for a in avals]
     try:
-      shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, specs))
+      shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, structs))
       per_fun[key] = jax.tree_util.tree_map(
           lambda s: core.ShapedArray(s.shape, s.dtype, weak_type=s.weak_type), shapes)
     except Exception:
@@ -635,7 +635,7 @@ def _kept(x):
 def _without_arrays(x):
   """A leaf a site may keep: arrays as ShapeDtypeStructs, callables weakly, the rest as is."""
   if isinstance(x, (jax.Array, np.ndarray)):
-    return spec(core.typeof(x))
+    return shape_struct(core.typeof(x))
   if callable(x) and not isinstance(x, type):
     try:
       return records.Weak(weakref.ref(x))
@@ -644,7 +644,7 @@ def _without_arrays(x):
   return x
 
 
-def spec(aval):
+def shape_struct(aval):
   """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with."""
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 

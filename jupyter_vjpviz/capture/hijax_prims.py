@@ -121,7 +121,7 @@ def site_of(prim) -> RuleSite:
       in_names=tuple(names.argument_name(params, p[0].idx, jax.tree_util.keystr(p[1:]))
                      for p, _ in leaves),
       in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True,
-      method=(weakref.ref(cls), static["method"]), owner=_weakly(prim))
+      method=(weakref.ref(cls), static["method"]), custom_rule=_weakly(prim))
 
 
 def _weakly(prim):

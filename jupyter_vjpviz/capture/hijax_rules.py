@@ -22,8 +22,8 @@ except ImportError:   # a JAX without hijax primitives
   HiPrim = None
 
 
-def is_primitive(owner) -> bool:
-  return HiPrim is not None and isinstance(owner, HiPrim)
+def is_primitive(custom_rule) -> bool:
+  return HiPrim is not None and isinstance(custom_rule, HiPrim)
 
 
 def rule_method(cls) -> str:

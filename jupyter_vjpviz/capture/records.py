@@ -45,10 +45,11 @@ class RuleSite:
   nondiff: tuple[tuple[int, Any], ...] = dataclasses.field(default=(), compare=False)
   """(argnum, value) of each nondiff argument, so a fix can re-run the call: the value
   itself for Python data (scalars, strings, callables), a ShapeDtypeStruct for arrays."""
-  owner: Any = dataclasses.field(default=None, compare=False, repr=False)
-  """The user's custom_vjp object, so fixes can be verified against it: a weakref
-  (the site travels in JAX's residual trees and caches), or in a record's copy a
-  ``Strong`` one (``retain.retained``: kept as long as the diagnosis, if it holds no arrays)."""
+  custom_rule: Any = dataclasses.field(default=None, compare=False, repr=False)
+  """The jax.custom_vjp object (or hijax primitive) whose rules ran, so fixes can be
+  verified against it: a weakref (the site travels in JAX's residual trees and caches),
+  or in a record's copy a ``Strong`` one (``retain.retained``: kept as long as the
+  diagnosis, if it holds no arrays)."""
   method: Any = dataclasses.field(default=None, compare=False, repr=False)
   """For a hijax primitive: (weakref to its class, the rule's attribute name), so fixes
   can read the rule (``getattr``) and rebind it (``setattr``)."""
@@ -74,7 +75,7 @@ class Weak:
 
 
 class Strong:
-  """A strong reference that reads like a weakref (``site.owner()``)."""
+  """A strong reference that reads like a weakref (``site.custom_rule()``)."""
   __slots__ = ("obj",)
 
   def __init__(self, obj):

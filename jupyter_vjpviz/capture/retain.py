@@ -33,22 +33,22 @@ _standins: weakref.WeakSet = weakref.WeakSet()
 def retained(rec: Record) -> Record:
   """``rec`` whose site holds its custom_vjp strongly, or a stand-in of it (see module)."""
   site = rec.site
-  if site is None or site.owner is None or isinstance(site.owner, Strong):
+  if site is None or site.custom_rule is None or isinstance(site.custom_rule, Strong):
     return rec
-  owner = site.owner()
-  if owner is None:
+  custom_rule = site.custom_rule()
+  if custom_rule is None:
     return rec
-  if holds_arrays(owner):
-    owner = standin(owner)
-    if owner is None:
+  if holds_arrays(custom_rule):
+    custom_rule = standin(custom_rule)
+    if custom_rule is None:
       return rec
-  return dataclasses.replace(rec, site=dataclasses.replace(site, owner=Strong(owner)))
+  return dataclasses.replace(rec, site=dataclasses.replace(site, custom_rule=Strong(custom_rule)))
 
 
-def is_standin(owner) -> bool:
-  """Whether ``owner`` is a stand-in: fixes can be checked on it, never applied to it."""
+def is_standin(custom_rule) -> bool:
+  """Whether ``custom_rule`` is a stand-in: fixes can be checked on it, never applied to it."""
   try:
-    return owner in _standins
+    return custom_rule in _standins
   except TypeError:
     return False
 

@@ -53,14 +53,14 @@ def behind(fun, avoid=None) -> tuple[Any, Path | None]:
   return fun, None
 
 
-def user_fwd(owner) -> tuple[Any, Path | None]:
+def user_fwd(custom_vjp) -> tuple[Any, Path | None]:
   """The user's fwd behind a custom_vjp's: another user function than the primal where
   there is one. A library may run both from one function (flax linen's fwd and primal
   are one closure over the user's ``fn`` and ``forward_fn``); only where the user wrote
   one function for both (``jax.custom_gradient``) is it both."""
-  primal, path = behind(owner.fun)
-  other = behind(owner.fwd, avoid=primal) if path else (None, None)
-  return other if other[1] is not None else behind(owner.fwd)
+  primal, path = behind(custom_vjp.fun)
+  other = behind(custom_vjp.fwd, avoid=primal) if path else (None, None)
+  return other if other[1] is not None else behind(custom_vjp.fwd)
 
 
 def _called(fn):
@@ -155,16 +155,16 @@ class UserRules:
   Reads like the custom_vjp itself (``symbolic_zeros``, ``with_accums``, ... come
   from the object JAX runs), so fix code written for ``jax.custom_vjp`` works on it.
   """
-  owner: Any                      # the jax.custom_vjp JAX runs
+  custom_vjp: Any                 # the jax.custom_vjp JAX runs
   fun: Callable
   fwd: Callable
   bwd: Callable
-  paths: dict                     # role -> Path from the owner's function to the user's
+  paths: dict                     # role -> Path from the custom_vjp's function to the user's
 
   primal_method = None            # a rule reaches the primal as the custom_vjp's ``.fun``
 
   def __getattr__(self, name):
-    return getattr(self.owner, name)
+    return getattr(self.custom_vjp, name)
 
   @property
   def seen_through(self) -> bool:
@@ -174,7 +174,7 @@ class UserRules:
   def primal(self) -> Callable:
     """The primal at the site's arguments: the custom_vjp's own function (a library's
     takes the arguments the site records, the user's behind it may not)."""
-    return self.owner.fun
+    return self.custom_vjp.fun
 
   @staticmethod
   def bound(role: str) -> int:
@@ -184,7 +184,7 @@ class UserRules:
   @property
   def nondiff_argnums(self) -> tuple:
     """Arguments before the residuals in the user's bwd: a library passes its own, not these."""
-    return () if self.paths.get("bwd") else self.owner.nondiff_argnums
+    return () if self.paths.get("bwd") else self.custom_vjp.nondiff_argnums
 
   def placed(self, fwd: Callable, bwd: Callable) -> tuple[Callable, Callable]:
     """The functions JAX must run to run the user's ``fwd`` and ``bwd`` (copies of the
@@ -193,26 +193,26 @@ class UserRules:
 
   def _place(self, role: str, new: Callable) -> Callable:
     if new is getattr(self, role):
-      return getattr(self.owner, role)
+      return getattr(self.custom_vjp, role)
     path = self.paths.get(role)
-    return replaced(getattr(self.owner, role), path, new) if path else new
+    return replaced(getattr(self.custom_vjp, role), path, new) if path else new
 
   def with_rules(self, fwd: Callable, bwd: Callable):
     """A shallow copy of the custom_vjp running ``fwd``/``bwd``: the user's is untouched."""
-    clone = object.__new__(type(self.owner))
-    clone.__dict__.update(self.owner.__dict__)
+    clone = object.__new__(type(self.custom_vjp))
+    clone.__dict__.update(self.custom_vjp.__dict__)
     clone.fwd, clone.bwd = self.placed(fwd, bwd)
     return clone
 
   def defvjp(self, fwd: Callable, bwd: Callable, **flags) -> None:
     """Rebind the rules: where the library reads them, or JAX's ``defvjp``."""
-    self._redefine(fwd, bwd, lambda f, b: self.owner.defvjp(f, b, **flags))
+    self._redefine(fwd, bwd, lambda f, b: self.custom_vjp.defvjp(f, b, **flags))
 
   def defvjp_with_accums(self, fwd: Callable, bwd: Callable, **flags) -> None:
-    self._redefine(fwd, bwd, lambda f, b: self.owner.defvjp_with_accums(f, b, **flags))
+    self._redefine(fwd, bwd, lambda f, b: self.custom_vjp.defvjp_with_accums(f, b, **flags))
 
   def _redefine(self, fwd, bwd, define) -> None:
-    if retain.is_standin(self.owner):
+    if retain.is_standin(self.custom_vjp):
       raise ValueError("this rule was made for the failing call only (its custom_vjp is gone): "
                        "put the fix in your source and re-run it")
     if not self.seen_through:
@@ -223,14 +223,14 @@ class UserRules:
         if not self.paths.get(role):
           raise ValueError(f"no user {role} rule was found behind the library's; "
                            "apply the fix in your source and re-run it")
-        rebind(getattr(self.owner, role), self.paths[role], new)
+        rebind(getattr(self.custom_vjp, role), self.paths[role], new)
 
 
-def user_rules(owner) -> UserRules | hijax_rules.HijaxRules:
-  """The user's side of ``owner`` (a custom_vjp, or a hijax primitive's application):
+def user_rules(custom_rule) -> UserRules | hijax_rules.HijaxRules:
+  """The user's side of ``custom_rule`` (a custom_vjp, or a hijax primitive's application):
   what fixes read, verify runs and apply rebinds."""
-  if hijax_rules.is_primitive(owner):
-    return hijax_rules.HijaxRules(owner)
-  found = {"fun": behind(owner.fun), "fwd": user_fwd(owner), "bwd": behind(owner.bwd)}
-  return UserRules(owner=owner, **{role: fn for role, (fn, _) in found.items()},
+  if hijax_rules.is_primitive(custom_rule):
+    return hijax_rules.HijaxRules(custom_rule)
+  found = {"fun": behind(custom_rule.fun), "fwd": user_fwd(custom_rule), "bwd": behind(custom_rule.bwd)}
+  return UserRules(custom_vjp=custom_rule, **{role: fn for role, (fn, _) in found.items()},
                    paths={role: path or () for role, (_, path) in found.items()})

@@ -191,9 +191,10 @@ def _rule_source(d) -> dict:
 
 def _live_rule_source(d) -> dict | None:
   kind = kinds.of(d.kind)
-  owner = d.site.owner() if d.site is not None and d.site.owner is not None else None
-  rule = suggest.Rule.of(d, wrappers.user_rules(owner)) if owner is not None and kind.role else None
-  fn = inspect.unwrap(getattr(rule.owner, kind.role)) if rule else None
+  custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  rule = (suggest.Rule.of(d, wrappers.user_rules(custom_rule))
+          if custom_rule is not None and kind.role else None)
+  fn = inspect.unwrap(getattr(rule.user_rules, kind.role)) if rule else None
   if fn is None or fn.__name__ == "<lambda>":   # a lambda's def is made up: no lines of its own
     return None
   lines, start = inspect.getsourcelines(fn)

@@ -18,7 +18,7 @@ from . import runtime, value_check, values
 from ..analysis.assemble import key
 from ..capture import capabilities, jax_flags, names, records
 from ..capture.check_sites import observe_applications
-from .type_check import check, spec
+from .type_check import as_shape_struct, check
 from .value_check import floating
 from . import comm
 from .display import show
@@ -59,25 +59,25 @@ def export(d, path: str, fmt: str | None = None) -> str:
 
 @contextlib.contextmanager
 def applications():
-  """Every custom_vjp applied meanwhile, as (object, argument specs): types only, no arrays."""
+  """Every custom_vjp applied meanwhile, as (object, abstract arguments): types only, no arrays."""
   seen: dict = {}
 
   def observe(cvjp, args, kwargs):
-    specs = jax.tree_util.tree_map(spec, (args, kwargs))
-    seen.setdefault((id(cvjp), _type_key(specs)), (cvjp, specs))
+    abstract_args = jax.tree_util.tree_map(as_shape_struct, (args, kwargs))
+    seen.setdefault((id(cvjp), _type_key(abstract_args)), (cvjp, abstract_args))
   with observe_applications(observe):
     yield seen
 
 
-def _type_key(specs):
-  leaves, tree = jax.tree_util.tree_flatten(specs)
+def _type_key(abstract_args):
+  leaves, tree = jax.tree_util.tree_flatten(abstract_args)
   return tree, tuple((l.shape, str(l.dtype)) if isinstance(l, jax.ShapeDtypeStruct) else id(l)
                      for l in leaves)
 
 
-def check_application(cvjp, specs) -> list:
+def check_application(cvjp, abstract_args) -> list:
   """vjpviz.check on one custom_vjp application, w.r.t. its float array arguments."""
-  args, kwargs = specs
+  args, kwargs = abstract_args
   nums = tuple(i for i, a in enumerate(args) if i not in cvjp.nondiff_argnums and floating(a))
   if not nums:
     return []
@@ -222,8 +222,8 @@ class VjpvizMagics(Magics):
             value_check.applications() if args.values else contextlib.nullcontext({}) as sites,
             value_check.gradients() if args.nans else contextlib.nullcontext() as grads):
         self.shell.run_cell(cell)
-      for cvjp, specs in applied.values():
-        found.extend(check_application(cvjp, specs))
+      for cvjp, abstract_args in applied.values():
+        found.extend(check_application(cvjp, abstract_args))
     finally:
       if not was_installed:
         runtime.uninstall()

@@ -23,24 +23,24 @@ _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def check(fun, *args, argnums=0, **kwargs) -> list[Diagnosis]:
-  specs = jax.tree_util.tree_map(spec, args)
+  abstract_args = jax.tree_util.tree_map(as_shape_struct, args)
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-  cache_key = _cache_key(nums, specs, kwargs)
+  cache_key = _cache_key(nums, abstract_args, kwargs)
   per_fun = _cached(fun)
   if per_fun is not None and cache_key is not None and cache_key in per_fun:
     return list(per_fun[cache_key])
-  found = run(fun, specs, nums, kwargs)
+  found = run(fun, abstract_args, nums, kwargs)
   if per_fun is not None and cache_key is not None:
     per_fun[cache_key] = tuple(found)
   return found
 
 
-def run(fun, specs, nums, kwargs) -> list[Diagnosis]:
+def run(fun, abstract_args, nums, kwargs) -> list[Diagnosis]:
   """Differentiate ``fun`` w.r.t. ``nums`` abstractly with the hook on; what it found."""
-  traced = [i for i, a in enumerate(specs) if _all_specs(a)]
+  traced = [i for i, a in enumerate(abstract_args) if _all_structs(a)]
 
   def probe(*traced_args):
-    full = list(specs)
+    full = list(abstract_args)
     for i, a in zip(traced, traced_args):
       full[i] = a
     return pull_ones(fun, full, nums, **kwargs)
@@ -50,7 +50,7 @@ def run(fun, specs, nums, kwargs) -> list[Diagnosis]:
   try:
     with runtime.collecting() as found:
       try:
-        jax.eval_shape(probe, *[specs[i] for i in traced])
+        jax.eval_shape(probe, *[abstract_args[i] for i in traced])
       except Exception:
         if not found:
           raise  # the user's own error, not a VJP type problem
@@ -60,7 +60,7 @@ def run(fun, specs, nums, kwargs) -> list[Diagnosis]:
   return found
 
 
-def _all_specs(tree) -> bool:
+def _all_structs(tree) -> bool:
   return all(isinstance(l, jax.ShapeDtypeStruct) for l in jax.tree_util.tree_leaves(tree))
 
 
@@ -84,19 +84,19 @@ def clear_cache() -> None:
   _cache.clear()
 
 
-def spec(x):
+def as_shape_struct(x):
   """``x`` as a ShapeDtypeStruct if it is an array; anything else as it is."""
   if isinstance(x, jax.ShapeDtypeStruct):
     return x
   try:
-    return custom_rules.spec(core.typeof(x))
+    return custom_rules.shape_struct(core.typeof(x))
   except TypeError:
     return x
 
 
-def _cache_key(nums, specs, kwargs):
+def _cache_key(nums, abstract_args, kwargs):
   try:
-    leaves, tree = jax.tree_util.tree_flatten((specs, kwargs))
+    leaves, tree = jax.tree_util.tree_flatten((abstract_args, kwargs))
     k = (nums, tree, tuple((l.shape, l.dtype, l.weak_type) if isinstance(l, jax.ShapeDtypeStruct)
                            else l for l in leaves))
     hash(k)

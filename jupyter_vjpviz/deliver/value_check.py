@@ -105,12 +105,12 @@ def gradcheck(fun, *args, argnums=None, seed: int = 0, **kwargs) -> GradCheck:
   types. ``argnums`` (default: every argument of floating arrays) says what is
   differentiated.
   """
-  specs = jax.tree_util.tree_map(type_check.spec, args)
-  nums = _floating_args(specs) if argnums is None else (
+  abstract_args = jax.tree_util.tree_map(type_check.as_shape_struct, args)
+  nums = _floating_args(abstract_args) if argnums is None else (
       (argnums,) if isinstance(argnums, int) else tuple(argnums))
   jax.clear_caches()
   with applications() as applied:
-    type_check.run(fun, specs, nums, kwargs)
+    type_check.run(fun, abstract_args, nums, kwargs)
   return judge(applied, seed)
 
 
@@ -121,11 +121,11 @@ def applications():
   seen: dict = {}
 
   def observe(site, args):
-    owner = site.owner() if site.owner is not None else None
-    found = (id(owner), site.in_tree, site.in_avals, site.perturbed)
-    if owner is not None and found not in seen:
+    cvjp = site.custom_rule() if site.custom_rule is not None else None
+    found = (id(cvjp), site.in_tree, site.in_avals, site.perturbed)
+    if cvjp is not None and found not in seen:
       session = records.current_session()
-      seen[found] = (site, session.origin if session else None, owner)
+      seen[found] = (site, session.origin if session else None, cvjp)
   with custom_rules.observe_sites(observe):
     yield seen
 
@@ -134,25 +134,25 @@ def judge(applied: dict, seed: int = 0) -> GradCheck:
   """The oracle's verdict on each application ``applications`` collected; one warning
   per rule (its first wrong application), however many types it was applied at."""
   checks, by_origin, warned = [], collections.defaultdict(list), set()
-  for site, origin, owner in applied.values():
-    surrogate = is_surrogate(owner)
-    verdict = _verdict(site, owner, seed)
+  for site, origin, cvjp in applied.values():
+    surrogate = is_surrogate(cvjp)
+    verdict = _verdict(site, cvjp, seed)
     checks.append(RuleCheck(site.function, site.rule, site.call_site, verdict.status,
                             verdict.reason, surrogate))
-    if verdict.status == oracle.WRONG and not surrogate and id(owner) not in warned:
-      warned.add(id(owner))
+    if verdict.status == oracle.WRONG and not surrogate and id(cvjp) not in warned:
+      warned.add(id(cvjp))
       by_origin[id(origin)].append((origin, _record(site, verdict), verdict))
   found = [d for group in by_origin.values() for d in _diagnosed(group)]
   return GradCheck(tuple(found), tuple(checks))
 
 
-def _verdict(site, owner, seed: int) -> oracle.Verdict:
+def _verdict(site, cvjp, seed: int) -> oracle.Verdict:
   try:
-    judge_ = oracle.Oracle.of(site, owner.fun, seed=seed)
+    judge_ = oracle.Oracle.of(site, cvjp.fun, seed=seed)
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.FAILED, f"{site.function} could not be run at random inputs "
                           f"({type(e).__name__}: {e})"[:300], judge="")
-  return judge_.verdict(owner.fwd, owner.bwd, owner.symbolic_zeros, owner.nondiff_argnums,
+  return judge_.verdict(cvjp.fwd, cvjp.bwd, cvjp.symbolic_zeros, cvjp.nondiff_argnums,
                         site.perturbed)
 
 
@@ -193,12 +193,12 @@ def value_text(leaf: oracle.LeafError) -> str:
   return "zero" if leaf.got_zero else f"rel {leaf.max_rel:.2g}"
 
 
-def _floating_args(specs) -> tuple[int, ...]:
-  return tuple(i for i, a in enumerate(specs) if floating(a))
+def _floating_args(abstract_args) -> tuple[int, ...]:
+  return tuple(i for i, a in enumerate(abstract_args) if floating(a))
 
 
 def floating(tree) -> bool:
-  """Whether ``tree`` is specs of floating arrays only: what a gradient is taken of."""
+  """Whether ``tree`` is abstract values of floating arrays only: what a gradient is taken of."""
   leaves = jax.tree_util.tree_leaves(tree)
   return bool(leaves) and all(isinstance(l, jax.ShapeDtypeStruct)
                               and jax.numpy.issubdtype(l.dtype, jax.numpy.inexact)

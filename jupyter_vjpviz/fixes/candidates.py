@@ -91,14 +91,14 @@ class Scope:
     seen = returns.returned(rule)
     if not seen:
       nodes, ret = returns.failing_elements(rule), rule.src.only_return()
-      return cls(rule, {}, nodes or [], None, ret, verify.namespace(rule.owner)) if ret else None
+      return cls(rule, {}, nodes or [], None, ret, verify.namespace(rule.user_rules)) if ret else None
     hits = returns.failing_returns(rule, seen) if _typed(rule) else None
     hits = hits or sorted(seen)
     rets = rule.src.returns()
     nodes = [source.element(rets[k].value, rule.keys) for k in hits]
     first = hits[0]
     return cls(rule, seen[first].scope, [n for n in nodes if n is not None] if None not in nodes
-               else [], seen[first].value, rets[first], verify.namespace(rule.owner))
+               else [], seen[first].value, rets[first], verify.namespace(rule.user_rules))
 
   @property
   def src(self) -> source.RuleSource:
@@ -172,7 +172,7 @@ class Scope:
     """The bwd's cotangent parameter and the names computed from it (the rest are primal
     values: residuals and what is computed from them alone)."""
     params = self.src.params
-    at = len(self.rule.owner.nondiff_argnums) + 1
+    at = len(self.rule.user_rules.nondiff_argnums) + 1
     found = {params[at]} if at < len(params) else set()
     for stmt in _walk(self.src.node):
       if isinstance(stmt, (ast.Assign, ast.AugAssign)) and _loads(stmt.value) & found:
@@ -219,7 +219,7 @@ class Scope:
       return ns[_OUT]
     records.state.suspended += 1
     try:
-      return jax.eval_shape(run, *[custom_rules.spec(flat[i]) for i in at])
+      return jax.eval_shape(run, *[custom_rules.shape_struct(flat[i]) for i in at])
     except NameError:   # a local we keep no type of, an axis name outside its mesh
       return None
     except Exception:  # noqa: BLE001 - the edited expression itself is ill-typed

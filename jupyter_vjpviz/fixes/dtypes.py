@@ -20,13 +20,13 @@ def primal_params(rule, fwd: source.RuleSource):
   site = rule.d.site
   if len(site.in_paths) != len(site.in_tree.children()):
     return []
-  return list(zip(fwd.params[len(rule.owner.nondiff_argnums):], site.in_avals))
+  return list(zip(fwd.params[len(rule.user_rules.nondiff_argnums):], site.in_avals))
 
 
 def saved_dtype_fix(rule, nodes: list[ast.expr]) -> Fix | None:
   """fwd saves a zero of the primal's dtype; bwd casts each of ``nodes`` with it."""
   want = rule.d.expected_aval
-  fwd = source.of_role(rule.owner, "fwd")
+  fwd = source.of_role(rule.user_rules, "fwd")
   ret = fwd.only_return() if fwd is not None and named_defs(rule, fwd) else None
   if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2):
     return None
@@ -36,7 +36,7 @@ def saved_dtype_fix(rule, nodes: list[ast.expr]) -> Fix | None:
   carrier = unused(f"{primal}_zero", rule.src)
   res = ret.value.elts[1]
   new_fwd = fwd.replace([(res, f"({fwd.segment(res)}, {rule.jnp}.zeros((), {primal}.dtype))")])
-  res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
+  res_param = rule.src.params[len(rule.user_rules.nondiff_argnums)]
   edits = [rule.src.prepend(f"{res_param}, {carrier} = {res_param}")]
   edits += [(n, exprs.cast(exprs.uncast(rule.src, n), f"{carrier}.dtype")) for n in nodes]
   return Fix(f"Cast to {primal}'s dtype, saving it in the residuals",
@@ -48,7 +48,7 @@ def saved_dtype_fix(rule, nodes: list[ast.expr]) -> Fix | None:
 
 def named_defs(rule, fwd: source.RuleSource) -> bool:
   """Both rules are defs, so a fix redefining both can be matched to them by name."""
-  names = (inspect.unwrap(rule.owner.fwd).__name__, inspect.unwrap(rule.owner.bwd).__name__)
+  names = (inspect.unwrap(rule.user_rules.fwd).__name__, inspect.unwrap(rule.user_rules.bwd).__name__)
   return (fwd.node.name, rule.src.node.name) == names
 
 

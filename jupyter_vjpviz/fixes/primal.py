@@ -30,7 +30,7 @@ def saved_args(rule, fwd: RuleSource) -> dict[int, str]:
   if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2):
     return {}
   diff = _diff_params(rule, fwd)
-  res, res_param = ret.value.elts[1], rule.src.params[len(rule.owner.nondiff_argnums)]
+  res, res_param = ret.value.elts[1], rule.src.params[len(rule.user_rules.nondiff_argnums)]
   if isinstance(res, ast.Name):
     return {diff.index(res.id): res_param} if res.id in diff else {}
   if not isinstance(res, ast.Tuple):
@@ -50,12 +50,13 @@ def fallbacks(rule) -> list[Fix]:
 def fallback(rule, whole: bool) -> Fix | None:
   """Every return gives the ill-typed arguments' cotangents (all of them, if ``whole`` or
   for a structure error) by differentiating the primal; None where it cannot be written."""
-  d, owner = rule.d, rule.owner
-  if not kinds.of(d.kind).has_reference or owner.symbolic_zeros or getattr(owner, "with_accums", False):
+  d, user_rules = rule.d, rule.user_rules
+  if (not kinds.of(d.kind).has_reference or user_rules.symbolic_zeros
+      or getattr(user_rules, "with_accums", False)):
     return None
-  fwd = source.of_role(owner, "fwd")
+  fwd = source.of_role(user_rules, "fwd")
   name = _primal_name(rule)
-  n_nondiff = len(owner.nondiff_argnums)
+  n_nondiff = len(user_rules.nondiff_argnums)
   if fwd is None or name is None or len(rule.src.params) != n_nondiff + 2:
     return None
   n_diff = len(d.site.in_tree.children())
@@ -99,13 +100,13 @@ def fallback(rule, whole: bool) -> Fix | None:
 
 def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool):
   """The lines computing the cotangent(s), and the expressions that then hold them."""
-  ns = verify.namespace(rule.owner)
+  ns = verify.namespace(rule.user_rules)
   jax_name = next((k for k, v in ns.items() if v is jax), None)
   prefix = [] if jax_name else ["import jax"]
   jax_name = jax_name or "jax"
   diff = _diff_params(rule, fwd)
-  n_nondiff = len(rule.owner.nondiff_argnums)
-  nondiff = dict(zip(rule.owner.nondiff_argnums, rule.src.params[:n_nondiff]))
+  n_nondiff = len(rule.user_rules.nondiff_argnums)
+  nondiff = dict(zip(rule.user_rules.nondiff_argnums, rule.src.params[:n_nondiff]))
   others = [reach[k] for k in range(len(diff)) if k not in targets] + list(nondiff.values())
   params = {k: _fresh(diff[k], others) for k in targets}
   args, k = [], 0
@@ -159,24 +160,24 @@ def _save(rule, fwd: RuleSource, missing: list[int]):
   names = [dtypes.unused(s, rule.src) for s in saved]
   tup = saved[0] if len(saved) == 1 else f"({', '.join(saved)})"
   new_fwd = fwd.replace([(res, f"({fwd.segment(res)}, {tup})")])
-  res_param = rule.src.params[len(rule.owner.nondiff_argnums)]
+  res_param = rule.src.params[len(rule.user_rules.nondiff_argnums)]
   got = names[0] if len(names) == 1 else f"({', '.join(names)})"
   return new_fwd, f"{res_param}, {got} = {res_param}", dict(zip(missing, names))
 
 
 def _diff_params(rule, fwd: RuleSource) -> list[str]:
-  nondiff = set(rule.owner.nondiff_argnums)
+  nondiff = set(rule.user_rules.nondiff_argnums)
   return [p for i, p in enumerate(fwd.params) if i not in nondiff]
 
 
 def _primal_name(rule) -> str | None:
   """How the rule calls the primal: a method of what it is bound to (a hijax primitive's
   ``self.expand``), else ``.fun`` of a name it sees bound to the custom_vjp JAX runs."""
-  method, bound = rule.owner.primal_method, rule.src.bound_params
+  method, bound = rule.user_rules.primal_method, rule.src.bound_params
   if method and bound:
     return f"{bound[0]}.{method}"
-  cvjp = rule.d.site.owner()
-  name = next((k for k, v in verify.namespace(rule.owner).items() if v is cvjp), None)
+  cvjp = rule.d.site.custom_rule()
+  name = next((k for k, v in verify.namespace(rule.user_rules).items() if v is cvjp), None)
   return f"{name}.fun" if name else None
 
 

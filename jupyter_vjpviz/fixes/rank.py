@@ -43,12 +43,12 @@ class Judge:
     if not _runs_as_written(rule):
       return cls(rule, None, "the rule's source no longer matches the code that runs "
                  "(edited since it was defined)", deadline, runnable=False)
-    if getattr(rule.owner, "with_accums", False):
+    if getattr(rule.user_rules, "with_accums", False):
       return cls(rule, None, "not judged: rules with gradient accumulators cannot be run "
                  "on their own yet", deadline, runnable=False)
     site = rule.d.site
     try:
-      judge = oracle.Oracle.of(site, rule.owner.primal)
+      judge = oracle.Oracle.of(site, rule.user_rules.primal)
     except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
       return cls(rule, None, f"no oracle: {site.function} could not be run at random inputs "
                  f"({type(e).__name__})", deadline)
@@ -73,10 +73,10 @@ class Judge:
       return _unverifiable(fix, self.why_not)
     if time.monotonic() > self.deadline + BUDGET:   # abstract checks get a second budget
       return _unverifiable(fix, f"not judged: the {BUDGET:g} s for judging fixes ran out")
-    owner, site = self.rule.owner, self.rule.d.site
+    user_rules, site = self.rule.user_rules, self.rule.d.site
     try:
-      fwd, bwd = verify.compile_candidate(owner, fix.code, self.rule.d.kind)
-      problems = verify.type_problems(site, fwd, bwd, owner.symbolic_zeros, owner.primal)
+      fwd, bwd = verify.compile_candidate(user_rules, fix.code, self.rule.d.kind)
+      problems = verify.type_problems(site, fwd, bwd, user_rules.symbolic_zeros, user_rules.primal)
     except Exception as e:  # noqa: BLE001 - a candidate that raises is no fix
       return _unverifiable(fix, _mesh_only(site, e)) if _mesh_only(site, e) else None
     return None if problems else (fwd, bwd)
@@ -88,7 +88,7 @@ class Judge:
     if time.monotonic() > self.deadline:
       return _unverifiable(fix, f"type-checked; not judged by value: the {BUDGET:g} s for "
                            "judging fixes ran out")
-    verdict = verify.value_verdict(self.rule.d.site, verify.clone(self.rule.owner, fwd, bwd),
+    verdict = verify.value_verdict(self.rule.d.site, verify.clone(self.rule.user_rules, fwd, bwd),
                                    self.oracle)
     return _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
 
@@ -162,5 +162,5 @@ def _runs_as_written(rule) -> bool:
   role = kinds.of(rule.d.kind).role
   tree = ast.parse(rule.src.text)
   source.bare(tree.body[0])
-  live = inspect.unwrap(getattr(rule.owner, role))
-  return returns.compiles_to(tree, live if wrappers.user_code(live) else verify.home(rule.owner))
+  live = inspect.unwrap(getattr(rule.user_rules, role))
+  return returns.compiles_to(tree, live if wrappers.user_code(live) else verify.home(rule.user_rules))

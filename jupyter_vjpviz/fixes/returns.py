@@ -63,7 +63,7 @@ def returned(rule) -> dict[int, Returned] | None:
   rule was compiled from (no decorators, annotations or default expressions; the
   live defaults are reused), and a file edited since it was imported is left alone.
   """
-  live = inspect.unwrap(rule.owner.bwd)
+  live = inspect.unwrap(rule.user_rules.bwd)
   tree = ast.parse(rule.src.text)
   copy = source.RuleSource(rule.src.text, tree.body[0])
   source.bare(copy.node)
@@ -78,13 +78,13 @@ def returned(rule) -> dict[int, Returned] | None:
   def report(k, value, scope):
     seen[k] = Returned(jax.tree_util.tree_map(jax.typeof, value), _types(scope))
     return value
-  namespace = verify.namespace(rule.owner)
+  namespace = verify.namespace(rule.user_rules)
   namespace[_REPORT] = report
   try:
     exec(compile(tree, f"<vjpviz-returns-{next(_serial)}>", "exec"), namespace)  # noqa: S102
     reporting = namespace[copy.node.name]
     reporting.__defaults__, reporting.__kwdefaults__ = live.__defaults__, live.__kwdefaults__
-    verify.run_rules(rule.d.site, rule.owner.fwd, reporting, rule.owner.symbolic_zeros)
+    verify.run_rules(rule.d.site, rule.user_rules.fwd, reporting, rule.user_rules.symbolic_zeros)
   except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: no branch is known
     return None
   return seen

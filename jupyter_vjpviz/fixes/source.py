@@ -119,12 +119,12 @@ def bare(node: ast.FunctionDef) -> None:
   args.kw_defaults = [None] * len(args.kwonlyargs)
 
 
-def of_role(owner, role: str, name: str = "rule") -> RuleSource | None:
-  """The source of ``owner``'s ``role`` rule ("fwd" or "bwd"; ``owner`` is what
+def of_role(user_rules, role: str, name: str = "rule") -> RuleSource | None:
+  """The source of ``user_rules``'s ``role`` rule ("fwd" or "bwd"; ``user_rules`` is what
   ``wrappers.user_rules`` gives, or a custom_vjp), with the parameters its caller binds
   set apart."""
-  bound = getattr(owner, "bound", None)
-  return of(getattr(owner, role), name, bound(role) if bound else 0)
+  bound = getattr(user_rules, "bound", None)
+  return of(getattr(user_rules, role), name, bound(role) if bound else 0)
 
 
 def of(fn, name: str = "rule", bound: int = 0) -> RuleSource | None:

@@ -33,10 +33,10 @@ def attach(d: Diagnosis) -> Diagnosis:
 
 
 def suggestions(d: Diagnosis) -> list[Fix]:
-  owner = d.site.owner() if d.site is not None and d.site.owner is not None else None
-  if owner is None:
+  custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  if custom_rule is None:
     return rank.unjudged(calls.suggestions(d), _NO_RULE)
-  rule = Rule.of(d, wrappers.user_rules(owner))
+  rule = Rule.of(d, wrappers.user_rules(custom_rule))
   if rule is None:
     return []
   judge = rank.Judge.of(rule)
@@ -54,26 +54,26 @@ _NO_RULE = ("no custom rule to judge it against: the fix is the call to write, a
 class Rule:
   """The failing rule: its diagnosis, the user's custom_vjp and the rule's source."""
   d: Diagnosis
-  owner: Any
+  user_rules: Any
   src: RuleSource
   closure: bool = False   # a VJP closure the user's function returned (jax.custom_gradient)
 
   @classmethod
-  def of(cls, d: Diagnosis, owner) -> Rule | None:
+  def of(cls, d: Diagnosis, user_rules) -> Rule | None:
     role = kinds.of(d.kind).role
     base = d.function if d.function and d.function.isidentifier() else "rule"
     name = f"{base}_{role}"   # what a lambda rule's def is called
-    while name in getattr(verify.home(owner), "__globals__", {}):
+    while name in getattr(verify.home(user_rules), "__globals__", {}):
       name += "_"
-    rule = inspect.unwrap(getattr(owner, role))
+    rule = inspect.unwrap(getattr(user_rules, role))
     closure = not wrappers.user_code(rule) and role == "bwd" and bool(d.rule_source)
     if closure:   # JAX's bwd runs a closure the user's function returned
-      src = source.nested(verify.home(owner), d.rule_source, name)
+      src = source.nested(verify.home(user_rules), d.rule_source, name)
     elif wrappers.user_code(rule):   # never edit a library's code
-      src = source.of_role(owner, role, name)
+      src = source.of_role(user_rules, role, name)
     else:
       return None
-    return cls(d, owner, src, closure) if src is not None else None
+    return cls(d, user_rules, src, closure) if src is not None else None
 
   def fix(self, title: str, edits: list, reason: str, exact: bool) -> Fix:
     """A candidate; ``exact`` is the template's claim, a prior until it is judged."""
@@ -96,7 +96,7 @@ class Rule:
 
   @property
   def globals(self) -> dict:
-    return getattr(verify.home(self.owner), "__globals__", {})
+    return getattr(verify.home(self.user_rules), "__globals__", {})
 
   def zeros(self, aval) -> str:
     return f"{self.jnp}.zeros({tuple(aval.shape)}, {self.jnp}.{aval.dtype})"
@@ -128,7 +128,7 @@ def _accum_arg(rule: Rule) -> ast.expr | None:
   site = rule.d.site
   if rule.d.path not in site.in_paths:
     return None
-  position = len(rule.owner.nondiff_argnums) + 2 + site.in_paths.index(rule.d.path)
+  position = len(rule.user_rules.nondiff_argnums) + 2 + site.in_paths.index(rule.d.path)
   if position >= len(rule.src.params):
     return None
   acc = rule.src.params[position]
@@ -262,7 +262,7 @@ def _reachable_primals(rule: Rule):
   if kinds.of(rule.d.kind).role == "fwd":
     yield from dtypes.primal_params(rule, rule.src)
     return
-  fwd = source.of_role(rule.owner, "fwd")
+  fwd = source.of_role(rule.user_rules, "fwd")
   arrays = [aval for _, aval in dtypes.primal_params(rule, fwd)] if fwd else []
   for k, access in primal.saved_args(rule, fwd).items() if arrays else ():
     yield access, arrays[k]
@@ -303,13 +303,13 @@ def _zeros_template(rule: Rule) -> list[Fix]:
 
 
 def _nondiff_included(rule: Rule, value: ast.expr, n: int) -> bool:
-  nondiff = rule.owner.nondiff_argnums
+  nondiff = rule.user_rules.nondiff_argnums
   return bool(nondiff) and isinstance(value, (ast.Tuple, ast.List)) \
       and len(value.elts) == n + len(nondiff)
 
 
 def _without_nondiff(rule: Rule, value: ast.expr) -> list[Fix]:
-  nondiff = rule.owner.nondiff_argnums
+  nondiff = rule.user_rules.nondiff_argnums
   kept = [rule.src.segment(e) for m, e in enumerate(value.elts) if m not in nondiff]
   return [rule.fix("Drop the cotangents of nondiff arguments", [(value, _tuple(kept))],
                    f"arguments {tuple(nondiff)} are nondiff_argnums: the rule returns "
@@ -385,7 +385,7 @@ def _fwd_fixes(rule: Rule) -> list[Fix]:
 
 
 def _primal_call(rule: Rule) -> str | None:
-  name = next((k for k, v in rule.globals.items() if v is rule.d.site.owner()), None)
+  name = next((k for k, v in rule.globals.items() if v is rule.d.site.custom_rule()), None)
   return f"{name}({', '.join(rule.src.params)})" if name else None
 
 

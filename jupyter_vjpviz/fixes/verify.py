@@ -54,7 +54,7 @@ class Checked:
 def verify_fix(diagnosis: Diagnosis, code: str, check) -> list[Diagnosis]:
   """Diagnoses of the rule with ``code`` substituted; ``[]`` means fixed.
 
-  ``check`` is ``vjpviz.check`` (``(fun, *specs, argnums) -> [Diagnosis]``). A
+  ``check`` is ``vjpviz.check`` (``(fun, *abstract_args, argnums) -> [Diagnosis]``). A
   rule that type-checks but whose cotangents differ from the primal's
   derivative is a ``bwd_value`` problem carrying the per-leaf errors.
   """
@@ -63,9 +63,9 @@ def verify_fix(diagnosis: Diagnosis, code: str, check) -> list[Diagnosis]:
 
 def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   """Types first (the whole differentiated call, abstractly), then values."""
-  owner = _owner(diagnosis)
-  fwd, bwd = _compile(owner, code, namespace(owner), diagnosis.kind)
-  edited = clone(owner, fwd, bwd)
+  user_rules = _user_rules(diagnosis)
+  fwd, bwd = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
+  edited = clone(user_rules, fwd, bwd)
   problems = recheck(diagnosis, edited, check)
   if problems:
     return Checked(tuple(problems))
@@ -77,7 +77,7 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
 def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verdict:
   """The oracle's verdict on ``cvjp``'s rules (built here unless given)."""
   try:
-    judge = judge or oracle.Oracle.of(site, wrappers.user_rules(site.owner()).primal)
+    judge = judge or oracle.Oracle.of(site, wrappers.user_rules(site.custom_rule()).primal)
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
@@ -133,24 +133,25 @@ def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
       leaf_errors=tuple(bad), site=diagnosis.site)
 
 
-def namespace(owner) -> dict:
+def namespace(user_rules) -> dict:
   """A copy of what the rules see (their globals and closures), to run edited code in."""
-  found = dict(_globals(owner))
-  found.update(_closure(owner))
+  found = dict(_globals(user_rules))
+  found.update(_closure(user_rules))
   return found
 
 
 def recheck(diagnosis: Diagnosis, cvjp, check) -> list[Diagnosis]:
   """Differentiate ``cvjp`` abstractly at the failing call's input types with ``check``."""
   site = diagnosis.site
-  specs = _specs(site)
-  return check(lambda *a: cvjp(*arguments(site, a)), *specs, argnums=custom_rules.perturbed_args(site))
+  abstract_args = _abstract_args(site)
+  return check(lambda *a: cvjp(*arguments(site, a)), *abstract_args,
+               argnums=custom_rules.perturbed_args(site))
 
 
-def _specs(site) -> tuple:
+def _abstract_args(site) -> tuple:
   """The differentiable arguments of the failing call, as ShapeDtypeStructs."""
-  specs = [custom_rules.spec(a) for a in site.in_avals]
-  return jax.tree_util.tree_unflatten(site.in_tree, specs)
+  structs = [custom_rules.shape_struct(a) for a in site.in_avals]
+  return jax.tree_util.tree_unflatten(site.in_tree, structs)
 
 
 def arguments(site, diff: tuple) -> list:
@@ -183,8 +184,8 @@ def rule_output(diagnosis: Diagnosis):
   Runs fwd then bwd under ``eval_shape`` with the hook suspended, so fixes can be
   chosen from the types of every output, not just the one that was reported.
   """
-  owner = _owner(diagnosis)
-  return run_rules(diagnosis.site, owner.fwd, owner.bwd, owner.symbolic_zeros)
+  user_rules = _user_rules(diagnosis)
+  return run_rules(diagnosis.site, user_rules.fwd, user_rules.bwd, user_rules.symbolic_zeros)
 
 
 def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
@@ -194,7 +195,7 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
   """
   flags = site.perturbed or [True] * len(site.in_paths)
   nondiff = [i for i, _ in site.nondiff]
-  fwd, bwd = wrappers.user_rules(site.owner()).placed(fwd, bwd)
+  fwd, bwd = wrappers.user_rules(site.custom_rule()).placed(fwd, bwd)
 
   def boxed(diff):   # the primals as JAX hands them to a symbolic_zeros fwd
     leaves = jax.tree_util.tree_leaves(diff)
@@ -210,7 +211,7 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
     return cts
   records.state.suspended += 1
   try:
-    return jax.eval_shape(run, *_specs(site))
+    return jax.eval_shape(run, *_abstract_args(site))
   finally:
     records.state.suspended -= 1
 
@@ -222,17 +223,17 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
     problems = verify_fix(diagnosis, code, check)
     if problems:
       return Applied(applied=False, problems=tuple(problems))
-  owner = _owner(diagnosis)
-  path = home(owner).__code__.co_filename
+  user_rules = _user_rules(diagnosis)
+  path = home(user_rules).__code__.co_filename
   if not in_notebook(path):
-    return Applied(applied=False, diff=file_diff(owner, code, diagnosis.kind), path=path)
-  fwd, bwd = _compile(owner, code, _globals(owner), diagnosis.kind)
-  flags = dict(symbolic_zeros=owner.symbolic_zeros)
-  if getattr(owner, "with_accums", False):   # before JAX 0.12 no custom_vjp has accumulators
-    owner.defvjp_with_accums(fwd, bwd, **flags)
+    return Applied(applied=False, diff=file_diff(user_rules, code, diagnosis.kind), path=path)
+  fwd, bwd = _compile(user_rules, code, _globals(user_rules), diagnosis.kind)
+  flags = dict(symbolic_zeros=user_rules.symbolic_zeros)
+  if getattr(user_rules, "with_accums", False):   # before JAX 0.12 no custom_vjp has accumulators
+    user_rules.defvjp_with_accums(fwd, bwd, **flags)
   else:
-    takes = inspect.signature(owner.defvjp).parameters   # generic_batching from JAX 0.12
-    owner.defvjp(fwd, bwd, **flags, **{name: getattr(owner, name) for name in
+    takes = inspect.signature(user_rules.defvjp).parameters   # generic_batching from JAX 0.12
+    user_rules.defvjp(fwd, bwd, **flags, **{name: getattr(user_rules, name) for name in
                                        ("optimize_remat", "generic_batching") if name in takes})
   jax.clear_caches()  # trace caches can otherwise keep running the old rule
   return Applied(applied=True, path=path)
@@ -244,23 +245,23 @@ def in_notebook(path: str) -> bool:
           or os.path.basename(os.path.dirname(path)).startswith("ipykernel_"))
 
 
-def file_diff(owner, code: str, kind: str = "bwd_type") -> str:
+def file_diff(user_rules, code: str, kind: str = "bwd_type") -> str:
   """A unified diff replacing each rule ``code`` redefines in its source file."""
-  path = home(owner).__code__.co_filename
+  path = home(user_rules).__code__.co_filename
   with open(path, encoding="utf-8") as f:
     old = f.readlines()
   new = list(old)
-  replaced = sorted(_replacements(owner, code, kind, old), key=lambda r: r[0], reverse=True)
+  replaced = sorted(_replacements(user_rules, code, kind, old), key=lambda r: r[0], reverse=True)
   for start, stop, text in replaced:
     new[start:stop] = text.splitlines(keepends=True)
   return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
 
 
-def _replacements(owner, code: str, kind: str, lines: list[str]):
+def _replacements(user_rules, code: str, kind: str, lines: list[str]):
   """(first line index, end index, new text) for each rule in ``code``."""
-  rules = {"fwd": owner.fwd, "bwd": owner.bwd}
+  rules = {"fwd": user_rules.fwd, "bwd": user_rules.bwd}
   code = textwrap.dedent(code)
-  for node, role in _roles(owner, _defs(code), kind):
+  for node, role in _roles(user_rules, _defs(code), kind):
     rule = inspect.unwrap(rules[role])
     text = ast.get_source_segment(code, node, padded=False) + "\n"
     if rule.__name__ == "<lambda>":
@@ -298,7 +299,7 @@ def _indent(line: str) -> str:
   return line[:len(line) - len(line.lstrip())]
 
 
-def _compile(owner, code: str, namespace: dict, kind: str):
+def _compile(user_rules, code: str, namespace: dict, kind: str):
   """The (fwd, bwd) pair after running ``code`` in ``namespace``. The rules' decorators
   do not run: registering them (``@f.defvjp``, equinox's ``@f.def_bwd``) would edit the
   user's object, which is apply's to do."""
@@ -306,17 +307,17 @@ def _compile(owner, code: str, namespace: dict, kind: str):
   code = textwrap.dedent(code)
   linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
   tree = ast.parse(code)
-  roles = list(_roles(owner, _defs(tree), kind))
+  roles = list(_roles(user_rules, _defs(tree), kind))
   for node, _ in roles:
     node.decorator_list = []
   exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own rule
-  rules = {"fwd": owner.fwd, "bwd": owner.bwd}
+  rules = {"fwd": user_rules.fwd, "bwd": user_rules.bwd}
   for node, role in roles:
     rules[role] = namespace[node.name]
   return rules["fwd"], rules["bwd"]
 
 
-def compile_candidate(owner, code: str, kind: str):
+def compile_candidate(user_rules, code: str, kind: str):
   """(fwd, bwd) of a suggested fix, to judge it before anyone asked to run it.
 
   Only the rules' bodies may run (as ``returns`` runs a copy of the rule): the
@@ -327,10 +328,10 @@ def compile_candidate(owner, code: str, kind: str):
   tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
   for node in tree.body:
     source.bare(node)
-  ns = namespace(owner)
+  ns = namespace(user_rules)
   exec(compile(tree, f"<vjpviz-candidate-{next(_serial)}>", "exec"), ns)  # noqa: S102
-  rules = {"fwd": owner.fwd, "bwd": owner.bwd}
-  for node, role in _roles(owner, tree.body, kind):
+  rules = {"fwd": user_rules.fwd, "bwd": user_rules.bwd}
+  for node, role in _roles(user_rules, tree.body, kind):
     live, new = inspect.unwrap(rules[role]), ns[node.name]
     new.__defaults__, new.__kwdefaults__ = live.__defaults__, live.__kwdefaults__
     rules[role] = new
@@ -366,13 +367,13 @@ def _types(tree):
   return treedef, tuple((tuple(l.shape), jax.numpy.dtype(l.dtype)) for l in leaves)
 
 
-def _roles(owner, defs: list[ast.FunctionDef], kind: str):
+def _roles(user_rules, defs: list[ast.FunctionDef], kind: str):
   """(def, "fwd"|"bwd") for each def that replaces a rule; other defs are helpers.
 
   A def named like a rule replaces it; a lone def of another name (a lambda
   made into a def) replaces the rule the diagnosis is about.
   """
-  roles = {_name(owner.fwd): "fwd", _name(owner.bwd): "bwd"}
+  roles = {_name(user_rules.fwd): "fwd", _name(user_rules.bwd): "bwd"}
   alone = kinds.of(kind).role
   for node in defs:
     role = roles.get(node.name) or (alone if len(defs) == 1 else None)
@@ -388,38 +389,38 @@ def _defs(code: str | ast.Module) -> list[ast.FunctionDef]:
   return defs
 
 
-def clone(owner, fwd, bwd):
+def clone(user_rules, fwd, bwd):
   """A shallow copy of the user's custom_vjp with other rules: theirs is untouched."""
-  return owner.with_rules(fwd, bwd)
+  return user_rules.with_rules(fwd, bwd)
 
 
-def _owner(diagnosis: Diagnosis):
+def _user_rules(diagnosis: Diagnosis):
   site = diagnosis.site
-  owner = site.owner() if site is not None and site.owner is not None else None
-  if owner is None:
+  custom_rule = site.custom_rule() if site is not None and site.custom_rule is not None else None
+  if custom_rule is None:
     raise ValueError(f"{diagnosis.kind} is not about a custom_vjp rule that is still alive; "
                      "only rule fixes can be verified or applied")
-  return wrappers.user_rules(owner)
+  return wrappers.user_rules(custom_rule)
 
 
-def home(owner):
-  """The user's function a fix of ``owner``'s bwd edits: the bwd, or the fwd where JAX's
+def home(user_rules):
+  """The user's function a fix of ``user_rules``'s bwd edits: the bwd, or the fwd where JAX's
   own bwd runs a closure the user's function returned (``jax.custom_gradient``)."""
-  bwd = inspect.unwrap(owner.bwd)
+  bwd = inspect.unwrap(user_rules.bwd)
   if wrappers.user_code(bwd):
     return bwd
-  fwd = inspect.unwrap(owner.fwd)
+  fwd = inspect.unwrap(user_rules.fwd)
   return fwd if wrappers.user_code(fwd) else bwd
 
 
-def _globals(owner) -> dict:
-  return home(owner).__globals__
+def _globals(user_rules) -> dict:
+  return home(user_rules).__globals__
 
 
-def _closure(owner) -> dict:
+def _closure(user_rules) -> dict:
   """Values the rules close over, so a nested rule's fix can still see them."""
   found = {}
-  for rule in (owner.fwd, owner.bwd):
+  for rule in (user_rules.fwd, user_rules.bwd):
     try:
       found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)
     except TypeError:

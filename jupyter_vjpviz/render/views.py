@@ -80,7 +80,7 @@ class View:
   note: str | None = None
   instance: Instance | None = None
   graph: Graph = dataclasses.field(default_factory=Graph, repr=False, compare=False)
-  owners: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+  box_of: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
   """graph node id -> the visible node or cluster id that draws it"""
   index: Mapping[str, Node] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -137,10 +137,10 @@ def collapse(view: View, cluster_id: str) -> View:
 def reveal(view: View, node_id: str) -> View:
   """Open clusters until ``node_id`` (say, a search hit) is drawn as itself."""
   for _ in range(16):  # each step opens one nesting level
-    owner = view.owners.get(node_id, node_id)
-    if owner == node_id or owner in view.expanded:
+    box = view.box_of.get(node_id, node_id)
+    if box == node_id or box in view.expanded:
       return view
-    view = expand(view, owner)
+    view = expand(view, box)
   return view
 
 
@@ -195,15 +195,15 @@ class _ViewBuilder:
     while node is not None:
       self.path.append(node.id)
       node = self.by_id.get(node.parent)
-    self.owner: dict[str, str] = {}
+    self.box_of: dict[str, str] = {}
     self.visible: list[str] = []
     self.clusters: dict[str, Cluster] = {}
 
   def view(self) -> View:
     self._level(None)
     for n in self.graph.nodes:   # bodies of closed equations go where their equation went
-      if n.id not in self.owner:
-        self.owner[n.id] = self.owner.get(n.parent, n.parent)
+      if n.id not in self.box_of:
+        self.box_of[n.id] = self.box_of.get(n.parent, n.parent)
     edges = self._edges()
     clusters = _with_boundaries(self.clusters.values(), edges)
     folded = (f"{len(self.visible) + len(clusters)} boxes for {len(self.graph.nodes)} nodes; "
@@ -212,7 +212,7 @@ class _ViewBuilder:
     return View(failing=self.failing, nodes=tuple(sorted(self.visible, key=self.order.get)),
                 clusters=clusters, edges=edges, expanded=self.expanded,
                 collapsed=self.collapsed, budget=self.budget, note=note,
-                instance=self._instance(), graph=self.graph, owners=self.owner,
+                instance=self._instance(), graph=self.graph, box_of=self.box_of,
                 index=self.by_id)
 
   def _instance(self) -> Instance | None:
@@ -220,7 +220,7 @@ class _ViewBuilder:
     its innermost scope, if it is drawn open; with the call's site where we have it."""
     node = self.by_id.get(self.failing)
     scope = self.scope.get(self.failing, ())
-    if node is None or not scope or self.owner.get(node.id) != node.id:
+    if node is None or not scope or self.box_of.get(node.id) != node.id:
       return None
     depth = next((k + 1 for k, part in enumerate(scope) if _COUNTED.match(part)), len(scope))
     inside = scope[:depth]
@@ -259,14 +259,14 @@ class _ViewBuilder:
         folded[_scope_id(parent, scope)].append(n.id)
     where = {m: cid for cid, members in folded.items() for m in members}
     for n in [n for n in candidates if _is_arg(n)]:   # arguments feeding one scope go inside it
-      owners = {where.get(d) for d in self.succs.get(n.id, ())}
-      if len(owners) == 1 and None not in owners:
-        folded[owners.pop()].append(n.id)
+      boxes = {where.get(d) for d in self.succs.get(n.id, ())}
+      if len(boxes) == 1 and None not in boxes:
+        folded[boxes.pop()].append(n.id)
         candidates.remove(n)
     self._group_scopes(parent, nodes, folded, focus)
     self._select(parent, nodes, candidates, focus, zone)
     for n in nodes:
-      if self.owner.get(n.id) == n.id and n.n_eqns and self._open_eqn(n.id):
+      if self.box_of.get(n.id) == n.id and n.n_eqns and self._open_eqn(n.id):
         self._level(n.id)
 
   def _zone(self, focus) -> tuple[str, ...] | None:
@@ -323,7 +323,7 @@ class _ViewBuilder:
 
   def _add(self, cid, kind, label, members, parent, repeat=1, failing=False) -> None:
     for m in members:
-      self.owner[m] = cid
+      self.box_of[m] = cid
     self.clusters[cid] = Cluster(
         id=cid, kind=kind, label=label, members=tuple(members),
         n_eqns=sum((self.by_id[m].kind == "eqn") + self.by_id[m].n_eqns for m in members),
@@ -388,7 +388,7 @@ class _ViewBuilder:
         self._add(f"run:{run[0]}..{run[-1]}", "run", self._run_label(run), run, parent)
       run = []
     for nid in shown:
-      self.owner[nid] = nid
+      self.box_of[nid] = nid
     self.visible.extend(shown)
 
   def _run_label(self, run: list[str]) -> str:
@@ -401,7 +401,7 @@ class _ViewBuilder:
   def _edges(self) -> tuple[ViewEdge, ...]:
     agg: dict[tuple[str, str], list[Edge]] = {}
     for e in self.graph.edges:
-      s, d = self.owner.get(e.src, e.src), self.owner.get(e.dst, e.dst)
+      s, d = self.box_of.get(e.src, e.src), self.box_of.get(e.dst, e.dst)
       if s != d:
         agg.setdefault((s, d), []).append(e)
     return tuple(ViewEdge(s, d, tuple(es)) for (s, d), es in agg.items())
