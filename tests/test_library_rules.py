@@ -282,6 +282,9 @@ def _one_spelling(d, argument):
   assert d.argument == argument and d.to_dict()["argument"] == argument
   assert f" {argument}:" in d.headline
   assert f"input     {argument}" in d.to_text()
+  [edge] = [e for e in d.graph.edges if e.mismatch]
+  assert edge.argument == argument and f"-> {argument}  P " in d.to_text()
+  assert argument in d.to_dot()
   assert not any("scopes" in n.label or "grad_variables" in n.label or "diff_array" in n.label
                  for n in d.graph.nodes), [n.label for n in d.graph.nodes]
 
@@ -294,6 +297,26 @@ def test_a_library_rules_input_has_one_spelling_everywhere(hook):
   vv.clear()
   _one_spelling(_diagnosed(lambda: eqx.filter_grad(lambda m: run(m, jnp.ones(3)).sum())(_model())),
                 "model.layers[2].weight")
+
+
+@jax.custom_vjp
+def scale_by(w, x):
+  return w * x
+
+
+scale_by.defvjp(lambda w, x: (w * x, (w, x)), lambda res, g: (g * res[1], (g * res[0]).T))
+
+
+def test_a_rule_input_the_loss_closes_over_is_drawn_with_its_wrong_cotangent(hook):
+  """``x`` is a constant of the traced loss, so no edge of the program carries it: the
+  failing input still gets a box and the marked edge, named by the rule's argument."""
+  x = jnp.ones((2, 3))
+  d = _diagnosed(lambda: jax.grad(lambda w: scale_by(w, x).sum())(jnp.ones((2, 3))))
+  assert d.argument == "x"
+  [edge] = [e for e in d.graph.edges if e.mismatch]
+  assert (edge.dst, edge.argument, edge.cotangent_got) == (d.node, "x", "float32[3,2]")
+  assert d.graph.node(edge.src).kind == "static"
+  assert "got float32[3,2]" in d.to_svg()
 
 
 # ------------------------------------------------------------- equinox filter_custom_vjp
@@ -363,6 +386,8 @@ def test_equinox_graph_names_and_marks_the_users_rule(hook):
   [edge] = [e for e in d.graph.edges if e.mismatch]
   assert (edge.dst, edge.cotangent, edge.cotangent_got) == (d.node, d.expected, d.got)
   assert not any("wrapped" in (n.function or n.label) for n in d.graph.nodes)
+  # equinox's wrapper bound run's equation and its own: neither is a scope of the loss.
+  assert {n.scope for n in d.graph.nodes if n.parent is None} == {""}
 
 
 def test_equinox_fixes_verify_on_the_users_bwd_signature_without_touching_it(hook):

@@ -292,6 +292,8 @@ def test_equinox_filter_vmap_names_the_broken_layer(hook):
   d = diagnosed(lambda: eqx.filter_grad(batched)(EModel(1, jax.random.key(0)),
                                                  jnp.ones((3, 2, D))))
   assert d.instance == "model.layers[1]"
+  # filter_vmap's wrapper called the user's eqx_loss: it is no scope above it.
+  assert {n.scope.split("/")[0] for n in d.graph.nodes} == {"", "eqx_loss"}
 
 
 def test_one_free_monitoring_slot_serves_every_watcher(hook):

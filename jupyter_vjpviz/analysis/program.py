@@ -458,7 +458,8 @@ class _GraphBuilder:
         for k, v in enumerate(eqn.invars):
           self.add_edge(v, nid, k)
         inner = sum(_count(sub, self.memo, self.clock) for sub in subs)
-        self._chains[parent].append((len(self.nodes), user_scopes.chain(eqn.source_info.traceback)))
+        chain = user_scopes.chain(eqn.source_info.traceback, _calls_user_function(eqn))
+        self._chains[parent].append((len(self.nodes), chain))
         self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
       for b, sub in enumerate(subs if descend else ()):
         if kept:
@@ -518,6 +519,16 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
   if traced is not None:  # hijax custom_vjp3
     return traced.fun_name, getattr(prim.bwd, "__name__", None)
   return type(prim).__name__, f"{type(prim).__name__}.{hijax_rules.rule_method(type(prim))}"
+
+
+def _calls_user_function(eqn) -> bool:
+  """Whether a custom-rule equation is a call of a function the user wrote, bound by a
+  library's wrapper of it (equinox's filter_custom_vjp): its primal's source is theirs."""
+  if eqn.primitive.name != "custom_vjp_call":
+    return False
+  bwd = eqn.params.get("bwd")
+  source = (custom_rules.seen_names(getattr(bwd, "f", bwd)) or {}).get("source")
+  return bool(source) and not frames.library_file(source.rsplit(":", 1)[0])
 
 
 def sub_jaxprs(eqn) -> Iterator[core.Jaxpr]:

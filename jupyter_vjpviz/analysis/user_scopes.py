@@ -41,29 +41,52 @@ identity, as hashing a code object hashes its bytecode (a 4k-equation program's
 stacks hold ~10^5 frames); the code object kept beside its kind keeps its id its own."""
 
 
-def chain(traceback) -> Chain:
+def chain(traceback, calls_user: bool = False) -> Chain:
   """The user's frames of a traceback, outermost first (``()`` without one), each with
   the library module it called, if any: the first library ``__call__`` below it, outside JAX
-  (``nnx.Linear``, ``eqx.nn.MLP``: the library's own module path)."""
+  (``nnx.Linear``, ``eqx.nn.MLP``: the library's own module path). ``calls_user``: the
+  equation is itself a call of the user's function (their rule behind a library's wrapper)."""
   if traceback is None:
     return ()
   codes, lastis = traceback.raw_frames()
-  kept, entered = [], True
+  kept, entered, module = [], True, None
   for k in range(len(codes) - 1, -1, -1):
     code = codes[k]
     known = _kinds.get(id(code))
     kind = known[1] if known is not None else _remember(code)
+    if kind in (USER, INLINE) and module is not None:
+      _wrapper(kept, module)
+      module = None
     if kind == USER:
       kept.append((code, lastis[k]))
       entered = False
     elif kind == INLINE:
       entered = False
     elif kind == MODULE and not entered and kept:
+      module = len(kept)
       kept.append((code, lastis[k]))
       entered = True
+  if calls_user and module is not None:
+    _wrapper(kept, module)
   if len(_kinds) > 100_000:   # bounded: code objects of long-gone cells go too
     _kinds.clear()
   return tuple(kept)
+
+
+def _wrapper(kept: list, module: int) -> None:
+  """The library ``__call__`` at ``kept[module]`` called back into the user's code: it
+  wraps their function (filter_jit, filter_vmap, filter_custom_vjp) and is no module of
+  the library's own, on this chain or any other (``unwrapped``)."""
+  code = kept.pop(module)[0]
+  _kinds[id(code)] = (code, LIBRARY)
+
+
+def unwrapped(chains: Sequence[Chain]) -> list[Chain]:
+  """``chains`` without the library wrappers found since they were made: the wrapper's
+  own equations (equinox's ``nondifferentiable``) come before the call that reveals it."""
+  module = lambda code: _kinds.get(id(code), (None, USER))[1] != LIBRARY
+  return [c if all(module(code) for code, _ in c) else tuple(f for f in c if module(f[0]))
+          for c in chains]
 
 
 def _remember(code) -> int:
@@ -93,6 +116,7 @@ def of_level(chains: Sequence[Chain], names: Sequence[str]) -> Scopes:
   calls (equinox's ``eqx.nn.Linear``, jnp.einsum's, the user's own scopes inside a
   layer function) and sit under them.
   """
+  chains = unwrapped(chains)
   calls = [_calls(c) for c in chains]
   depth = len(_common_prefix([c for c in calls if c]))
   frames, sites = _frame_paths({"": list(range(len(calls)))}, calls, chains, depth)
