@@ -2,17 +2,18 @@
 
 A jitted stack of 160 dense + layer-norm layers (3,684 equations in its body) in
 which one layer's activation is ``where(r > 0, sqrt(r), 0)`` of a ReLU: its
-gradient is NaN wherever the ReLU is exactly 0. Times, in one process, after one
-warm-up gradient (so both start from the same compiled-primitive caches, and JAX's
-caches are cleared before each):
+gradient is NaN wherever the ReLU is exactly 0. In one process, each pair
+measured from the same state:
 
 - one ``jax_debug_nans`` re-run of the gradient (it raises at the first NaN it meets;
   text only),
 - ``vv.nans``: the same gradient, the search (levels and bodies, only where the
-  poison is), the graph, and every fix re-run and judged,
+  poison is), the graph, and the first fix that is verified by re-running the gradient,
 - of which the search alone (``nonfinite.localise``).
 
-Prints the equation count, seconds, and the ratio to the jax_debug_nans re-run.
+*warm*: as after the user's own NaN gradient (their program compiled; vjpviz's first
+use in the process). *cold*: JAX's caches, and vjpviz's traced pullbacks, cleared
+before each. Prints the equation count, seconds, and the ratios to the re-run.
 
     PYTHONPATH=. .venv/bin/python benchmarks/nonfinite_localise.py [layers]
 """
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import nonfinite
+from jupyter_vjpviz.analysis import nonfinite, nonfinite_eval
 
 
 def model(layers: int, trap: int):
@@ -50,8 +51,10 @@ def params_of(layers: int, width: int):
   return [(jax.random.normal(k, (width, width)) / width ** 0.5, jnp.zeros(width)) for k in keys]
 
 
-def _timed(fn):
-  jax.clear_caches()
+def _timed(fn, cold: bool):
+  if cold:
+    jax.clear_caches()
+    nonfinite_eval._PULLBACKS.clear()
   start = time.perf_counter()
   out = fn()
   return time.perf_counter() - start, out
@@ -80,19 +83,23 @@ def main(layers: int = 160, width: int = 32) -> None:
   x = jax.random.normal(jax.random.PRNGKey(1), (8, width))
   jaxpr = jax.make_jaxpr(loss)(params, x)
   n = sum(len(e.params["jaxpr"].eqns) for e in jaxpr.eqns if "jaxpr" in e.params)
-  grad = jax.grad(loss)(params, x)                      # warm-up
-  assert not all(bool(jnp.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grad))
   print(f"model: {layers} layers, {n:,} equations in the jitted body; trap in layer "
         f"{layers // 3}", flush=True)
-  t_debug, raised = _timed(lambda: debug_nans_rerun(loss, params, x))
-  print(f"jax_debug_nans re-run:       {t_debug:6.2f} s   ({raised})", flush=True)
-  t_search, culprit = _timed(lambda: search_only(loss, params, x))
-  print(f"vjpviz search (localise):    {t_search:6.2f} s   ratio {t_search / t_debug:.2f}   "
-        f"culprit {culprit.node} {culprit.eqn.primitive.name} at {culprit.source}", flush=True)
-  t_nans, d = _timed(lambda: vv.nans(loss, params, x))
-  print(f"vv.nans (search, graph, {len(d.fixes)} fixes verified): {t_nans:6.2f} s   "
-        f"ratio {t_nans / t_debug:.2f}")
+  for cold in (False, True):
+    grad = jax.grad(loss)(params, x)                  # the user's own NaN gradient
+    assert not all(bool(jnp.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grad))
+    del grad
+    print("cold (caches cleared before each):" if cold else "warm (after the user's gradient):")
+    t_debug, raised = _timed(lambda: debug_nans_rerun(loss, params, x), cold)
+    print(f"  jax_debug_nans re-run:  {t_debug:6.2f} s   ({raised})", flush=True)
+    t_nans, d = _timed(lambda: vv.nans(loss, params, x), cold)
+    print(f"  vv.nans:                {t_nans:6.2f} s   ratio {t_nans / t_debug:.2f}   "
+          f"({len(d.fixes)} fix verified)", flush=True)
+    t_search, culprit = _timed(lambda: search_only(loss, params, x), cold)
+    print(f"  search alone:           {t_search:6.2f} s   ratio {t_search / t_debug:.2f}   "
+          f"culprit {culprit.node} {culprit.eqn.primitive.name} at {culprit.source}", flush=True)
   print(f"  {d.headline}")
+
 
 if __name__ == "__main__":
   main(*(int(a) for a in sys.argv[1:]))

@@ -36,7 +36,8 @@ import numpy as np
 from jax._src import core
 
 from ..capture import frames
-from .nonfinite_eval import CALLS, bind, evaluate, inexact, pullback, run_eqn, scan_groups
+from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
+                             pullback, scan_groups)
 from .program import _body_prefix, _eqn_id, sub_jaxprs
 
 @dataclasses.dataclass(frozen=True)
@@ -94,15 +95,6 @@ class Summary(Flow):
                max((s.hi for s in found), default=0.0))
 
 
-@jax.jit
-def flow(x) -> jax.Array:
-  """``Flow`` counts of ``x`` as one float32[4], computed where ``x`` is (one dispatch)."""
-  x = (jnp.real(x) if jnp.iscomplexobj(x) else x).astype(jnp.float32)
-  finite = jnp.where(jnp.isfinite(x), x, 0.0)
-  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(), (finite ** 2).sum(),
-                    jnp.abs(finite).max(initial=0.0)]).astype(jnp.float32)
-
-
 def summary(x) -> Summary:
   """``x`` summarised now, on the host (for explanations; ``x`` is one operand)."""
   x = np.asarray(x)
@@ -157,6 +149,16 @@ def measure(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) ->
                         for f, x in zip(flows, args)], not search.failed
 
 
+def gradient(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list,
+             patch: Patch | None = None) -> list:
+  """The cotangents of the ``active`` inputs, ``patch`` applied: the search's own backward
+  pass run to its end (its traced pullbacks reused), nothing measured on the way."""
+  _, got = _Search(stop=False, record=False).level(jaxpr, None, (), list(args), list(active),
+                                                   list(out_cts), "", patch=patch)
+  return [jnp.zeros_like(x) if c is None else c
+          for x, c, a in zip(args, got, active) if a]
+
+
 def strip(names: list[str], flows: list) -> tuple:
   """The gradient per layer of a stacked model, ``(layer, *Flow)`` in order: the inputs
   grouped by their path without its last key (``layers[3].weight`` -> ``layers[3]``), or
@@ -179,22 +181,24 @@ STACKED = 3
 
 
 class _Search:
-  def __init__(self, stop: bool = True):
+  def __init__(self, stop: bool = True, record: bool = True):
     self.edges: dict[str, Flow] = {}
     self.iterations: list = []
-    self.stop = stop            # at the first culprit (else: every edge, for the overlay)
+    self.stop = stop            # at the first culprit (else: the whole pass)
+    self.record = record        # each edge's Flow (else: only the gradient, no transfers)
     self.failed = False         # measuring, a rule raised: the pass ends there
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
-            outer: str | None = None, env: dict | None = None) -> tuple[Culprit | None, list]:
+            outer: str | None = None, env: dict | None = None,
+            patch: Patch | None = None) -> tuple[Culprit | None, list]:
     """The culprit in one level, or None and the cotangents of the level's inputs (None:
     zero); ``outer``: the enclosing equation's line (a library's jit keeps no user frame
-    in its body's tracebacks).
+    in its body's tracebacks); ``patch``: an equation rewritten, its path from this level.
 
     A jit or remat fed finite cotangents is searched inside before it is differentiated
     whole: its body's search gives its pullback too, and nothing is compiled for it.
     ``env``: the level's values at ``args``, when its parent's forward run has them."""
-    env = env or forward(jaxpr, args)
+    env = env or forward(jaxpr, args, patch)
     read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
     live = _active(jaxpr, active)
     ct: dict = {}
@@ -209,10 +213,13 @@ class _Search:
         continue
       cts = [ct.get(v) if inexact(v) else None for v in eqn.outvars]
       ins = [read(v) for v in eqn.invars]
-      if eqn.primitive.name in CALLS and _all_finite(cts):
+      here = patch if patch is not None and patch.path[0][0] == k else None
+      inline = eqn.primitive.name in CALLS and (here is None or len(here.path) > 1)
+      if inline and (not self.stop or _all_finite(cts)):
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
         found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
-                                ins, eqn_active, cts, where, _source(eqn) or outer, env[k])
+                                ins, eqn_active, cts, where, _source(eqn) or outer, env[k],
+                                here and Patch(here.path[1:], here.fn))
         if found is not None:
           return found, None
         if self.failed:
@@ -220,20 +227,25 @@ class _Search:
         got = [jnp.zeros_like(ins[j]) if got[j] is None else got[j] for j in wrt]
       else:
         try:
-          got = pullback(lambda full: run_eqn(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
+          got = (eqn_pullback(eqn, ins, wrt, fo, [cts[j] for j in fo]) if here is None else
+                 pullback(lambda full: patched(eqn, full, here, _producer(jaxpr, read)), ins,
+                          wrt, fo, [cts[j] for j in fo]))
         except Exception:  # noqa: BLE001 - measuring: the rule being diagnosed fails again
-          if self.stop:
+          if not (self.record and not self.stop):
             raise
           self.failed = True
           break
-      flows = jax.device_get([flow(c) for c in (*got, *(cts[j] for j in fo))])  # one transfer
-      fed = all(Flow.of(f, 1).finite for f in flows[len(got):])
-      for j, c, f in zip(wrt, got, flows):
-        self.edges[f"{_eqn_id(prefix, k)}#{j}"] = Flow.of(
-            f, int(np.prod(eqn.invars[j].aval.shape)))
+      for j, c in zip(wrt, got):
         v = eqn.invars[j]
         ct[v] = ct[v] + c if v in ct else c
-      made = [self.edges[f"{_eqn_id(prefix, k)}#{j}"] for j in wrt]
+      if not self.record:
+        continue
+      stats = jax.device_get([flow(c) for c in (*got, *(cts[j] for j in fo))])  # one transfer
+      fed = all(Flow.of(f, 1).finite for f in stats[len(got):])
+      made = []
+      for j, f in zip(wrt, stats):
+        made.append(Flow.of(f, int(np.prod(eqn.invars[j].aval.shape))))
+        self.edges[f"{_eqn_id(prefix, k)}#{j}"] = made[-1]
       if self.stop and fed and not all(f.finite for f in made):
         return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer), None
     return None, [ct.get(v) if isinstance(v, core.Var) else None for v in jaxpr.invars]
@@ -298,22 +310,30 @@ class _Search:
     return None
 
 
-def forward(jaxpr, args) -> dict:
-  """Every value of one level at ``args``, eagerly; a jit's body run inline, its values
-  kept (under the equation's index) for the search inside it, on the same operands."""
+def forward(jaxpr, args, patch: Patch | None = None) -> dict:
+  """Every value of one level at ``args``, eagerly, ``patch`` applied; a jit's body run
+  inline, its values kept (under the equation's index) for the search inside it."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
   for i, eqn in enumerate(jaxpr.eqns):
     ins = [read(v) for v in eqn.invars]
-    if eqn.primitive.name in CALLS:
+    here = patch if patch is not None and patch.path[0][0] == i else None
+    if eqn.primitive.name in CALLS and (here is None or len(here.path) > 1):
       body = next(sub_jaxprs(eqn))
-      inner = env[i] = forward(body, ins)
+      inner = env[i] = forward(body, ins, here and Patch(here.path[1:], here.fn))
       outs = [v.val if isinstance(v, core.Literal) else inner[v] for v in body.outvars]
     else:
-      outs = bind(eqn, ins)
+      outs = bind(eqn, ins) if here is None else patched(eqn, ins, here, _producer(jaxpr, read))
     env.update(zip(eqn.outvars, outs))
   return env
+
+
+def _producer(jaxpr, read):
+  """``Patch``'s ``producer`` for one level: the equation that made a variable there, and
+  its operands."""
+  made = {v: e for e in jaxpr.eqns for v in e.outvars}
+  return lambda v: (made[v], [read(u) for u in made[v].invars]) if v in made else None
 
 
 def _active(jaxpr, active) -> set:

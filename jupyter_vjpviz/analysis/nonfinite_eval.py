@@ -10,12 +10,14 @@ itself computes for the rewritten program.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from jax._src import core
+from jax._src.interpreters import partial_eval as pe
 
 from .partial_vjp import vjp_wrt
 from .program import sub_jaxprs
@@ -57,7 +59,7 @@ def evaluate(jaxpr: core.Jaxpr, args, patch: Patch | None = None) -> list:
   for i, eqn in enumerate(jaxpr.eqns):
     ins = [read(v) for v in eqn.invars]
     if patch is not None and patch.path[0][0] == i:
-      outs = _patched(eqn, ins, patch, lambda v: made.get(v))
+      outs = patched(eqn, ins, patch, lambda v: made.get(v))
     else:
       outs = run_eqn(eqn, ins)
     for v, x in zip(eqn.outvars, outs):
@@ -71,7 +73,9 @@ def scan_groups(eqn) -> tuple[int, int, int]:
   return tuple(len(g) for g in eqn.params["ft_in"].update(list(eqn.invars)).unpack())
 
 
-def _patched(eqn, ins, patch: Patch, producer) -> list:
+def patched(eqn, ins, patch: Patch, producer) -> list:
+  """The outputs of ``eqn``, the first equation on ``patch``'s path, with the patch applied
+  there or inside its body."""
   (_, body), rest = patch.path[0], Patch(patch.path[1:], patch.fn)
   if not rest.path:
     return list(patch.fn(eqn, ins, producer))
@@ -110,3 +114,59 @@ def pullback(fn: Callable, args: list, wrt: list[int], outs: list[int], cts: lis
   receiving ``cts`` (None: zero)."""
   primal, pull = vjp_wrt(lambda *full: [fn(list(full))[j] for j in outs], args, wrt)
   return list(pull([jnp.zeros_like(p) if c is None else c for p, c in zip(primal, cts)]))
+
+
+def eqn_pullback(eqn, ins: list, wrt: list[int], fo: list[int], cts: list) -> list:
+  """``pullback`` of one equation (``fo``: its outputs receiving ``cts``).
+
+  Its VJP is traced once per primitive, params and operand types (the same layer's
+  equations in every layer) and then evaluated eagerly: op by op through JAX's
+  compiled primitives, which the forward run and the other equations share, where
+  compiling each equation's pullback costs XLA tens of milliseconds per kind and tracing
+  it per use milliseconds per equation. An equation with a body, or whose params do not
+  hash, is traced every time (its body inlined: nothing compiled for one use)."""
+  key = _signature(eqn, ins, wrt, fo, cts)
+  if key is None:
+    return pullback(lambda full: run_eqn(eqn, full), ins, wrt, fo, cts)
+  jaxpr, consts = _PULLBACKS.pop(key, None) or _trace(eqn, ins, wrt, fo, cts)
+  if not consts:
+    _PULLBACKS[key] = jaxpr, consts      # kept only if it holds no array
+    while len(_PULLBACKS) > _CACHED:
+      _PULLBACKS.popitem(last=False)
+  return core.eval_jaxpr(jaxpr, consts, *ins, *cts)
+
+
+_PULLBACKS: collections.OrderedDict = collections.OrderedDict()
+_CACHED = 1024     # traced pullbacks kept, least recently used dropped
+
+
+def _trace(eqn, ins, wrt, fo, cts) -> tuple:
+  """The equation's pullback as a jaxpr of its operands and cotangents, the primal
+  outputs the VJP also computes dropped."""
+  closed = jax.make_jaxpr(lambda *a: pullback(lambda full: bind(eqn, full), list(a[:len(ins)]),
+                                              wrt, fo, list(a[len(ins):])))(*ins, *cts)
+  jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), True)
+  return jaxpr, list(closed.consts)
+
+
+def _signature(eqn, ins, wrt, fo, cts):
+  if next(sub_jaxprs(eqn), None) is not None:
+    return None
+  try:
+    params = tuple(sorted(eqn.params.items()))
+    hash(params)
+  except TypeError:
+    return None
+  types = tuple((core.typeof(x).shape, core.typeof(x).dtype, core.typeof(x).weak_type)
+                for x in (*ins, *cts))
+  return eqn.primitive, params, types, tuple(wrt), tuple(fo)
+
+
+@jax.jit
+def flow(x) -> jax.Array:
+  """A cotangent's NaN count, Inf count, sum of squares and max |value| (its finite
+  elements') as one float32[4], computed where ``x`` is."""
+  x = (jnp.real(x) if jnp.iscomplexobj(x) else x).astype(jnp.float32)
+  finite = jnp.where(jnp.isfinite(x), x, 0.0)
+  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(), (finite ** 2).sum(),
+                    jnp.abs(finite).max(initial=0.0)]).astype(jnp.float32)

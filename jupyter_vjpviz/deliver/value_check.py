@@ -236,21 +236,21 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
       grads = pull_ones(fun, args, nums, **kwargs)
   if all(bool(jax.numpy.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grads)):
     return None
-  del grads
   with jax.debug_nans(False):
-    return safety.safely(_nonfinite, fun, args, nums, kwargs, raised)
+    return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
 
 
-def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:
+def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None:
   origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
   jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
+  original = _in_program_order(args, nums, grads, origin, active)
+  del grads
   with hook_aside():
     found = nonfinite.localise(jaxpr, invals, active, out_cts)
     c = found.culprit
     graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
     labels = input_names(graph, origin)
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums)
-    original = [np.asarray(g) for g in nonfinite_fixes.gradient(run)]
     fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
@@ -259,6 +259,17 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool) -> Diagnosis | None:
   del original, invals, run
   graph = dataclasses.replace(graph, strip=strip)
   return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
+
+
+def _in_program_order(args, nums, grads, origin, active) -> list:
+  """The gradient already computed (the fixes' reference: no second backward pass), one
+  array per differentiated program input: the leaf of ``args[i]`` is the program's input
+  at ``args[i]``'s offset in the flattened call, plus its own index."""
+  start = np.cumsum([0, *(len(jax.tree_util.tree_leaves(a)) for a in args)])
+  by_flat = {int(start[i]) + k: np.asarray(g) for i, tree in zip(nums, grads)
+             for k, g in enumerate(jax.tree_util.tree_leaves(tree))}
+  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
+  return [by_flat[j] for j, a in zip(arrays, active) if a]
 
 
 def program_inputs(origin, call) -> tuple:

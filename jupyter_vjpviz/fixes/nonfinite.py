@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 from jax._src import core
 
-from ..analysis import oracle
+from ..analysis import nonfinite, oracle
 from ..analysis.diagnosis import VERIFIED, Fix
 from ..analysis.locate import source_line
 from ..analysis.nonfinite import Culprit
-from ..analysis.nonfinite_eval import Patch, evaluate, pullback
+from ..analysis.nonfinite_eval import Patch, evaluate
 from ..analysis.nonfinite_explain import chosen_away, overflowed
 from ..capture import names
 
@@ -52,31 +52,24 @@ class _Candidate:
   reason: str
   fn: Callable | None = None   # (eqn, operands, producer) -> outputs, at the culprit
   scale: float = 1.0           # of the output cotangent; the gradient divided by it
-  family: str = ""             # of alternatives: only the first verified one is offered
 
 
 def gradient(p: Program, patch: Patch | None = None) -> list:
-  """The gradient of ``p`` w.r.t. its active inputs, with ``patch`` applied. Eager, as the
-  search ran: the unpatched bodies reuse what it compiled, and a patched body is
-  differentiated op by op instead of compiled whole for one use."""
-  wrt = [j for j, a in enumerate(p.active) if a]
-  outs = [j for j, c in enumerate(p.out_cts) if c is not None]
-  return pullback(lambda f: evaluate(p.jaxpr, f, patch), p.args, wrt, outs,
-                  [p.out_cts[j] for j in outs])
+  """The gradient of ``p`` w.r.t. its active inputs, with ``patch`` applied, by the search's
+  own backward pass (eager: the pullbacks it traced are reused, and a patched program is
+  not compiled whole for one use)."""
+  return nonfinite.gradient(p.jaxpr, p.args, p.active, p.out_cts, patch)
 
 
 def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
-  """The candidates for ``c`` that make the gradient finite and keep it where it was."""
-  fixes, offered = [], set()
+  """The first candidate for ``c`` that makes the gradient finite and keeps it where it
+  was: each one judged costs a whole backward pass, so the rest are not tried."""
   for cand in candidates(c, p):
-    if cand.family in offered:
-      continue
     verdict = _judge(cand, c, p, original)
     if verdict is not None:
-      offered.add(cand.family or cand.title)
-      fixes.append(Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED,
-                       note=verdict))
-  return fixes
+      return [Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED,
+                  note=verdict)]
+  return []
 
 
 def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | None:
@@ -195,7 +188,7 @@ def _rescale(function: str, argnums: tuple, k: int) -> _Candidate:
                     "explodes in range)", code,
                     "the backward pass is linear in its output cotangent: every cotangent is "
                     f"scaled by 2^-{k} exactly, none overflows, and dividing the gradient by the "
-                    "same power of two restores its values", scale=2.0 ** -k, family="scale")
+                    "same power of two restores its values", scale=2.0 ** -k)
 
 
 def _autodiff(c: Culprit) -> _Candidate:
