@@ -257,3 +257,31 @@ def test_the_fixes_stage_imports_nothing_above_it():
           "'jupyter_vjpviz.deliver'))))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]"
+
+
+DENSE_BY_ENTRIES = """
+@jax.custom_vjp
+def dense(p, x):
+  return x @ p['w'] + p['b']
+def dense_fwd(p, x):
+  return dense(p, x), (p, x)
+def dense_bwd(res, g):
+  p, x = res
+  grads = {}
+  grads['w'] = (x.T @ g).T
+  grads['b'] = g.sum(0)
+  return grads, g @ p['w'].T
+dense.defvjp(dense_fwd, dense_bwd)
+def loss(p, x): return jnp.tanh(dense(p, x)).sum()
+"""
+
+
+def test_a_cotangent_built_entry_by_entry_is_fixed_where_its_entry_is_assigned():
+  """The returned ``grads`` is a local filled by assignments: the fix edits the statement
+  that set the failing entry, and is judged by value like any other."""
+  ns = cell(DENSE_BY_ENTRIES)
+  d = diagnosis(ns["loss"], {"w": W, "b": jnp.zeros(2)}, X)
+  assert (d.kind, d.argument) == ("bwd_type", "p['w']")
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert "  grads['w'] = (x.T @ g)\n" in first.code and "grads['b'] = g.sum(0)" in first.code

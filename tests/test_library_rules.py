@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 eqx = pytest.importorskip("equinox")   # not installed with an older JAX (scripts/test.sh)
 nn = pytest.importorskip("flax.linen")
+nnx = pytest.importorskip("flax.nnx")
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture import retain, wrappers
@@ -317,6 +318,53 @@ def test_a_rule_input_the_loss_closes_over_is_drawn_with_its_wrong_cotangent(hoo
   assert (edge.dst, edge.argument, edge.cotangent_got) == (d.node, "x", "float32[3,2]")
   assert d.graph.node(edge.src).kind == "static"
   assert "got float32[3,2]" in d.to_svg()
+
+
+# ------------------------------------------------------------- flax nnx.custom_vjp
+
+class NLinear(nnx.Module):
+  def __init__(self):
+    self.w = nnx.Param(jnp.ones((3, 4)))
+
+  def __call__(self, x):
+    return matmul(self, x)
+
+
+@nnx.custom_vjp(graph_updates=True)
+def matmul(m, x):
+  return x @ m.w[...]
+
+
+def matmul_fwd(m, x):
+  return matmul(m, x), (m.w[...], x)
+
+
+def matmul_bwd(res, g):
+  updates, out_g = g
+  w, x = res
+  (m_g, _) = updates
+  m_g = jax.tree.map(lambda a: a, m_g)
+  m_g['w'].value = (x.T @ out_g).T          # transposed: wrong
+  return m_g, out_g @ w.T
+
+
+matmul.defvjp(matmul_fwd, matmul_bwd)
+
+
+def test_flax_nnx_custom_vjp_is_the_users_rule_fixed_where_it_sets_the_gradient(hook):
+  """nnx.custom_vjp hands JAX callable objects of flax's (``FwdFn``, ``BwdFn``) that call
+  the user's rules: the input is the user's ``m.w``, the failing path is in their own
+  return, and the fix edits the statement that set that entry of the state."""
+  model = NLinear()
+  step = nnx.jit(lambda m, x: nnx.grad(lambda m: m(x).sum())(m))
+  d = _diagnosed(lambda: step(model, jnp.ones((2, 3))))
+  assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "matmul", "matmul_bwd", "m.w.value")
+  assert d.path == "[0]['w'].value"
+  _in_this_file(d.rule_source)
+  first = d.fixes[0]
+  assert "  m_g['w'].value = (x.T @ out_g)" in first.code, [f.code for f in d.fixes]
+  assert first.verdict != "type-only"
+  assert vv.verify_fix(d, first.code) == []
 
 
 # ------------------------------------------------------------- equinox filter_custom_vjp

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
+import sys
 import threading
 import weakref
 from typing import Any
@@ -331,32 +333,56 @@ def _call_site() -> tuple[str | None, str]:
   return where, names.scope_names(info.name_stack)
 
 
-# Keyed weakly on the primal function: a closure over arrays must not outlive the user's.
-_primal_out_avals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _defer_fwd_check(cvjp, args, out, site) -> None:
   """Compare the fwd's primal output with the primal's, as the session ends.
 
-  Under grad JAX never runs the primal; its output types come from running it
-  abstractly, which must not happen beneath the user's rule (an extra frame and a
-  call of the user's function inside their own live call). The check keeps only
-  avals: the session, the inputs' types and the fwd output's types and paths.
+  The primal's output types are those JAX itself traced for this call (``_jax_primal_out``);
+  the user's primal is never run for them. Where JAX has not run it (classic custom_vjp
+  under grad or vjp runs only the fwd) there is nothing to compare with, and a fwd whose
+  output type differs goes unseen, as it does in JAX. The check keeps only avals.
   """
   session = records.current_session()
-  key = _primal_key(args)
-  if session is None or key is None:
+  if session is None:
+    return
+  expected = _jax_primal_out(sys._getframe())
+  if expected is None:
     return
   paths_leaves, got_tree = jax.tree_util.tree_flatten_with_path(out)
   got = [(path, core.typeof(leaf)) for path, leaf in paths_leaves]
   session.deferred.append((len(session.records), lambda: [
-      retained(r) for r in _check_fwd_output(cvjp, key, got, got_tree, site)]))
+      retained(r) for r in _check_fwd_output(expected, got, got_tree, site)]))
 
 
-def _check_fwd_output(cvjp, key, got_leaves, got_tree, site) -> list[Record]:
-  expected = _primal_out(cvjp, key)
-  if expected is None:
-    return []
+# The JAX frames that call a fwd rule knowing the primal's output types: classic
+# custom_vjp's ``_flatten_fwd`` (its ``maybe_out_type``, filled once JAX has traced the
+# primal: under jit, checkpoint, scan, ...) and hijax's fwd ``rule`` (its ``traced``).
+_JAX_FWD_CALLERS = {("_flatten_fwd", cd.__file__): "maybe_out_type",
+                    ("rule", os.path.join(os.path.dirname(cd.__file__), "hijax.py")): "traced"}
+
+
+def _jax_primal_out(frame, depth: int = 12):
+  """The primal's output avals (a pytree) as the JAX frame above that called the fwd
+  holds them, or None where JAX has not run the primal."""
+  for _ in range(depth):
+    frame = frame.f_back
+    if frame is None:
+      return None
+    name = _JAX_FWD_CALLERS.get((frame.f_code.co_name, frame.f_code.co_filename))
+    if name is None:
+      continue
+    held = frame.f_locals.get(name)
+    if name == "traced":
+      return getattr(held, "out_avals", None)
+    try:
+      out_tree, avals, _ = held()
+    except Exception:  # noqa: BLE001 - lu.StoreException: the primal has not run
+      return None
+    return jax.tree_util.tree_unflatten(out_tree, avals)
+  return None
+
+
+def _check_fwd_output(expected, got_leaves, got_tree, site) -> list[Record]:
+  """JAX raises on what this finds (it compares the same types); the records say where."""
   exp_leaves, exp_tree = jax.tree_util.tree_flatten(expected)
   base = dict(function=site.function, source=site.source, rule=site.fwd_rule, site=site)
   if exp_tree != got_tree:
@@ -368,53 +394,15 @@ def _check_fwd_output(cvjp, key, got_leaves, got_tree, site) -> list[Record]:
                           f"structure than {site.function}'s output", **base)]
   found = []
   for (path, got), want in zip(got_leaves, exp_leaves):
-    # ``want`` came from eval_shape outside any shard_map: it cannot carry
-    # varying manual axes, so compare what it does carry.
-    if got.shape == want.shape and got.dtype == want.dtype:
+    if same_type(want, got) is not False:
       continue
-    # Classic custom_vjp never compares fwd with the primal: a dtype change goes
-    # through silently; a shape change surfaces later as a misleading bwd error.
-    silent = not site.hijax and got.shape == want.shape
     found.append(Record(
-        kind="fwd_type", severity=WARNING if silent else ERROR,
+        kind="fwd_type", severity=ERROR,
         path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
         expected_aval=want, got_aval=got,
         leaves=(leaf_paths.Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
         **base))
   return found
-
-
-_KEYABLE = (core.AbstractValue, int, float, complex, bool, str, bytes, type(None))
-
-
-def _primal_key(args):
-  """(treedef, an aval or Python value per leaf) of the primal's inputs, or None when
-  that cannot be a cache key (a callable in it would keep its closure, and arrays, alive)."""
-  try:
-    leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=_is_primal_box)
-    avals = tuple(core.typeof(_unbox(x)) if _is_array(_unbox(x)) else x for x in leaves)
-    if not all(isinstance(a, _KEYABLE) for a in avals):
-      return None
-    key = (treedef, avals)
-    hash(key)
-  except Exception:
-    return None
-  return key
-
-
-def _primal_out(cvjp, key):
-  """Output avals of the primal function for these input types, cached."""
-  per_fun = _primal_out_avals.setdefault(cvjp.fun, {})
-  if key not in per_fun:
-    treedef, avals = key
-    structs = [shape_struct(a) if isinstance(a, core.AbstractValue) else a for a in avals]
-    try:
-      shapes = jax.eval_shape(cvjp.fun, *jax.tree_util.tree_unflatten(treedef, structs))
-      per_fun[key] = jax.tree_util.tree_map(
-          lambda s: core.ShapedArray(s.shape, s.dtype, weak_type=s.weak_type), shapes)
-    except Exception:
-      per_fun[key] = None
-  return per_fun[key]
 
 
 # ----------------------------------------------------------------- backward
@@ -457,7 +445,7 @@ def _user_bwd_code(bwd):
   except KeyError:
     pass
   user, path = wrappers.behind(bwd)
-  own = getattr(bwd, "__code__", None)
+  own = getattr(bwd, "__code__", None) or getattr(type(bwd).__call__, "__code__", None)
   code = _user_bwd_codes[bwd] = (user.__code__ if path and own is not None
                                  and not names.inside_jax(own.co_filename) else None)
   return code
@@ -614,14 +602,6 @@ def _unbox(x):
   return x.value if isinstance(x, cd.CustomVJPPrimal) else x
 
 
-def _is_array(x) -> bool:
-  try:
-    core.typeof(x)
-    return True
-  except Exception:
-    return False
-
-
 def _kept(x):
   """A nondiff argument as a site may keep it: itself, unless a leaf must be replaced
   (``_without_arrays``); only then is the user's pytree rebuilt."""
@@ -659,4 +639,3 @@ def clear_caches() -> None:
   _clones.clear()
   _names_cache.clear()
   _names_by_bwd.clear()
-  _primal_out_avals.clear()

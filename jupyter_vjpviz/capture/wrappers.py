@@ -70,9 +70,11 @@ def _called(fn):
     yield from (((("arg", str(i)),), a) for i, a in enumerate(fn.args) if _callable(a))
     yield from (((("kw", k),), a) for k, a in fn.keywords.items() if _callable(a))
     return
-  code = getattr(fn, "__code__", None)
-  if code is None or not isinstance(fn, types.FunctionType):
+  if not isinstance(fn, types.FunctionType):   # a callable object (flax nnx's FwdFn, BwdFn)
+    code = getattr(getattr(type(fn), "__call__", None), "__code__", None)
+    yield from _loaded(fn, code, ()) if code is not None else ()
     return
+  code = fn.__code__
   for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
     try:
       value = cell.cell_contents
@@ -80,12 +82,17 @@ def _called(fn):
       continue
     if _callable(value):
       yield (("cell", name),), value
-      continue
-    attrs = getattr(value, "__dict__", None)
-    if isinstance(attrs, dict) and not isinstance(value, (type, types.ModuleType)):
-      for attr in code.co_names:
-        if _callable(attrs.get(attr)):
-          yield (("cell", name), ("attr", attr)), attrs[attr]
+    else:
+      yield from _loaded(value, code, (("cell", name),))
+
+
+def _loaded(obj, code, steps: Path):
+  """(steps, callable) for the attributes of ``obj`` that ``code`` loads (``self.fn_bwd``)."""
+  attrs = getattr(obj, "__dict__", None)
+  if isinstance(attrs, dict) and not isinstance(obj, (type, types.ModuleType)):
+    for attr in code.co_names:
+      if _callable(attrs.get(attr)):
+        yield steps + (("attr", attr),), attrs[attr]
 
 
 def _callable(x) -> bool:

@@ -238,16 +238,51 @@ def element(value: ast.expr, keys: list) -> ast.expr | None:
   return value
 
 
-def leaf_expression(value: ast.expr, keys: list) -> ast.expr | None:
+def leaf_expression(value: ast.expr, keys: list,
+                    fn: ast.FunctionDef | None = None) -> ast.expr | None:
   """The expression that computes the leaf at ``keys`` of a returned value: its element
-  in a literal, or, under a tree map (``jax.tree.map(lambda a: a.T, grads)``), the mapped
-  function's body, which computes every leaf (so an edit there edits them all)."""
+  in a literal; under a tree map (``jax.tree.map(lambda a: a.T, grads)``), the mapped
+  function's body, which computes every leaf (so an edit there edits them all); or, for
+  a local returned whole, what ``fn`` assigns to its entry (``grads['w'] = ...``)."""
   for depth in range(len(keys) + 1):
     node = element(value, keys[:depth])
     body = _mapped_body(node) if node is not None else None
     if body is not None:
       return body
+    if isinstance(node, ast.Name) and fn is not None and depth < len(keys):
+      return assigned(fn, node.id, keys[depth:])
   return element(value, keys)
+
+
+def assigned(fn: ast.FunctionDef, name: str, keys: list) -> ast.expr | None:
+  """The value of ``fn``'s last statement that sets the entry ``keys`` of local ``name``:
+  ``name['w'] = v``, ``name.w.value = v``, or an in-place ``name['w'][...] = v`` (which
+  sets the array of the object there, wherever it keeps it)."""
+  found = None
+  for stmt in ast.walk(fn):
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+      entry = _entry(stmt.targets[0], name)
+      if entry is not None and (entry[0] == keys or entry[1] and keys[:len(entry[0])] == entry[0]):
+        if found is None or stmt.lineno > found.lineno:
+          found = stmt
+  return found.value if found is not None else None
+
+
+def _entry(target: ast.expr, name: str) -> tuple[list, bool] | None:
+  """(keys, in place) of an assignment target rooted at local ``name``, else None."""
+  keys, in_place = [], False
+  while not isinstance(target, ast.Name):
+    if isinstance(target, ast.Attribute):
+      keys.insert(0, target.attr)
+    elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
+      if target.slice.value is Ellipsis:
+        in_place = in_place or not keys
+      else:
+        keys.insert(0, target.slice.value)
+    else:
+      return None
+    target = target.value
+  return (keys, in_place) if target.id == name and keys else None
 
 
 def _mapped_body(node: ast.expr) -> ast.expr | None:
