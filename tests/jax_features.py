@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import sys
 
 import jax
 import pytest
@@ -20,20 +21,36 @@ HIJAX_PATH = "jax_custom_vjp3"
 
 
 @functools.cache
-def claimed():
-  """This JAX's ``Capabilities``: the hook installed once to read its points (its one-line
-  notice on an older JAX kept out of the tests' output)."""
+def _hook_points() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+  """The hook points installed here and those skipped: the hook installed once to read
+  them (its one-line notice on an older JAX kept out of the tests' output)."""
   import jupyter_vjpviz as vv
-  from jupyter_vjpviz.capture import capabilities
   from jupyter_vjpviz.deliver import runtime
   was = vv.installed()
   with contextlib.redirect_stderr(io.StringIO()):
     vv.install()
     try:
-      return capabilities.of(runtime.hook_points()[0])
+      points, skipped = runtime.hook_points()
+      return tuple(points), tuple(skipped)
     finally:
       if not was:
         vv.uninstall()
+
+
+def claimed():
+  """This JAX's ``Capabilities``."""
+  from jupyter_vjpviz.capture import capabilities
+  return capabilities.of(list(_hook_points()[0]))
+
+
+def _entries_watched() -> bool:
+  """Whether vjpviz watches JAX's VJP entry points from below (``sys.monitoring``), so no
+  frame of its own sits around the user's function: not where it wraps them (Python
+  before 3.12, or no free tool slot), nor around JAX's older entry (``api._vjp``, JAX
+  before 0.10)."""
+  points, skipped = _hook_points()
+  return (all(name != "sys.monitoring" for name, _ in skipped)
+          and not any(p.endswith("api._vjp") for p in points))
 
 
 def _bwd_checks_varying_axes() -> bool:
@@ -50,16 +67,32 @@ def _bwd_checks_varying_axes() -> bool:
   return False
 
 
-JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes}
-"""What some JAX's own checks catch and others not, probed on plain JAX (the hook off)."""
+def _user_hijax_types() -> bool:
+  try:
+    from jax.experimental.hijax import HiType, register_hitype  # noqa: F401
+  except ImportError:
+    return False
+  return True
+
+
+JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes,
+              "user hijax types": _user_hijax_types}
+"""What some JAX has and others not, probed on plain JAX (the hook off)."""
+
+WATCHED = "entry points watched from below"
+HOOK = {WATCHED: _entries_watched}
+"""How the hook is installed here (which Python, which JAX entry points)."""
 
 
 @functools.cache
 def has(feature: str) -> bool:
   """Whether vjpviz diagnoses ``feature`` here: a diagnosis kind, a rule source
-  ("hijax primitives") or ``HIJAX_PATH``; or, for ``JAX_CHECKS``, whether JAX checks it."""
+  ("hijax primitives") or ``HIJAX_PATH``; for ``JAX_CHECKS``, whether JAX has it; for
+  ``HOOK``, whether the hook is installed that way."""
   if feature in JAX_CHECKS:
     return JAX_CHECKS[feature]()
+  if feature in HOOK:
+    return HOOK[feature]()
   caps = claimed()
   if feature == HIJAX_PATH:
     return caps.hijax_path
@@ -69,6 +102,9 @@ def has(feature: str) -> bool:
 def why_not(feature: str) -> str:
   if feature in JAX_CHECKS:
     return f"jax {jax.__version__} has no {feature}"
+  if feature in HOOK:
+    return (f"vjpviz wraps JAX's VJP entry points on python {sys.version.split()[0]} with "
+            f"jax {jax.__version__}: no {feature}")
   return f"vjpviz does not diagnose {feature} on jax {jax.__version__}: {claimed().line()}"
 
 
@@ -82,5 +118,10 @@ def require(feature: str) -> None:
 def flags_off() -> None:
   """JAX's defaults for the flags tests turn on, where this JAX has them."""
   for name in (HIJAX_PATH, "jax_disable_bwd_checks"):
-    if name in jax.config.values:
-      jax.config.update(name, False)
+    set_flag(name, False)
+
+
+def set_flag(name: str, on: bool) -> None:
+  """Set a JAX flag a test turns on; off (its default) is a no-op on a JAX without it."""
+  if on or name in jax.config.values:
+    jax.config.update(name, on)

@@ -22,9 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import jupyter_vjpviz as vv
+import jax_features
 from jupyter_vjpviz.capture.leaf_paths import keystr
 
 FLOATS = ("float32", "float16", "bfloat16")
+PATHS = ["classic", pytest.param("hijax", marks=pytest.mark.needs(jax_features.HIJAX_PATH))]
 shapes = st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple)
 
 
@@ -66,7 +68,7 @@ def _outcome(thunk):
 
 def _plain_and_hooked(thunk, path: str = "classic"):
   """``thunk``'s outcome without vjpviz, with it, and what vjpviz found."""
-  jax.config.update("jax_custom_vjp3", path == "hijax")
+  jax_features.set_flag(jax_features.HIJAX_PATH, path == "hijax")
   try:
     vv.uninstall()
     plain = _outcome(thunk)
@@ -76,7 +78,7 @@ def _plain_and_hooked(thunk, path: str = "classic"):
   finally:
     vv.uninstall()
     vv.clear()
-    jax.config.update("jax_custom_vjp3", False)
+    jax_features.set_flag(jax_features.HIJAX_PATH, False)
 
 
 def _rule(outputs, structure, container):
@@ -111,7 +113,7 @@ def _gradients(f, inputs, container, transform):
   return lambda: grad(*args)
 
 
-@pytest.mark.parametrize("path", ["classic", "hijax"])
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=60, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=broken_rules())
@@ -208,7 +210,7 @@ def broken_fwd_rules(draw):
   return outs, returned, structure, nondiff, draw(st.sampled_from(["eager", "jit"]))
 
 
-@pytest.mark.parametrize("path", ["classic", "hijax"])
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=broken_fwd_rules())

@@ -14,6 +14,7 @@ import pytest
 from jax import tree_util
 
 import jupyter_vjpviz as vv
+import jax_features
 
 
 def _depth() -> int:
@@ -70,6 +71,7 @@ def _depths():
   return seen
 
 
+@pytest.mark.needs(jax_features.WATCHED)
 def test_no_frame_of_ours_under_grad_vjp_or_a_custom_vjp_call(capsys):
   """[test_grad_traceback, test_custom_vjp_traceback] ``jax.grad``, ``jax.vjp`` and a
   custom_vjp call are watched from below (their frames' start and end), not wrapped."""
@@ -79,6 +81,7 @@ def test_no_frame_of_ours_under_grad_vjp_or_a_custom_vjp_call(capsys):
   _no_line_of_ours(capsys)
 
 
+@pytest.mark.needs(jax_features.WATCHED)
 def test_a_rule_runs_under_exactly_one_frame_of_ours():
   """[test_custom_vjp_traceback: f_fwd 17 != 16 hooked] The bound, not zero: the rule is
   called through ``InstrumentedFwd``/``InstrumentedBwd``, because the fwd's residuals
@@ -277,6 +280,7 @@ def _mul():
   return mul
 
 
+@pytest.mark.needs("hijax primitives")
 def test_a_user_hijax_type_is_compared_by_its_own_equality(capsys):
   """[test_shmap_grad_hitype] ``f_vjp``'s cotangent and a ``vjp_bwd_retval``'s were
   compared by ``.dtype``, which a user's HiType need not have."""
@@ -291,6 +295,7 @@ def test_a_user_hijax_type_is_compared_by_its_own_equality(capsys):
   _no_line_of_ours(capsys)
 
 
+@pytest.mark.needs("user hijax types")
 def test_a_type_that_cannot_be_compared_is_said_so(capsys):
   """A HiType without its own ``__eq__`` cannot be compared: one line says so, not an
   internal error, and JAX's own outcome is unchanged."""

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 
+import jax
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -134,7 +135,7 @@ def test_status_list_last_export_clear_off(run):
   outputs, tmp = run
   assert "ValueError" in text(outputs["failing"])
   status = text(outputs["status"])
-  assert "vjpviz: installed" in status and "JAX 0.12" in status
+  assert "vjpviz: installed" in status and f"JAX {jax.__version__}" in status
   assert "custom_vjp path: classic" in status and "panel listening: no" in status
   assert "bwd_type" not in text(outputs["list"]) and "lin's bwd rule" in text(outputs["list"])
   assert diagnoses(outputs["last"])[0]["function"] == "lin"
