@@ -15,6 +15,7 @@ import jax
 from jax._src import api, core, pjit
 from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
+from jax._src.interpreters import partial_eval as pe
 
 from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_paths, names, records
 from .patches import PatchSet
@@ -35,8 +36,15 @@ def install(patches: PatchSet, sink: Callable | None = None,
 
 
 def staged() -> bool:
-  """Whether JAX is tracing now: what a rule returned has not run yet, and may still fail."""
-  return not core.trace_state_clean()
+  """Whether JAX is building a jaxpr now (jit, scan, make_jaxpr, ...): what a rule returned
+  has not run yet, and may still fail. Under vmap or jvp over eager evaluation it has run:
+  nothing later will run it (before JAX 0.10 no jit follows a vmap of grad to say so)."""
+  trace = core.trace_ctx.trace
+  while not isinstance(trace, core.EvalTrace):
+    if isinstance(trace, (pe.DynamicJaxprTrace, pe.JaxprTrace)) or not hasattr(trace, "parent_trace"):
+      return True
+    trace = trace.parent_trace
+  return False
 
 
 def wrap_run_staged(original, sink):
