@@ -16,6 +16,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src import core
 from jax._src.interpreters import partial_eval as pe
 
@@ -162,11 +163,12 @@ def _signature(eqn, ins, wrt, fo, cts):
   return eqn.primitive, params, types, tuple(wrt), tuple(fo)
 
 
-@jax.jit
-def flow(x) -> jax.Array:
+def flow(x) -> np.ndarray:
   """A cotangent's NaN count, Inf count, sum of squares and max |value| (its finite
-  elements') as one float32[4], computed where ``x`` is."""
-  x = (jnp.real(x) if jnp.iscomplexobj(x) else x).astype(jnp.float32)
-  finite = jnp.where(jnp.isfinite(x), x, 0.0)
-  return jnp.stack([jnp.isnan(x).sum(), jnp.isinf(x).sum(), (finite ** 2).sum(),
-                    jnp.abs(finite).max(initial=0.0)]).astype(jnp.float32)
+  elements') as one float64[4], on the host as ``jax_debug_nans`` checks each output:
+  a compiled reduction would be compiled again for every shape."""
+  x = np.asarray(x)
+  x = np.real(x) if np.iscomplexobj(x) else x
+  ok, nan = np.isfinite(x), np.isnan(x).sum()
+  finite = np.where(ok, x, 0).astype(np.float64)
+  return np.array([nan, (~ok).sum() - nan, (finite ** 2).sum(), np.abs(finite).max(initial=0.0)])

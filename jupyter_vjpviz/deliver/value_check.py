@@ -255,7 +255,7 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
   strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
-      jax.device_get([nonfinite.flow(g) for g in original]), original)])
+      [nonfinite.flow(g) for g in original], original)])
   del original, invals, run
   graph = dataclasses.replace(graph, strip=strip)
   return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
