@@ -241,10 +241,15 @@ def test_a_randomly_broken_fwd_rule_is_reported_as_built(path, case):
   plain, hooked, found = _plain_and_hooked(lambda: grad(jnp.ones(3)), path)
   assert hooked == plain
   short = structure == "short" and len(outs) > 1
-  if structure == "no pair" or short:
+  if structure == "no pair" or short and path == "hijax":
     assert found and found[0].kind == "fwd_structure", (case, [d.kind for d in found])
     return
-  wrong = {f"[{i}]": (o, r) for i, (o, r) in enumerate(zip(outs, returned)) if o != r}
+  if short:   # classic: no primal output structure to compare with (as for types, below)
+    return
+  # classic custom_vjp under grad (eager or jit of grad) runs only the fwd: there is no
+  # primal output type to compare with, in JAX or in vjpviz, so no fwd_type; hijax traces it
+  wrong = {f"[{i}]": (o, r) for i, (o, r) in enumerate(zip(outs, returned))
+           if o != r and path == "hijax"}
   fwd_found = [d for d in found if d.kind == "fwd_type"]
   assert {d.path for d in fwd_found} == set(wrong), (case, [d.headline for d in found])
   for d in fwd_found:

@@ -97,33 +97,36 @@ def test_a_rule_runs_under_exactly_one_frame_of_ours():
   assert hooked["bwd"] - plain["bwd"] == 1, (plain, hooked)
 
 
-@pytest.mark.parametrize("jitted", [False, True])
-def test_the_primal_is_never_run_inside_the_users_live_call(hook, jitted):
-  """[test_custom_vjp_traceback] Under grad classic JAX never runs a custom_vjp's primal;
-  the fwd-output check's abstract run of it (for the primal's output types) happened
-  beneath the user's rule, inside the differentiated function's live call. It runs as
-  the VJP session ends, after that call returned, and the finding is the same (the
-  diagnosis re-runs the user's function later: those calls are not JAX's)."""
-  calls, first_call_open = [], []
-
+def _casting_act(calls: list):
   @jax.custom_vjp
   def act(x):
-    first_call_open.append(calls[0])
+    calls.append(x)
     return jnp.sin(x)
   act.defvjp(lambda x: (jnp.sin(x).astype(jnp.bfloat16), x), lambda x, g: (jnp.cos(x) * g,))
+  return lambda x: act(x).astype(jnp.float32).sum()
 
-  def differentiated_loss(x):
-    i = len(calls)
-    calls.append(True)
-    try:
-      return act(x).astype(jnp.float32).sum()
-    finally:
-      calls[i] = False
-  grad = jax.grad(differentiated_loss)
+
+@pytest.mark.parametrize("jitted", [False, True])
+def test_the_primal_is_never_run_where_jax_runs_only_the_fwd(hook, jitted):
+  """[test_custom_vjp_traceback] Under grad classic JAX never runs a custom_vjp's primal,
+  and the fwd-output check no longer runs it either (it ran it under eval_shape for the
+  primal's output types). So a fwd output of another dtype goes unseen here, as it does
+  in JAX: those types exist nowhere without running the primal."""
+  calls = []
+  grad = jax.grad(_casting_act(calls))
   (jax.jit(grad) if jitted else grad)(jnp.ones(3))
-  assert first_call_open and not any(first_call_open), first_call_open
-  d = vv.last()
-  assert (d.kind, d.expected, d.got) == ("fwd_type", "float32[3]", "bfloat16[3]")
+  assert calls == [] and vv.diagnoses() == []
+
+
+def test_a_fwd_output_is_checked_against_the_primal_jax_traced(hook):
+  """Where JAX has traced the primal (grad of a jit, checkpoint, scan) it compares the
+  fwd's output with it and raises; the diagnosis reads the primal's types from JAX's own
+  trace (``_flatten_fwd``'s store)."""
+  calls = []
+  with pytest.raises(TypeError, match="shapes/dtypes"):
+    jax.grad(jax.jit(_casting_act(calls)))(jnp.ones(3))
+  d = vv.diagnoses()[0]
+  assert (d.kind, d.severity, d.expected, d.got) == ("fwd_type", "error", "float32[3]", "bfloat16[3]")
 
 
 # --------------------------------------- the user's pytree code [CustomVJPTest::...nones]

@@ -491,3 +491,27 @@ def test_a_stacked_models_gradient_norms_per_layer_are_a_strip_beside_the_graph(
   assert "params[4]  ████" in source and "params[0]  ✖" in source
   assert "‖gradient‖ per layer" in svg.render(d)
   assert "norm_strip" not in dot.render(vv.nans(soft_distance, jnp.array([0.0, 1.0])))
+
+
+# ------------------------------------------------------- a while loop the gradient runs through
+
+def draining(t, y, args):
+  return -jnp.sqrt(jnp.maximum(y, 0.0))          # the tank runs dry: sqrt at 0
+
+
+def test_a_diffrax_solve_whose_checkpointed_while_loop_goes_nan_is_traced_to_the_vector_field():
+  # diffrax differentiates its while loop by equinox's checkpointed custom_vjp: the NaN is
+  # born in the bwd's own while loop, from the derivative of the user's sqrt at 0 (its
+  # buffers hold Infs on purpose, which must not be taken for the poison)
+  diffrax = pytest.importorskip("diffrax")
+
+  def drained(y0):
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(draining), diffrax.Euler(), 0.0, 3.0, 0.5, y0,
+                              adjoint=diffrax.RecursiveCheckpointAdjoint())
+    return sol.ys[-1].sum()
+  y0 = jnp.array([0.5, 4.0])
+  assert jnp.isfinite(drained(y0)) and not _finite(jax.grad(drained)(y0))
+  d = vv.nans(drained, y0)
+  assert d.source == _line_of(draining, "jnp.sqrt")
+  assert "`div`" in d.detail and "1 zero (of 2)" in d.detail and "of its while loop" in d.detail
+  assert "1 NaN of 2" in d.got and d.argument == "y0"

@@ -119,7 +119,8 @@ class Culprit:
   ct_out: Flow                      # cotangent it produced for its operands (non-finite)
   source: str | None
   where: str = ""                   # "in iteration 37 of 100 of its scan"
-  inner: tuple | None = None        # custom rules: (primitive, source, operand summaries)
+  inner: tuple | None = None        # custom rules: (primitive, source, operand summaries,
+                                    #   "in iteration 3 of its while loop" or "")
 
 
 @dataclasses.dataclass
@@ -364,7 +365,7 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
   cts = [jnp.zeros(v.aval.shape, v.aval.dtype) if c is None and inexact(v) else c
          for v, c in zip(eqn.outvars, cts)]
   if eqn.primitive.name == "custom_vjp_call":
-    traced = jax.make_jaxpr(lambda a, c: _user_bwd(eqn, a, c))(list(ins), cts)
+    traced = jax.make_jaxpr(lambda a, c: _user_bwd(eqn, a, active, c))(list(ins), cts)
   else:
     wrt = [j for j, (a, v) in enumerate(zip(active, eqn.invars)) if a]
     fo = [j for j, v in enumerate(eqn.outvars) if inexact(v)]
@@ -373,18 +374,19 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
   found = first_nonfinite(traced, jax.tree_util.tree_leaves((list(ins), cts)))
   if found is None:
     return None
-  inner, operands = found
+  inner, operands, where = found
   return (inner.primitive.name, _source(inner),
-          tuple(summary(x) if inexact(x) else None for x in operands))
+          tuple(summary(x) if inexact(x) else None for x in operands), where)
 
 
-def _user_bwd(eqn, ins, cts):
-  """The custom_vjp's own fwd and bwd called directly, as JAX's JVP rule calls them, so
-  that the bwd's operations are traced with the user's lines (JAX's transpose would give
-  them the primal's call site)."""
+def _user_bwd(eqn, ins, active, cts):
+  """The custom_vjp's own fwd and bwd called directly, as JAX's JVP rule calls them (the
+  fwd told which primals are perturbed: the differentiated ones), so that the bwd's
+  operations are traced with the user's lines (JAX's transpose would give them the
+  primal's call site)."""
   p = eqn.params
   primals = ins[p["num_consts"]:]
-  fwd_jaxpr, consts = p["fwd_jaxpr_thunk"].call_wrapped(*[True] * len(primals))
+  fwd_jaxpr, consts = p["fwd_jaxpr_thunk"].call_wrapped(*active[p["num_consts"]:])
   outs = core.eval_jaxpr(fwd_jaxpr, consts, *primals)
   _, res_tree, forwarded = p["out_trees"]()
   made = iter(outs[:res_tree.num_leaves - sum(f is not None for f in forwarded)])
@@ -394,21 +396,21 @@ def _user_bwd(eqn, ins, cts):
 
 
 def first_nonfinite(jaxpr: core.Jaxpr, args) -> tuple | None:
-  """(equation, operands) of the first equation, forwards, whose operands are finite and
-  whose outputs are not; through the bodies of calls and, iteration by iteration, of
-  while loops (a bwd rule's own loop)."""
+  """(equation, operands, in which loop iteration) of the first equation, forwards, whose
+  operands are finite and whose outputs are not; through the bodies of calls and,
+  iteration by iteration, of while loops (a bwd rule's own loop)."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
   for eqn in jaxpr.eqns:
     ins = [read(v) for v in eqn.invars]
     outs = bind(eqn, ins)
-    if _all_finite(ins) and not _all_finite(outs):
+    if _poisoned(ins, outs):
       if eqn.primitive.name in CALLS:
         return first_nonfinite(next(sub_jaxprs(eqn)), ins)
       if eqn.primitive.name == "while":
-        return _first_bad_iteration(eqn, ins) or (eqn, ins)
-      return eqn, ins
+        return _first_bad_iteration(eqn, ins) or (eqn, ins, "")
+      return eqn, ins, ""
     env.update(zip(eqn.outvars, outs))
   return None
 
@@ -420,12 +422,29 @@ def _first_bad_iteration(eqn, ins) -> tuple | None:
   nc, nb = p["cond_nconsts"], p["body_nconsts"]
   cond, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
   cconsts, bconsts, carry = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+  t = 0
   while bool(evaluate(cond, [*cconsts, *carry])[0]):
     new = evaluate(body, [*bconsts, *carry])
-    if not _all_finite(new):
-      return first_nonfinite(body, [*bconsts, *carry])
-    carry = new
+    if _poisoned([*bconsts, *carry], new):
+      found = first_nonfinite(body, [*bconsts, *carry])
+      return found and (*found[:2], f"in iteration {t} of its while loop"
+                        + (f", {found[2]}" if found[2] else ""))
+    carry, t = new, t + 1
   return None
+
+
+def _poisoned(ins, outs) -> bool:
+  """Whether ``outs`` hold a NaN where no operand held one, or an Inf where all were
+  finite: operands may carry Infs on purpose (diffrax fills its buffers with them)."""
+  (nan_in, inf_in), (nan_out, inf_out) = _nonfinite(ins), _nonfinite(outs)
+  return (nan_out and not nan_in) or (inf_out and not (nan_in or inf_in))
+
+
+def _nonfinite(xs) -> tuple[bool, bool]:
+  """Whether any of ``xs`` holds a NaN, and an Inf."""
+  arrays = [np.asarray(x) for x in xs if x is not None and hasattr(x, "dtype") and inexact(x)]
+  return (any(bool(np.isnan(a).any()) for a in arrays),
+          any(bool(np.isinf(a).any()) for a in arrays))
 
 
 def _all_finite(xs) -> bool:

@@ -26,9 +26,10 @@ _AT_ZERO = {"sqrt": "its derivative 1/(2·sqrt(x)) is infinite there",
 def explain(c: Culprit) -> str:
   """One sentence: what the primal values at the culprit were, and why that is non-finite."""
   if c.inner is not None:
-    prim, where, operands = c.inner
+    prim, where, operands, loop = c.inner
     at = f" at {where}" if where else ""
-    return f"its bwd rule's `{prim}`{at} {_values(prim, operands, c.ct_out)}"
+    return f"its bwd rule's `{prim}`{at} {_values(prim, operands, c.ct_out)}" + (
+        f" {loop}" if loop else "")
   if c.eqn.primitive.name in ("custom_vjp_call", "custom_jvp_call"):
     return f"its custom rule turned a finite cotangent into {c.ct_out.bad()}"
   text = f"`{c.eqn.primitive.name}` {_values(c.eqn.primitive.name, c.operands, c.ct_out, c.ct_in)}"
