@@ -657,8 +657,12 @@ def _leftover_after_failing_call(size: int) -> int:
   return len([a for a in jax.live_arrays() if a.shape == (size,)])
 
 
-def test_nondiff_callable_closing_over_an_array_is_not_kept_alive(path):
+def test_nondiff_callable_closing_over_an_array_is_not_kept_alive(path, request):
   """vjpviz keeps no more alive than JAX itself does (the hijax path keeps some)."""
+  if path == "hijax" and jax_features.has(jax_features.HIJAX_CLASS):
+    request.applymarker(pytest.mark.xfail(strict=True, reason=(
+        "where jax_custom_vjp3 is its own class (JAX 0.9-0.11), verifying the fixes of a rule "
+        "made per call keeps one more array its nondiff callable closes over, in a JAX cache")))
   vv.uninstall()
   plain = _leftover_after_failing_call(1000)
   vv.install()
@@ -754,6 +758,21 @@ def test_a_rule_input_is_spelled_one_way_and_no_graph_box_reads_like_it(hook):
   assert "x" not in labels.values() and labels["arg0"] == "x of loss"
   assert "input not differentiated" in d.to_dot()
   assert d.instance is None    # w2 beside w1 is a parameter, not one of several blocks
+
+
+def test_the_graph_of_a_jitted_loss_compiled_by_the_failing_call_marks_its_inputs(hook):
+  """The first call of a fresh ``jax.jit(loss)`` under ``jax.grad`` runs ``loss`` on the
+  jit's tracers, not the VJP's: the graph still shows ``w`` as the differentiated input."""
+  dense = custom(lambda x, w: x @ w, lambda res, g: ((g @ res[1].T).T, res[0].T @ g),
+                 fwd=lambda x, w: (x @ w, (x, w)))
+
+  def loss(w):
+    return dense(w, jnp.ones((3, 2))).sum()
+  raises(lambda: jax.grad(jax.jit(loss))(jnp.ones((4, 3))))
+  d = only("bwd_type")
+  assert d.argument == "x"
+  inputs = {n.id: n.kind for n in d.graph.nodes if n.kind in ("input", "static")}
+  assert inputs.get("in0") == "input" and "arg0" not in inputs, inputs
 
 
 @pytest.mark.needs("accumulator_type")

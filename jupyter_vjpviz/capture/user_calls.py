@@ -128,7 +128,8 @@ def _arguments(frame) -> tuple[tuple, dict]:
 def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None:
   """The user's call as an Origin: arrays (tracers of the forward pass) become avals; an
   array leaf that is one of the VJP's primals is differentiated, in the VJP's input order.
-  None if an argument that is no pytree holds a tracer: keeping it would keep its arrays."""
+  None if an argument that is no pytree holds a tracer (keeping it would keep its arrays),
+  or if no leaf is one of the primals."""
   flat, tree = jax.tree_util.tree_flatten((args, kwargs))
   position = {id(p): k for k, p in enumerate(jax.tree_util.tree_leaves(primals))}
   leaves, diff = [], {}
@@ -141,6 +142,8 @@ def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None
     elif _holds_tracer(x):
       return None
     leaves.append(x)
+  if position and not diff:   # the call saw another trace's values (a jit's in between):
+    return None              # the VJP's own function, re-traced, says more
   return Origin(fun=fun, leaves=tuple(leaves), tree=tree,
                 diff_leaves=tuple(diff[k] for k in sorted(diff)),
                 name=names.function_name(fun), source=names.function_source(fun))
