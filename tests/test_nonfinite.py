@@ -515,3 +515,35 @@ def test_a_diffrax_solve_whose_checkpointed_while_loop_goes_nan_is_traced_to_the
   assert d.source == _line_of(draining, "jnp.sqrt")
   assert "`div`" in d.detail and "1 zero (of 2)" in d.detail and "of its while loop" in d.detail
   assert "1 NaN of 2" in d.got and d.argument == "y0"
+
+
+# ------------------------------------------------------- a shard_map body, on 4 devices
+
+def sharded_root(w, x):                                # per device: its rows of x
+  r = jnp.maximum(x @ w, 0.0)
+  return jax.lax.psum(jnp.where(r > 0, jnp.sqrt(r), 0.0).sum(), "dp")
+
+
+def _data_parallel(local):
+  from jax.sharding import PartitionSpec as P
+  mesh = jax.make_mesh((4,), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("dp")), out_specs=P()))
+
+
+@pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 devices (tests/conftest.py)")
+def test_a_shard_map_bodys_sqrt_is_found_on_its_shards_and_fixed():
+  w = jnp.array([[1.0, -1.0], [0.5, 0.5]])
+  x = jnp.array([[1.0, 0.0], [2.0, 1.0], [1.0, -4.0], [0.0, 0.0]])   # relu 0 on 3 shards
+  loss = _data_parallel(sharded_root)
+  assert not _finite(jax.grad(loss)(w, x))
+  d = vv.nans(loss, w, x)
+  assert d.source == _line_of(sharded_root, "jnp.sqrt") and d.function == "sqrt"
+  assert "6 exact zeros (of 8)" in d.detail and "double-where" in d.detail   # all 4 shards
+  assert d.graph.node(d.node).primitive == "sqrt"
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "jnp.sqrt(jnp.where(r > 0, r, 1.0))" in first.code
+  g = jax.grad(_data_parallel(_fixed(sharded_root, first)))(w, x)
+  r = jnp.maximum(x @ w, 0.0)
+  whole = lambda w: jnp.where(r > 0, jnp.sqrt(jnp.where(r > 0, jnp.maximum(x @ w, 0.0), 1.0)),
+                              0.0).sum()
+  np.testing.assert_allclose(g, jax.grad(whole)(w), rtol=1e-6)

@@ -37,7 +37,7 @@ from jax._src import core
 
 from ..capture import frames
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
-                             pullback, scan_groups)
+                             pullback, scan_groups, shard_bind, split)
 from .program import _body_prefix, _eqn_id, sub_jaxprs
 
 @dataclasses.dataclass(frozen=True)
@@ -191,15 +191,17 @@ class _Search:
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
             outer: str | None = None, env: dict | None = None,
-            patch: Patch | None = None) -> tuple[Culprit | None, list]:
+            patch: Patch | None = None, run=None) -> tuple[Culprit | None, list]:
     """The culprit in one level, or None and the cotangents of the level's inputs (None:
     zero); ``outer``: the enclosing equation's line (a library's jit keeps no user frame
-    in its body's tracebacks); ``patch``: an equation rewritten, its path from this level.
+    in its body's tracebacks); ``patch``: an equation rewritten, its path from this level;
+    ``run(eqn, operands)``: how an equation is applied, when not as written (a shard_map
+    body's on every shard, ``shard_bind``).
 
     A jit or remat fed finite cotangents is searched inside before it is differentiated
     whole: its body's search gives its pullback too, and nothing is compiled for it.
     ``env``: the level's values at ``args``, when its parent's forward run has them."""
-    env = env or forward(jaxpr, args, patch)
+    env = env or forward(jaxpr, args, patch, run)
     read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
     live = _active(jaxpr, active)
     ct: dict = {}
@@ -220,7 +222,7 @@ class _Search:
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
         found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
                                 ins, eqn_active, cts, where, _source(eqn) or outer, env[k],
-                                here and Patch(here.path[1:], here.fn))
+                                here and Patch(here.path[1:], here.fn), run)
         if found is not None:
           return found, None
         if self.failed:
@@ -228,9 +230,10 @@ class _Search:
         got = [jnp.zeros_like(ins[j]) if got[j] is None else got[j] for j in wrt]
       else:
         try:
-          got = (eqn_pullback(eqn, ins, wrt, fo, [cts[j] for j in fo]) if here is None else
-                 pullback(lambda full: patched(eqn, full, here, _producer(jaxpr, read)), ins,
-                          wrt, fo, [cts[j] for j in fo]))
+          apply = (run and (lambda full: run(eqn, full)) if here is None else
+                   lambda full: patched(eqn, full, here, _producer(jaxpr, read)))
+          got = (pullback(apply, ins, wrt, fo, [cts[j] for j in fo]) if apply else
+                 eqn_pullback(eqn, ins, wrt, fo, [cts[j] for j in fo]))
         except Exception:  # noqa: BLE001 - measuring: the rule being diagnosed fails again
           if not (self.record and not self.stop):
             raise
@@ -244,8 +247,8 @@ class _Search:
       stats = [flow(c) for c in (*got, *(cts[j] for j in fo))]
       fed = all(Flow.of(f, 1).finite for f in stats[len(got):])
       made = []
-      for j, f in zip(wrt, stats):
-        made.append(Flow.of(f, int(np.prod(eqn.invars[j].aval.shape))))
+      for j, c, f in zip(wrt, got, stats):
+        made.append(Flow.of(f, int(np.size(c))))
         self.edges[f"{_eqn_id(prefix, k)}#{j}"] = made[-1]
       if self.stop and fed and not all(f.finite for f in made):
         return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer), None
@@ -274,7 +277,23 @@ class _Search:
       return self.iteration(c, subs[0], ins, active, cts)
     if name in ("custom_vjp_call", "custom_jvp_call"):
       c.inner = _inside_rule(c.eqn, ins, active, cts)
+    if name == "shard_map":
+      return self.sharded(c, subs[0], ins, active, cts)
     return None
+
+  def sharded(self, c: Culprit, body, ins, active, cts) -> Culprit | None:
+    """A shard_map's body searched on all its shards at once (``shard_bind``), the
+    operands and cotangents split as its specs split them; None where the body uses a
+    collective that is not emulated (the shard_map stays the culprit)."""
+    p = c.eqn.params
+    mesh = p["mesh"]
+    try:
+      args = [split(x, s, mesh) for x, s in zip(ins, p["in_specs"])]
+      outs = [None if x is None else split(x, s, mesh) for x, s in zip(cts, p["out_specs"])]
+      return self.level(body, c.node, c.path, args, active, outs, c.where, c.source,
+                        run=lambda eqn, a: shard_bind(mesh, eqn, a))[0]
+    except Exception:  # noqa: BLE001 - a collective not emulated: not searched inside
+      return None
 
   def iteration(self, c: Culprit, body, ins, active, cts) -> Culprit | None:
     """Bisect a scan to its first iteration (in backward order) that goes non-finite."""
@@ -311,9 +330,10 @@ class _Search:
     return None
 
 
-def forward(jaxpr, args, patch: Patch | None = None) -> dict:
-  """Every value of one level at ``args``, eagerly, ``patch`` applied; a jit's body run
-  inline, its values kept (under the equation's index) for the search inside it."""
+def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:
+  """Every value of one level at ``args``, eagerly, ``patch`` applied (``run``: as
+  ``_Search.level``'s); a jit's body run inline, its values kept (under the equation's
+  index) for the search inside it."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
@@ -322,10 +342,11 @@ def forward(jaxpr, args, patch: Patch | None = None) -> dict:
     here = patch if patch is not None and patch.path[0][0] == i else None
     if eqn.primitive.name in CALLS and (here is None or len(here.path) > 1):
       body = next(sub_jaxprs(eqn))
-      inner = env[i] = forward(body, ins, here and Patch(here.path[1:], here.fn))
+      inner = env[i] = forward(body, ins, here and Patch(here.path[1:], here.fn), run)
       outs = [v.val if isinstance(v, core.Literal) else inner[v] for v in body.outvars]
     else:
-      outs = bind(eqn, ins) if here is None else patched(eqn, ins, here, _producer(jaxpr, read))
+      outs = ((run or bind)(eqn, ins) if here is None else
+              patched(eqn, ins, here, _producer(jaxpr, read)))
     env.update(zip(eqn.outvars, outs))
   return env
 

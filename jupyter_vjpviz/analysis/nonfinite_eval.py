@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
+import math
 from typing import Callable
 
 import jax
@@ -89,6 +91,11 @@ def patched(eqn, ins, patch: Patch, producer) -> list:
     branches = [lambda *a, j=j, b=b: evaluate(b, a, rest if j == body else None)
                 for j, b in enumerate(subs)]
     return list(jax.lax.switch(ins[0], branches, *ins[1:]))
+  if name == "shard_map":
+    p = eqn.params
+    return list(jax.shard_map(lambda *a: tuple(evaluate(subs[0], a, rest)), mesh=p["mesh"],
+                              in_specs=p["in_specs"], out_specs=p["out_specs"],
+                              check_vma=p["check_vma"])(*ins))
   raise NotImplementedError(f"cannot rewrite inside {name}")
 
 
@@ -102,6 +109,61 @@ def _scan(eqn, body: core.Jaxpr, ins, patch: Patch | None) -> list:
   c, ys = jax.lax.scan(step, carry, xs, length=eqn.params["length"],
                        reverse=eqn.params["reverse"])
   return [*c, *ys]
+
+
+def split(x, spec, mesh) -> jax.Array:
+  """A shard_map operand as its shards' local blocks stacked, one per device of ``mesh``
+  (its axes' coordinates in order): what the body sees on each."""
+  x = jnp.asarray(x)
+  sizes = [mesh.shape[a] for a in mesh.axis_names]
+  entries = (*spec, *[None] * (x.ndim - len(spec)))
+  blocks = []
+  for coords in itertools.product(*map(range, sizes)):
+    at = dict(zip(mesh.axis_names, coords))
+    index = []
+    for d, entry in enumerate(entries):
+      axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+      k, m = 0, 1
+      for a in axes:
+        k, m = k * mesh.shape[a] + at[a], m * mesh.shape[a]
+      size = x.shape[d] // m
+      index.append(slice(k * size, (k + 1) * size))
+    blocks.append(x[tuple(index)])
+  return jnp.stack(blocks)
+
+
+def shard_bind(mesh, eqn, ins) -> list:
+  """``eqn`` of a shard_map body applied on every shard at once, its values stacked as
+  ``split`` makes them: vmapped, and its collectives over the mesh's axes done on the
+  stack, with their own transposes (``_SUMS``). Another collective raises: the body is
+  then not searched."""
+  n = math.prod(mesh.shape.values())
+  stacked = [jnp.ndim(x) == len(v.aval.shape) + 1 for v, x in zip(eqn.invars, ins)]
+  if eqn.primitive.name in _SUMS:
+    over = tuple(mesh.axis_names.index(a) for a in eqn.params["axes"])
+    op = _collective(lambda x: _psum(mesh, x, over), *_SUMS[eqn.primitive.name])
+    return [op(x if s else jnp.broadcast_to(x, (n, *jnp.shape(x)))) for s, x in zip(stacked, ins)]
+  return list(jax.vmap(lambda *a: bind(eqn, list(a)), in_axes=[0 if s else None for s in stacked],
+                       axis_size=n)(*ins))
+
+
+_SUMS = {"psum": (True, True), "psum_invariant": (True, False), "pvary": (False, True)}
+"""Whether each collective sums over the shards forwards, and in its transpose (a
+replicated value made varying is summed back: pvary's transpose is psum_invariant)."""
+
+
+def _psum(mesh, x, over: tuple) -> jax.Array:
+  grid = x.reshape(*[mesh.shape[a] for a in mesh.axis_names], *x.shape[1:])
+  summed = jnp.broadcast_to(grid.sum(axis=over, keepdims=True), grid.shape)
+  return summed.reshape(x.shape)
+
+
+def _collective(total, forwards: bool, backwards: bool):
+  @jax.custom_vjp
+  def op(x):
+    return total(x) if forwards else x
+  op.defvjp(lambda x: (op(x), None), lambda _, g: (total(g) if backwards else g,))
+  return op
 
 
 def inexact(x) -> bool:
