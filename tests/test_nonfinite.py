@@ -547,3 +547,19 @@ def test_a_shard_map_bodys_sqrt_is_found_on_its_shards_and_fixed():
   whole = lambda w: jnp.where(r > 0, jnp.sqrt(jnp.where(r > 0, jnp.maximum(x @ w, 0.0), 1.0)),
                               0.0).sum()
   np.testing.assert_allclose(g, jax.grad(whole)(w), rtol=1e-6)
+
+
+# ------------------------------------------------------- sqrt of a square
+
+def l1_distance(pred, target):
+  return jnp.sqrt((pred - target) ** 2).mean()          # |pred - target|, NaN grad at 0
+
+
+def test_the_sqrt_of_a_square_gets_abs():
+  pred, target = jnp.array([1.0, 2.0, 3.0]), jnp.array([1.0, 0.0, 5.0])
+  d = vv.nans(l1_distance, pred, target)
+  assert d.source == _line_of(l1_distance, "jnp.sqrt") and "1 exact zero (of 3)" in d.detail
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "jnp.abs(pred - target).mean()" in first.code
+  g = jax.grad(_fixed(l1_distance, first))(pred, target)
+  np.testing.assert_allclose(g, jax.vmap(jax.grad(jnp.abs))(pred - target) / 3)   # |x|'s

@@ -218,6 +218,7 @@ class _Search:
       ins = [read(v) for v in eqn.invars]
       here = patch if patch is not None and patch.path[0][0] == k else None
       inline = eqn.primitive.name in CALLS and (here is None or len(here.path) > 1)
+      targets = [eqn.invars[j] for j in wrt]
       if inline and (not self.stop or _all_finite(cts)):
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
         found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
@@ -228,19 +229,18 @@ class _Search:
         if self.failed:
           break
         got = [jnp.zeros_like(ins[j]) if got[j] is None else got[j] for j in wrt]
+      elif here is not None:
+        got, targets = _patched_pullback(jaxpr, read, live, eqn, ins, here, wrt, fo, cts)
       else:
         try:
-          apply = (run and (lambda full: run(eqn, full)) if here is None else
-                   lambda full: patched(eqn, full, here, _producer(jaxpr, read)))
-          got = (pullback(apply, ins, wrt, fo, [cts[j] for j in fo]) if apply else
-                 eqn_pullback(eqn, ins, wrt, fo, [cts[j] for j in fo]))
+          got = (pullback(lambda full: run(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
+                 if run else eqn_pullback(eqn, ins, wrt, fo, [cts[j] for j in fo]))
         except Exception:  # noqa: BLE001 - measuring: the rule being diagnosed fails again
           if not (self.record and not self.stop):
             raise
           self.failed = True
           break
-      for j, c in zip(wrt, got):
-        v = eqn.invars[j]
+      for v, c in zip(targets, got):
         ct[v] = ct[v] + c if v in ct else c
       if not self.record:
         continue
@@ -349,6 +349,32 @@ def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:
               patched(eqn, ins, here, _producer(jaxpr, read)))
     env.update(zip(eqn.outvars, outs))
   return env
+
+
+def _patched_pullback(jaxpr, read, live, eqn, ins, patch, wrt, fo, cts) -> tuple:
+  """The pullback of the patched equation, and the variables its cotangents go to: its
+  operands, and the earlier values a rewrite reads through ``producer`` (``log_softmax``
+  reads the softmax's logits; ``abs`` the squared value), differentiated as the
+  rewritten program would be."""
+  produce, reads = _producer(jaxpr, read), []
+
+  def recording(v):
+    found = produce(v)
+    reads.extend(found[0].invars if found else ())
+    return found
+  if len(patch.path) == 1:
+    patch.fn(eqn, ins, recording)
+  extra = list(dict.fromkeys(u for u in reads if isinstance(u, core.Var) and u in live))
+  n = len(ins)
+
+  def apply(full):
+    values = dict(zip(extra, full[n:]))
+    traced = lambda v: (produce(v)[0], [values.get(u, read(u)) if isinstance(u, core.Var) else
+                                        u.val for u in produce(v)[0].invars]) if produce(v) else None
+    return patched(eqn, full[:n], patch, traced)
+  got = pullback(apply, [*ins, *[read(u) for u in extra]], [*wrt, *range(n, n + len(extra))],
+                 fo, [cts[j] for j in fo])
+  return got, [*[eqn.invars[j] for j in wrt], *extra]
 
 
 def _producer(jaxpr, read):

@@ -96,7 +96,8 @@ def candidates(c: Culprit, p: Program) -> list[_Candidate]:
     return [_autodiff(c)]
   if name in ("sqrt", "rsqrt"):
     norm = _made_by(c, "reduce_sum")
-    return [_guard(c, line, name, norm)] + ([] if norm else [_eps(line, name)])
+    square = [_abs(line)] if name == "sqrt" and _squared(c) else []
+    return square + [_guard(c, line, name, norm)] + ([] if norm else [_eps(line, name)])
   if name == "log":
     found = [_log_softmax(c, line)] if _softmax_axes(c) is not None else []
     return found + [_clamp(line)]
@@ -132,6 +133,34 @@ def _guard(c: Culprit, line: str | None, name: str, norm: bool) -> _Candidate:
 _SAFE_NORM = ("def safe_norm(x, axis=None, keepdims=False):\n"
               "  s = jnp.sum(x * x, axis=axis, keepdims=keepdims)\n"
               "  return jnp.where(s > 0, jnp.sqrt(jnp.where(s > 0, s, 1.0)), 0.0)\n\n")
+
+
+def _abs(line: str | None) -> _Candidate:
+  """``sqrt(x**2)`` is ``|x|``, whose derivative JAX defines at 0 (a subgradient, 1)."""
+  def fn(eqn, ins, producer):
+    _, (base, *_) = producer(eqn.invars[0])
+    return [jnp.abs(base)]
+
+  def make(arg):
+    tree, text = _parse(arg)
+    node = tree.body[0].value if tree is not None and tree.body else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+      return f"jnp.abs({ast.get_source_segment(text, node.left)})"
+    if isinstance(node, ast.Call) and _called(node) == "square" and node.args:
+      return f"jnp.abs({ast.get_source_segment(text, node.args[0])})"
+    return f"jnp.abs(x)  # x: the value squared in jnp.sqrt({arg})"
+  code = _rewrite(line, ("sqrt",), make) or "jnp.abs(x)  # for jnp.sqrt(x ** 2)"
+  return _Candidate("Use jnp.abs(x) instead of sqrt(x**2)", code,
+                    "the same values; JAX gives |x| a subgradient at 0, where sqrt's "
+                    "derivative at 0 is infinite", fn)
+
+
+def _squared(c: Culprit) -> bool:
+  """Whether the culprit's operand is its own operand squared (``x**2``, ``jnp.square``)."""
+  made = {v: e for e in c.level.eqns for v in e.outvars}
+  eqn = made.get(c.eqn.invars[0])
+  return eqn is not None and (eqn.primitive.name == "square" or (
+      eqn.primitive.name == "integer_pow" and eqn.params["y"] == 2))
 
 
 def _eps(line: str | None, name: str) -> _Candidate:
