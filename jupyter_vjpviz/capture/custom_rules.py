@@ -328,7 +328,7 @@ def _user_fwd_code(cvjp):
 
 def _call_site() -> tuple[str | None, str]:
   info = source_info_util.current()
-  frame = frames.user_frame(info.traceback)
+  frame = frames.user_frame(info.traceback) or frames.live_user_frame(sys._getframe(1))
   where = f"{frame.file_name}:{frame.start_line}" if frame else None
   return where, names.scope_names(info.name_stack)
 

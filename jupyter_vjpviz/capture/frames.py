@@ -71,6 +71,24 @@ def user_frame(traceback):
   from jax._src import source_info_util
   codes, lasti = traceback.raw_frames()
   for code, i in zip(codes, lasti):
-    if not library_file(code.co_filename) and source_info_util.is_user_filename(code.co_filename):
+    if _users(code.co_filename):
       return source_info_util.raw_frame_to_frame(code, i)
   return None
+
+
+def live_user_frame(frame):
+  """The innermost frame of the user's own code on the live stack from ``frame`` out, or
+  None. JAX's traceback of a function jitted itself (``jax.jit(rule)``) starts at that
+  function: the user's call of the jitted function is only on the live stack."""
+  from jax._src import source_info_util
+  while frame is not None and not _users(frame.f_code.co_filename):
+    frame = frame.f_back
+  if frame is None:
+    return None
+  return source_info_util.Frame(frame.f_code.co_filename, frame.f_code.co_name,
+                                frame.f_lineno, 0, frame.f_lineno, 0)
+
+
+def _users(filename: str) -> bool:
+  from jax._src import source_info_util
+  return not library_file(filename) and source_info_util.is_user_filename(filename)
