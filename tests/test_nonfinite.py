@@ -201,8 +201,13 @@ def test_a_custom_vjp_bwd_dividing_by_zero_is_found_in_the_bwd():
   assert d.source == _line_of(_x_tanh_bwd, "y / x") and "div" in d.detail
   assert "1 zero (of 3)" in d.detail
   first = d.fixes[0]
-  assert first.verdict == "verified" and "jax.vjp(x_tanh" in first.code
-  np.testing.assert_allclose(jax.grad(lambda x: (x * jnp.tanh(x)).sum())(x),
+  assert first.verdict == "verified" and "jax.vjp(x_tanh.fun, *primal_inputs)" in first.code
+  # the fix pasted as the bwd, its fwd saving the primal inputs as the comment says
+  ns = {"jax": jax, "x_tanh": x_tanh}
+  exec("def bwd(primal_inputs, g):\n" + textwrap.indent(first.code, "  "), ns)  # noqa: S102
+  fixed = jax.custom_vjp(x_tanh.fun)
+  fixed.defvjp(lambda x: (fixed(x), (x,)), ns["bwd"])
+  np.testing.assert_allclose(jax.grad(lambda x: fixed(x).sum())(x),
                              [0.0, jnp.tanh(.5) + .5 * (1 - jnp.tanh(.5) ** 2),
                               jnp.tanh(-1.) - (1 - jnp.tanh(-1.) ** 2)], rtol=1e-6)
 
@@ -563,3 +568,31 @@ def test_the_sqrt_of_a_square_gets_abs():
   assert first.verdict == "verified" and "jnp.abs(pred - target).mean()" in first.code
   g = jax.grad(_fixed(l1_distance, first))(pred, target)
   np.testing.assert_allclose(g, jax.vmap(jax.grad(jnp.abs))(pred - target) / 3)   # |x|'s
+
+
+# ------------------------------------------------------- through vmap and remat
+
+@jax.checkpoint
+def entropy(w, x):
+  p = (x @ w) ** 2
+  return -jnp.where(p > 0, p * jnp.log(p), 0.0).sum()    # 0 log 0 taken as 0: not its grad
+
+
+def test_a_vmapped_remat_blocks_log_at_zero_is_found_and_clamped():
+  w = jnp.array([[1.0, -1.0, 0.0], [0.5, 0.5, 0.0]])      # its last feature is always 0
+  xs = jnp.array([[1.0, 0.0], [2.0, 1.0], [0.0, 1.0]])
+  loss = lambda w, xs: jax.vmap(entropy, in_axes=(None, 0))(w, xs).mean()
+  assert jnp.isfinite(loss(w, xs)) and not _finite(jax.grad(loss)(w, xs))
+  d = vv.nans(loss, w, xs)
+  # the product's cotangent goes NaN first (0 × log 0 = 0 × -∞); the -∞ is log's
+  assert d.source == _line_of(entropy, "jnp.log") and d.function == "mul"
+  assert "of a value with 3 Inf of 9 elements, made by `log` at an input with 3 exact zeros " \
+         "(of 9)" in d.detail and "double-where" in d.detail
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "jnp.log(jnp.maximum(p, 1e-30))" in first.code
+  fixed = _fixed(entropy, first)
+  g = jax.grad(lambda w: jax.vmap(fixed, in_axes=(None, 0))(w, xs).mean())(w)
+  guarded = lambda w, x: (lambda p: -jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)),
+                                               0.0).sum())((x @ w) ** 2)
+  np.testing.assert_allclose(g, jax.grad(lambda w: jax.vmap(guarded, in_axes=(None, 0))(
+      w, xs).mean())(w), rtol=1e-6)

@@ -121,6 +121,9 @@ class Culprit:
   where: str = ""                   # "in iteration 37 of 100 of its scan"
   inner: tuple | None = None        # custom rules: (primitive, source, operand summaries,
                                     #   "in iteration 3 of its while loop" or "")
+  origin: Culprit | None = None     # the equation, at this level, that made a non-finite
+                                    #   operand of this one from finite values (log at 0 in
+                                    #   x * log(x)): the one a fix rewrites
 
 
 @dataclasses.dataclass
@@ -251,10 +254,12 @@ class _Search:
         made.append(Flow.of(f, int(np.size(c))))
         self.edges[f"{_eqn_id(prefix, k)}#{j}"] = made[-1]
       if self.stop and fed and not all(f.finite for f in made):
-        return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer), None
+        return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer,
+                            read), None
     return None, [ct.get(v) if isinstance(v, core.Var) else None for v in jaxpr.invars]
 
-  def culprit(self, jaxpr, prefix, path, k, live, ins, cts, made, where, outer) -> Culprit:
+  def culprit(self, jaxpr, prefix, path, k, live, ins, cts, made, where, outer,
+              read) -> Culprit:
     """Equation ``k`` of the level made non-finite cotangents (``made``) from finite ones:
     the culprit there, or inside it when its body is searched as it is differentiated."""
     eqn = jaxpr.eqns[k]
@@ -263,6 +268,7 @@ class _Search:
                    tuple(summary(x) if inexact(x) else None for x in ins),
                    Summary.joined([summary(c) for c in cts if c is not None]),
                    Flow.joined([f for f in made if not f.finite]), _source(eqn) or outer, where)
+    here.origin = _origin(here, jaxpr, path, prefix, read, outer, where)
     return self.inside(here, ins, eqn_active, cts) or here
 
   def inside(self, c: Culprit, ins, active, cts) -> Culprit | None:
@@ -328,6 +334,23 @@ class _Search:
       by_input = dict(zip(wrt, got))
       ct_carry = [by_input.get(n_consts + j, jnp.zeros_like(x)) for j, x in enumerate(carries[idx])]
     return None
+
+
+def _origin(c: Culprit, jaxpr, path, prefix, read, outer, where) -> Culprit | None:
+  """Where ``c``'s first non-finite operand was made, when one is and the equation that
+  made it at this level had finite operands."""
+  made = {v: (i, e) for i, e in enumerate(jaxpr.eqns) for v in e.outvars}
+  for v, s in zip(c.eqn.invars, c.operands):
+    if s is None or s.finite or v not in made:
+      continue
+    k, eqn = made[v]
+    operands = [read(u) for u in eqn.invars]
+    if not _all_finite(operands):
+      return None
+    return Culprit(_eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
+                   tuple(summary(o) if inexact(o) else None for o in operands), c.ct_in,
+                   c.ct_out, _source(eqn) or outer, where)
+  return None
 
 
 def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:

@@ -32,7 +32,13 @@ def explain(c: Culprit) -> str:
         f" {loop}" if loop else "")
   if c.eqn.primitive.name in ("custom_vjp_call", "custom_jvp_call"):
     return f"its custom rule turned a finite cotangent into {c.ct_out.bad()}"
-  text = f"`{c.eqn.primitive.name}` {_values(c.eqn.primitive.name, c.operands, c.ct_out, c.ct_in)}"
+  if c.origin is not None:
+    o, bad = c.origin, next(s for s in c.operands if s is not None and not s.finite)
+    text = (f"`{c.eqn.primitive.name}` of a value with {bad.bad()}, made by "
+            f"`{o.eqn.primitive.name}`{_made_at(o)}, turned a finite cotangent into "
+            f"{c.ct_out.bad()}")
+  else:
+    text = f"`{c.eqn.primitive.name}` {_values(c.eqn.primitive.name, c.operands, c.ct_out, c.ct_in)}"
   if chosen_away(c):
     text += ("; its result is then discarded by a `where` whose untaken branch gets a zero "
              "cotangent, and 0 × ∞ is NaN (the double-where trap)")
@@ -52,6 +58,16 @@ def _values(prim: str, operands, ct_out: Flow, ct_in: Summary | None = None) -> 
     return (f"overflowed: a finite cotangent (max |ct| {ct_in.max_abs:.3g}) became "
             f"{ct_out.bad()} (the gradient explodes)")
   return f"turned a finite cotangent into {ct_out.bad()}"
+
+
+def _made_at(o: Culprit) -> str:
+  """`` at an input with 3 exact zeros (of 9)``: why ``o``'s result was non-finite."""
+  first = o.operands[0] if o.operands else None
+  if o.eqn.primitive.name in _AT_ZERO and first is not None and first.zero:
+    return f" at an input with {_count(first.zero, first.size, 'exact zero')}"
+  if o.eqn.primitive.name == "div" and _singular("div", o.operands):
+    return f" from a denominator with {_count(o.operands[1].zero, o.operands[1].size, 'zero')}"
+  return ""
 
 
 def overflowed(c: Culprit) -> bool:

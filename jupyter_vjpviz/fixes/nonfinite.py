@@ -62,8 +62,10 @@ def gradient(p: Program, patch: Patch | None = None) -> list:
 
 
 def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
-  """The first candidate for ``c`` that makes the gradient finite and keeps it where it
-  was: each one judged costs a whole backward pass, so the rest are not tried."""
+  """The first candidate for ``c`` (or for the equation that made its non-finite
+  operand) that makes the gradient finite and keeps it where it was: each one judged
+  costs a whole backward pass, so the rest are not tried."""
+  c = c.origin or c
   for cand in candidates(c, p):
     verdict = _judge(cand, c, p, original)
     if verdict is not None:
@@ -225,8 +227,9 @@ def _autodiff(c: Culprit) -> _Candidate:
 
   def fn(eqn, ins, producer):
     return evaluate(eqn.params["call_jaxpr"], ins)
-  code = (f"# in {function}'s bwd rule, the cotangent JAX's own autodiff gives:\n"
-          f"_, pull = jax.vjp({function}, *primal_inputs)   # fwd saves them as residuals\n"
+  code = (f"# in {function}'s bwd rule, the cotangent JAX's own autodiff gives (.fun: the\n"
+          f"# primal without its rule, which would call this bwd again):\n"
+          f"_, pull = jax.vjp({function}.fun, *primal_inputs)   # fwd saves them as residuals\n"
           "return pull(g)")
   return _Candidate(f"Differentiate {function} with JAX instead of its custom rule", code,
                     "JAX's derivative of the primal, where it is finite", fn)
