@@ -415,6 +415,9 @@ class _GraphBuilder:
     self._avals: dict[Any, tuple[str, str]] = {}
     self._scopes: dict[Any, str] = {}
     self._chains: dict[str | None, list[tuple[int, tuple]]] = collections.defaultdict(list)
+    # By traceback (hashed and compared by its frames, in C): a loop's iterations trace
+    # under the same stack, so a 48-layer model's ~4k equations have ~50 distinct ones.
+    self._traced: dict[Any, Any] = {}
 
   def framed(self) -> tuple[tuple[Node, ...], tuple[tuple[str, str], ...]]:
     """The nodes, each equation with its scope from the user's frames (per jaxpr level)."""
@@ -458,7 +461,9 @@ class _GraphBuilder:
         for k, v in enumerate(eqn.invars):
           self.add_edge(v, nid, k)
         inner = sum(_count(sub, self.memo, self.clock) for sub in subs)
-        chain = user_scopes.chain(eqn.source_info.traceback, _calls_user_function(eqn))
+        calls_user = _calls_user_function(eqn)
+        chain = self.traced(eqn, ("chain", calls_user),
+                            lambda: user_scopes.chain(eqn.source_info.traceback, calls_user))
         self._chains[parent].append((len(self.nodes), chain))
         self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
       for b, sub in enumerate(subs if descend else ()):
@@ -473,18 +478,26 @@ class _GraphBuilder:
   def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
     function, rule = custom_names(eqn)
     custom = eqn.primitive.name in CUSTOM_PRIMITIVES
-    # A custom rule is called where the hook saw it called: the user's frame, not a library's.
-    frame = ((custom and frames.user_frame(eqn.source_info.traceback))
-             or older_api.user_frame(eqn.source_info))
     return Node(
         id=nid, kind="eqn", label=function or eqn.primitive.name,
         primitive=eqn.primitive.name, parent=parent,
         name_stack=self.scopes(eqn.source_info.name_stack),
-        call_site=f"{frame.file_name}:{frame.start_line}" if frame else None,
+        call_site=self.traced(eqn, ("site", custom), lambda: _call_site(eqn, custom)),
         function=function, rule=rule,
         in_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.invars]),
         out_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.outvars]),
         n_eqns=n_eqns, custom=custom)
+
+  def traced(self, eqn, what: tuple, make: Callable[[], Any]):
+    """``make()``, which reads ``what`` of ``eqn``'s traceback, once per distinct traceback."""
+    key = (*what, eqn.source_info.traceback)
+    try:
+      return self._traced[key]
+    except KeyError:
+      found = self._traced[key] = make()
+      return found
+    except TypeError:  # an unhashable traceback
+      return make()
 
   def scopes(self, name_stack) -> str:
     try:
@@ -497,6 +510,14 @@ class _GraphBuilder:
     if var not in self._names:
       self._names[var] = f"v{next(self._counter)}"
     return self._names[var]
+
+
+def _call_site(eqn, custom: bool) -> str | None:
+  """``file:line`` where ``eqn`` was made; a custom rule is called where the hook saw it
+  called: the user's frame, not a library's."""
+  frame = ((custom and frames.user_frame(eqn.source_info.traceback))
+           or older_api.user_frame(eqn.source_info))
+  return f"{frame.file_name}:{frame.start_line}" if frame else None
 
 
 def custom_names(eqn) -> tuple[str | None, str | None]:
@@ -534,11 +555,15 @@ def _calls_user_function(eqn) -> bool:
 def sub_jaxprs(eqn) -> Iterator[core.Jaxpr]:
   """The jaxprs nested in an equation's params, in a stable order."""
   for value in eqn.params.values():
-    yield from _jaxprs_in(value)
+    if type(value) not in _PLAIN:   # most params: no generator to make for them
+      yield from _jaxprs_in(value)
   prim = eqn.params.get("_prim")
   traced = getattr(prim, "traced", None)
   if traced is not None:
     yield from _jaxprs_in(getattr(traced, "jaxpr", None))
+
+
+_PLAIN = frozenset({int, float, bool, str, type(None)})
 
 
 def _jaxprs_in(value) -> Iterator[core.Jaxpr]:
@@ -546,9 +571,10 @@ def _jaxprs_in(value) -> Iterator[core.Jaxpr]:
     yield _open(value)
   elif type(value).__name__ == "ClosedJaxpr":  # JAX versions that still have it
     yield value.jaxpr
-  elif isinstance(value, (tuple, list)) and value and not isinstance(value[0], (int, str)):
+  elif isinstance(value, (tuple, list)) and value and type(value[0]) not in _PLAIN:
     for v in value:  # cond branches; skips axes=(0, 1)-style params cheaply
-      yield from _jaxprs_in(v)
+      if type(v) not in _PLAIN:
+        yield from _jaxprs_in(v)
 
 
 def _open(jaxpr):

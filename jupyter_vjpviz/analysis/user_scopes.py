@@ -81,12 +81,19 @@ def _wrapper(kept: list, module: int) -> None:
   _kinds[id(code)] = (code, LIBRARY)
 
 
-def unwrapped(chains: Sequence[Chain]) -> list[Chain]:
-  """``chains`` without the library wrappers found since they were made: the wrapper's
+def unwrapped(chain_: Chain) -> Chain:
+  """``chain_`` without the library wrappers found since it was made: the wrapper's
   own equations (equinox's ``nondifferentiable``) come before the call that reveals it."""
   module = lambda code: _kinds.get(id(code), (None, USER))[1] != LIBRARY
-  return [c if all(module(code) for code, _ in c) else tuple(f for f in c if module(f[0]))
-          for c in chains]
+  return chain_ if all(module(code) for code, _ in chain_) else tuple(
+      f for f in chain_ if module(f[0]))
+
+
+def _once_each(fn, items: Sequence) -> list:
+  """``[fn(x) for x in items]``, once per distinct object: the chains of a loop's
+  iterations are one object each (``program`` makes one per distinct traceback)."""
+  done: dict = {}   # by id: ``items`` keeps every key alive
+  return [done[id(x)] if id(x) in done else done.setdefault(id(x), fn(x)) for x in items]
 
 
 def _remember(code) -> int:
@@ -116,8 +123,8 @@ def of_level(chains: Sequence[Chain], names: Sequence[str]) -> Scopes:
   calls (equinox's ``eqx.nn.Linear``, jnp.einsum's, the user's own scopes inside a
   layer function) and sit under them.
   """
-  chains = unwrapped(chains)
-  calls = [_calls(c) for c in chains]
+  chains = _once_each(unwrapped, chains)
+  calls = _once_each(_calls, chains)
   depth = len(_common_prefix([c for c in calls if c]))
   frames, sites = _frame_paths({"": list(range(len(calls)))}, calls, chains, depth)
   if not _names_lead(names, frames):
