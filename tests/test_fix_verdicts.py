@@ -285,3 +285,32 @@ def test_a_cotangent_built_entry_by_entry_is_fixed_where_its_entry_is_assigned()
   first = d.fixes[0]
   assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
   assert "  grads['w'] = (x.T @ g)\n" in first.code and "grads['b'] = g.sum(0)" in first.code
+
+
+RMS_SCALE_SUMMED = """
+@jax.custom_vjp
+def rms(scale, x):
+  return scale * x / jnp.sqrt(jnp.mean(x ** 2) + 1e-6)
+def rms_fwd(scale, x):
+  r = jnp.sqrt(jnp.mean(x ** 2) + 1e-6)
+  return scale * x / r, (scale, x, r)
+def rms_bwd(res, g):
+  scale, x, r = res
+  n = x / r
+  dscale = (g * n).sum()
+  dx = (scale * g - n * jnp.mean(scale * g * n)) / r
+  return dscale, dx
+rms.defvjp(rms_fwd, rms_bwd)
+def loss(scale, x): return jnp.tanh(rms(scale, x)).sum()
+"""
+
+
+def test_a_reduction_in_the_local_a_rule_returns_is_removed_where_it_was_computed():
+  """``return dscale, dx``: the sum that made the vector ``scale``'s gradient a scalar is in
+  ``dscale``'s assignment; removing it there is the verified fix, ahead of the fallback."""
+  ns = cell(RMS_SCALE_SUMMED)
+  d = diagnosis(ns["loss"], jnp.linspace(.5, 1.5, 8), jnp.linspace(-1., 1., 8))
+  first = d.fixes[0]
+  assert (first.title, first.verdict) == ("Remove `.sum()`", "verified"), \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "  dscale = (g * n)\n" in first.code

@@ -105,6 +105,14 @@ class Scope:
     return self.rule.src
 
   @property
+  def origin(self) -> ast.expr:
+    """The expression that computed the failing element: its own, or for a local
+    (``return dscale, dx``) the value last assigned to it."""
+    node = self.nodes[0]
+    found = source.assigned(self.src.node, node.id, []) if isinstance(node, ast.Name) else None
+    return found if found is not None else node
+
+  @property
   def want(self):
     """The failing input's cotangent type (a value problem carries no aval: from the site)."""
     d = self.rule.d
@@ -469,16 +477,16 @@ def _unreduced(s: Scope) -> Iterator[Candidate]:
   sums away (a batch or feature axis reduced once too often)."""
   if not s.typed or len(s.nodes) != 1:
     return
-  for call in (c for c in _walk_with(s.nodes[0]) if isinstance(c, ast.Call)):
+  for call in (c for c in _walk_with(s.origin) if isinstance(c, ast.Call)):
     operand = _reduction_operand(call) or _function_reduction(s, call)
     if operand is None:
       continue
     edits = [(call, exprs.paren(s.src, operand))]
     t = s.predict(edits)
     if t is not None and s.fits(t):
-      text, what = s.src.segment(call), call.func.attr
-      shown = text[len(s.src.segment(operand)):] if call.func.value is operand else \
-          s.src.segment(call.func)
+      what = call.func.attr
+      arguments = ast.unparse(ast.Call(ast.Name("_"), call.args, call.keywords))[1:]
+      shown = f".{what}{arguments}" if call.func.value is operand else s.src.segment(call.func)
       yield s.candidate(0, f"Remove `{shown}`", edits,
                         f"the input has the axes the {what} reduces away: its gradient keeps them")
 

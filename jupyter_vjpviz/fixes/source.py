@@ -255,9 +255,9 @@ def leaf_expression(value: ast.expr, keys: list,
 
 
 def assigned(fn: ast.FunctionDef, name: str, keys: list) -> ast.expr | None:
-  """The value of ``fn``'s last statement that sets the entry ``keys`` of local ``name``:
-  ``name['w'] = v``, ``name.w.value = v``, or an in-place ``name['w'][...] = v`` (which
-  sets the array of the object there, wherever it keeps it)."""
+  """The value of ``fn``'s last statement that sets the entry ``keys`` of local ``name``
+  (``[]``: ``name = v``): ``name['w'] = v``, ``name.w.value = v``, or an in-place
+  ``name['w'][...] = v`` (which sets the array of the object there, wherever it keeps it)."""
   found = None
   for stmt in ast.walk(fn):
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
@@ -282,7 +282,7 @@ def _entry(target: ast.expr, name: str) -> tuple[list, bool] | None:
     else:
       return None
     target = target.value
-  return (keys, in_place) if target.id == name and keys else None
+  return (keys, in_place) if target.id == name else None
 
 
 def _mapped_body(node: ast.expr) -> ast.expr | None:
