@@ -13,7 +13,8 @@ measured from the same state:
 
 *warm*: as after the user's own NaN gradient (their program compiled; vjpviz's first
 use in the process). *cold*: JAX's caches, and vjpviz's traced pullbacks, cleared
-before each. Prints the equation count, seconds, and the ratios to the re-run.
+before each. Prints the equation count, wall and CPU seconds, and the ratios (wall / CPU)
+to the re-run.
 
     PYTHONPATH=. .venv/bin/python benchmarks/nonfinite_localise.py [layers]
 """
@@ -52,12 +53,14 @@ def params_of(layers: int, width: int):
 
 
 def _timed(fn, cold: bool):
+  """(wall seconds, CPU seconds of the process, fn's result); CPU time is steadier on a
+  loaded machine."""
   if cold:
     jax.clear_caches()
     nonfinite_eval._PULLBACKS.clear()
-  start = time.perf_counter()
+  start, cpu = time.perf_counter(), time.process_time()
   out = fn()
-  return time.perf_counter() - start, out
+  return time.perf_counter() - start, time.process_time() - cpu, out
 
 
 def debug_nans_rerun(loss, params, x):
@@ -90,14 +93,18 @@ def main(layers: int = 160, width: int = 32) -> None:
     assert not all(bool(jnp.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grad))
     del grad
     print("cold (caches cleared before each):" if cold else "warm (after the user's gradient):")
-    t_debug, raised = _timed(lambda: debug_nans_rerun(loss, params, x), cold)
-    print(f"  jax_debug_nans re-run:  {t_debug:6.2f} s   ({raised})", flush=True)
-    t_nans, d = _timed(lambda: vv.nans(loss, params, x), cold)
-    print(f"  vv.nans:                {t_nans:6.2f} s   ratio {t_nans / t_debug:.2f}   "
-          f"({len(d.fixes)} fix verified)", flush=True)
-    t_search, culprit = _timed(lambda: search_only(loss, params, x), cold)
-    print(f"  search alone:           {t_search:6.2f} s   ratio {t_search / t_debug:.2f}   "
-          f"culprit {culprit.node} {culprit.eqn.primitive.name} at {culprit.source}", flush=True)
+    t_debug, c_debug, raised = _timed(lambda: debug_nans_rerun(loss, params, x), cold)
+    print(f"  jax_debug_nans re-run:  {t_debug:6.2f} s wall {c_debug:6.2f} s CPU   ({raised})",
+          flush=True)
+    t_nans, c_nans, d = _timed(lambda: vv.nans(loss, params, x), cold)
+    print(f"  vv.nans:                {t_nans:6.2f} s wall {c_nans:6.2f} s CPU   ratio "
+          f"{t_nans / t_debug:.2f} / {c_nans / c_debug:.2f}   ({len(d.fixes)} fix verified)",
+          flush=True)
+    if cold:                       # warm, it would reuse what vv.nans just traced
+      t_search, c_search, culprit = _timed(lambda: search_only(loss, params, x), cold)
+      print(f"  search alone:           {t_search:6.2f} s wall {c_search:6.2f} s CPU   ratio "
+            f"{t_search / t_debug:.2f} / {c_search / c_debug:.2f}   culprit {culprit.node} "
+            f"{culprit.eqn.primitive.name} at {culprit.source}", flush=True)
   print(f"  {d.headline}")
 
 

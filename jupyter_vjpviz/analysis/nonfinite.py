@@ -131,6 +131,23 @@ class Localisation:
   culprit: Culprit | None
   edges: dict                       # "dst#position" -> Flow of that edge's cotangent
   iterations: list                  # per scan iteration searched: (node, t, norm, finite)
+  frames: list = dataclasses.field(default_factory=list, repr=False)
+  """The search's state where it stopped, innermost level first (``_Frame``): for the
+  fixes' gradients to resume from instead of running the whole pass again; arrays, so
+  this call's only."""
+
+
+@dataclasses.dataclass
+class _Frame:
+  """One level's state when the search stopped in it at equation ``k`` (the culprit, or
+  the jit whose body holds it): its values, and its cotangents then (``ct``: before ``k``
+  added its own; ``undo``: per equation processed, newest last, what it changed)."""
+  jaxpr: core.Jaxpr
+  active: list
+  env: dict
+  ct: dict
+  k: int
+  undo: list
 
 
 def localise(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -> Localisation:
@@ -138,7 +155,7 @@ def localise(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -
   inputs, its outputs receiving ``out_cts``) for the first equation that goes non-finite."""
   search = _Search()
   found, _ = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "")
-  return Localisation(found, search.edges, search.iterations)
+  return Localisation(found, search.edges, search.iterations, search.frames)
 
 
 def measure(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) -> tuple:
@@ -161,6 +178,73 @@ def gradient(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list,
                                                    list(out_cts), "", patch=patch)
   return [jnp.zeros_like(x) if c is None else c
           for x, c, a in zip(args, got, active) if a]
+
+
+def resumed(found: Localisation, patch: Patch) -> list | None:
+  """The gradient with ``patch`` applied, resumed from where the search stopped: the
+  forward run again only from the patched equation and only while its values differ
+  (a ``where`` that discards them ends it), the backward from the last equation they
+  reached, with the cotangents the search had there. None when that does not hold (the
+  patch is not in the culprit's own level, its values reach the level's outputs, or
+  change an equation the search never differentiated): run the whole ``gradient``."""
+  if not found.frames or len(found.frames) != len(patch.path):
+    return None
+  inner, parents = found.frames[0], found.frames[1:]
+  if any(f.jaxpr.eqns[f.k].primitive.name not in CALLS for f in parents):
+    return None
+  kp = patch.path[-1][0]
+  here = Patch(((kp, 0),), patch.fn)
+  env, last = _propagate(inner.jaxpr, inner.env, here)
+  if last is None or last < inner.k:
+    return None
+  ct = dict(inner.ct)
+  for k, before in reversed(inner.undo):   # back to what the search had before ``last``
+    if k > last:
+      break
+    for v, old in before:
+      ct.pop(v) if old is None else ct.__setitem__(v, old)
+  search = _Search(stop=False, record=False)
+  _, got = search.level(inner.jaxpr, None, (), None, inner.active, [], "", env=env,
+                        patch=here, ct=ct, start=last)
+  for f in parents:
+    eqn, live = f.jaxpr.eqns[f.k], _active(f.jaxpr, f.active)
+    ct = dict(f.ct)
+    for v, c in zip(eqn.invars, got):
+      if isinstance(v, core.Var) and v in live and c is not None:
+        ct[v] = ct[v] + c if v in ct else c
+    _, got = search.level(f.jaxpr, None, (), None, f.active, [], "", env=f.env, ct=ct,
+                          start=f.k - 1)
+  top = found.frames[-1]
+  return [jnp.zeros_like(top.env[v]) if c is None else c
+          for v, c, a in zip(top.jaxpr.invars, got, top.active) if a]
+
+
+def _propagate(jaxpr, env: dict, patch: Patch) -> tuple[dict, int | None]:
+  """``env`` with the patched equation's outputs and what they change after it, and the
+  last equation whose operands changed (None: the level's outputs changed)."""
+  env, kp = dict(env), patch.path[0][0]
+  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  changed, last = set(), kp
+  for i in range(kp, len(jaxpr.eqns)):
+    eqn = jaxpr.eqns[i]
+    if i > kp and not any(isinstance(v, core.Var) and v in changed for v in eqn.invars):
+      continue
+    ins = [read(v) for v in eqn.invars]
+    if i == kp:
+      outs = patched(eqn, ins, patch, _producer(jaxpr, read))
+    elif eqn.primitive.name in CALLS:
+      body = next(sub_jaxprs(eqn))
+      inner = env[i] = forward(body, ins)
+      outs = [v.val if isinstance(v, core.Literal) else inner[v] for v in body.outvars]
+    else:
+      outs = bind(eqn, ins)
+    last = i
+    for v, x in zip(eqn.outvars, outs):
+      if not np.array_equal(np.asarray(x), np.asarray(env[v]), equal_nan=True):
+        changed.add(v)
+      env[v] = x
+  return env, (None if any(isinstance(v, core.Var) and v in changed for v in jaxpr.outvars)
+               else last)
 
 
 def strip(names: list[str], flows: list) -> tuple:
@@ -191,10 +275,12 @@ class _Search:
     self.stop = stop            # at the first culprit (else: the whole pass)
     self.record = record        # each edge's Flow (else: only the gradient, no transfers)
     self.failed = False         # measuring, a rule raised: the pass ends there
+    self.frames: list[_Frame] = []   # where it stopped, innermost first
 
   def level(self, jaxpr, prefix, path, args, active, out_cts, where,
             outer: str | None = None, env: dict | None = None,
-            patch: Patch | None = None, run=None) -> tuple[Culprit | None, list]:
+            patch: Patch | None = None, run=None, ct: dict | None = None,
+            start: int | None = None) -> tuple[Culprit | None, list]:
     """The culprit in one level, or None and the cotangents of the level's inputs (None:
     zero); ``outer``: the enclosing equation's line (a library's jit keeps no user frame
     in its body's tracebacks); ``patch``: an equation rewritten, its path from this level;
@@ -203,15 +289,18 @@ class _Search:
 
     A jit or remat fed finite cotangents is searched inside before it is differentiated
     whole: its body's search gives its pullback too, and nothing is compiled for it.
-    ``env``: the level's values at ``args``, when its parent's forward run has them."""
+    ``env``: the level's values at ``args``, when its parent's forward run has them;
+    ``ct`` and ``start``: resume with these cotangents from equation ``start`` down."""
     env = env or forward(jaxpr, args, patch, run)
     read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
     live = _active(jaxpr, active)
-    ct: dict = {}
-    for v, c in zip(jaxpr.outvars, out_cts):
-      if isinstance(v, core.Var) and v in live and c is not None:
-        ct[v] = ct[v] + c if v in ct else c
-    for k in reversed(range(len(jaxpr.eqns))):
+    if ct is None:
+      ct = {}
+      for v, c in zip(jaxpr.outvars, out_cts):
+        if isinstance(v, core.Var) and v in live and c is not None:
+          ct[v] = ct[v] + c if v in ct else c
+    undo = []
+    for k in reversed(range(len(jaxpr.eqns) if start is None else start + 1)):
       eqn = jaxpr.eqns[k]
       wrt = [j for j, v in enumerate(eqn.invars) if isinstance(v, core.Var) and v in live]
       fo = [j for j, v in enumerate(eqn.outvars) if inexact(v) and v in ct]
@@ -228,6 +317,7 @@ class _Search:
                                 ins, eqn_active, cts, where, _source(eqn) or outer, env[k],
                                 here and Patch(here.path[1:], here.fn), run)
         if found is not None:
+          self.frames.append(_Frame(jaxpr, list(active), env, ct, k, undo))
           return found, None
         if self.failed:
           break
@@ -243,6 +333,8 @@ class _Search:
             raise
           self.failed = True
           break
+      if self.stop:
+        undo.append((k, [(v, ct.get(v)) for v in targets]))
       for v, c in zip(targets, got):
         ct[v] = ct[v] + c if v in ct else c
       if not self.record:
@@ -254,8 +346,9 @@ class _Search:
         made.append(Flow.of(f, int(np.size(c))))
         self.edges[f"{_eqn_id(prefix, k)}#{j}"] = made[-1]
       if self.stop and fed and not all(f.finite for f in made):
-        return self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer,
-                            read), None
+        found = self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer, read)
+        self.frames.append(_Frame(jaxpr, list(active), env, ct, k, undo))
+        return found, None
     return None, [ct.get(v) if isinstance(v, core.Var) else None for v in jaxpr.invars]
 
   def culprit(self, jaxpr, prefix, path, k, live, ins, cts, made, where, outer,

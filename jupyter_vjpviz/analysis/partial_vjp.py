@@ -12,19 +12,21 @@ from jax._src import core
 from ..capture.custom_rules import ct_aval
 
 
-def vjp_wrt(fun, args, positions, **kwargs):
-  """``jax.vjp`` of ``fun(*args, **kwargs)`` in ``args[i]`` for ``i`` in ``positions``."""
+def vjp_wrt(fun, args, positions, kwargs=None, staged: bool = False):
+  """``jax.vjp`` of ``fun(*args, **kwargs)`` in ``args[i]`` for ``i`` in ``positions``;
+  ``staged``: of its jit, so JAX traces every custom_vjp's primal and checks each fwd
+  against it (under grad alone it runs only the fwd)."""
   def restricted(*picked):
     full = list(args)
     for i, v in zip(positions, picked):
       full[i] = v
-    return fun(*full, **kwargs)
-  return jax.vjp(restricted, *[args[i] for i in positions])
+    return fun(*full, **(kwargs or {}))
+  return jax.vjp(jax.jit(restricted) if staged else restricted, *[args[i] for i in positions])
 
 
-def pull_ones(fun, args, positions, **kwargs):
+def pull_ones(fun, args, positions, kwargs=None, staged: bool = False):
   """The cotangents of ``args[positions]`` for a cotangent of ones on every output."""
-  out, pull = vjp_wrt(fun, args, positions, **kwargs)
+  out, pull = vjp_wrt(fun, args, positions, kwargs, staged)
   return pull(jax.tree_util.tree_map(unit_cotangent, out))
 
 

@@ -43,7 +43,7 @@ def run(fun, abstract_args, nums, kwargs) -> list[Diagnosis]:
     full = list(abstract_args)
     for i, a in zip(traced, traced_args):
       full[i] = a
-    return pull_ones(fun, full, nums, **kwargs)
+    return pull_ones(fun, full, nums, kwargs, staged=True)
 
   was_installed = runtime.installed()
   runtime.install()

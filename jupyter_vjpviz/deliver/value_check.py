@@ -229,11 +229,11 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
                for i, a in enumerate(args))   # a Python float differentiated is an input
   raised = False
   try:
-    grads = pull_ones(fun, args, nums, **kwargs)
+    grads = pull_ones(fun, args, nums, kwargs)
   except FloatingPointError:
     raised = True
     with jax.debug_nans(False):
-      grads = pull_ones(fun, args, nums, **kwargs)
+      grads = pull_ones(fun, args, nums, kwargs)
   if all(bool(jax.numpy.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grads)):
     return None
   with jax.debug_nans(False):
@@ -250,13 +250,15 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
     c = found.culprit
     graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
     labels = input_names(graph, origin)
-    run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums)
+    run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
+                                  found)
     fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
   strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
       [nonfinite.flow(g) for g in original], original)])
   del original, invals, run
+  found.frames.clear()                  # the search's arrays: this call's only
   graph = dataclasses.replace(graph, strip=strip)
   return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
 

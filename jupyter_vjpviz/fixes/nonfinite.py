@@ -26,7 +26,7 @@ from jax._src import core
 from ..analysis import nonfinite, oracle
 from ..analysis.diagnosis import VERIFIED, Fix
 from ..analysis.locate import source_line
-from ..analysis.nonfinite import Culprit
+from ..analysis.nonfinite import Culprit, Localisation
 from ..analysis.nonfinite_eval import Patch, evaluate
 from ..analysis.nonfinite_explain import chosen_away, overflowed
 from ..capture import names
@@ -43,6 +43,7 @@ class Program(NamedTuple):
   names: list       # the differentiated inputs as the user names them
   function: str = "loss"
   argnums: tuple = (0,)
+  found: Localisation | None = None   # the search's state, for a fix's gradient to resume
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +77,11 @@ def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
 
 def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | None:
   try:
-    scaled = p._replace(out_cts=[None if o is None else o * cand.scale for o in p.out_cts])
-    got = [g / cand.scale for g in gradient(scaled, cand.fn and Patch(c.path, cand.fn))]
+    patch = cand.fn and Patch(c.path, cand.fn)
+    got = patch and p.found and nonfinite.resumed(p.found, patch)
+    if not got:
+      scaled = p._replace(out_cts=[None if o is None else o * cand.scale for o in p.out_cts])
+      got = [g / cand.scale for g in gradient(scaled, patch)]
   except Exception:  # noqa: BLE001 - a rewrite that does not apply here is no fix
     return None
   if not all(bool(jnp.isfinite(g).all()) for g in got):
