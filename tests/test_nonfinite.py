@@ -596,3 +596,30 @@ def test_a_vmapped_remat_blocks_log_at_zero_is_found_and_clamped():
                                                0.0).sum())((x @ w) ** 2)
   np.testing.assert_allclose(g, jax.grad(lambda w: jax.vmap(guarded, in_axes=(None, 0))(
       w, xs).mean())(w), rtol=1e-6)
+
+
+# ------------------------------------------------------- a fix's gradient, resumed
+
+@pytest.mark.parametrize("program", ["soft_distance", "stacked_root"])
+def test_a_fix_judged_by_resuming_the_search_has_the_whole_passs_gradient(program):
+  from jupyter_vjpviz.analysis import nonfinite, nonfinite_eval
+  from jupyter_vjpviz.fixes import nonfinite as fixes
+  if program == "soft_distance":                        # the culprit inside a jit's body
+    fun, args = soft_distance, (jnp.array([0.0, 1.0, 4.0, 0.0, 2.0]),)
+  else:
+    keys = jax.random.split(jax.random.PRNGKey(0), 5)
+    fun, args = stacked_root, ([(jax.random.normal(k, (4, 4)), jnp.zeros(4).at[0].set(-100.0))
+                                for k in keys], jnp.ones((2, 4)))
+  jaxpr = jax.make_jaxpr(fun)(*args)
+  leaves = jax.tree_util.tree_leaves(args)
+  active = [True] * len(jax.tree_util.tree_leaves(args[0])) + [False] * (len(leaves) -
+                                                                         len(jax.tree_util.tree_leaves(args[0])))
+  found = nonfinite.localise(jaxpr, leaves, active, [jnp.ones(())])
+  (cand, *_) = fixes.candidates(found.culprit, fixes.Program(jaxpr, leaves, active,
+                                                              [jnp.ones(())], []))
+  patch = nonfinite_eval.Patch(found.culprit.path, cand.fn)
+  resumed = nonfinite.resumed(found, patch)
+  whole = nonfinite.gradient(jaxpr, leaves, active, [jnp.ones(())], patch)
+  assert resumed is not None and len(resumed) == len(whole) and _finite(whole)
+  for r, w in zip(resumed, whole):
+    np.testing.assert_allclose(r, w, rtol=1e-6)
