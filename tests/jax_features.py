@@ -75,8 +75,19 @@ def _user_hijax_types() -> bool:
   return True
 
 
+def _custom_vjp3_class() -> bool:
+  """Whether ``jax.custom_vjp`` made under jax_custom_vjp3 is another class (hijax's
+  ``custom_vjp3``, JAX 0.9 to 0.11), not a custom_vjp that dispatches when called."""
+  if HIJAX_PATH not in jax.config.values:
+    return False
+  from jax._src import custom_derivatives as cd
+  with cd.config.custom_vjp3(True):
+    return not isinstance(jax.custom_vjp(lambda x: x), cd.custom_vjp)
+
+
+HIJAX_CLASS = "jax_custom_vjp3 as its own class"
 JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes,
-              "user hijax types": _user_hijax_types}
+              "user hijax types": _user_hijax_types, HIJAX_CLASS: _custom_vjp3_class}
 """What some JAX has and others not, probed on plain JAX (the hook off)."""
 
 WATCHED = "entry points watched from below"

@@ -248,6 +248,7 @@ def test_load_ext_says_in_one_line_what_this_jax_gets(capsys):
     status = capsys.readouterr().out
   finally:
     ip.run_line_magic("unload_ext", "vjpviz")
+    InteractiveShell.clear_instance()   # else later installs take this process for IPython
   assert caps.line() in status.splitlines()
   if caps.missing or not caps.tested:
     (line,) = err.splitlines()

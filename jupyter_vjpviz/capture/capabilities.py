@@ -13,7 +13,8 @@ import re
 import sys
 
 import jax
-from jax._src import custom_derivatives as cd
+
+from . import vjp3_rules
 
 TESTED = ("0.6", "0.12")   # the oldest and newest JAX minor versions the test script runs
 _RULES = "custom_vjp"          # its __call__, or its fwd and bwd
@@ -74,7 +75,7 @@ def of(points: list[str]) -> Capabilities:
       jax=jax.__version__, kinds=kinds,
       missing=tuple(k for k in NEEDS if k not in kinds),
       sources=tuple(s for s, need in SOURCES.items() if has(need)),
-      hijax_path=has((_RULES,)) and _hijax_path_dispatches(), tested=_tested())
+      hijax_path=_hijax_path_watched(has), tested=_tested())
 
 
 def no_monitoring() -> str:
@@ -85,17 +86,14 @@ def no_monitoring() -> str:
   return "no free tool slot: wrappers instead, with their frames"
 
 
-def _hijax_path_dispatches() -> bool:
-  """Whether ``custom_vjp.__call__`` is where the jax_custom_vjp3 path starts.
-
-  Before JAX 0.12 that flag made ``jax.custom_vjp(f)`` build another class, whose
-  applications never pass the wrapped ``__call__``.
-  """
-  flag = getattr(jax.config, "jax_custom_vjp3", None)
-  if flag is None:
+def _hijax_path_watched(has) -> bool:
+  """Whether a custom_vjp under jax_custom_vjp3 has its rules read where vjpviz reads them:
+  through ``custom_vjp.__call__`` (JAX 0.12), or, where that flag makes ``jax.custom_vjp``
+  build another class (JAX 0.9 to 0.11's ``custom_vjp3``), that class's rules hooked."""
+  if "jax_custom_vjp3" not in jax.config.values:
     return False
-  with cd.config.custom_vjp3(True):
-    return isinstance(jax.custom_vjp(lambda x: x), cd.custom_vjp)
+  other = vjp3_rules.separate_class()
+  return has((_RULES,)) if other is None else has((other.__name__,))
 
 
 def _tested() -> bool:

@@ -17,7 +17,8 @@ from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 from jax._src.interpreters import partial_eval as pe
 
-from . import custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_paths, names, records
+from . import (custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_paths, names, records,
+               vjp3_rules)
 from .patches import PatchSet
 from .leaf_paths import Leaf
 from .records import ERROR, WARNING, Record, RuleSite, Session
@@ -222,38 +223,51 @@ def observe_applications(callback: Callable):
 def _install_custom_vjp(patches: PatchSet, events: CodeEvents | None) -> None:
   """JAX's ``custom_vjp.__call__`` reads the instrumented rules; nothing of ours is on the
   stack while the primal runs. Applications are observed as that call starts (a wrapper
-  where no monitoring slot is free)."""
-  call = cd.custom_vjp.__call__
+  where no monitoring slot is free). JAX 0.9 to 0.11's ``custom_vjp3`` class (what
+  ``jax.custom_vjp`` makes under ``jax_custom_vjp3`` there) is read the same way."""
+  for cls in (cd.custom_vjp, vjp3_rules.separate_class()):
+    if cls is not None:
+      _install_rules_of(cls, patches, events)
+
+
+def _install_rules_of(cls, patches: PatchSet, events: CodeEvents | None) -> None:
+  call = cls.__call__
   code = getattr(getattr(call, "__wrapped__", call), "__code__", None)
   if code is None:
-    patches.skip("jax.custom_vjp rules", "custom_vjp.__call__ is not a Python function here")
+    patches.skip(f"jax.{cls.__name__} rules", f"{cls.__name__}.__call__ is not a Python function here")
     return
   for name in ("fwd", "bwd"):
-    patches.add(cd.custom_vjp, name, RuleAttribute(name, code))
+    if name in vars(cls):   # custom_vjp3's class defaults (None), restored on uninstall
+      patches.apply(cls, name, lambda default, name=name: RuleAttribute(name, code, default))
+    else:
+      patches.add(cls, name, RuleAttribute(name, code))
   if events is not None:
     events.watch(code, _applied)
   else:
-    patches.apply(cd.custom_vjp, "__call__", _wrap_custom_vjp_call)
+    patches.apply(cls, "__call__", _wrap_custom_vjp_call)
+
+
+_NO_DEFAULT = object()
 
 
 class RuleAttribute:
   """``custom_vjp.fwd`` and ``.bwd`` as data descriptors: JAX's own ``__call__`` reads
   the instrumented rule (``custom_rules.instrumented``), everyone else (the user, a
-  library, ``defvjp``) the user's own, which stays in the instance's ``__dict__``."""
+  library, ``defvjp``) the user's own, which stays in the instance's ``__dict__``
+  (else ``default``, the class's own value it replaces)."""
 
-  def __init__(self, name: str, call_code):
-    self.name, self.call_code = name, call_code
+  def __init__(self, name: str, call_code, default=_NO_DEFAULT):
+    self.name, self.call_code, self.default = name, call_code, default
 
   def __get__(self, obj, owner=None):
     if obj is None:
       return self
-    try:
-      value = obj.__dict__[self.name]
-    except KeyError:
-      raise AttributeError(self.name) from None
+    value = obj.__dict__.get(self.name, self.default)
+    if value is _NO_DEFAULT:
+      raise AttributeError(self.name)
     if value is None or sys._getframe(1).f_code is not self.call_code or not records.active():
       return value
-    clone = safety.safely(custom_rules.instrumented, obj, default=obj)
+    clone = safety.safely(_instrumented, obj, default=obj)
     return clone.__dict__.get(self.name, value)
 
   def __set__(self, obj, value):
@@ -263,13 +277,18 @@ class RuleAttribute:
     del obj.__dict__[self.name]
 
 
+def _instrumented(rule):
+  return custom_rules.instrumented(vjp3_rules.as_custom_vjp(rule))
+
+
 def _applied(frame) -> None:
   if _application_observers and records.active():
     args = frame.f_locals
     _observe(args["self"], args["args"], args["kwargs"])
 
 
-def _observe(cvjp, args, kwargs) -> None:
+def _observe(rule, args, kwargs) -> None:
+  cvjp = safety.safely(vjp3_rules.as_custom_vjp, rule)
   for observe in _application_observers:
     safety.safely(observe, cvjp, args, kwargs)
 
