@@ -760,6 +760,30 @@ def test_a_rule_input_is_spelled_one_way_and_no_graph_box_reads_like_it(hook):
   assert d.instance is None    # w2 beside w1 is a parameter, not one of several blocks
 
 
+def test_the_graph_of_a_jitted_loss_compiled_by_the_failing_call_marks_its_inputs(hook):
+  """The first call of a fresh ``jax.jit(loss)`` under ``jax.grad`` runs ``loss`` on the
+  jit's tracers, not the VJP's: the graph still shows ``w`` as the differentiated input."""
+  dense = custom(lambda x, w: x @ w, lambda res, g: ((g @ res[1].T).T, res[0].T @ g),
+                 fwd=lambda x, w: (x @ w, (x, w)))
+
+  def loss(w):
+    return dense(w, jnp.ones((3, 2))).sum()
+  raises(lambda: jax.grad(jax.jit(loss))(jnp.ones((4, 3))))
+  d = only("bwd_type")
+  assert d.argument == "x"
+  inputs = {n.id: n.kind for n in d.graph.nodes if n.kind in ("input", "static")}
+  assert inputs.get("in0") == "input" and "arg0" not in inputs, inputs
+
+
+def test_a_rule_jitted_itself_is_called_where_the_user_calls_the_jitted_function(hook):
+  """JAX's traceback of ``jax.jit(rule)``'s body starts at the rule: no user frame in it."""
+  dense = jax.jit(custom(lambda x, w: x @ w, lambda res, g: ((g @ res[1].T).T, res[0].T @ g),
+                         fwd=lambda x, w: (x @ w, (x, w))))
+  raises(lambda: jax.grad(lambda x: dense(x, jnp.ones((3, 2))).sum())(jnp.ones((4, 3))))
+  line = inspect.currentframe().f_lineno - 1
+  assert only("bwd_type").call_site == f"{__file__}:{line}"
+
+
 @pytest.mark.needs("accumulator_type")
 def test_an_accumulators_input_is_spelled_as_the_graph_spells_it(hook):
   from jax.experimental.hijax import ShapedArray, ValAccum
