@@ -240,8 +240,9 @@ def run(spec: Model, n_layers: int, bad: int, args, heads: int = 8) -> dict:
 
 
 class _Handler:
-  """Times vjpviz's error path: the hook's session handler (graph, locate, diagnosis, fixes),
-  and when its diagnosis was delivered (``delivered``, a runtime listener).
+  """Times vjpviz's error path: the hook's session handler (graph, locate, diagnosis, fixes)
+  from the first session with something to report, and when its diagnosis was delivered
+  (``delivered``, a runtime listener).
 
   Keeps the last (session, exception) it handled, so the analysis can be re-run on it.
   """
@@ -254,8 +255,11 @@ class _Handler:
     self.inner = inner
 
   def __call__(self, *args):
-    _Handler.last = args
+    session, exc = args
     t = time.perf_counter()
+    if exc is None and not session.records:   # an empty "run" session: a jit ran, nothing to say
+      return self.inner(*args)
+    _Handler.last = args
     _Handler.started = _Handler.started or t
     try:
       return self.inner(*args)
