@@ -314,3 +314,16 @@ def test_a_reduction_in_the_local_a_rule_returns_is_removed_where_it_was_compute
   assert (first.title, first.verdict) == ("Remove `.sum()`", "verified"), \
       [(f.title, f.verdict) for f in d.fixes]
   assert "  dscale = (g * n)\n" in first.code
+
+
+def test_a_reduction_over_every_axis_is_made_over_the_batch_only():
+  """``scale`` multiplies each row of a batch: summing its gradient over every axis gives a
+  scalar; summing over the batch axis is the verified fix."""
+  batched = RMS_SCALE_SUMMED.replace("jnp.mean(x ** 2)", "jnp.mean(x ** 2, -1, keepdims=True)") \
+      .replace("jnp.mean(scale * g * n)", "jnp.mean(scale * g * n, -1, keepdims=True)")
+  ns = cell(batched)
+  d = diagnosis(ns["loss"], jnp.linspace(.5, 1.5, 8), jnp.linspace(-1., 1., 16).reshape(2, 8))
+  first = d.fixes[0]
+  assert (first.title, first.verdict) == ("Reduce to float32[8]", "verified"), \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "  dscale = (g * n).sum(axis=0)\n" in first.code

@@ -473,14 +473,21 @@ def _mean_sum(s: Scope) -> Iterator[Candidate]:
 
 
 def _unreduced(s: Scope) -> Iterator[Candidate]:
-  """A reduction inside the failing element removed, where the input has the axes it
-  sums away (a batch or feature axis reduced once too often)."""
+  """A reduction inside the failing element (or the local it computed) removed, where the
+  input has the axes it sums away (a batch or feature axis reduced once too often), or
+  made over the axes that leave the expected shape (``.sum()`` of a batch of vectors)."""
   if not s.typed or len(s.nodes) != 1:
     return
   for call in (c for c in _walk_with(s.origin) if isinstance(c, ast.Call)):
     operand = _reduction_operand(call) or _function_reduction(s, call)
     if operand is None:
       continue
+    widened = _widened(s, call) if _reduction_operand(call) is not None else None
+    t = s.predict([(call, widened)]) if widened is not None else None
+    if t is not None and s.fits(t):
+      yield s.candidate(0, f"Reduce to {s.want.str_short()}", [(call, widened)],
+                        f"the {call.func.attr} reduces axes the input keeps: its gradient "
+                        "reduces only the others")
     edits = [(call, exprs.paren(s.src, operand))]
     t = s.predict(edits)
     if t is not None and s.fits(t):
