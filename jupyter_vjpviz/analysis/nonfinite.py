@@ -120,7 +120,8 @@ class Culprit:
   source: str | None
   where: str = ""                   # "in iteration 37 of 100 of its scan"
   inner: tuple | None = None        # custom rules: (primitive, source, operand summaries,
-                                    #   "in iteration 3 of its while loop" or "")
+                                    #   "in iteration 3 of its while loop" or "", the
+                                    #   user's function there)
   origin: Culprit | None = None     # the equation, at this level, that made a non-finite
                                     #   operand of this one from finite values (log at 0 in
                                     #   x * log(x)): the one a fix rewrites
@@ -538,8 +539,10 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
   if found is None:
     return None
   inner, operands, where = found
+  frame = frames.user_frame(inner.source_info.traceback)
   return (inner.primitive.name, _source(inner),
-          tuple(summary(x) if inexact(x) else None for x in operands), where)
+          tuple(summary(x) if inexact(x) else None for x in operands), where,
+          frame.function_name if frame else None)
 
 
 def _user_bwd(eqn, ins, active, cts):

@@ -26,7 +26,7 @@ _AT_ZERO = {"sqrt": "its derivative 1/(2·sqrt(x)) is infinite there",
 def explain(c: Culprit) -> str:
   """One sentence: what the primal values at the culprit were, and why that is non-finite."""
   if c.inner is not None:
-    prim, where, operands, loop = c.inner
+    prim, where, operands, loop, _ = c.inner
     at = f" at {where}" if where else ""
     return f"its bwd rule's `{prim}`{at} {_values(prim, operands, c.ct_out)}" + (
         f" {loop}" if loop else "")

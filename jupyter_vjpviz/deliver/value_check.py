@@ -34,7 +34,7 @@ from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.graph import Graph
 from ..analysis.partial_vjp import pull_ones
-from ..capture import custom_rules, entry_points, jit_calls, names, records, user_calls
+from ..capture import custom_rules, entry_points, frames, jit_calls, names, records, user_calls
 from ..capture.records import ERROR, WARNING, Record, Session
 from ..fixes import nonfinite as nonfinite_fixes
 from ..base.surrogates import is_surrogate
@@ -322,6 +322,9 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
   function, rule = program.custom_names(c.eqn) if c.eqn.primitive.name in (
       "custom_vjp_call", "custom_jvp_call") else (c.eqn.primitive.name, None)
   inner = c.inner[1] if c.inner else None
+  primal = names.function_of(c.eqn.params.get("call_jaxpr"))[1] if c.inner else None
+  if c.inner and c.inner[4] and primal and frames.library_file(primal.rpartition(":")[0]):
+    function = c.inner[4]       # a library's rule (diffrax's loop): name the user's function
   return Diagnosis(
       kind=NONFINITE, severity=ERROR if raised else WARNING, function=function, rule=rule,
       source=inner or c.source, path=name, argument=name,
