@@ -486,9 +486,8 @@ def _patched_pullback(jaxpr, read, live, eqn, ins, patch, wrt, fo, cts) -> tuple
 
   def apply(full):
     values = dict(zip(extra, full[n:]))
-    traced = lambda v: (produce(v)[0], [values.get(u, read(u)) if isinstance(u, core.Var) else
-                                        u.val for u in produce(v)[0].invars]) if produce(v) else None
-    return patched(eqn, full[:n], patch, traced)
+    return patched(eqn, full[:n], patch, _producer(jaxpr, lambda u: values[u] if isinstance(
+        u, core.Var) and u in values else read(u)))
   got = pullback(apply, [*ins, *[read(u) for u in extra]], [*wrt, *range(n, n + len(extra))],
                  fo, [cts[j] for j in fo])
   return got, [*[eqn.invars[j] for j in wrt], *extra]
