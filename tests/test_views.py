@@ -225,6 +225,28 @@ def test_budget_folds_unscoped_programs_into_runs(hook):
   assert set(runs[0].members) <= set(opened.nodes)
 
 
+def test_a_densely_connected_program_stays_within_the_box_and_edge_budgets(hook):
+  """Each step reads every earlier one (a DenseNet's skips): the failing node feeds
+  all later steps, and runs of hidden equations lie between any two shown nodes."""
+  bad = _bad()
+
+  def f(x):
+    xs = [x]
+    for k in range(40):
+      y = jnp.sin(xs[-1])
+      for z in xs[:-1]:
+        y = y + z * 0.5
+      xs.append(bad(y) if k == 20 else y)
+    return xs[-1].sum()
+  d = _diagnose(f, jnp.ones((3, 4)))
+  v = views.default_view(d.graph, d.node)
+  assert d.node in v.nodes and v.size <= views.BUDGET and len(v.edges) <= views.EDGE_BUDGET
+  assert any(e.mismatch and e.dst == d.node for e in v.edges) and v.budget == views.BUDGET
+  assert v.size + len(v.edges) < len(d.graph.nodes) / 10   # folded, not dropped
+  opened = views.expand(v, next(c.id for c in v.clusters))
+  assert opened.budget == views.BUDGET and d.node in opened.nodes
+
+
 # ------------------------------------------------- code without named scopes: the user's calls
 
 SMALL = dict(batch=2, seq=4, d_model=16, ffn=32)

@@ -25,6 +25,7 @@ from typing import Iterable, Mapping
 from ..analysis.graph import Edge, Graph, Node
 
 BUDGET = 60        # laid-out nodes in a default view: dot lays this out in tens of ms
+EDGE_BUDGET = 100  # drawn edges in a default view
 MAX_NODES = 300    # hard ceiling even for what the user expanded explicitly
 
 
@@ -107,7 +108,7 @@ def default_view(graph: Graph, failing: str | None, expanded: Iterable[str] = fr
   key = (id(graph), failing, frozenset(expanded), frozenset(collapsed), budget)
   view = _recent.pop(key, None)
   if view is None:
-    view = _ViewBuilder(graph, failing, *key[2:]).view()
+    view = _within(graph, failing, *key[2:])
   _recent[key] = view   # newest last; it holds its graph, so the graph's id stays its own
   while len(_recent) > RECENT:
     _recent.popitem(last=False)
@@ -118,6 +119,19 @@ RECENT = 8
 _recent: collections.OrderedDict = collections.OrderedDict()
 """The last views made: a diagnosis's default view is drawn for the panel's push, the
 inline output and the panel's first request; a graph and its views never change."""
+
+
+def _within(graph, failing, expanded, collapsed, budget) -> View:
+  """The view, drawn with fewer shown nodes while its boxes (runs of hidden equations
+  between shown ones included) or edges exceed the budget: a densely connected program
+  (each step reading every earlier one) has ~2 boxes per shown node and edges between
+  most pairs. The view keeps the budget asked for: expanding it starts from that again."""
+  room = budget
+  while True:
+    view = _ViewBuilder(graph, failing, expanded, collapsed, room).view()
+    if (view.size <= budget and len(view.edges) <= EDGE_BUDGET) or room <= 1:
+      return dataclasses.replace(view, budget=budget)
+    room = room * 2 // 3
 
 
 def expand(view: View, cluster_id: str) -> View:
@@ -336,16 +350,18 @@ class _ViewBuilder:
     forced = self._forced_runs(parent)
     base = self.order.get(focus, 0)
 
-    def tier(n: Node) -> int:
-      if n.id in near or n.kind == "output":
+    def tier(n: Node) -> int:   # 0 and 1 whatever the budget
+      if n.id == focus or n.kind == "output":
         return 0
       if self.order[n.id] in forced:
         return 1
-      if zone is not None and _starts(self.scope[n.id], zone):
+      if n.id in near:   # a failing node read by every later step has hundreds
         return 2
-      if n.id in below or (_is_arg(n) and not near.isdisjoint(self.succs[n.id])):
+      if zone is not None and _starts(self.scope[n.id], zone):
         return 3
-      return 4
+      if n.id in below or (_is_arg(n) and not near.isdisjoint(self.succs[n.id])):
+        return 4
+      return 5
 
     ranked = sorted(((tier(n), abs(self.order[n.id] - base), n.id) for n in candidates))
     room = self.budget - len(self.visible) - len(self.clusters)
