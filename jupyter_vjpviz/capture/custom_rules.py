@@ -355,9 +355,12 @@ def _defer_fwd_check(cvjp, args, out, site) -> None:
 
 # The JAX frames that call a fwd rule knowing the primal's output types: classic
 # custom_vjp's ``_flatten_fwd`` (its ``maybe_out_type``, filled once JAX has traced the
-# primal: under jit, checkpoint, scan, ...) and hijax's fwd ``rule`` (its ``traced``).
-_JAX_FWD_CALLERS = {("_flatten_fwd", cd.__file__): "maybe_out_type",
-                    ("rule", os.path.join(os.path.dirname(cd.__file__), "hijax.py")): "traced"}
+# primal: under jit, checkpoint, scan, ...), hijax's fwd ``rule`` (its ``traced``) and, on
+# JAX 0.9 to 0.11, ``CustomVJPTraced.vjp_fwd`` of the custom_vjp3 class (its ``self``).
+_HIJAX_FILE = os.path.join(os.path.dirname(cd.__file__), "hijax.py")
+_JAX_FWD_CALLERS = {("_flatten_fwd", cd.__file__): ("maybe_out_type", None),
+                    ("rule", _HIJAX_FILE): ("traced", "out_avals"),
+                    ("vjp_fwd", _HIJAX_FILE): ("self", "out_aval")}
 
 
 def _jax_primal_out(frame, depth: int = 12):
@@ -367,12 +370,13 @@ def _jax_primal_out(frame, depth: int = 12):
     frame = frame.f_back
     if frame is None:
       return None
-    name = _JAX_FWD_CALLERS.get((frame.f_code.co_name, frame.f_code.co_filename))
-    if name is None:
+    caller = _JAX_FWD_CALLERS.get((frame.f_code.co_name, frame.f_code.co_filename))
+    if caller is None:
       continue
+    name, attribute = caller
     held = frame.f_locals.get(name)
-    if name == "traced":
-      return getattr(held, "out_avals", None)
+    if attribute is not None:
+      return getattr(held, attribute, None)
     try:
       out_tree, avals, _ = held()
     except Exception:  # noqa: BLE001 - lu.StoreException: the primal has not run
