@@ -327,3 +327,36 @@ def test_a_reduction_over_every_axis_is_made_over_the_batch_only():
   assert (first.title, first.verdict) == ("Reduce to float32[8]", "verified"), \
       [(f.title, f.verdict) for f in d.fixes]
   assert "  dscale = (g * n).sum(axis=0)\n" in first.code
+
+
+CLIPPED = """
+@jax.custom_vjp
+def clip_gradient(x):
+  return x
+def clip_fwd(x):
+  return x, None
+def clip_bwd(res, g):
+  return (jnp.clip(g, -1., 1.).astype(jnp.bfloat16),)
+clip_gradient.defvjp(clip_fwd, clip_bwd)
+def loss(x): return (clip_gradient(x) * 3.).sum()
+"""
+
+
+def test_a_cast_of_a_clipped_gradient_says_it_keeps_the_rules_values():
+  """The rule clips on purpose and returns bfloat16 by mistake: casting is right for its
+  type and keeps its values, and says so; the primal calls every clipping fix wrong."""
+  ns = cell(CLIPPED)
+  d = diagnosis(ns["loss"], jnp.linspace(-1., 1., 3))
+  cast = next(f for f in d.fixes if f.title.startswith("Cast to float32"))
+  assert cast.verdict == "type-only" and "keeps your rule's values" in cast.title
+  assert "mark the rule with vjpviz.surrogate" in cast.note
+
+
+def test_a_surrogate_rule_is_judged_by_its_own_values():
+  ns = cell(CLIPPED)
+  vv.surrogate(ns["clip_gradient"])
+  d = diagnosis(ns["loss"], jnp.linspace(-1., 1., 3))
+  verified = [f.title for f in d.fixes if f.verdict == "verified"]
+  assert verified and all(t.startswith("Cast to") for t in verified), verified
+  primal = next(f for f in d.fixes if "differentiating clip_gradient" in f.title)
+  assert primal.verdict == "type-only" and "changes your surrogate's values" in primal.title

@@ -41,6 +41,8 @@ DRAWS = 3
 # two correct formulations of one gradient agree to a few ulps times the depth of
 # the computation, not elementwise near zero.
 _RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+RULE_VALUES = "the rule's own values"
+"""``Oracle.judge`` of a reference made of a rule's own cotangents (``Oracle.of_rule``)."""
 _FD_RTOL = 1e-2      # central differences in float32; float64 where it can be enabled
 
 # Primitives whose derivative is zero almost everywhere: autodiff of a primal
@@ -131,9 +133,10 @@ class Oracle:
   site: RuleSite
   fun: Callable
   draws: tuple[_Draw, ...]
-  judge: str                  # "autodiff" | "finite differences" | "" (none)
+  judge: str                  # "autodiff" | "finite differences" | RULE_VALUES | "" (none)
   reason: str = ""            # why some or all leaves have no judge
   unjudged: frozenset = frozenset()   # leaf indices without a judge
+  precision: tuple | None = None      # per leaf, the aval whose dtype sets the tolerance
 
   @classmethod
   def of(cls, site: RuleSite, fun: Callable, draws: int = DRAWS, seed: int = 0) -> Oracle:
@@ -175,8 +178,40 @@ class Oracle:
                      tuple(leaves), self.judge)
     if any(not l.judged for l in leaves):
       return Verdict(UNVERIFIABLE, self.reason, tuple(leaves), self.judge)
-    return Verdict(RIGHT, f"equal to the primal's {self.judge} at {len(self.draws)} random "
-                   "points", tuple(leaves), self.judge)
+    return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points",
+                   tuple(leaves), self.judge)
+
+  @property
+  def named(self) -> str:
+    return RULE_VALUES if self.judge == RULE_VALUES else f"the primal's {self.judge}"
+
+  def of_rule(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False,
+              perturbed: tuple[bool, ...] | None = None) -> Oracle | None:
+    """These draws with the rule ``fwd``/``bwd``'s own cotangents as the reference, judged
+    at the rule's own precision (None where they have another shape): whether a
+    candidate keeps what a rule computes, where it differs from the primal's on purpose."""
+    with _suspended():
+      try:
+        run = _compiled(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
+                        (self.draws[0].args, self.draws[0].ct))
+        raw = [run((d.args, d.ct)) for d in self.draws]
+        refs = [tuple(_flatten_cts(self.site, r, strict=False)) for r in raw]
+      except Exception:  # noqa: BLE001 - a rule that cannot run here keeps no reference
+        return None
+    flat = custom_rules.match_structure(self.site, tuple(raw[0]))
+    precision = tuple(core.typeof(ct) if hasattr(ct, "dtype") else a
+                      for ct, a in zip(flat, self.site.in_avals))
+    draws = tuple(dataclasses.replace(d, reference=r) for d, r in zip(self.draws, refs))
+    return dataclasses.replace(self, draws=draws, judge=RULE_VALUES, reason="",
+                               precision=precision)
+
+  def agrees(self, other: Oracle) -> Verdict:
+    """``other``'s references judged against this oracle's, at ``other``'s precision."""
+    outs = [d.reference for d in other.draws]
+    leaves = dataclasses.replace(self, precision=other.precision)._compare(outs)
+    wrong = [l for l in leaves if l.judged and not l.ok]
+    return Verdict(WRONG if wrong else RIGHT, "; ".join(l.describe() for l in wrong),
+                   tuple(leaves), self.judge)
 
   def _compare(self, outs) -> list[LeafError]:
     if self.judge == "finite differences":
@@ -185,7 +220,7 @@ class Oracle:
     for i, name in enumerate(self.site.in_names):
       refs = [d.reference[i] if d.reference is not None else None for d in self.draws]
       gots = [o[i] for o in outs]
-      leaves.append(_leaf_error(i, name, refs, gots, self.site.in_avals[i],
+      leaves.append(_leaf_error(i, name, refs, gots, (self.precision or self.site.in_avals)[i],
                                 judged=i not in self.unjudged))
     return leaves
 
@@ -348,8 +383,9 @@ def _compiled(fn, example):
   return call
 
 
-def _flatten_cts(site: RuleSite, cts) -> list:
-  """``cts`` per input leaf, as float64 numpy; zeros for None and symbolic zeros."""
+def _flatten_cts(site: RuleSite, cts, strict: bool = True) -> list:
+  """``cts`` per input leaf, as float64 numpy; zeros for None and symbolic zeros.
+  ``strict``: each of the expected type (else of its shape, whatever its dtype)."""
   if isinstance(cts, list):
     cts = tuple(cts)
   n_args = len(site.in_tree.children())
@@ -369,7 +405,7 @@ def _flatten_cts(site: RuleSite, cts) -> list:
       out.append(np.zeros(want.shape))
       continue
     got = core.typeof(ct)
-    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+    if tuple(got.shape) != tuple(want.shape) or (strict and got.dtype != want.dtype):
       raise _TypeMismatch(f"{site.in_names[i]}'s cotangent is {got.str_short()}, "
                           f"not {want.str_short()}")
     out.append(_host(ct))

@@ -17,7 +17,7 @@ import time
 
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
-from ..base import kinds
+from ..base import kinds, surrogates
 from ..capture import wrappers
 from . import exprs, returns, source, verify
 
@@ -88,9 +88,69 @@ class Judge:
     if time.monotonic() > self.deadline:
       return _unverifiable(fix, f"type-checked; not judged by value: the {BUDGET:g} s for "
                            "judging fixes ran out")
-    verdict = verify.value_verdict(self.rule.d.site, verify.clone(self.rule.user_rules, fwd, bwd),
-                                   self.oracle)
-    return _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
+    edited = verify.clone(self.rule.user_rules, fwd, bwd)
+    own = self._rule_values() if self.surrogate else None   # else only when needed
+    if own is not None:
+      return self._against_surrogate(fix, edited, own)
+    verdict = verify.value_verdict(self.rule.d.site, edited, self.oracle)
+    judged = _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
+    if judged is not None and judged.verdict == TYPE_ONLY:
+      own = self._rule_values()
+      return (self._keeping(fix, edited, own) if own is not None and own.differs else None) or judged
+    return judged
+
+  @property
+  def surrogate(self) -> bool:
+    """The user marked the rule ``vjpviz.surrogate``: its own values are the reference."""
+    rules = self.rule.user_rules
+    return surrogates.is_surrogate(getattr(rules, "custom_vjp", rules))
+
+  def _against_surrogate(self, fix: Fix, edited, own: RuleValues) -> Fix | None:
+    """A rule marked ``vjpviz.surrogate`` is judged by its own values, not the primal's."""
+    kept = verify.value_verdict(self.rule.d.site, edited, own.oracle)
+    if kept.status == oracle.RIGHT:
+      return dataclasses.replace(fix, exact=True, verdict=VERIFIED, note=(
+          f"{kept.reason}: the rule is marked vjpviz.surrogate (its gradient differs from "
+          f"{self.rule.d.function}'s on purpose)"))
+    if kept.status != oracle.WRONG:
+      return _with_verdict(fix, kept, self.rule.d.site)
+    breaks = f"it changes the values of your surrogate gradient ({kept.reason})"
+    return dataclasses.replace(fix, title=f"{fix.title} (type-only: changes your surrogate's values)",
+                               exact=False, verdict=TYPE_ONLY, note=breaks)
+
+  def _keeping(self, fix: Fix, edited, own: RuleValues) -> Fix | None:
+    """``fix``, which the primal calls wrong, said to keep the rule's own values where the
+    rule itself is not the primal's derivative (a clipped or straight-through gradient
+    with a wrong dtype, not marked); None where it does not keep them."""
+    kept = verify.value_verdict(self.rule.d.site, edited, own.oracle)
+    if kept.status != oracle.RIGHT:
+      return None
+    function = self.rule.d.function
+    return dataclasses.replace(
+        fix, title=f"{fix.title} (type-only: keeps your rule's values, not {function}'s derivative)",
+        exact=False, verdict=TYPE_ONLY, note=(
+            f"keeps your rule's own values ({kept.reason}); the rule itself differs from "
+            f"{function}'s derivative ({own.differs}): if that is on purpose (a clipped or "
+            "straight-through gradient), mark the rule with vjpviz.surrogate"))
+
+  def _rule_values(self) -> RuleValues | None:
+    """The user's rule's own values as a reference (computed once), where they can be run."""
+    if not hasattr(self, "_own"):
+      rules = self.rule.user_rules
+      live = verify.clone(rules, rules.fwd, rules.bwd)    # as JAX runs it, library parts and all
+      found = self.oracle.of_rule(live.fwd, live.bwd, live.symbolic_zeros,
+                                  self.rule.d.site.perturbed)
+      wrong = self.oracle.agrees(found) if found is not None else None
+      self._own = found and RuleValues(found, wrong.breaks() if wrong.status == oracle.WRONG
+                                       else None)
+    return self._own
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleValues:
+  """The failing rule's own cotangents at the oracle's draws, and what they are worth."""
+  oracle: oracle.Oracle
+  differs: str | None          # how they differ from the primal's derivative (None: they don't)
 
 
 def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
