@@ -775,6 +775,16 @@ def test_the_graph_of_a_jitted_loss_compiled_by_the_failing_call_marks_its_input
   assert inputs.get("in0") == "input" and "arg0" not in inputs, inputs
 
 
+def test_a_rule_differentiated_itself_is_the_failing_node_of_its_graph(hook):
+  """``jax.grad(rule)``: the graph is the rule's call, not its primal's body alone."""
+  rule = custom(lambda x: jnp.sin(x).sum(), lambda x, g: ((g * jnp.cos(x))[:2],),
+                fwd=lambda x: (jnp.sin(x).sum(), x))
+  raises(lambda: jax.grad(rule)(jnp.ones(3)))
+  d = only("bwd_type")
+  node = d.graph.node(d.node)
+  assert node is not None and node.custom and any(e.mismatch for e in d.graph.edges)
+
+
 def test_a_rule_jitted_itself_is_called_where_the_user_calls_the_jitted_function(hook):
   """JAX's traceback of ``jax.jit(rule)``'s body starts at the rule: no user frame in it."""
   dense = jax.jit(custom(lambda x, w: x @ w, lambda res, g: ((g @ res[1].T).T, res[0].T @ g),

@@ -23,6 +23,7 @@ import types
 import jax
 import numpy as np
 from jax._src import core
+from jax._src import custom_derivatives as cd
 
 from . import arguments, code_watch, names, records, wrappers
 from .records import Origin, Session
@@ -99,10 +100,18 @@ def program_names(values: list) -> list[str | None]:
 def _target(origin: Origin | None):
   """The user's function behind a library's ``origin.fun``, or None when ``origin.fun``
   is the user's own (then it is re-traced as it is)."""
-  if origin is None or wrappers.user_code(origin.fun):
+  if origin is None or wrappers.user_code(origin.fun) or _defines_derivatives(origin.fun):
     return None
   user = _plain(names.unwrap(origin.fun))
   return user if user is not origin.fun and wrappers.user_code(user) else None
+
+
+def _defines_derivatives(fun) -> bool:
+  """A custom_vjp, custom_jvp or custom_gradient differentiated as it is (``jax.grad(f)``):
+  the function behind it is only its primal, whose graph would hold no rule."""
+  code = getattr(fun, "__code__", None)
+  return isinstance(fun, (cd.custom_vjp, cd.custom_jvp)) or (
+      code is not None and code.co_filename == cd.__file__)
 
 
 def _plain(fun):
