@@ -776,9 +776,9 @@ def test_the_graph_of_a_jitted_loss_compiled_by_the_failing_call_marks_its_input
 
 
 def test_a_rule_differentiated_itself_is_the_failing_node_of_its_graph(hook):
-  """``jax.grad(rule)``: the graph is the rule's call, not its primal's body alone."""
-  rule = custom(lambda x: jnp.sin(x).sum(), lambda x, g: ((g * jnp.cos(x))[:2],),
-                fwd=lambda x: (jnp.sin(x).sum(), x))
+  """``jax.grad(rule)`` whose fwd calls the rule (so its primal runs, seen by the hook):
+  the graph is the rule's call, not its primal's body alone."""
+  rule = custom(lambda x: jnp.sin(x).sum(), lambda res, g: ((g * jnp.cos(res[0]))[:2],))
   raises(lambda: jax.grad(rule)(jnp.ones(3)))
   d = only("bwd_type")
   node = d.graph.node(d.node)
