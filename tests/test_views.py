@@ -283,6 +283,11 @@ def test_a_plain_python_loop_folds_into_its_calls(hook):
   assert drawn and all(d.graph.node(n).label.startswith("params['layers'][30]") for n in drawn)
   source = dot.source(v)
   assert "layer 30 of 48 · called at graph_scale.py:" in source
+  # Parallel edges between two boxes are one, labelled with their count; no fan-out wall.
+  bundled = [e for e in v.edges if len(e.edges) > 1]
+  assert bundled and all(f'label="×{len(e.edges)} P ' in source for e in bundled)
+  degree = collections.Counter(b for e in v.edges for b in (e.src, e.dst))
+  assert max(degree.values()) <= 6
 
 
 def test_a_build_walks_each_equations_params_once(hook, monkeypatch):
