@@ -482,11 +482,17 @@ class _GraphBuilder:
         id=nid, kind="eqn", label=function or eqn.primitive.name,
         primitive=eqn.primitive.name, parent=parent,
         name_stack=self.scopes(eqn.source_info.name_stack),
-        call_site=self.traced(eqn, ("site", custom), lambda: _call_site(eqn, custom)),
+        call_site=(self.traced(eqn, ("site", custom), lambda: _call_site(eqn, custom))
+                   or (self.enclosing_site(parent) if custom else None)),
         function=function, rule=rule,
         in_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.invars]),
         out_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.outvars]),
         n_eqns=n_eqns, custom=custom)
+
+  def enclosing_site(self, parent: str | None) -> str | None:
+    """The call site of the equation ``parent``: a rule jitted itself (``jax.jit(rule)``)
+    has no user frame in its traceback, and is called where the user calls the jit."""
+    return next((n.call_site for n in reversed(self.nodes) if n.id == parent), None)
 
   def traced(self, eqn, what: tuple, make: Callable[[], Any]):
     """``make()``, which reads ``what`` of ``eqn``'s traceback, once per distinct traceback."""
