@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import jupyter_vjpviz as vv
 import jax_features
@@ -81,6 +81,16 @@ def _plain_and_hooked(thunk, path: str = "classic"):
     jax_features.set_flag(jax_features.HIJAX_PATH, False)
 
 
+def _made_on(path: str, make):
+  """A custom_vjp made with jax_custom_vjp3 as ``path`` says: before JAX 0.12 the flag
+  decides the implementation as the object is made, not as it is called."""
+  jax_features.set_flag(jax_features.HIJAX_PATH, path == "hijax")
+  try:
+    return make()
+  finally:
+    jax_features.set_flag(jax_features.HIJAX_PATH, False)
+
+
 def _rule(outputs, structure, container):
   """A custom_vjp whose bwd returns what ``outputs``/``structure`` say (from g, so traced)."""
   def primal(*args):
@@ -119,7 +129,10 @@ def _gradients(f, inputs, container, transform):
 @given(case=broken_rules())
 def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_us(path, case):
   inputs, outputs, structure, container, transform = case
-  f = _rule(outputs, structure, container)
+  # Where JAX itself fails this program whatever the rule returns, there is nothing to report.
+  assume(not (path == "hijax" and container == "dict" and transform == "checkpoint")
+         or jax_features.has(jax_features.HIJAX_REMAT_PYTREES))
+  f = _made_on(path, lambda: _rule(outputs, structure, container))
   plain, hooked, found = _plain_and_hooked(_gradients(f, inputs, container, transform), path)
   assert hooked == plain
   if structure != "right":
@@ -232,7 +245,7 @@ def test_a_randomly_broken_fwd_rule_is_reported_as_built(path, case):
     res = args[-2]
     return (jnp.ones_like(res),)
 
-  f = jax.custom_vjp(primal, nondiff_argnums=(0,) if nondiff else ())
+  f = _made_on(path, lambda: jax.custom_vjp(primal, nondiff_argnums=(0,) if nondiff else ()))
   f.defvjp(fwd, bwd)
   call = (lambda x: f(2, x)) if nondiff else f
   loss = lambda x: sum(jnp.sum(o.astype(jnp.float32)) for o in call(x))

@@ -25,7 +25,8 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import arguments, frames, jax_flags, leaf_paths, names, records, user_calls, wrappers
+from . import (arguments, frames, jax_flags, leaf_paths, names, records, user_calls, vjp3_rules,
+               wrappers)
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 from ..base import safety, trees
@@ -146,6 +147,11 @@ def option(cvjp, name: str):
 
 
 def uses_hijax(cvjp) -> bool:
+  """Whether JAX runs ``cvjp`` on its hijax path: JAX 0.12 decides as it is called (the
+  flag, generic_batching); 0.9 to 0.11 as it is made (a custom_vjp3, read as a
+  ``vjp3_rules.CustomVjp3``; a custom_vjp made before the flag stays classic)."""
+  if vjp3_rules.separate_class() is not None:
+    return isinstance(cvjp, vjp3_rules.CustomVjp3)
   return bool(jax_flags.on("jax_custom_vjp3") or getattr(cvjp, "generic_batching", False))
 
 
