@@ -12,16 +12,23 @@ export PATH="$PWD/.venv/bin:$PATH"
 # Older JAX releases, each in a venv of its own on the oldest Python they run on: a
 # user's environment with that JAX, into which the checkout is pip-installed as a user
 # would (a wheel: the labextension is already built, so no npm runs); the install must
-# leave JAX as it was. OLD_JAX is tested (OLD_JAX_TESTS, and the panel's comm on the oldest);
+# leave JAX as it was. OLD_JAX is tested (OLD_JAX_TESTS, and OLDEST_JAX_TESTS on the oldest);
 # UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
 # (this checkout on PYTHONPATH, only the runtime dependencies installed).
-OLD_JAX=(0.6.2 0.8.3 0.10.2)
+OLD_JAX=(0.6.2 0.7.2 0.8.3 0.9.2 0.10.2)
 # On each older JAX the suites whose outcome depends on it: capture, diagnoses, fixes and
-# their verification, JAX's errors unchanged. Each test file imports there; what a JAX lacks
-# is skipped by feature (tests/jax_features.py). Rendering, panel and library suites do not
-# depend on the JAX (or need libraries not installed with an older one): they run on 0.12.
+# their verification, JAX's errors unchanged, vjpviz's own faults, threads and uninstall.
+# Each test file imports there; what a JAX lacks is skipped by feature (tests/jax_features.py).
+# Rendering, panel and library suites do not depend on the JAX (or need libraries not
+# installed with an older one): they run on 0.12, and the kernel's comm and magics on the
+# oldest (OLDEST_JAX_TESTS). A test of vjpviz's own bookkeeping is not run again per JAX.
 OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes.py
-               tests/test_fix_verdicts.py tests/test_fix_candidates.py tests/test_oracle.py)
+               tests/test_fix_verdicts.py tests/test_fix_candidates.py tests/test_oracle.py
+               tests/test_hook_properties.py tests/test_reliability.py tests/test_user_pytrees.py
+               tests/test_gradcheck.py tests/test_jax_suite_findings.py tests/test_apply_safety.py
+               tests/test_factory_rules.py tests/test_late_fixes.py
+               --deselect tests/test_reliability.py::test_history_is_bounded_and_drops_the_oldest)
+OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.py)
 UNSUPPORTED_JAX=0.5.3
 OLD_PYTHON=$(bash scripts/find-python.sh 3.11)
 pip_q() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }
@@ -79,11 +86,11 @@ suite() {
 export VJPVIZ_CAPABILITIES=$logs/capabilities   # each JAX's kinds, for the README's table
 pytest_summary='[0-9]+ (passed|failed).* in [0-9.]+s'
 suite pytest "$pytest_summary" python -m pytest -q -p no:cacheprovider tests
-# The panel's comm runs once, on the oldest JAX.
 for version in "${OLD_JAX[@]}"; do
+  oldest=()
+  [[ $version == "${OLD_JAX[0]}" ]] && oldest=("${OLDEST_JAX_TESTS[@]}")
   suite "jax-$version" "$pytest_summary" ".venv-jax-$version/bin/python" -m pytest -q \
-    -p no:cacheprovider "${OLD_JAX_TESTS[@]}" \
-    $([[ $version == "${OLD_JAX[0]}" ]] && echo tests/test_comm.py)
+    -p no:cacheprovider "${OLD_JAX_TESTS[@]}" "${oldest[@]}"
 done
 python scripts/capability_table.py --check README.md "$VJPVIZ_CAPABILITIES"/*.json || true
 suite jest '^Tests:' jlpm test
