@@ -56,8 +56,8 @@ def wrap_run_staged(original, sink):
   run, with its exception, as an empty ``"run"`` session.
   """
   def run_python_pjit(*args, **kwargs):
-    if not records.active() or staged():
-      return original(*args, **kwargs)
+    if not records.active() or not core.trace_state_clean():   # only the outermost run:
+      return original(*args, **kwargs)    # not each jitted jnp call of an eager grad
     try:
       out = original(*args, **kwargs)
     except BaseException as e:
