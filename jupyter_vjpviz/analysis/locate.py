@@ -173,10 +173,11 @@ def _mark_rule_input(graph: Graph, node: Node, rec: Record) -> Graph:
   site, i = rec.site, rec.flat_index
   position = len(node.in_avals) - len(site.in_paths) + i
   argument = site.in_names[i] if i < len(site.in_names) else None
-  marked = lambda e: e._replace(cotangent_got=rec.got, argument=argument)
-  edges = [marked(e) if e.dst == node.id and e.position == position else e for e in graph.edges]
-  if edges != list(graph.edges):
-    return dataclasses.replace(graph, edges=tuple(edges))
+  about = lambda e: e.dst == node.id and e.position == position
+  if any(about(e) for e in graph.edges):
+    edges = tuple(e._replace(cotangent_got=rec.got, argument=argument) if about(e) else e
+                  for e in graph.edges)
+    return dataclasses.replace(graph, edges=edges)
   primal = site.in_avals[i].str_short() if i < len(site.in_avals) else ""
   const = Node(id=f"k{node.id}.{position}", kind="static", label="constant",
                parent=node.parent, out_avals=(primal,))

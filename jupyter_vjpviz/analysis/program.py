@@ -418,6 +418,7 @@ class _GraphBuilder:
     # By traceback (hashed and compared by its frames, in C): a loop's iterations trace
     # under the same stack, so a 48-layer model's ~4k equations have ~50 distinct ones.
     self._traced: dict[Any, Any] = {}
+    self._sites: dict[str, str | None] = {}   # equation with a body -> its call site
 
   def framed(self) -> tuple[tuple[Node, ...], tuple[tuple[str, str], ...]]:
     """The nodes, each equation with its scope from the user's frames (per jaxpr level)."""
@@ -466,6 +467,8 @@ class _GraphBuilder:
                             lambda: user_scopes.chain(eqn.source_info.traceback, calls_user))
         self._chains[parent].append((len(self.nodes), chain))
         self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
+        if subs:
+          self._sites[nid] = self.nodes[-1].call_site
       for b, sub in enumerate(subs if descend else ()):
         if kept:
           for v in sub.invars:
@@ -483,16 +486,13 @@ class _GraphBuilder:
         primitive=eqn.primitive.name, parent=parent,
         name_stack=self.scopes(eqn.source_info.name_stack),
         call_site=(self.traced(eqn, ("site", custom), lambda: _call_site(eqn, custom))
-                   or (self.enclosing_site(parent) if custom else None)),
+                   # a rule jitted itself (jax.jit(rule)) has no user frame in its
+                   # traceback: it is called where the user calls the jit around it
+                   or (self._sites.get(parent) if custom else None)),
         function=function, rule=rule,
         in_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.invars]),
         out_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.outvars]),
         n_eqns=n_eqns, custom=custom)
-
-  def enclosing_site(self, parent: str | None) -> str | None:
-    """The call site of the equation ``parent``: a rule jitted itself (``jax.jit(rule)``)
-    has no user frame in its traceback, and is called where the user calls the jit."""
-    return next((n.call_site for n in reversed(self.nodes) if n.id == parent), None)
 
   def traced(self, eqn, what: tuple, make: Callable[[], Any]):
     """``make()``, which reads ``what`` of ``eqn``'s traceback, once per distinct traceback."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import time
 
@@ -89,17 +90,17 @@ class Judge:
       return _unverifiable(fix, f"type-checked; not judged by value: the {BUDGET:g} s for "
                            "judging fixes ran out")
     edited = verify.clone(self.rule.user_rules, fwd, bwd)
-    own = self._rule_values() if self.surrogate else None   # else only when needed
+    own = self.rule_values if self.surrogate else None   # else only when needed
     if own is not None:
       return self._against_surrogate(fix, edited, own)
     verdict = verify.value_verdict(self.rule.d.site, edited, self.oracle)
     judged = _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
     if judged is not None and judged.verdict == TYPE_ONLY:
-      own = self._rule_values()
+      own = self.rule_values
       return (self._keeping(fix, edited, own) if own is not None and own.differs else None) or judged
     return judged
 
-  @property
+  @functools.cached_property
   def surrogate(self) -> bool:
     """The user marked the rule ``vjpviz.surrogate``: its own values are the reference."""
     rules = self.rule.user_rules
@@ -133,17 +134,17 @@ class Judge:
             f"{function}'s derivative ({own.differs}): if that is on purpose (a clipped or "
             "straight-through gradient), mark the rule with vjpviz.surrogate"))
 
-  def _rule_values(self) -> RuleValues | None:
-    """The user's rule's own values as a reference (computed once), where they can be run."""
-    if not hasattr(self, "_own"):
-      rules = self.rule.user_rules
-      live = verify.clone(rules, rules.fwd, rules.bwd)    # as JAX runs it, library parts and all
-      found = self.oracle.of_rule(live.fwd, live.bwd, live.symbolic_zeros,
-                                  self.rule.d.site.perturbed)
-      wrong = self.oracle.agrees(found) if found is not None else None
-      self._own = found and RuleValues(found, wrong.breaks() if wrong.status == oracle.WRONG
-                                       else None)
-    return self._own
+  @functools.cached_property
+  def rule_values(self) -> RuleValues | None:
+    """The user's rule's own values as a reference, where they can be run."""
+    rules = self.rule.user_rules
+    live = verify.clone(rules, rules.fwd, rules.bwd)    # as JAX runs it, library parts and all
+    found = self.oracle.of_rule(live.fwd, live.bwd, live.symbolic_zeros,
+                                self.rule.d.site.perturbed)
+    if found is None:
+      return None
+    wrong = self.oracle.agrees(found)
+    return RuleValues(found, wrong.breaks() if wrong.status == oracle.WRONG else None)
 
 
 @dataclasses.dataclass(frozen=True)
