@@ -68,12 +68,12 @@ export interface IFixActions {
 }
 
 /**
- * What Apply did; `diff` is the change to make by hand in a rule's `.py` file,
+ * What Apply did; `patch` is the change (a unified diff) to make by hand in a rule's `.py` file,
  * which the kernel never writes.
  */
 export interface IApplied {
   readonly message: string;
-  readonly diff?: string | null;
+  readonly patch?: string | null;
 }
 
 /**
@@ -252,11 +252,11 @@ export class FixEditor extends Panel {
     try {
       const applied = await this._actions.apply(this.code);
       this._say(applied.message, 'pass');
-      if (applied.diff) {
-        const diff = document.createElement('pre');
-        diff.className = 'jp-Vjpviz-applyDiff';
-        diff.textContent = applied.diff;
-        this._result.appendChild(diff);
+      if (applied.patch) {
+        const patch = document.createElement('pre');
+        patch.className = 'jp-Vjpviz-applyPatch';
+        patch.textContent = applied.patch;
+        this._result.appendChild(patch);
       }
       this._result.setAttribute('data-vjpviz-applied', 'true');
     } catch (error) {

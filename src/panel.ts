@@ -287,13 +287,13 @@ export class VjpvizPanel extends Panel implements IVjpviz {
       const first = result.problems[0] as { headline?: string };
       throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
     }
-    const diff = result.applied ? null : result.diff ?? null;
+    const patch = result.applied ? null : result.patch ?? null;
     const kernelNote = result.applied
       ? ' The kernel now uses the fixed rule.'
-      : diff
+      : patch
         ? ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged: make this change there.`
         : '';
-    return { message: this._applyToCell(code, rule) + kernelNote, diff };
+    return { message: this._applyToCell(code, rule) + kernelNote, patch };
   }
 
   /**

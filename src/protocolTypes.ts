@@ -444,7 +444,7 @@ export interface ApplyResult {
   /**
    * for rules defined in a .py file: a unified diff to apply by hand
    */
-  diff?: string | null;
+  patch?: string | null;
   path?: string | null;
 }
 /**

@@ -3351,7 +3351,7 @@ return errors === 0;
 }
 
 export const ApplyResult = validate59;
-const schema108 = {"type":"object","required":["applied"],"properties":{"applied":{"type":"boolean"},"problems":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"}},"diff":{"type":["string","null"],"description":"for rules defined in a .py file: a unified diff to apply by hand"},"path":{"type":["string","null"]}}};
+const schema108 = {"type":"object","required":["applied"],"properties":{"applied":{"type":"boolean"},"problems":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"}},"patch":{"type":["string","null"],"description":"for rules defined in a .py file: a unified diff to apply by hand"},"path":{"type":["string","null"]}}};
 
 function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -3406,11 +3406,11 @@ else {
 var valid0 = true;
 }
 if(valid0){
-if(data.diff !== undefined){
-let data3 = data.diff;
+if(data.patch !== undefined){
+let data3 = data.patch;
 const _errs6 = errors;
 if((typeof data3 !== "string") && (data3 !== null)){
-validate59.errors = [{instancePath:instancePath+"/diff",schemaPath:"#/properties/diff/type",keyword:"type",params:{type: schema108.properties.diff.type},message:"must be string,null"}];
+validate59.errors = [{instancePath:instancePath+"/patch",schemaPath:"#/properties/patch/type",keyword:"type",params:{type: schema108.properties.patch.type},message:"must be string,null"}];
 return false;
 }
 var valid0 = _errs6 === errors;

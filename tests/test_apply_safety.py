@@ -1,6 +1,6 @@
 """Fix code runs only on an explicit verify or apply, and apply never writes a file.
 
-A rule defined in a ``.py`` file gets a diff back from ``apply_fix``: the file's
+A rule defined in a ``.py`` file gets a patch (a unified diff) back from ``apply_fix``: the file's
 bytes and mtime stay as they were (read-only or not), and the rule stays bound.
 A fix text carrying a side effect (a default argument, evaluated only when the
 ``def`` runs) shows that diagnosing, suggesting, displaying, pushing to the
@@ -65,7 +65,7 @@ def rule_file(tmp_path):
   return path, module
 
 
-def fix_diff(path) -> str:
+def fix_patch(path) -> str:
   """The unified diff replacing the bad rule in the file with FIXED: what apply hands back."""
   old = softclip.SOURCE.splitlines(keepends=True)
   new = softclip.SOURCE.replace(BAD, FIXED).splitlines(keepends=True)
@@ -77,29 +77,29 @@ def snapshot(path) -> tuple:
   return path.read_bytes(), path.stat().st_mtime_ns, sorted(os.listdir(path.parent))
 
 
-def test_apply_on_a_file_rule_returns_a_diff_and_writes_nothing(hook, rule_file):
+def test_apply_on_a_file_rule_returns_a_patch_and_writes_nothing(hook, rule_file):
   path, module = rule_file
   d = diagnose(module.softclip)
   before = snapshot(path)
-  expected = fix_diff(path)
+  expected = fix_patch(path)
 
   result = vv.apply_fix(d, FIXED)
   assert (result.applied, result.problems, result.path) == (False, (), str(path))
-  assert result.diff == expected
+  assert result.patch == expected
   assert snapshot(path) == before
   # Nothing was rebound either: the kernel still runs the rule as the file has it.
   assert module.softclip.bwd is module.softclip_bwd
   with pytest.raises(ValueError):
     grad(module.softclip)
 
-  # The panel's apply gets the same diff, and the file still is as it was.
+  # The panel's apply gets the same patch, and the file still is as it was.
   reply = request("apply", diagnosis_id=vv.last().id, code=FIXED)
   assert reply["ok"] and reply["result"] == {"applied": False, "problems": [],
-                                             "diff": expected, "path": str(path)}, reply
+                                             "patch": expected, "path": str(path)}, reply
   assert snapshot(path) == before
 
 
-def test_apply_on_a_read_only_file_rule_still_only_diffs(hook, rule_file):
+def test_apply_on_a_read_only_file_rule_still_only_gets_a_patch(hook, rule_file):
   path, module = rule_file
   d = diagnose(module.softclip)
   modes = path.stat().st_mode, path.parent.stat().st_mode
@@ -112,7 +112,7 @@ def test_apply_on_a_read_only_file_rule_still_only_diffs(hook, rule_file):
   finally:
     path.chmod(modes[0])
     path.parent.chmod(modes[1])
-  assert not result.applied and result.diff == fix_diff(path)
+  assert not result.applied and result.patch == fix_patch(path)
   assert after == before
 
 

@@ -288,7 +288,7 @@ def test_verify_does_not_touch_the_users_rule():
   assert ns["lin"].bwd is bwd and first_problem(ns["loss"], X, W).kind == "bwd_type"
 
 
-def test_apply_fix_for_a_file_rule_returns_a_diff_and_writes_nothing(tmp_path):
+def test_apply_fix_for_a_file_rule_returns_a_patch_and_writes_nothing(tmp_path):
   path = tmp_path / "rules.py"
   text = "import jax\nimport jax.numpy as jnp\n" + EXACT["broadcast_sum"][0]
   path.write_text(text)
@@ -297,8 +297,8 @@ def test_apply_fix_for_a_file_rule_returns_a_diff_and_writes_nothing(tmp_path):
   d = first_problem(ns["loss"], X, B)
   result = apply_fix(d, d.fixes[0].code)
   assert not result.applied and result.path == str(path)
-  assert "-def bias_bwd(res, g): return (g, g)" in result.diff
-  assert "+def bias_bwd(res, g): return (g, g.sum(axis=0))" in result.diff
+  assert "-def bias_bwd(res, g): return (g, g)" in result.patch
+  assert "+def bias_bwd(res, g): return (g, g.sum(axis=0))" in result.patch
   assert path.read_text() == text
 
 
@@ -425,18 +425,18 @@ def _file_rule(tmp_path, code):
   return path, ns
 
 
-def _patched(tmp_path, path, diff) -> dict:
-  """The module after applying ``diff`` to a copy of ``path`` with patch(1)."""
+def _patched(tmp_path, path, patch) -> dict:
+  """The module after applying ``patch`` to a copy of ``path`` with patch(1)."""
   import subprocess
   copy = tmp_path / "patched.py"
   copy.write_text(path.read_text())
-  subprocess.run(["patch", "-s", str(copy)], input=diff, text=True, check=True)
+  subprocess.run(["patch", "-s", str(copy)], input=patch, text=True, check=True)
   ns = {"__name__": "patched"}
   exec(compile(copy.read_text(), str(copy), "exec"), ns)
   return ns
 
 
-def test_a_lambda_rule_in_a_file_gets_a_def_in_the_diff(tmp_path):
+def test_a_lambda_rule_in_a_file_gets_a_def_in_the_patch(tmp_path):
   path, ns = _file_rule(tmp_path, """
 @jax.custom_vjp
 def act(x): return jnp.sin(x)
@@ -448,9 +448,9 @@ def loss(x): return act(x).sum()
   d = first_problem(ns["loss"], V)
   result = apply_fix(d, d.fixes[0].code)
   assert not result.applied and path.read_text() == text
-  assert "+def act_bwd(x, g):\n+  return ((jnp.cos(x) * g).T,)\n" in result.diff
-  assert "+           act_bwd)" in result.diff
-  fixed = _patched(tmp_path, path, result.diff)
+  assert "+def act_bwd(x, g):\n+  return ((jnp.cos(x) * g).T,)\n" in result.patch
+  assert "+           act_bwd)" in result.patch
+  fixed = _patched(tmp_path, path, result.patch)
   assert vv.check(fixed["loss"], V) == []
   assert_grads_equal(jax.grad(fixed["loss"], argnums=(0,))(V),
                      jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
@@ -463,8 +463,8 @@ def test_saving_the_dtype_edits_both_rules_in_a_file(tmp_path):
   assert fix.exact and "def act_fwd" in fix.code and "def act_bwd" in fix.code
   assert "def act_bwd(c, g): c, x_zero = c; return ((c * g).astype(x_zero.dtype),)" in fix.code
   result = apply_fix(d, fix.code)
-  assert result.diff.count("\n+def act_") == 2
-  fixed = _patched(tmp_path, path, result.diff)
+  assert result.patch.count("\n+def act_") == 2
+  fixed = _patched(tmp_path, path, result.patch)
   assert vv.check(fixed["loss"], V) == []
   for x in (V, V.astype(jnp.bfloat16)):   # right for any input dtype, not just the one seen
     assert jax.grad(fixed["loss"])(x).dtype == x.dtype

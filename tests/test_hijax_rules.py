@@ -248,9 +248,9 @@ def test_retval_fixes_are_the_method_verified_by_the_primitives_expand(hook, unt
   assert (typed.kind, typed.got) == ("bwd_type", "float32[4,3]")
   before = SinTimesY.vjp_bwd_retval
   applied = vv.apply_fix(d, first.code)
-  assert SinTimesY.vjp_bwd_retval is before and not applied.applied    # a .py file: a diff
+  assert SinTimesY.vjp_bwd_retval is before and not applied.applied    # a .py file: a patch
   assert applied.path == __file__
-  assert "+      return (jnp.cos(x) * y * g, (jnp.sin(x) * g))" in applied.diff
+  assert "+      return (jnp.cos(x) * y * g, (jnp.sin(x) * g))" in applied.patch
 
 
 def test_accumulator_rule_fixes_are_verified_on_value_accumulators(hook, untimed):

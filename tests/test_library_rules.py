@@ -125,8 +125,8 @@ def test_a_custom_gradient_closure_gets_a_verified_fix_of_the_users_function(hoo
   assert "lambda g: (jnp.outer(g, x), w.T @ g)" in first.code and first.code.count("def ") == 1
   assert vv.verify_fix(d, first.code) == []
   applied = vv.apply_fix(d, first.code)
-  assert applied.path == HERE and not applied.applied   # a diff of this file, not of JAX's
-  assert "+  return w @ x, lambda g: (jnp.outer(g, x), w.T @ g)" in applied.diff
+  assert applied.path == HERE and not applied.applied   # a patch of this file, not of JAX's
+  assert "+  return w @ x, lambda g: (jnp.outer(g, x), w.T @ g)" in applied.patch
 
 
 def test_a_custom_gradient_vjp_def_returning_a_bare_cotangent_is_fixed(hook, untimed):
@@ -247,7 +247,7 @@ def test_flax_linen_graph_names_the_rule_made_per_call_as_the_user_wrote_it(hook
 def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_no_array(hook):
   """flax's custom_vjp closes over the model's variables (tracers of the failing trace):
   the diagnosis holds a stand-in that reaches none, enough to verify fixes by type and
-  value and to diff the user's file, while no device buffer outlives the call."""
+  value and to write a patch for the user's file, while no device buffer outlives the call."""
   x = jnp.ones((2, 3))
   model = TransposedDense()
   params = model.init(jax.random.key(0), x)
@@ -263,7 +263,7 @@ def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_
   assert (scaled.kind, scaled.argument) == ("bwd_value", "x")
   applied = vv.apply_fix(d, GOOD_DENSE_BWD)
   assert applied.path == HERE and not applied.applied
-  assert "+      return (params_t, input_t)" in applied.diff
+  assert "+      return (params_t, input_t)" in applied.patch
 
 
 def test_a_per_call_rule_is_never_applied_to_its_stand_in():
@@ -450,8 +450,8 @@ def test_equinox_fixes_verify_on_the_users_bwd_signature_without_touching_it(hoo
   assert transposed and transposed[0].kind == "bwd_type" and transposed[0].rule == "run_bwd"
   assert run.fn_bwd is before
   applied = vv.apply_fix(d, GOOD_RUN_BWD)
-  assert applied.path == HERE and not applied.applied     # a .py file's rule: a diff to apply
-  assert "+  return jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)" in applied.diff
+  assert applied.path == HERE and not applied.applied     # a .py file's rule: a patch to apply
+  assert "+  return jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)" in applied.patch
 
 
 def test_equinox_a_transposition_mapped_over_every_leaf_is_fixed_and_verified(hook, untimed):

@@ -413,7 +413,7 @@ def _problem(d) -> dict:
 def _op_apply(args: dict) -> dict:
   result = type_check.apply_fix(_diagnosis(args), args["code"])
   return {"applied": result.applied, "problems": [_problem(x) for x in result.problems],
-          "diff": result.diff, "path": result.path}
+          "patch": result.patch, "path": result.path}
 
 
 # ---- graph views: render.views + render.svg (an error reply when they are missing)

@@ -72,7 +72,7 @@ def verify_fix(diagnosis: Diagnosis, code: str) -> list[Diagnosis]:
 
 
 def apply_fix(diagnosis: Diagnosis, code: str, verify: bool = True) -> fix_verify.Applied:
-  """Rebind a notebook rule to ``code`` once it verifies, or return the diff for a file rule."""
+  """Rebind a notebook rule to ``code`` once it verifies, or return the patch for a file rule."""
   result = fix_verify.apply_fix(diagnosis, code, check if verify else None)
   if result.applied:
     clear_cache()   # the cached answers were about the old rule

@@ -6,7 +6,7 @@ the caller's checker (``vjpviz.check``: this stage sits below it and is handed
 it) differentiates on ShapeDtypeStructs (no FLOPs); a well-typed rule is then
 judged by value against the primal's own derivative (``analysis.oracle``).
 ``apply_fix`` rebinds notebook-defined rules in place (the cell is the user's
-to re-run anyway) but only ever returns a diff for rules living in ``.py``
+to re-run anyway) but only ever returns a patch for rules living in ``.py``
 files: writing the user's files is their call.
 """
 from __future__ import annotations
@@ -37,10 +37,10 @@ _serial = itertools.count(1)
 
 @dataclasses.dataclass(frozen=True)
 class Applied:
-  """What ``apply_fix`` did: rebound the rule, or produced a diff to apply by hand."""
+  """What ``apply_fix`` did: rebound the rule, or produced a patch to apply by hand."""
   applied: bool
   problems: tuple[Diagnosis, ...] = ()   # what verification still found (then nothing applied)
-  diff: str | None = None                # for rules defined in a .py file
+  patch: str | None = None               # a unified diff, for rules defined in a .py file
   path: str | None = None
 
 
@@ -218,7 +218,7 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
 
 def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
   """Rebind a notebook rule to ``code`` (after verifying it with ``check``, unless None),
-  or diff a file rule. The caller forgets what its checker cached about the old rule."""
+  or return a patch for a file rule. The caller forgets what its checker cached about the old rule."""
   if check is not None:
     problems = verify_fix(diagnosis, code, check)
     if problems:
@@ -226,7 +226,7 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
   user_rules = _user_rules(diagnosis)
   path = home(user_rules).__code__.co_filename
   if not in_notebook(path):
-    return Applied(applied=False, diff=file_diff(user_rules, code, diagnosis.kind), path=path)
+    return Applied(applied=False, patch=file_patch(user_rules, code, diagnosis.kind), path=path)
   fwd, bwd = _compile(user_rules, code, _globals(user_rules), diagnosis.kind)
   flags = dict(symbolic_zeros=user_rules.symbolic_zeros)
   if getattr(user_rules, "with_accums", False):   # before JAX 0.12 no custom_vjp has accumulators
@@ -245,7 +245,7 @@ def in_notebook(path: str) -> bool:
           or os.path.basename(os.path.dirname(path)).startswith("ipykernel_"))
 
 
-def file_diff(user_rules, code: str, kind: str = "bwd_type") -> str:
+def file_patch(user_rules, code: str, kind: str = "bwd_type") -> str:
   """A unified diff replacing each rule ``code`` redefines in its source file."""
   path = home(user_rules).__code__.co_filename
   with open(path, encoding="utf-8") as f:

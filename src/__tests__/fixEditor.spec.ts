@@ -239,13 +239,13 @@ describe('the panel', () => {
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify', 'apply']);
 
-    // A rule from a .py file: the kernel leaves the file alone and sends the diff to make.
-    const diff = '--- rules.py\n+++ rules.py\n-    return <img src=x onerror=alert(1)>\n+    return g\n';
-    reply(comm, 'apply', { applied: false, problems: [], diff, path: 'rules.py' });
+    // A rule from a .py file: the kernel leaves the file alone and sends the patch to make.
+    const patch = '--- rules.py\n+++ rules.py\n-    return <img src=x onerror=alert(1)>\n+    return g\n';
+    reply(comm, 'apply', { applied: false, problems: [], patch, path: 'rules.py' });
     await settle();
-    const shownDiff = panel.node.querySelector('.jp-Vjpviz-applyDiff');
-    expect(shownDiff?.textContent).toBe(diff);
-    expect(shownDiff?.querySelector('img')).toBeNull();
+    const shownPatch = panel.node.querySelector('.jp-Vjpviz-applyPatch');
+    expect(shownPatch?.textContent).toBe(patch);
+    expect(shownPatch?.querySelector('img')).toBeNull();
     expect(panel.node.querySelector('.jp-Vjpviz-verifyResult')?.textContent).toContain(
       'The rule lives in rules.py; the kernel left it unchanged'
     );
