@@ -230,7 +230,7 @@ export class FixEditor extends Panel {
       this._result.setAttribute('data-vjpviz-verify', state);
       this._result.setAttribute('data-vjpviz-verdict', result.verdict ?? '');
       const leaves = ([] as LeafError[]).concat(
-        ...(result.diff ?? []).map(p => p.leaf_errors ?? [])
+        ...(result.problems ?? []).map(p => p.leaf_errors ?? [])
       );
       if (leaves.length) {
         this._result.appendChild(renderLeafErrors(leaves));

@@ -409,7 +409,7 @@ export interface VerifyResult {
   /**
    * the problems still found
    */
-  diff?: VerifyProblem[];
+  problems?: VerifyProblem[];
   /**
    * what the primal's own derivative says of a fix: verified (equal to it), type-only (well-typed, wrong values), unverifiable (no judge); "" when not ranked
    */

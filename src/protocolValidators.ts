@@ -2917,7 +2917,7 @@ return errors === 0;
 }
 
 export const VerifyResult = validate56;
-const schema100 = {"type":"object","required":["pass"],"properties":{"pass":{"type":"boolean"},"summary":{"type":"string"},"diff":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"},"description":"the problems still found"},"verdict":{"$ref":"#/definitions/FixVerdict","description":"once the types are right: what the edited rule's values are worth"},"note":{"type":"string","description":"the oracle's reason for the verdict"}}};
+const schema100 = {"type":"object","required":["pass"],"properties":{"pass":{"type":"boolean"},"summary":{"type":"string"},"problems":{"type":"array","items":{"$ref":"#/definitions/VerifyProblem"},"description":"the problems still found"},"verdict":{"$ref":"#/definitions/FixVerdict","description":"once the types are right: what the edited rule's values are worth"},"note":{"type":"string","description":"the oracle's reason for the verdict"}}};
 const schema101 = {"description":"a problem verify or apply still found (deliver/comm.py _problem); a bwd_value one (well-typed, wrong values) adds leaf_errors","type":"object","required":["id","kind","headline"],"properties":{"id":{"type":"string"},"kind":{"$ref":"#/definitions/diagnosisKind"},"headline":{"type":"string"},"path":{"$ref":"#/definitions/nullableString"},"expected":{"$ref":"#/definitions/nullableString"},"got":{"$ref":"#/definitions/nullableString"},"leaf_errors":{"type":"array","items":{"$ref":"#/definitions/LeafError"}}}};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
@@ -3281,8 +3281,8 @@ else {
 var valid0 = true;
 }
 if(valid0){
-if(data.diff !== undefined){
-let data2 = data.diff;
+if(data.problems !== undefined){
+let data2 = data.problems;
 const _errs5 = errors;
 if(errors === _errs5){
 if(Array.isArray(data2)){
@@ -3290,7 +3290,7 @@ var valid1 = true;
 const len0 = data2.length;
 for(let i0=0; i0<len0; i0++){
 const _errs7 = errors;
-if(!(validate57(data2[i0], {instancePath:instancePath+"/diff/" + i0,parentData:data2,parentDataProperty:i0,rootData}))){
+if(!(validate57(data2[i0], {instancePath:instancePath+"/problems/" + i0,parentData:data2,parentDataProperty:i0,rootData}))){
 vErrors = vErrors === null ? validate57.errors : vErrors.concat(validate57.errors);
 errors = vErrors.length;
 }
@@ -3301,7 +3301,7 @@ break;
 }
 }
 else {
-validate56.errors = [{instancePath:instancePath+"/diff",schemaPath:"#/properties/diff/type",keyword:"type",params:{type: "array"},message:"must be array"}];
+validate56.errors = [{instancePath:instancePath+"/problems",schemaPath:"#/properties/problems/type",keyword:"type",params:{type: "array"},message:"must be array"}];
 return false;
 }
 }

@@ -90,7 +90,7 @@ def test_verify_result_matches_the_schema():
   VERIFY.validate(still)
   VERIFY.validate(fixed)
   assert still["pass"] is False and "float32[1]" in still["summary"]
-  assert fixed["pass"] is True and fixed["diff"] == [] and fixed["verdict"] == "verified"
+  assert fixed["pass"] is True and fixed["problems"] == [] and fixed["verdict"] == "verified"
   assert fixed["summary"].startswith("the edited rule type-checks and equals the primal's")
 
 
@@ -254,7 +254,7 @@ def test_inline_widget_sanitizes_and_verifies():
 def test_verify_of_code_that_does_not_parse_is_a_plain_fail():
   out = comm.verify_result(None, "def softclip_bwd(res, g:\n    return")
   VERIFY.validate(out)
-  assert out["pass"] is False and out["diff"] == []
+  assert out["pass"] is False and out["problems"] == []
   assert out["summary"].startswith("the code does not parse:") and "(line 1)" in out["summary"]
 
 

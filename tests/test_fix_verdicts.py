@@ -245,7 +245,7 @@ def test_verify_reports_a_well_typed_wrong_rule_with_per_leaf_errors():
   for reply in (wrong, right):
     jsonschema.validate(json.loads(json.dumps(reply, allow_nan=False)), verify_schema)
   assert not wrong["pass"] and wrong["verdict"] == "type-only"
-  assert wrong["diff"][0]["leaf_errors"][0]["name"] == "w"
+  assert wrong["problems"][0]["leaf_errors"][0]["name"] == "w"
   assert right["pass"] and right["verdict"] == "verified"
 
 

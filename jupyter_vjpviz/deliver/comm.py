@@ -374,29 +374,29 @@ def _op_verify(args: dict) -> dict:
 
 
 def verify_result(d, code: str) -> dict:
-  """verify_fix as {pass, summary, diff, verdict} (also used by the inline widgets).
+  """verify_fix as {pass, summary, problems, verdict} (also used by the inline widgets).
 
   ``verdict`` says what the values are worth once the types are right: "verified"
-  (equal to the primal's derivative), "type-only" (the diff's bwd_value problem
+  (equal to the primal's derivative), "type-only" (the bwd_value one of its problems
   has the per-leaf errors) or "unverifiable" (``note`` says why).
   """
   try:
     compile(code, "<vjpviz fix>", "exec")
   except SyntaxError as err:
     where = f" (line {err.lineno})" if err.lineno else ""
-    return {"pass": False, "summary": f"the code does not parse: {err.msg}{where}", "diff": []}
+    return {"pass": False, "summary": f"the code does not parse: {err.msg}{where}", "problems": []}
   outcome = fix_verify.checked(d, code, type_check.check)
   problems = [_problem(x) for x in outcome.problems]
   if outcome.verdict is None:
     return {"pass": False, "summary": "; ".join(p["headline"] for p in problems),
-            "diff": problems}
+            "problems": problems}
   verdict = _VERDICTS.get(outcome.verdict.status, UNVERIFIABLE)
   summary = {VERIFIED: "the edited rule type-checks and equals the primal's derivative "
                          f"({outcome.verdict.reason})",
              TYPE_ONLY: "; ".join(p["headline"] for p in problems),
              UNVERIFIABLE: "the edited rule type-checks at the failing call's types; its "
                              f"values were not judged: {outcome.verdict.reason}"}[verdict]
-  return {"pass": not problems, "summary": summary, "diff": problems, "verdict": verdict,
+  return {"pass": not problems, "summary": summary, "problems": problems, "verdict": verdict,
           "note": outcome.verdict.reason}
 
 

@@ -149,7 +149,7 @@ describe('FixEditor verdicts', () => {
       pass: false,
       summary: 'values differ',
       verdict: 'type-only',
-      diff: [
+      problems: [
         {
           id: 'p1',
           headline: 'values differ',
@@ -231,7 +231,7 @@ describe('the panel', () => {
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify']);
     expect(comm.sent[1].args).toEqual({ diagnosis_id: 'd1', code: `# edited\n${FIX}` });
-    reply(comm, 'verify', { pass: true, summary: 'ok', diff: [] });
+    reply(comm, 'verify', { pass: true, summary: 'ok', problems: [] });
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify']);
 

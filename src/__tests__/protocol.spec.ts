@@ -131,7 +131,7 @@ describe('results are validated against their op\'s definition (x-results)', () 
     ['view', view, { svg: 5, expanded: [] }],
     ['expand', view, { expanded: [] }],
     ['search', { matches: ['e1'], view }, { matches: ['e1'] }],
-    ['verify', { pass: true, diff: [], verdict: 'verified' }, { pass: true, verdict: 'maybe' }],
+    ['verify', { pass: true, problems: [], verdict: 'verified' }, { pass: true, verdict: 'maybe' }],
     ['apply', { applied: false, problems: [{ id: 'd2', kind: 'bwd_type', headline: 'h' }] }, { applied: 'yes' }]
   ];
 
