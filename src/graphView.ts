@@ -77,6 +77,10 @@ export class GraphView extends Widget {
     bar.appendChild(this._status);
     this.node.appendChild(bar);
 
+    this._note = document.createElement('p');
+    this._note.className = 'jp-Vjpviz-graphNote';
+    this.node.appendChild(this._note);
+
     this._viewport = document.createElement('div');
     this._viewport.className = 'jp-Vjpviz-viewport';
     this._viewport.tabIndex = 0;
@@ -136,6 +140,7 @@ export class GraphView extends Widget {
     this._details.textContent = '';
     this.node.dataset.vjpvizGraph = 'loading';
     this._canvas.textContent = '';
+    this._note.textContent = '';
     this._svg = null;
     this._updateButtons();
     if (!requests) {
@@ -286,6 +291,7 @@ export class GraphView extends Widget {
     svg.setAttribute('width', String(this._natural.w));
     svg.setAttribute('height', String(this._natural.h));
     svg.classList.add('jp-Vjpviz-svg');
+    this._note.textContent = takeCaption(svg);
     markLegend(svg);
     for (const g of Array.from(svg.querySelectorAll('g.node'))) {
       if (g.classList.contains(LEGEND_CLASS)) {
@@ -534,6 +540,7 @@ export class GraphView extends Widget {
 
   private _search: HTMLInputElement;
   private _status: HTMLElement;
+  private _note: HTMLElement;
   private _viewport: HTMLElement;
   private _canvas: HTMLElement;
   private _panzoom: PanZoom;
@@ -571,6 +578,23 @@ function markLegend(svg: SVGSVGElement): void {
       g.classList.add(LEGEND_CLASS);
     }
   }
+}
+
+/**
+ * Take the graph's caption out of the SVG and return its text. render/dot.py
+ * puts there what the view folds (or that it is a partial or simpler view);
+ * graphviz draws it as one line under the graph, wider than a narrow viewport
+ * and panned and zoomed away with the graph. Shown as HTML it wraps in the
+ * widget's width and stays in sight. It is the root graph's own label: the
+ * `<text>` children of `g.graph` (clusters and boxes hold theirs in their `<g>`).
+ */
+function takeCaption(svg: SVGSVGElement): string {
+  const root = svg.querySelector('g.graph');
+  const lines = Array.from(root?.children ?? []).filter(c => c.localName === 'text');
+  for (const line of lines) {
+    line.remove();
+  }
+  return lines.map(line => line.textContent?.trim() ?? '').filter(Boolean).join(' ');
 }
 
 /**

@@ -383,6 +383,25 @@ async function failedOffCentre(scope) {
   });
 }
 
+/**
+ * The graph's note (what the view folds) in `scope` (the panel or the main-area view):
+ * its text, and whether its box lies inside its graph widget's and inside `scope`'s
+ * (it wraps there: no part cut off at the right edge).
+ */
+async function graphNote(scope) {
+  return scope.evaluate(el => {
+    const note = el.querySelector('.jp-Vjpviz-graphNote');
+    if (!note) {
+      return { text: null, inside: false };
+    }
+    const box = r => [r.left, r.top, r.right, r.bottom].map(Math.round);
+    const n = box(note.getBoundingClientRect());
+    const holders = [note.closest('.jp-Vjpviz-graph'), el].map(h => box(h.getBoundingClientRect()));
+    const within = h => n[0] >= h[0] && n[1] >= h[1] && n[2] <= h[2] && n[3] <= h[3];
+    return { text: note.textContent, note: n, holders, inside: holders.every(within) && note.scrollWidth <= note.clientWidth };
+  });
+}
+
 /** Search the graph in `scope` (the panel or the main-area view); some box matches. */
 async function searchFor(scope, query) {
   await scope.locator('.jp-Vjpviz-search').fill(query);
@@ -476,7 +495,7 @@ const given = {
   softclip: () => given.diagnosis(NOTEBOOK, [CELL.define, CELL.grad], 'softclip'),
 
   /** The unscoped 2,100-equation model (a plain Python loop of tanh layers). */
-  bigModel: () => given.diagnosis(NOTEBOOK, [CELL.big], 'big_rule')
+  bigModel: () => given.diagnosis(NOTEBOOK, [CELL.define, CELL.big], 'big_rule')
 };
 
 /** Run the big model's cell; the times from its error to the panel and its graph. */
@@ -715,6 +734,9 @@ async function main() {
     await panel().locator('[data-vjpviz-action="fit"]').click();
     await frames();
     await panel().locator('.jp-Vjpviz-viewport').screenshot({ path: join(SHOTS, '13-unscoped-panel-fit.png') });
+    const sideNote = await graphNote(panel());
+    log(`sidebar note: ${JSON.stringify(sideNote)}`);
+    check(/collapsed/.test(sideNote.text ?? '') && sideNote.inside, `the sidebar's fold note does not fit: ${JSON.stringify(sideNote)}`);
     await panel().locator('[data-vjpviz-action="open-main"]').click();
     const main = mainGraph();
     await main.locator('.jp-Vjpviz-graph[data-vjpviz-graph="ready"] .vjpviz-node-failed').first()
@@ -732,6 +754,9 @@ async function main() {
     check(m.vp[0] * m.vp[1] > 2 * m.side[0] * m.side[1], 'the main-area view is not larger than the sidebar one');
     check(m.inView && m.failedH >= MIN_FAILED_PX, `main area opens off the failing node: ${JSON.stringify(m)}`);
     await main.screenshot({ path: join(SHOTS, '14-unscoped-main.png') });
+    const mainNote = await graphNote(main);
+    log(`main-area note: ${JSON.stringify(mainNote)}`);
+    check(/collapsed/.test(mainNote.text ?? '') && mainNote.inside, `the main area's fold note does not fit: ${JSON.stringify(mainNote)}`);
     // Its own toolbar: search, select + expand/collapse, fit, centre.
     await searchFor(main, 'tanh');
     await main.locator('[data-vjpviz-action="fit"]').click();
