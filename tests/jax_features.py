@@ -75,16 +75,6 @@ def _user_hijax_types() -> bool:
   return True
 
 
-def _custom_vjp3_class() -> bool:
-  """Whether ``jax.custom_vjp`` made under jax_custom_vjp3 is another class (hijax's
-  ``custom_vjp3``, JAX 0.9 to 0.11), not a custom_vjp that dispatches when called."""
-  if HIJAX_PATH not in jax.config.values:
-    return False
-  from jax._src import custom_derivatives as cd
-  with cd.config.custom_vjp3(True):
-    return not isinstance(jax.custom_vjp(lambda x: x), cd.custom_vjp)
-
-
 def _checkpointed_custom_vjp3_of_a_pytree() -> bool:
   """Whether JAX differentiates a checkpointed jax_custom_vjp3 rule of a dict argument of
   two leaves (JAX 0.9 and 0.10 fail inside JAX, in a safe_zip, whatever the rule returns)."""
@@ -103,9 +93,8 @@ def _checkpointed_custom_vjp3_of_a_pytree() -> bool:
 
 
 HIJAX_REMAT_PYTREES = "checkpoint of a jax_custom_vjp3 rule taking a pytree"
-HIJAX_CLASS = "jax_custom_vjp3 as its own class"
 JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes,
-              "user hijax types": _user_hijax_types, HIJAX_CLASS: _custom_vjp3_class,
+              "user hijax types": _user_hijax_types,
               HIJAX_REMAT_PYTREES: _checkpointed_custom_vjp3_of_a_pytree}
 """What some JAX has and others not, probed on plain JAX (the hook off)."""
 

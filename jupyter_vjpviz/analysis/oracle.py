@@ -371,16 +371,34 @@ def _compiled(fn, example):
     out = fn(jax.tree_util.tree_unflatten(tree, full))
     return jax.tree_util.tree_map(lambda x: None if _none_or_zero(x) else x, out,
                                   is_leaf=_none_or_zero)
-  jitted = jax.jit(run)
+  jitted = None
 
   def call(x):
+    nonlocal jitted
     arrays = [l for i, l in enumerate(jax.tree_util.tree_leaves(x, is_leaf=_none_or_zero))
               if i in dyn]
     try:
+      jitted = jitted or _constants_as_arguments(run, arrays)
       return jitted(arrays)
     except Exception:  # noqa: BLE001 - Python control flow on values: run it as written
       return fn(x)
   return call
+
+
+def _constants_as_arguments(run, arrays):
+  """``jax.jit(run)`` at ``arrays``' types, the arrays ``run`` closes over (the user's
+  callables' weights, their closures' arrays) passed to the compiled program as arguments.
+
+  ``jax.jit`` makes them constants of the program: it reads each to the host and copies
+  it into the HLO, at every compilation, and on JAX 0.9 and 0.10 that read leaves a
+  second ``jax.Array`` on the array's buffer for as long as the array lives (JAX's own
+  caches keep a nondiff callable of a jax_custom_vjp3 rule, and what it closes over).
+  """
+  closed, shapes = jax.make_jaxpr(run, return_shape=True)(arrays)
+  program = jax.jit(lambda consts, args: core.eval_jaxpr(
+      closed.jaxpr, consts, *jax.tree_util.tree_leaves(args)))
+  out_tree = jax.tree_util.tree_structure(shapes)
+  return lambda args: jax.tree_util.tree_unflatten(out_tree, program(closed.consts, args))
 
 
 def _flatten_cts(site: RuleSite, cts, strict: bool = True) -> list:
