@@ -125,12 +125,13 @@ def _input_nodes(origin: Origin) -> list[Node]:
   """
   names = capture_names.leaf_labels(origin)
   arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
-  diff = {j: k for k, j in enumerate(origin.diff_leaves)}   # a model has thousands of leaves
+  # a dict, not list.index: a model has thousands of leaves
+  position = {j: k for k, j in enumerate(origin.differentiated_leaves)}
   nodes = []
   for j in arrays:
     aval = (_short(origin.leaves[j]),)
-    if j in diff:
-      nodes.append(Node(id=f"in{diff[j]}", kind="input", label=names[j], out_avals=aval))
+    if j in position:
+      nodes.append(Node(id=f"in{position[j]}", kind="input", label=names[j], out_avals=aval))
     else:
       nodes.append(Node(id=f"arg{j}", kind="static", label=names[j], out_avals=aval))
   return nodes

@@ -27,7 +27,7 @@ Sink = Callable[[Session, BaseException | None], None]
 
 _origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 gradient_watchers: list = []
-"""Objects told of each jax.vjp (``vjp(fun, args, kwargs, diff_args, has_aux, f_vjp)``, the
+"""Objects told of each jax.vjp (``vjp(fun, args, kwargs, diff_argnums, has_aux, f_vjp)``, the
 user's own call) and each backward pass's result (``backward(jaxpr, cotangents)``)."""
 _held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -211,16 +211,16 @@ def _origin(fun, primals) -> Origin:
   return call_origin(*_unwrap_argnums(fun, primals))
 
 
-def call_origin(user_fun, args: list, kwargs: dict, diff_args: tuple[int, ...]) -> Origin:
-  """The call ``user_fun(*args, **kwargs)``, differentiated in the ``diff_args`` arguments."""
+def call_origin(user_fun, args: list, kwargs: dict, diff_argnums: tuple[int, ...]) -> Origin:
+  """The call ``user_fun(*args, **kwargs)``, differentiated in the ``diff_argnums`` arguments."""
   paths_leaves, tree = jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))
   leaves = tuple(_aval_or_value(x) for _, x in paths_leaves)
   by_arg: dict[int, list[int]] = {}
   for j, (path, _) in enumerate(paths_leaves):
     if path[0].idx == 0:
       by_arg.setdefault(path[1].idx, []).append(j)
-  diff = tuple(j for i in diff_args for j in by_arg.get(i, ()))
-  return Origin(fun=user_fun, leaves=leaves, tree=tree, diff_leaves=diff,
+  differentiated = tuple(j for i in diff_argnums for j in by_arg.get(i, ()))
+  return Origin(fun=user_fun, leaves=leaves, tree=tree, differentiated_leaves=differentiated,
                 name=names.function_name(user_fun), source=names.function_source(user_fun))
 
 

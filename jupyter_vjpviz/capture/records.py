@@ -117,13 +117,13 @@ class Origin:
 
   ``leaves`` are the flattened ``(args, kwargs)``: an aval for each array,
   the value itself for anything else (strings, callables, Python constants).
-  ``diff_leaves`` lists, in the VJP's own input order, which array leaves
+  ``differentiated_leaves`` lists, in the VJP's own input order, which array leaves
   were differentiated (``jax.grad`` differentiates only some arguments).
   """
   fun: Callable
   leaves: tuple[Any, ...]
   tree: Any
-  diff_leaves: tuple[int, ...]
+  differentiated_leaves: tuple[int, ...]
   name: str
   source: str | None
   labels: tuple[str | None, ...] = ()

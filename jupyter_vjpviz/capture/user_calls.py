@@ -91,9 +91,9 @@ def program_names(values: list) -> list[str | None]:
     labels = None
     for i, x in enumerate(values):
       k = watch.positions.get(id(x), watch.positions.get(id(getattr(x, "primal", x))))
-      if found[i] is None and k is not None and k < len(origin.diff_leaves):
+      if found[i] is None and k is not None and k < len(origin.differentiated_leaves):
         labels = labels or names.leaf_labels(origin)
-        found[i] = labels[origin.diff_leaves[k]]
+        found[i] = labels[origin.differentiated_leaves[k]]
   return found
 
 
@@ -141,20 +141,20 @@ def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None
   or if no leaf is one of the primals."""
   flat, tree = jax.tree_util.tree_flatten((args, kwargs))
   position = {id(p): k for k, p in enumerate(jax.tree_util.tree_leaves(primals))}
-  leaves, diff = [], {}
+  leaves, differentiated = [], {}
   for j, x in enumerate(flat):
     if isinstance(x, (jax.Array, np.ndarray)):
       k = position.get(id(getattr(x, "primal", x)))   # a linearize tracer carries its primal
       if k is not None:
-        diff.setdefault(k, j)
+        differentiated.setdefault(k, j)
       x = core.typeof(x)
     elif _holds_tracer(x):
       return None
     leaves.append(x)
-  if position and not diff:   # the call saw another trace's values (a jit's in between):
+  if position and not differentiated:   # the call saw another trace's values (a jit's in between):
     return None              # the VJP's own function, re-traced, says more
   return Origin(fun=fun, leaves=tuple(leaves), tree=tree,
-                diff_leaves=tuple(diff[k] for k in sorted(diff)),
+                differentiated_leaves=tuple(differentiated[k] for k in sorted(differentiated)),
                 name=names.function_name(fun), source=names.function_source(fun))
 
 
@@ -167,7 +167,7 @@ def relabelled(origin: Origin, spelled: dict, primals: tuple) -> Origin | None:
   if origin is None or not any(names_of):
     return None
   labels = [None] * len(origin.leaves)
-  for k, j in enumerate(origin.diff_leaves[:len(names_of)]):
+  for k, j in enumerate(origin.differentiated_leaves[:len(names_of)]):
     labels[j] = names_of[k]
   return dataclasses.replace(origin, labels=tuple(labels))
 

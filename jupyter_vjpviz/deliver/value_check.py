@@ -280,17 +280,17 @@ def program_inputs(origin, call) -> tuple:
   jaxpr = program.trace(origin)
   flat = jax.tree_util.tree_leaves(call)
   arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
-  diff = set(origin.diff_leaves)
+  differentiated = set(origin.differentiated_leaves)
   out_cts = [jax.numpy.ones(v.aval.shape, v.aval.dtype) if inexact(v) else None
              for v in jaxpr.outvars]
-  return (jaxpr, [jax.numpy.asarray(flat[j]) for j in arrays], [j in diff for j in arrays],
-          out_cts)
+  return (jaxpr, [jax.numpy.asarray(flat[j]) for j in arrays],
+          [j in differentiated for j in arrays], out_cts)
 
 
 def input_names(graph: Graph, origin) -> list[str]:
   """The differentiated inputs as the graph names them (``params[3].w``)."""
   return [(graph.node(f"in{k}").label if graph.node(f"in{k}") else f"args[{k}]")
-          for k in range(len(origin.diff_leaves))]
+          for k in range(len(origin.differentiated_leaves))]
 
 
 def mark_flows(graph: Graph, flows: dict) -> Graph:
@@ -344,19 +344,19 @@ class GradientWatch:
   def __init__(self):
     self.calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     self.checked = 0
-    self.bad: list = []          # (fun, args, kwargs, diff_args, has_aux) per bad gradient
+    self.bad: list = []          # (fun, args, kwargs, diff_argnums, has_aux) per bad gradient
     self.traced = self._traced_seen = 0    # gradients taken on tracers, and as of the last call
     self.steps: weakref.WeakSet = weakref.WeakSet()   # jitted functions that take gradients
     self.steps_checked = 0
     self.bad_steps: list = []    # (fun, args, kwargs) per jitted call with NaN/Inf outputs
 
-  def vjp(self, fun, args, kwargs, diff_args, has_aux, f_vjp) -> None:
+  def vjp(self, fun, args, kwargs, diff_argnums, has_aux, f_vjp) -> None:
     if any(isinstance(x, core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
       self.traced += 1
       return
     jaxpr = getattr(f_vjp, "jaxpr", None)
     if jaxpr is not None:
-      self.calls[jaxpr] = (fun, tuple(args), kwargs, diff_args, has_aux)
+      self.calls[jaxpr] = (fun, tuple(args), kwargs, diff_argnums, has_aux)
 
   def backward(self, jaxpr, cotangents) -> None:
     call = self.calls.get(jaxpr)
@@ -385,9 +385,9 @@ class GradientWatch:
     bad, steps = self.bad, self.bad_steps
     self.bad, self.bad_steps, self.calls = [], [], weakref.WeakKeyDictionary()
     if bad:
-      fun, args, kwargs, diff_args, has_aux = bad[0]
+      fun, args, kwargs, diff_argnums, has_aux = bad[0]
       main = (lambda *a, **k: fun(*a, **k)[0]) if has_aux else fun
-      return nans(main, *args, argnums=diff_args, **kwargs)
+      return nans(main, *args, argnums=diff_argnums, **kwargs)
     return stepped(*steps[0]) if steps else None
 
 

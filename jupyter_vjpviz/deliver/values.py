@@ -30,7 +30,7 @@ class CallWatch:
   def __init__(self):
     self.calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-  def vjp(self, fun, args, kwargs, diff_args, has_aux, f_vjp) -> None:
+  def vjp(self, fun, args, kwargs, diff_argnums, has_aux, f_vjp) -> None:
     jaxpr = getattr(f_vjp, "jaxpr", None)
     leaves, tree = jax.tree_util.tree_flatten((tuple(args), kwargs))
     if jaxpr is None or any(isinstance(x, core.Tracer) for x in leaves):
@@ -92,8 +92,9 @@ def decorate(d: Diagnosis, session) -> Diagnosis:
   del invals
   arrays = [j for j, leaf in enumerate(session.origin.leaves)
             if isinstance(leaf, core.AbstractValue)]
-  diff = [flows[arrays.index(j)] for j in session.origin.diff_leaves if j in arrays]
-  strip = nonfinite.strip(value_check.input_names(d.graph, session.origin), diff)
+  differentiated = [flows[arrays.index(j)] for j in session.origin.differentiated_leaves
+                    if j in arrays]
+  strip = nonfinite.strip(value_check.input_names(d.graph, session.origin), differentiated)
   graph = dataclasses.replace(value_check.mark_flows(d.graph, edges), strip=strip)
   return dataclasses.replace(d, graph=graph, cotangents={
       **value_check.flow_dicts(edges, strip), "complete": whole})
