@@ -9,7 +9,7 @@ input structure, then cached: the hot path pays a dict lookup.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 
@@ -28,21 +28,37 @@ def known(code, structure) -> bool:
   return (code, structure) in _cache
 
 
-def observe(call: Callable[[], Any], code, structure, leaves: list) -> tuple[Any, tuple | None]:
-  """``call()``'s result, and for each of ``leaves`` the path of the user's parameter
-  it reached in the first frame of ``code`` (None where it reached none); cached."""
-  result, seen = watch(call, code, code_watch.START)
-  return result, remember(code, structure, [seen.get(id(leaf)) for leaf in leaves] if seen else None)
+class Learning:
+  """While open (a context manager around the one call of the user's rule), which path
+  of the user's parameters each array leaf has in the first frame of ``code`` that starts
+  (``event=START``: its parameters) or returns (``RETURN``: its value) in this thread.
 
+  The rule is called in the caller's own frame, inside the ``with``: no frame of ours
+  is added under it (``__enter__`` has returned, ``__exit__`` has not begun).
+  """
 
-def observe_return(call: Callable[[], Any], code, structure, leaves_of: Callable) -> tuple[Any, tuple | None]:
-  """``call()``'s result, and for each of ``leaves_of(result)`` its path in what ``code``
-  returned (``.layers[2].weight``): where a library's bwd put the user's cotangents; cached."""
-  result, seen = watch(call, code, code_watch.RETURN)
-  names = None
-  if seen:
-    names = [seen.get(id(leaf)) for leaf in leaves_of(result)]
-  return result, remember(code, structure, names)
+  def __init__(self, code, structure, event: str):
+    self.code, self.structure, self.event = code, structure, event
+    self._seen: dict = {}
+    self._watch = code_watch.Watch(code, event, self._hit)
+
+  def __enter__(self):
+    self._watch.__enter__()
+    return self
+
+  def __exit__(self, *exc):
+    return self._watch.__exit__(*exc)
+
+  def _hit(self, frame, *value):
+    if not self._seen:
+      self._seen.update(_spelled(frame.f_locals if self.event == code_watch.START
+                                 else {"": value[0]}))
+
+  def learned(self, leaves_of: Callable[[], list]) -> tuple[str | None, ...] | None:
+    """For each of ``leaves_of()`` (asked only if the frame was seen) its path, None where
+    it has none; cached for ``code`` and ``structure``."""
+    names = [self._seen.get(id(leaf)) for leaf in leaves_of()] if self._seen else None
+    return remember(self.code, self.structure, names)
 
 
 def remember(code, structure, names) -> tuple | None:
@@ -51,18 +67,6 @@ def remember(code, structure, names) -> tuple | None:
     _cache.clear()
   _cache[(code, structure)] = names
   return names
-
-
-def watch(call: Callable[[], Any], code, event: str) -> tuple[Any, dict]:
-  """``call()``'s result, and ``id -> path`` of the array leaves of the first frame of
-  ``code`` that starts (its parameters) or returns (its value) meanwhile, in this thread."""
-  seen: dict = {}
-
-  def hit(frame, *value):
-    if not seen:
-      seen.update(_spelled(frame.f_locals if event == code_watch.START else {"": value[0]}))
-  with code_watch.Watch(code, event, hit):
-    return call(), seen
 
 
 def _spelled(frame_locals: dict) -> dict[int, str]:

@@ -25,8 +25,8 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import (arguments, frames, jax_flags, leaf_paths, names, records, user_calls, vjp3_rules,
-               wrappers)
+from . import (arguments, code_watch, frames, jax_flags, leaf_paths, names, records, user_calls,
+               vjp3_rules, wrappers)
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 from ..base import safety, trees
@@ -38,8 +38,10 @@ class InstrumentedRule:
   It is the one frame of ours on the stack while the user's rule runs: the rule's
   result must pass through us (the fwd's residuals get their site, the bwd's
   cotangents are compared), so one frame is the least a wrapper can be; what it does
-  with the result happens after the rule has returned. An exception leaving the rule
-  leaves without this frame (``frames.strip``).
+  with the result happens after the rule has returned. Learning a library rule's
+  spelling of its inputs (``arguments.Learning``) watches the call from this frame,
+  adding none. An exception leaving the rule leaves without this frame
+  (``frames.strip``).
   """
 
   def __init__(self, rule):
@@ -67,7 +69,10 @@ class InstrumentedFwd(InstrumentedRule):
       if watch is None:
         out_res, spelled = cvjp.fwd(*args), None
       else:
-        out_res, spelled = arguments.observe(lambda: cvjp.fwd(*args), *watch)
+        code, structure, leaves = watch
+        with arguments.Learning(code, structure, code_watch.START) as learning:
+          out_res = cvjp.fwd(*args)
+        spelled = safety.safely(learning.learned, lambda: leaves)
     except BaseException as e:
       safety.safely(frames.strip, e)
       raise
@@ -94,8 +99,9 @@ class InstrumentedBwd(InstrumentedRule):
       if code is None or arguments.known(code, site.in_tree):
         cts = bwd(*static, tagged.res, ct)
       else:
-        cts, _ = arguments.observe_return(lambda: bwd(*static, tagged.res, ct), code, site.in_tree,
-                                          lambda out: _leaf_cts(site, out, self._with_logs))
+        with arguments.Learning(code, site.in_tree, code_watch.RETURN) as learning:
+          cts = bwd(*static, tagged.res, ct)
+        safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
       safety.safely(frames.strip, e)
       raise
