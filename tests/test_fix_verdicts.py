@@ -360,3 +360,69 @@ def test_a_surrogate_rule_is_judged_by_its_own_values():
   assert verified and all(t.startswith("Cast to") for t in verified), verified
   primal = next(f for f in d.fixes if "differentiating clip_gradient" in f.title)
   assert primal.verdict == "type-only" and "changes your surrogate's values" in primal.title
+
+
+IN_LIBRARY_CALL = """
+import contextlib
+_open_calls = []
+
+@contextlib.contextmanager
+def library_call():
+  _open_calls.append(True)
+  try:
+    yield
+  finally:
+    _open_calls.pop()
+
+def scaled_sin(x, w):
+  if not _open_calls:
+    raise RuntimeError("scaled_sin runs only inside the library's call")
+  return jnp.sin(x) * w
+
+scaled = jax.custom_vjp(scaled_sin)
+
+def call(x, w):
+  with library_call():
+    return scaled(x, w)
+
+def scaled_fwd(x, w):
+  return call(x, w), (x, w)
+
+def scaled_bwd(res, g):
+  x, w = res
+  return (jnp.cos(x) * w * g).T, jnp.sin(x) * g
+scaled.defvjp(scaled_fwd, scaled_bwd)
+def loss(x, w): return call(x, w).sum()
+"""
+
+
+def test_a_primal_that_runs_only_inside_its_librarys_call_is_judged_through_fwd():
+  """As flax nnx's custom_vjp: the primal JAX is given reads a context its library's call
+  sets up, so it cannot run at random inputs on its own. fwd can, and its primal output
+  (differentiated with this rule set aside) is the reference: the right fix is verified,
+  zeros are not offered as right."""
+  ns = cell(IN_LIBRARY_CALL)
+  x, w = jnp.linspace(-1., 1., 6).reshape(2, 3), jnp.linspace(.5, 2., 6).reshape(2, 3)
+  d = diagnosis(ns["loss"], x, w)
+  with pytest.raises(RuntimeError, match="only inside"):
+    ns["scaled_sin"](x, w)
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.verdict, f.note, f.code) for f in d.fixes]
+  assert "(jnp.cos(x) * w * g)," in first.code and "hand an input back" not in first.note
+  assert not any("zeros" in f.code for f in d.fixes if f.verdict == "verified")
+  assert vv.apply_fix(d, first.code).applied
+  got = jax.grad(ns["loss"], argnums=(0, 1))(x, w)
+  want = jax.grad(lambda x, w: (jnp.sin(x) * w).sum(), argnums=(0, 1))(x, w)
+  for g, wanted in zip(got, want):
+    np.testing.assert_allclose(g, wanted, rtol=1e-6)
+
+
+def test_a_wrong_fix_of_such_a_rule_is_found_wrong_by_value():
+  """The reference through fwd is a real one: the right fix verifies, one off by a factor
+  is a value problem of the input it gets wrong."""
+  ns = cell(IN_LIBRARY_CALL)
+  d = diagnosis(ns["loss"], jnp.ones((2, 3)), jnp.ones((2, 3)))
+  assert vv.verify_fix(d, d.fixes[0].code) == []
+  off = d.fixes[0].code.replace("(jnp.cos(x) * w * g),", "(2 * jnp.cos(x) * w * g),")
+  assert off != d.fixes[0].code
+  assert [(p.kind, p.path) for p in vv.verify_fix(d, off)] == [("bwd_value", "[0]")]

@@ -137,12 +137,19 @@ class Oracle:
   reason: str = ""            # why some or all leaves have no judge
   unjudged: frozenset = frozenset()   # leaf indices without a judge
   precision: tuple | None = None      # per leaf, the aval whose dtype sets the tolerance
+  assumes: str = ""                   # what the draws take for granted (said with RIGHT)
 
   @classmethod
-  def of(cls, site: RuleSite, fun: Callable, draws: int = DRAWS, seed: int = 0) -> Oracle:
-    """Draw inputs and cotangents for ``site`` and differentiate ``fun`` there."""
+  def of(cls, site: RuleSite, fun: Callable, draws: int = DRAWS, seed: int = 0,
+         by_fwd: bool = False) -> Oracle:
+    """Draw inputs and cotangents for ``site`` and differentiate ``fun`` there.
+
+    ``by_fwd``: ``fun`` is fwd's primal output standing in for a primal that runs only
+    inside its library's call; its outputs that hand an input back unchanged (the
+    library's state, as flax nnx's custom_vjp returns it) get zero cotangents, as rules
+    written for such a library take them. A verdict says both."""
     with _suspended():
-      return _build(cls, site, fun, draws, seed)
+      return _build(cls, site, fun, draws, seed, by_fwd)
 
   @property
   def available(self) -> bool:
@@ -178,7 +185,8 @@ class Oracle:
                      tuple(leaves), self.judge)
     if any(not l.judged for l in leaves):
       return Verdict(UNVERIFIABLE, self.reason, tuple(leaves), self.judge)
-    return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points",
+    assumes = f" ({self.assumes})" if self.assumes else ""
+    return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points{assumes}",
                    tuple(leaves), self.judge)
 
   @property
@@ -231,15 +239,17 @@ class _TypeMismatch(Exception):
 
 # ---------------------------------------------------------------- building
 
-def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracle:
-  abstract_args = _abstract_args(site)
+def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
+           by_fwd: bool = False) -> Oracle:
+  abstract_args = abstract_call_args(site)
   bounds = _index_bounds(fun, abstract_args)
+  still = _unchanged_outputs(fun, abstract_args) if by_fwd else frozenset()
   key = np.random.default_rng(seed)
   draws, judge, reason, pull = [], "autodiff", "", None
   for k in range(n_draws):
     args = _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds)
     out = _shapes(fun, args)
-    ct = jax.tree_util.tree_map(lambda s: _draw_like(_ct_struct(s), key), out)
+    ct = _draw_ct(out, key, still)
     try:
       pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
       reference = tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct))))
@@ -252,10 +262,23 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Oracl
       else (frozenset(), "")
   if flat_reason:
     reason = flat_reason
-  return cls(site, fun, tuple(draws), judge, reason, unjudged)
+  assumes = "; ".join(filter(None, [
+      by_fwd and "differentiated through fwd's primal output, as the primal runs only inside "
+      "its library's call",
+      still and (f"no cotangent on the {len(still)} output(s) that hand an input back "
+                 "unchanged (the library's state), as rules written for it take them")]))
+  return cls(site, fun, tuple(draws), judge, reason, unjudged, assumes=assumes)
 
 
-def _abstract_args(site: RuleSite) -> list:
+def _draw_ct(out, rng, still: frozenset = frozenset()):
+  """A random cotangent for ``out``; zeros at the output leaves in ``still``."""
+  leaves, tree = jax.tree_util.tree_flatten(out)
+  cts = [_draw_like(_ct_struct(s), rng) for s in leaves]
+  return jax.tree_util.tree_unflatten(
+      tree, [jnp.zeros_like(c) if k in still else c for k, c in enumerate(cts)])
+
+
+def abstract_call_args(site: RuleSite) -> list:
   """Every argument of the call as ShapeDtypeStructs (arrays) or its value (the rest)."""
   diff = jax.tree_util.tree_unflatten(
       site.in_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in site.in_avals])
@@ -549,6 +572,31 @@ def _index_bounds(fun, abstract_args) -> dict[int, int]:
 
 
 def _bound(jaxpr, var) -> int | None:
+def _unchanged_outputs(fun, abstract_args) -> frozenset[int]:
+  """The output leaves of ``fun`` that are one of its inputs, unchanged (through calls)."""
+  try:
+    closed = jax.make_jaxpr(lambda *a: fun(*a))(*abstract_args)
+  except Exception:  # noqa: BLE001 - without a jaxpr every output gets a cotangent
+    return frozenset()
+  return frozenset(_passed_through(closed.jaxpr))
+
+
+def _passed_through(jaxpr) -> dict[int, int]:
+  """output position -> input position, for each output that is an input unchanged."""
+  origin = {v: i for i, v in enumerate(jaxpr.invars)}
+  for eqn in jaxpr.eqns:
+    subs = list(core.jaxprs_in_params(eqn.params))
+    if len(subs) != 1 or len(subs[0].invars) != len(eqn.invars) or \
+        len(subs[0].outvars) != len(eqn.outvars):
+      continue
+    for o, i in _passed_through(subs[0]).items():
+      v = eqn.invars[i]
+      if isinstance(v, core.Var) and v in origin:
+        origin[eqn.outvars[o]] = origin[v]
+  return {k: origin[v] for k, v in enumerate(jaxpr.outvars)
+          if isinstance(v, core.Var) and v in origin}
+
+
   """The smallest size ``var`` (or what derives from it) indexes or is compared against."""
   derived, best = {var}, None
   iotas = {e.outvars[0]: e.params.get("shape", (0,)) for e in jaxpr.eqns

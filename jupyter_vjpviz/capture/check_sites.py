@@ -18,7 +18,7 @@ from jax._src.interpreters import ad
 from jax._src.interpreters import partial_eval as pe
 
 from . import (custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_paths, names, records,
-               vjp3_rules)
+               through_primal, vjp3_rules)
 from .patches import PatchSet
 from .leaf_paths import Leaf
 from .records import ERROR, WARNING, Record, RuleSite, Session
@@ -247,6 +247,22 @@ def _install_rules_of(cls, patches: PatchSet, events: CodeEvents | None) -> None
     patches.apply(cls, "__call__", _wrap_custom_vjp_call)
 
 
+@contextlib.contextmanager
+def rules_set_aside(matches: Callable):
+  """``through_primal.differentiated_through(matches)``, with JAX's custom_vjp reading its
+  rules through ``RuleAttribute`` meanwhile (installed for the while if the hook is not)."""
+  patches = None
+  if not isinstance(vars(cd.custom_vjp).get("fwd"), RuleAttribute):
+    patches = PatchSet()
+    _install_custom_vjp(patches, None)
+  try:
+    with through_primal.differentiated_through(matches):
+      yield
+  finally:
+    if patches is not None:
+      patches.restore()
+
+
 _NO_DEFAULT = object()
 
 
@@ -265,7 +281,12 @@ class RuleAttribute:
     value = obj.__dict__.get(self.name, self.default)
     if value is _NO_DEFAULT:
       raise AttributeError(self.name)
-    if value is None or sys._getframe(1).f_code is not self.call_code or not records.active():
+    if value is None or sys._getframe(1).f_code is not self.call_code:
+      return value
+    aside = through_primal.matching and through_primal.rule(obj, self.name)
+    if aside:
+      return aside
+    if not records.active():
       return value
     clone = safety.safely(_instrumented, obj, default=obj)
     return clone.__dict__.get(self.name, value)

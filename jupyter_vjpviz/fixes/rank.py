@@ -49,7 +49,7 @@ class Judge:
                  "on their own yet", deadline, runnable=False)
     site = rule.d.site
     try:
-      judge = oracle.Oracle.of(site, rule.user_rules.primal)
+      judge = verify.reference(site, rule.user_rules)
     except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
       return cls(rule, None, f"no oracle: {site.function} could not be run at random inputs "
                  f"({type(e).__name__})", deadline)

@@ -25,7 +25,7 @@ import numpy as np
 from jax._src import core
 from jax._src import custom_derivatives as cd
 
-from ..capture import custom_rules, records, wrappers
+from ..capture import check_sites, custom_rules, records, wrappers
 from ..analysis import oracle
 from ..analysis.diagnosis import Diagnosis
 from ..base import kinds, trees
@@ -66,7 +66,7 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   user_rules = _user_rules(diagnosis)
   fwd, bwd = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
   edited = clone(user_rules, fwd, bwd)
-  problems = recheck(diagnosis, edited, check)
+  problems = recheck(diagnosis, _callable_alone(edited, user_rules, diagnosis.site), check)
   if problems:
     return Checked(tuple(problems))
   verdict = as_written(value_verdict(diagnosis.site, edited), left_none(diagnosis))
@@ -74,10 +74,38 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   return Checked((value_problem(diagnosis, verdict),) if wrong else (), verdict)
 
 
+def reference(site, user_rules) -> oracle.Oracle:
+  """The primal's derivative at random inputs; where the primal runs only inside its
+  library's call (flax nnx's), fwd's primal output with the rule set aside stands in."""
+  try:
+    return oracle.Oracle.of(site, user_rules.primal)
+  except Exception:
+    stand_in = primal_by_fwd(user_rules)
+    if stand_in is None:
+      raise
+    return oracle.Oracle.of(site, stand_in, by_fwd=True)
+
+
+def _callable_alone(cvjp, user_rules, site):
+  """``cvjp``, or where its primal cannot be traced outside its library's call, a copy
+  whose primal is fwd's primal output (what a check of the whole call traces)."""
+  stand_in = primal_by_fwd(user_rules)
+  if stand_in is None:
+    return cvjp
+  try:
+    jax.eval_shape(user_rules.primal, *oracle.abstract_call_args(site))
+    return cvjp
+  except Exception:  # noqa: BLE001 - it runs only inside its library's call
+    alone = object.__new__(type(cvjp))
+    alone.__dict__.update(cvjp.__dict__)
+    alone.fun = stand_in
+    return alone
+
+
 def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verdict:
   """The oracle's verdict on ``cvjp``'s rules (built here unless given)."""
   try:
-    judge = judge or oracle.Oracle.of(site, wrappers.user_rules(site.custom_rule()).primal)
+    judge = judge or reference(site, wrappers.user_rules(site.custom_rule()))
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
@@ -351,6 +379,23 @@ def type_problems(site, fwd, bwd, symbolic_zeros: bool = False, primal=None) -> 
       found.append(f"fwd's primal output {_types(out)} is not {_types(want)}")
   run_rules(site, fwd, bwd, symbolic_zeros, look)
   return found
+
+
+def primal_by_fwd(user_rules) -> Callable | None:
+  """fwd's primal output as a function of the call's arguments, with the failing rule's
+  own custom_vjp differentiated through its primal inside it (``capture.through_primal``):
+  the reference where the primal runs only inside its library's call. None for hijax
+  primitives."""
+  custom_vjp = getattr(user_rules, "custom_vjp", None)
+  if custom_vjp is None:
+    return None
+  fwd, own = custom_vjp.fwd, user_rules.bwd
+
+  def primal(*args):
+    with check_sites.rules_set_aside(lambda c: wrappers.behind(c.bwd)[0] is own):
+      return fwd(*args)[0]
+  primal.__name__ = getattr(user_rules.fun, "__name__", "primal")
+  return primal
 
 
 def _primal_output(primal, args):
