@@ -571,7 +571,6 @@ def _index_bounds(fun, abstract_args) -> dict[int, int]:
   return bounds
 
 
-def _bound(jaxpr, var) -> int | None:
 def _unchanged_outputs(fun, abstract_args) -> frozenset[int]:
   """The output leaves of ``fun`` that are one of its inputs, unchanged (through calls)."""
   try:
@@ -597,6 +596,7 @@ def _passed_through(jaxpr) -> dict[int, int]:
           if isinstance(v, core.Var) and v in origin}
 
 
+def _bound(jaxpr, var) -> int | None:
   """The smallest size ``var`` (or what derives from it) indexes or is compared against."""
   derived, best = {var}, None
   iotas = {e.outvars[0]: e.params.get("shape", (0,)) for e in jaxpr.eqns
