@@ -125,23 +125,23 @@ def judge_rules(subject: Subject, fwd, bwd, draws: list[Draw] | None = None) -> 
 def vjp_at(fn, subject: Subject, args: tuple, ct):
   """(output, cotangents of the differentiable arguments) of ``fn`` at ``args``, ``ct``."""
   custom_vjp = subject.custom_vjp
-  diff = [i for i in range(len(args)) if i not in custom_vjp.nondiff_argnums]
+  positions = [i for i in range(len(args)) if i not in custom_vjp.nondiff_argnums]
 
-  def run(diff_args, ct):
+  def run(differentiable_args, ct):
     def f(*d):
       full = list(args)
-      for i, v in zip(diff, d):
+      for i, v in zip(positions, d):
         full[i] = v
       return fn(*full)
-    out, f_vjp = jax.vjp(f, *diff_args)
+    out, f_vjp = jax.vjp(f, *differentiable_args)
     return out, f_vjp(ct)
-  diff_args = tuple(args[i] for i in diff)
+  differentiable_args = tuple(args[i] for i in positions)
   if subject.base.specs is None:
-    return run(diff_args, ct)
+    return run(differentiable_args, ct)
   in_specs, out_spec = specs(subject.base)
-  ins = tuple(in_specs[i] for i in diff)
+  ins = tuple(in_specs[i] for i in positions)
   return jax.jit(jax.shard_map(run, mesh=mesh(), in_specs=(ins, out_spec),
-                               out_specs=(out_spec, ins)))(diff_args, ct)
+                               out_specs=(out_spec, ins)))(differentiable_args, ct)
 
 
 def cotangent(subject: Subject, args: tuple, rng):

@@ -280,11 +280,12 @@ def _draw_ct(out, rng, still: frozenset = frozenset()):
 
 def abstract_call_args(site: RuleSite) -> list:
   """Every argument of the call as ShapeDtypeStructs (arrays) or its value (the rest)."""
-  diff = jax.tree_util.tree_unflatten(
+  differentiable = jax.tree_util.tree_unflatten(
       site.in_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in site.in_avals])
   static = dict(site.nondiff)
-  rest = iter(diff)
-  return [static[i] if i in static else next(rest) for i in range(len(diff) + len(static))]
+  rest = iter(differentiable)
+  return [static[i] if i in static else next(rest)
+          for i in range(len(differentiable) + len(static))]
 
 
 def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict) -> list:
@@ -325,11 +326,11 @@ def _draw_like(struct, rng, positive: bool = False, bound: int | None = None):
 
 def _pullback(site: RuleSite, fun, args, ct):
   """The cotangents JAX's autodiff of the primal gives its differentiable arguments."""
-  positions = _diff_positions(site, len(args))
+  positions = _differentiable_positions(site, len(args))
   return vjp_wrt(fun, args, positions)[1](ct)
 
 
-def _diff_positions(site: RuleSite, n_args: int) -> list[int]:
+def _differentiable_positions(site: RuleSite, n_args: int) -> list[int]:
   nondiff = {i for i, _ in site.nondiff}
   return [i for i in range(n_args) if i not in nondiff]
 
@@ -345,7 +346,7 @@ def _run_rule(site, args_ct, fwd, bwd, symbolic_zeros, perturbed):
   """The rule's cotangents at one draw ``(args, output cotangent)``."""
   args, ct = list(args_ct[0]), args_ct[1]
   given = list(args)
-  positions = _diff_positions(site, len(args))
+  positions = _differentiable_positions(site, len(args))
   if symbolic_zeros:
     leaves, tree = jax.tree_util.tree_flatten([args[i] for i in positions])
     flags = perturbed or (True,) * len(leaves)
@@ -521,9 +522,9 @@ def _compare_directional(oracle: Oracle, outs) -> list[LeafError]:
 def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
   """d/de <ct, f(x + e v)> at e = 0, perturbing input leaf ``leaf`` only."""
   args = list(draw.args)
-  positions = _diff_positions(site, len(args))
-  diff = tuple(args[i] for i in positions)
-  flat, tree = jax.tree_util.tree_flatten(diff)
+  positions = _differentiable_positions(site, len(args))
+  differentiable = tuple(args[i] for i in positions)
+  flat, tree = jax.tree_util.tree_flatten(differentiable)
   x = np.asarray(flat[leaf], np.float64)
   eps = 1e-3 * max(1.0, float(np.max(np.abs(x), initial=0.0)))
 

@@ -247,20 +247,20 @@ def _user_fwd_to_watch(cvjp, args):
   code = _watched_code(cvjp)
   if code is None:
     return None
-  structure = jax.tree_util.tree_structure(_diff_args(cvjp, args), is_leaf=_is_primal_box)
+  structure = jax.tree_util.tree_structure(_differentiable_args(cvjp, args), is_leaf=_is_primal_box)
   if arguments.known(code, structure):
     return None
-  leaves = jax.tree_util.tree_leaves(_diff_args(cvjp, args), is_leaf=_is_primal_box)
+  leaves = jax.tree_util.tree_leaves(_differentiable_args(cvjp, args), is_leaf=_is_primal_box)
   return code, structure, [_unbox(x) for x in leaves]
 
 
-def _diff_args(cvjp, args) -> tuple:
+def _differentiable_args(cvjp, args) -> tuple:
   return tuple(a for i, a in enumerate(args) if i not in cvjp.nondiff_argnums)
 
 
 def _site(cvjp, args, spelled=None) -> RuleSite:
-  diff = _diff_args(cvjp, args)
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(diff, is_leaf=_is_primal_box)
+  differentiable = _differentiable_args(cvjp, args)
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(differentiable, is_leaf=_is_primal_box)
   in_avals = tuple(core.typeof(_unbox(x)) for _, x in leaves)
   call_site, name_stack = _call_site()
   occurrence = None

@@ -46,14 +46,14 @@ def rule(custom_vjp, name: str) -> Callable | None:
 
 def _fwd(fun: Callable, nondiff: tuple) -> Callable:
   def fwd(*args):
-    diff = [i for i in range(len(args)) if i not in nondiff]
+    positions = [i for i in range(len(args)) if i not in nondiff]
 
-    def of_diff(*values):
+    def of_differentiable(*values):
       full = list(args)
-      for i, v in zip(diff, values):
+      for i, v in zip(positions, values):
         full[i] = v
       return fun(*full)
-    return jax.vjp(of_diff, *[args[i] for i in diff])   # (out, the VJP as residuals)
+    return jax.vjp(of_differentiable, *[args[i] for i in positions])   # (out, the VJP as residuals)
   return fwd
 
 

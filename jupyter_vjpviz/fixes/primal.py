@@ -29,15 +29,15 @@ def saved_args(rule, fwd: RuleSource) -> dict[int, str]:
   ret = fwd.only_return()
   if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2):
     return {}
-  diff = _diff_params(rule, fwd)
+  differentiable = _differentiable_params(rule, fwd)
   res, res_param = ret.value.elts[1], rule.src.params[len(rule.user_rules.nondiff_argnums)]
   if isinstance(res, ast.Name):
-    return {diff.index(res.id): res_param} if res.id in diff else {}
+    return {differentiable.index(res.id): res_param} if res.id in differentiable else {}
   if not isinstance(res, ast.Tuple):
     return {}
   unpacked = _unpacked(rule.src, res_param, len(res.elts))
-  return {diff.index(e.id): unpacked[m] if unpacked else f"{res_param}[{m}]"
-          for m, e in enumerate(res.elts) if isinstance(e, ast.Name) and e.id in diff}
+  return {differentiable.index(e.id): unpacked[m] if unpacked else f"{res_param}[{m}]"
+          for m, e in enumerate(res.elts) if isinstance(e, ast.Name) and e.id in differentiable}
 
 
 def fallbacks(rule) -> list[Fix]:
@@ -59,16 +59,16 @@ def fallback(rule, whole: bool) -> Fix | None:
   n_nondiff = len(user_rules.nondiff_argnums)
   if fwd is None or name is None or len(rule.src.params) != n_nondiff + 2:
     return None
-  n_diff = len(d.site.in_tree.children())
-  if len(fwd.params) != n_diff + n_nondiff:
+  n_differentiable = len(d.site.in_tree.children())
+  if len(fwd.params) != n_differentiable + n_nondiff:
     return None
   keys = rule.keys
   whole = whole or kinds.of(d.kind).structural or not keys or not isinstance(keys[0], int) or any(
       source.element(ret.value, [keys[0]]) is None for ret in rule.src.returns())
-  targets = list(range(n_diff)) if whole else _ill_typed(rule, n_diff, keys[0])
-  whole = whole or len(targets) == n_diff   # every argument ill-typed: one fix, not two
+  targets = list(range(n_differentiable)) if whole else _ill_typed(rule, n_differentiable, keys[0])
+  whole = whole or len(targets) == n_differentiable   # every argument ill-typed: one fix, not two
   reach = saved_args(rule, fwd)
-  missing = [k for k in range(n_diff) if k not in reach]
+  missing = [k for k in range(n_differentiable) if k not in reach]
   edits, new_fwd, unpack = [], "", []
   first = rule.src.first_statement
   if missing:
@@ -87,10 +87,10 @@ def fallback(rule, whole: bool) -> Fix | None:
       return None
     edits += [rule.src.before(ret, (unpack if ret is first else []) + lines)]
     edits += list(zip(at, results))
-  diff = _diff_params(rule, fwd)
+  differentiable = _differentiable_params(rule, fwd)
   what = "every cotangent" if whole else \
-      f"the gradient of {' and '.join(diff[k] for k in targets)}"
-  saving = f"; fwd saves {', '.join(diff[k] for k in missing)} in the residuals for it" \
+      f"the gradient of {' and '.join(differentiable[k] for k in targets)}"
+  saving = f"; fwd saves {', '.join(differentiable[k] for k in missing)} in the residuals for it" \
       if missing else ""
   return Fix(f"Compute {what} by differentiating {d.function}",
              (new_fwd + "\n" if new_fwd else "") + rule.src.replace(edits),
@@ -104,11 +104,12 @@ def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool
   jax_name = next((k for k, v in ns.items() if v is jax), None)
   prefix = [] if jax_name else ["import jax"]
   jax_name = jax_name or "jax"
-  diff = _diff_params(rule, fwd)
+  differentiable = _differentiable_params(rule, fwd)
   n_nondiff = len(rule.user_rules.nondiff_argnums)
   nondiff = dict(zip(rule.user_rules.nondiff_argnums, rule.src.params[:n_nondiff]))
-  others = [reach[k] for k in range(len(diff)) if k not in targets] + list(nondiff.values())
-  params = {k: _fresh(diff[k], others) for k in targets}
+  others = [reach[k] for k in range(len(differentiable)) if k not in targets] + \
+      list(nondiff.values())
+  params = {k: _fresh(differentiable[k], others) for k in targets}
   args, k = [], 0
   for i in range(len(fwd.params)):
     if i in nondiff:
@@ -125,11 +126,11 @@ def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool
                     f"{', '.join(reach[k] for k in targets)})"]
   if whole:
     return lines, [f"{pullback}({ct})"]
-  outs = [dtypes.unused(f"d{diff[k]}", rule.src) for k in targets]
+  outs = [dtypes.unused(f"d{differentiable[k]}", rule.src) for k in targets]
   return lines + [f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {pullback}({ct})"], outs
 
 
-def _ill_typed(rule, n_diff: int, failing: int) -> list[int]:
+def _ill_typed(rule, n_differentiable: int, failing: int) -> list[int]:
   """The arguments whose cotangents the rule gets the type of wrong (the failing one too)."""
   try:
     out = verify.rule_output(rule.d)
@@ -137,9 +138,9 @@ def _ill_typed(rule, n_diff: int, failing: int) -> list[int]:
     return [failing]
   site = rule.d.site
   want = jax.tree_util.tree_unflatten(site.in_tree, [ct_aval(a) for a in site.in_avals])
-  if not isinstance(out, (tuple, list)) or len(out) != n_diff:
+  if not isinstance(out, (tuple, list)) or len(out) != n_differentiable:
     return [failing]
-  return [k for k in range(n_diff)
+  return [k for k in range(n_differentiable)
           if k == failing or (out[k] is not None and _signature(out[k]) != _signature(want[k]))]
 
 
@@ -154,9 +155,9 @@ def _save(rule, fwd: RuleSource, missing: list[int]):
   if ret is None or not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2) \
       or not dtypes.named_defs(rule, fwd):
     return None
-  diff = _diff_params(rule, fwd)
+  differentiable = _differentiable_params(rule, fwd)
   res = ret.value.elts[1]
-  saved = [diff[k] for k in missing]
+  saved = [differentiable[k] for k in missing]
   names = [dtypes.unused(s, rule.src) for s in saved]
   tup = saved[0] if len(saved) == 1 else f"({', '.join(saved)})"
   new_fwd = fwd.replace([(res, f"({fwd.segment(res)}, {tup})")])
@@ -165,7 +166,7 @@ def _save(rule, fwd: RuleSource, missing: list[int]):
   return new_fwd, f"{res_param}, {got} = {res_param}", dict(zip(missing, names))
 
 
-def _diff_params(rule, fwd: RuleSource) -> list[str]:
+def _differentiable_params(rule, fwd: RuleSource) -> list[str]:
   nondiff = set(rule.user_rules.nondiff_argnums)
   return [p for i, p in enumerate(fwd.params) if i not in nondiff]
 

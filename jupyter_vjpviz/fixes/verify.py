@@ -182,16 +182,16 @@ def _abstract_args(site) -> tuple:
   return jax.tree_util.tree_unflatten(site.in_tree, structs)
 
 
-def arguments(site, diff: tuple) -> list:
-  """All arguments of the call: ``diff`` with the site's nondiff values put back in place.
+def arguments(site, differentiable: tuple) -> list:
+  """All arguments of the call: ``differentiable`` with the site's nondiff values put back in place.
 
   JAX refuses tracers in nondiff positions, so a nondiff array (kept as its
   ShapeDtypeStruct) comes back as host zeros: its type is what a check needs.
   """
   static = dict(site.nondiff)
-  rest = iter(diff)
+  rest = iter(differentiable)
   return [jax.tree_util.tree_map(_placeholder, static[i]) if i in static else next(rest)
-          for i in range(len(diff) + len(static))]
+          for i in range(len(differentiable) + len(static))]
 
 
 def _placeholder(leaf):
@@ -225,13 +225,13 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
   nondiff = [i for i, _ in site.nondiff]
   fwd, bwd = wrappers.user_rules(site.custom_rule()).placed(fwd, bwd)
 
-  def boxed(diff):   # the primals as JAX hands them to a symbolic_zeros fwd
-    leaves = jax.tree_util.tree_leaves(diff)
+  def boxed(differentiable):   # the primals as JAX hands them to a symbolic_zeros fwd
+    leaves = jax.tree_util.tree_leaves(differentiable)
     return jax.tree_util.tree_unflatten(site.in_tree, [
-        cd.CustomVJPPrimal(a, p) for a, p in zip(leaves, flags)]) if symbolic_zeros else diff
+        cd.CustomVJPPrimal(a, p) for a, p in zip(leaves, flags)]) if symbolic_zeros else differentiable
 
-  def run(*diff):
-    args = arguments(site, boxed(diff))
+  def run(*differentiable):
+    args = arguments(site, boxed(differentiable))
     out, res = fwd(*args)
     cts = bwd(*[args[i] for i in nondiff], res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
     if look is not None:
