@@ -476,11 +476,11 @@ def _leaf_error(i, name, refs, gots, primal, judged: bool) -> LeafError:
   worst, where, scale, at = 0.0, (), 0.0, (0.0, 0.0)
   for r, g in pairs:
     known = np.isfinite(r)          # a stable rule may be finite where autodiff is not
-    diff = np.where(known, np.abs(g - np.where(known, r, 0)), 0)
+    abs_difference = np.where(known, np.abs(g - np.where(known, r, 0)), 0)
     scale = max(scale, float(np.max(np.abs(np.where(known, r, 0)), initial=0.0)))
-    if diff.size and float(np.max(diff)) > worst:
-      worst = float(np.max(diff))
-      k = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    if abs_difference.size and float(np.max(abs_difference)) > worst:
+      worst = float(np.max(abs_difference))
+      k = np.unravel_index(int(np.argmax(abs_difference)), abs_difference.shape)
       where = tuple(int(j) for j in k)
       at = (float(np.real(r[k])), float(np.real(g[k])))
   rtol = _RTOL.get(dtype, 1e-4)
