@@ -68,8 +68,8 @@ export interface IFixActions {
 }
 
 /**
- * What Apply did; `patch` is the change (a unified diff) to make by hand in a rule's `.py` file,
- * which the kernel never writes.
+ * What Apply did; `patch` is the change (a unified diff) to make by hand in a
+ * rule's `.py` file, which the kernel never writes.
  */
 export interface IApplied {
   readonly message: string;
