@@ -683,6 +683,18 @@ def test_custom_gradient_points_at_the_users_function(hook):
   assert all(f.verdict != "verified" for f in d.fixes), [(f.title, f.verdict) for f in d.fixes]
 
 
+def test_a_custom_gradient_differentiated_itself_labels_its_input_by_the_users_name(hook):
+  """jax.grad(f) of a custom_gradient f: the graph's input is f's own parameter, not the
+  ``*args`` of the function JAX wraps it in."""
+  @jax.custom_gradient
+  def scaled_total(weights):
+    return jnp.sin(weights).sum(), lambda g: ((g * jnp.cos(weights)).T,)
+  raises(lambda: jax.grad(scaled_total)(jnp.ones((2, 3))))
+  d = vv.last()
+  (program_input,) = [n for n in d.graph.nodes if n.kind == "input"]
+  assert "weights" in program_input.label and "args" not in program_input.label, program_input
+
+
 def test_one_rule_application_that_fails_at_two_leaves_is_one_diagnosis(path):
   def attn_bwd(res, g):
     q, k, v = res

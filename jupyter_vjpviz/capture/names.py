@@ -42,6 +42,9 @@ def _behind_library(fun):
 
 
 def _behind_jax(fun):
+  """The user's function behind JAX's own wrappers: a ``jax.custom_gradient`` is a
+  custom_vjp wrapping a function of JAX's (``*args``) that calls the user's."""
+  fun = inspect.unwrap(fun)
   code = getattr(fun, "__code__", None)
   return _behind_library(fun) if code is not None and inside_jax(code.co_filename) else fun
 
