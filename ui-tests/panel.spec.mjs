@@ -64,18 +64,13 @@ async function acceptKernelDialog() {
   }
 }
 
+/** In the page: the visible notebook's kernel is idle (its toolbar says so). */
+const KERNEL_IDLE = () => document.querySelector(
+  '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator'
+)?.getAttribute('data-status') === 'idle';
+
 async function waitIdle() {
-  // The kernel is up when the toolbar says idle.
-  await page.waitForFunction(
-    () => {
-      const el = document.querySelector(
-        '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator'
-      );
-      return el && el.getAttribute('data-status') === 'idle';
-    },
-    null,
-    { timeout: 60000 }
-  );
+  await page.waitForFunction(KERNEL_IDLE, null, { timeout: 60000 });
 }
 
 async function promptOf(i) {
@@ -121,8 +116,9 @@ async function runCell(i, timeout = 120000) {
     check(Date.now() < deadline, `cell ${i} did not finish (prompt ${now})`);
     // Under load a key press can reach the page before the cell has the focus for
     // real (a dialog or a late focus change takes it): the cell never starts and its
-    // prompt stays as it was. Such a cell is pressed again; one that started is not.
-    if (!ran && now === before && Date.now() > retryAt) {
+    // prompt stays as it was. Such a cell is pressed again, once the kernel is idle (so
+    // the first press is not waiting in its queue); one that started is not.
+    if (!ran && now === before && Date.now() > retryAt && await page.evaluate(KERNEL_IDLE)) {
       log(`cell ${i} did not start within ${START_TIMEOUT / 1000} s (prompt ${now}): pressing Shift+Enter again`);
       await press();
       retryAt = Date.now() + START_TIMEOUT;
