@@ -418,11 +418,16 @@ def _constants_as_arguments(run, arrays):
   second ``jax.Array`` on the array's buffer for as long as the array lives (JAX's own
   caches keep a nondiff callable of a jax_custom_vjp3 rule, and what it closes over).
   """
-  closed, shapes = jax.make_jaxpr(run, return_shape=True)(arrays)
+  out_tree = []
+
+  def flat(x):   # its output flattened here: JAX's own unflattening of the shapes
+    leaves, tree = jax.tree_util.tree_flatten(run(x))   # would build user pytrees of
+    out_tree.append(tree)                               # non-arrays (JAX 0.6's OutInfo)
+    return leaves
+  closed = jax.make_jaxpr(flat)(arrays)
   program = jax.jit(lambda consts, args: core.eval_jaxpr(
       closed.jaxpr, consts, *jax.tree_util.tree_leaves(args)))
-  out_tree = jax.tree_util.tree_structure(shapes)
-  return lambda args: jax.tree_util.tree_unflatten(out_tree, program(closed.consts, args))
+  return lambda args: jax.tree_util.tree_unflatten(out_tree[0], program(closed.consts, args))
 
 
 def _flatten_cts(site: RuleSite, cts, strict: bool = True) -> list:
