@@ -16,6 +16,7 @@ and strings only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -242,8 +243,9 @@ class _TypeMismatch(Exception):
 def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
            by_fwd: bool = False) -> Oracle:
   abstract_args = abstract_call_args(site)
-  bounds = _index_bounds(fun, abstract_args)
-  still = _unchanged_outputs(fun, abstract_args) if by_fwd else frozenset()
+  traced = _Traced(fun, abstract_args)
+  bounds = _index_bounds(traced)
+  still = _unchanged_outputs(traced) if by_fwd else frozenset()
   key = np.random.default_rng(seed)
   draws, judge, reason, pull = [], "autodiff", "", None
   for k in range(n_draws):
@@ -258,7 +260,7 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
                                              f"({type(e).__name__}); judged by finite differences")
       reference = None
     draws.append(_Draw(tuple(args), ct, reference))
-  unjudged, flat_reason = _flat_leaves(site, fun, abstract_args, draws) if judge == "autodiff" \
+  unjudged, flat_reason = _flat_leaves(site, traced, draws) if judge == "autodiff" \
       else (frozenset(), "")
   if flat_reason:
     reason = flat_reason
@@ -551,39 +553,48 @@ def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
 
 # ------------------------------------------------ what the primal tells us
 
-def _index_bounds(fun, abstract_args) -> dict[int, int]:
+class _Traced:
+  """The primal's jaxpr at the call's abstract arguments, traced once when first asked
+  (None where it cannot be traced: what it would tell is then not known)."""
+
+  def __init__(self, fun, abstract_args):
+    self.fun, self.abstract_args = fun, abstract_args
+
+  @functools.cached_property
+  def jaxpr(self):
+    try:
+      return jax.make_jaxpr(lambda *a: self.fun(*a))(*self.abstract_args).jaxpr
+    except Exception:  # noqa: BLE001
+      return None
+
+
+def _index_bounds(traced: _Traced) -> dict[int, int]:
   """For integer argument leaves: the size of what the primal indexes or compares them with.
 
   Labels and indices must be drawn in range, or both the rule and autodiff see
   out-of-bounds gathers (clamped or dropped) and agree on nothing useful.
   """
-  flat, tree = jax.tree_util.tree_flatten(abstract_args, is_leaf=lambda x: isinstance(x, Weak))
+  flat, tree = jax.tree_util.tree_flatten(traced.abstract_args,
+                                          is_leaf=lambda x: isinstance(x, Weak))
   ints = [j for j, l in enumerate(flat) if isinstance(l, jax.ShapeDtypeStruct)
           and jnp.issubdtype(l.dtype, jnp.integer)]
-  if not ints:
-    return {}
-  try:
-    closed = jax.make_jaxpr(lambda *a: fun(*a))(*abstract_args)
-  except Exception:  # noqa: BLE001 - without a jaxpr, draws fall back to {0, 1}
+  if not ints or traced.jaxpr is None:   # without a jaxpr, draws fall back to {0, 1}
     return {}
   arrays = [j for j, l in enumerate(flat) if isinstance(l, jax.ShapeDtypeStruct)]
-  invars = dict(zip(closed.jaxpr.invars, arrays))
+  invars = dict(zip(traced.jaxpr.invars, arrays))
   bounds = {}
   for var, j in invars.items():
     if j in ints:
-      found = _bound(closed.jaxpr, var)
+      found = _bound(traced.jaxpr, var)
       if found:
         bounds[j] = found
   return bounds
 
 
-def _unchanged_outputs(fun, abstract_args) -> frozenset[int]:
-  """The output leaves of ``fun`` that are one of its inputs, unchanged (through calls)."""
-  try:
-    closed = jax.make_jaxpr(lambda *a: fun(*a))(*abstract_args)
-  except Exception:  # noqa: BLE001 - without a jaxpr every output gets a cotangent
-    return frozenset()
-  return frozenset(_passed_through(closed.jaxpr))
+def _unchanged_outputs(traced: _Traced) -> frozenset[int]:
+  """The primal's output leaves that are one of its inputs, unchanged (through calls);
+  none known without a jaxpr (every output then gets a cotangent)."""
+  return frozenset(_passed_through(traced.jaxpr)) if traced.jaxpr is not None else frozenset()
 
 
 def _passed_through(jaxpr) -> dict[int, int]:
@@ -629,18 +640,14 @@ def _bound(jaxpr, var) -> int | None:
   return best
 
 
-def _flat_leaves(site, fun, abstract_args, draws) -> tuple[frozenset, str]:
+def _flat_leaves(site, traced: _Traced, draws) -> tuple[frozenset, str]:
   """Input leaves whose reference is zero because the primal is flat (round, sign, ...)."""
   zero = {i for i in range(len(site.in_paths))
           if all(d.reference is not None and (d.reference[i] is None or not np.any(d.reference[i]))
                  for d in draws)}
-  if not zero:
+  if not zero or traced.jaxpr is None:
     return frozenset(), ""
-  try:
-    closed = jax.make_jaxpr(lambda *a: fun(*a))(*abstract_args)
-  except Exception:  # noqa: BLE001
-    return frozenset(), ""
-  flat = sorted(_primitives(closed.jaxpr) & _FLAT)
+  flat = sorted(_primitives(traced.jaxpr) & _FLAT)
   if not flat:
     return frozenset(), ""
   return frozenset(zero), (f"{site.function}'s derivative is zero almost everywhere "

@@ -174,12 +174,11 @@ def instrumented(cvjp):
   cached = _clones.get(cvjp)
   if cached is not None and cached[0] == key:
     return cached[1]
-  clone = object.__new__(type(cvjp))
-  clone.__dict__.update(cvjp.__dict__)
-  clone.fwd = InstrumentedFwd(fwd, cvjp)
-  clone.bwd = (InstrumentedBwdWithAccums(bwd, len(cvjp.nondiff_argnums))
-               if option(cvjp, "with_accums") else
-               InstrumentedBwd(bwd, bool(option(cvjp, "with_logs"))))
+  clone = wrappers.copy_of(
+      cvjp, fwd=InstrumentedFwd(fwd, cvjp),
+      bwd=(InstrumentedBwdWithAccums(bwd, len(cvjp.nondiff_argnums))
+           if option(cvjp, "with_accums") else
+           InstrumentedBwd(bwd, bool(option(cvjp, "with_logs")))))
   _clones[cvjp] = (key, clone)
   return clone
 

@@ -206,10 +206,8 @@ class UserRules:
 
   def with_rules(self, fwd: Callable, bwd: Callable):
     """A shallow copy of the custom_vjp running ``fwd``/``bwd``: the user's is untouched."""
-    clone = object.__new__(type(self.custom_vjp))
-    clone.__dict__.update(self.custom_vjp.__dict__)
-    clone.fwd, clone.bwd = self.placed(fwd, bwd)
-    return clone
+    placed_fwd, placed_bwd = self.placed(fwd, bwd)
+    return copy_of(self.custom_vjp, fwd=placed_fwd, bwd=placed_bwd)
 
   def defvjp(self, fwd: Callable, bwd: Callable, **flags) -> None:
     """Rebind the rules: where the library reads them, or JAX's ``defvjp``."""
@@ -231,6 +229,16 @@ class UserRules:
           raise ValueError(f"no user {role} rule was found behind the library's; "
                            "apply the fix in your source and re-run it")
         rebind(getattr(self.custom_vjp, role), self.paths[role], new)
+
+
+def copy_of(custom_vjp, **attributes):
+  """A shallow copy of ``custom_vjp`` with ``attributes`` replaced (set in its own
+  ``__dict__``, where JAX's ``custom_vjp.__call__`` reads them)."""
+  clone = object.__new__(type(custom_vjp))
+  clone.__dict__.update(custom_vjp.__dict__)
+  for name, value in attributes.items():
+    setattr(clone, name, value)
+  return clone
 
 
 def user_rules(custom_rule) -> UserRules | hijax_rules.HijaxRules:

@@ -66,7 +66,7 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   user_rules = _user_rules(diagnosis)
   fwd, bwd = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
   edited = clone(user_rules, fwd, bwd)
-  problems = recheck(diagnosis, _callable_alone(edited, user_rules, diagnosis.site), check)
+  problems = _rechecked(diagnosis, edited, user_rules, check)
   if problems:
     return Checked(tuple(problems))
   verdict = as_written(value_verdict(diagnosis.site, edited), left_none(diagnosis))
@@ -86,20 +86,16 @@ def reference(site, user_rules) -> oracle.Oracle:
     return oracle.Oracle.of(site, stand_in, by_fwd=True)
 
 
-def _callable_alone(cvjp, user_rules, site):
-  """``cvjp``, or where its primal cannot be traced outside its library's call, a copy
-  whose primal is fwd's primal output (what a check of the whole call traces)."""
-  stand_in = primal_by_fwd(user_rules)
-  if stand_in is None:
-    return cvjp
+def _rechecked(diagnosis: Diagnosis, edited, user_rules, check) -> list[Diagnosis]:
+  """``recheck`` of the edited call; where that raises because the primal runs only inside
+  its library's call, again with fwd's primal output as the primal (what the check traces)."""
   try:
-    jax.eval_shape(user_rules.primal, *oracle.abstract_call_args(site))
-    return cvjp
-  except Exception:  # noqa: BLE001 - it runs only inside its library's call
-    alone = object.__new__(type(cvjp))
-    alone.__dict__.update(cvjp.__dict__)
-    alone.fun = stand_in
-    return alone
+    return recheck(diagnosis, edited, check)
+  except Exception:
+    stand_in = primal_by_fwd(user_rules)
+    if stand_in is None:
+      raise
+    return recheck(diagnosis, wrappers.copy_of(edited, fun=stand_in), check)
 
 
 def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verdict:
@@ -394,7 +390,7 @@ def primal_by_fwd(user_rules) -> Callable | None:
   def primal(*args):
     with check_sites.rules_set_aside(lambda c: wrappers.behind(c.bwd)[0] is own):
       return fwd(*args)[0]
-  primal.__name__ = getattr(user_rules.fun, "__name__", "primal")
+  primal.__name__ = getattr(user_rules.fun, "__name__", "primal")   # what a check names it
   return primal
 
 
