@@ -5,48 +5,18 @@
  * validation into a sentence.
  */
 import type {
-  ApplyResult,
   Diagnosis,
-  DiagnosisLeaf,
   DiagnosisMessage,
-  Fix,
   FixesMessage,
-  FixVerdict,
-  GraphEdge,
-  GraphNode,
   HelloMessage,
-  KeyEntry,
-  LeafError,
   ReplyMessage,
   RequestMessage,
   ResultOf,
-  VerifyProblem,
-  VerifyResult,
-  Version,
-  View
+  Version
 } from './protocolTypes';
 import * as validators from './protocolValidators';
 
-export type {
-  ApplyResult,
-  Diagnosis,
-  DiagnosisLeaf,
-  DiagnosisMessage,
-  Fix,
-  FixesMessage,
-  FixVerdict,
-  GraphEdge,
-  GraphNode,
-  HelloMessage,
-  KeyEntry,
-  LeafError,
-  ReplyMessage,
-  RequestMessage,
-  ResultOf,
-  VerifyProblem,
-  VerifyResult,
-  View
-};
+export type * from './protocolTypes';
 
 export type RequestOp = RequestMessage['op'];
 
