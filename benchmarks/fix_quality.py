@@ -28,8 +28,10 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
                              + " --xla_force_host_platform_device_count=4").strip()
 
 import argparse  # noqa: E402
+import collections  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import inspect  # noqa: E402
 import io  # noqa: E402
 import pathlib  # noqa: E402
 import statistics  # noqa: E402
@@ -46,6 +48,7 @@ import numpy as np  # noqa: E402
 import jupyter_vjpviz as vv  # noqa: E402
 from fix_corpus import judge  # noqa: E402
 from fix_corpus.cells import cell  # noqa: E402
+from fix_corpus import held_out  # noqa: E402
 from fix_corpus.rules import BASES, KINDS, Base, Mutation  # noqa: E402
 
 DEEP_STEPS = 1350          # 3 equations each: the prefix makes a ~4k-equation program
@@ -116,7 +119,27 @@ def build() -> list[Mutant]:
   return mutants
 
 
+def build_held_out() -> list[Mutant]:
+  """One mutant per held-out case: its right rule verified against its reference first."""
+  mutants = []
+  for n, case in enumerate(held_out.CASES):
+    base = case.base()
+    _, ns = cell(base.code, "heldout")
+    subject = judge.Subject(base, ns, ns.get("reference", ns[base.name].fun))
+    draws = judge.references(subject, seed=n)
+    verdict = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+    assert verdict.right, f"the right {base.name} rule is not right: {verdict.detail}"
+    filename, mns = cell(case.mutation().apply(base.code), "heldout")
+    assert _same_code(mns[base.name].fun, ns[base.name].fun), f"{case.note} edits the primal"
+    rng = np.random.default_rng(500 + n)
+    args = base.args(rng)
+    mutants.append(Mutant(base, case.mutation(), filename, judge.Subject(base, mns, subject.reference),
+                          args, judge.cotangent(subject, args, rng), draws))
+  return mutants
+
+
 def _same_code(f, g) -> bool:
+  f, g = inspect.unwrap(f), inspect.unwrap(g)   # a jitted primal
   return f.__code__.co_code == g.__code__.co_code and f.__code__.co_consts == g.__code__.co_consts
 
 
@@ -131,14 +154,15 @@ def loss_of(m: Mutant, deep: int = 0):
   custom_vjp, args = m.subject.custom_vjp, m.args
   argnums = tuple(i for i, a in enumerate(args)
                   if i not in custom_vjp.nondiff_argnums and _floating(a))
+  call = m.subject.ns.get("use", custom_vjp)   # the rule in its context (scan, vmap), if given
 
   def loss(*a):
     *a, weights = a
     if deep:
       a[argnums[0]] = _prefixed(a[argnums[0]], deep)
-    out = custom_vjp(*a)
-    return sum((o * w).sum() for o, w in zip(jax.tree_util.tree_leaves(out),
-                                             jax.tree_util.tree_leaves(weights)))
+    out = call(*a)
+    return sum(jnp.real(o * w).sum() for o, w in zip(jax.tree_util.tree_leaves(out),
+                                                     jax.tree_util.tree_leaves(weights)))
   return loss, argnums
 
 
@@ -167,7 +191,7 @@ def equations(m: Mutant, deep: int) -> int:
 
 
 def _floating(tree) -> bool:
-  return all(jnp.issubdtype(jnp.result_type(leaf), jnp.floating)
+  return all(jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
              for leaf in jax.tree_util.tree_leaves(tree))
 
 
@@ -213,7 +237,7 @@ class AttachTimer:
     self.module.attach = self.inner
 
 
-def run(m: Mutant, thunk, hooked: bool, stderr: io.StringIO) -> Run:
+def run(m: Mutant, thunk, hooked: bool, stderr: io.StringIO, values: bool = False) -> Run:
   if hooked:
     vv.clear()
   timer = AttachTimer() if hooked else contextlib.nullcontext()
@@ -232,15 +256,34 @@ def run(m: Mutant, thunk, hooked: bool, stderr: io.StringIO) -> Run:
   if hooked:
     result.found = vv.diagnoses()
     result.attach, result.attach_calls = timer.seconds, timer.calls
+    if values and error is None and not result.found:
+      with contextlib.redirect_stderr(stderr):
+        result.found = list(gradcheck(m))
   return result
 
 
-def run_all(mutants: list[Mutant], deep: int = 0) -> tuple[list[Run], list[Run], str]:
-  """Hooked runs first (install clears JAX's caches), then plain ones (uninstall clears them again)."""
+def gradcheck(m: Mutant):
+  """``vv.gradcheck`` of the mutant's loss: how a well-typed wrong rule is found."""
+  loss, argnums = loss_of(m)
+
+  def of_differentiated(*d):   # the rest (static sizes and axes, integer labels) closed over
+    full = list(m.args)
+    for i, v in zip(argnums, d):
+      full[i] = v
+    return loss(*full, m.weights)
+  return vv.gradcheck(of_differentiated, *[m.args[i] for i in argnums])
+
+
+def run_all(mutants: list[Mutant], deep: int = 0, values: bool = False
+            ) -> tuple[list[Run], list[Run], str]:
+  """Hooked runs first (install clears JAX's caches), then plain ones (uninstall clears them again).
+
+  ``values``: a hooked grad that neither raises nor warns is then ``vv.gradcheck``ed.
+  """
   stderr = io.StringIO()
   vv.install()
   try:
-    hooked = [run(m, failing_grad(m, deep), True, stderr) for m in mutants]
+    hooked = [run(m, failing_grad(m, deep), True, stderr, values) for m in mutants]
   finally:
     vv.uninstall()
   plain = [run(m, failing_grad(m, deep), False, stderr) for m in mutants]
@@ -283,17 +326,18 @@ def summary(kept: list[Mutant]) -> dict:
   )
 
 
-def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: str, verbose: bool):
+def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: str, verbose: bool,
+           kinds: tuple[str, ...] = KINDS):
   kept = [m for m in mutants if m.kept]
-  print(f"corpus: {len(BASES)} correct rules (each equal to jax.vjp of its primal), "
-        f"{len(mutants)} mutants, {len(kept)} kept")
+  print(f"corpus: {len({m.base.code for m in mutants})} correct rules (each equal to jax.vjp of "
+        f"its reference), {len(mutants)} mutants, {len(kept)} kept")
   dropped_rule = sum(1 for m in mutants if m.plain.in_rule)
   dropped_silent = len(mutants) - len(kept) - dropped_rule
   print(f"  dropped: {dropped_rule} raise inside the rule's own code, "
         f"{dropped_silent} neither raise nor warn")
   print(f"\n{'kind':16s} {'kept':>4s} {'drop':>4s} {'first':>6s} {'top3':>6s} {'any':>6s} "
         f"{'zeros@1':>7s} {'nofix':>6s}")
-  for kind in KINDS:
+  for kind in kinds:
     group = [m for m in kept if m.mutation.kind == kind]
     dropped = sum(1 for m in mutants if m.mutation.kind == kind and not m.kept)
     s = summary(group)
@@ -313,6 +357,7 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
   print(f"Fix.exact claims:           {sum(1 for e, r in claims if e and r)} right, "
         f"{sum(1 for e, r in claims if e and not r)} wrong; "
         f"{sum(1 for e, r in claims if r and not e)} right fixes not marked exact")
+  verdicts(kept)
   altered = [m.label for m in kept if m.plain.error != m.hooked.error]
   print(f"user's error altered:       {len(altered)}{' ' + ', '.join(altered) if altered else ''}")
   internal = [l for l in stderr.splitlines() if l.startswith("vjpviz: could not")]
@@ -324,6 +369,24 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
     table(mutants)
     for line in sorted(set(internal)):
       print("  " + line)
+
+
+def verdicts(kept: list[Mutant]):
+  """vjpviz's own verdicts (Fix.verdict) against the benchmark's judge."""
+  pairs = [(m, f, v) for m in kept for f, v in zip(m.diagnosis.fixes if m.diagnosis else (),
+                                                    m.verdicts)]
+  wrong = [f"{m.label}: {f.title}" for m, f, v in pairs if f.verdict == "verified" and not v.right]
+  print(f"verified but wrong:         {len(wrong)}   (target 0){''.join(chr(10) + '  ' + w for w in wrong)}")
+  behind = [m.label for m in kept if m.verdicts and not m.verdicts[0].right
+            and any(v.right for v in m.verdicts[1:])]
+  print(f"a right fix behind a wrong first: {len(behind)}{' ' + ', '.join(behind) if behind else ''}")
+  unverifiable = [m for m in kept if m.diagnosis and m.diagnosis.fixes
+                  and m.diagnosis.fixes[0].verdict == "unverifiable"]
+  print(f"first fix unverifiable:     {pct(len(unverifiable), len(kept))}")
+  for m in unverifiable:
+    print(f"  {m.label}: {m.diagnosis.fixes[0].note[:150]}")
+  found = collections.Counter(m.diagnosis.kind if m.diagnosis else "-" for m in kept)
+  print(f"diagnoses:                  {dict(found)}")
 
 
 def timings(title: str, kept: list[Mutant]):
@@ -376,24 +439,27 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--verbose", action="store_true", help="a row per mutant")
   parser.add_argument("--no-deep", action="store_true", help="skip the ~4k-equation timings")
+  parser.add_argument("--held-out", action="store_true",
+                      help="the held-out corpus (fix_corpus/held_out.py; well-typed wrong rules "
+                      "found by vv.gradcheck), no deep timings")
   opts = parser.parse_args(argv)
   t0 = time.perf_counter()
-  mutants = build()
-  hooked, plain, stderr = run_all(mutants)
+  mutants = build_held_out() if opts.held_out else build()
+  hooked, plain, stderr = run_all(mutants, values=opts.held_out)
   for m, h, p in zip(mutants, hooked, plain):
     m.hooked, m.plain = h, p
   for m in mutants:
     if m.kept:
       m.verdicts = judge_fixes(m)
   deep, eqns = [], 0
-  if not opts.no_deep:
+  if not (opts.no_deep or opts.held_out):
     deep = deep_sample(mutants)
     eqns = equations(deep[0], DEEP_STEPS) if deep else 0
     hooked, plain, more = run_all(deep, DEEP_STEPS)
     stderr += more
     for m, h, p in zip(deep, hooked, plain):
       m.hooked, m.plain = h, p
-  report(mutants, deep, eqns, stderr, opts.verbose)
+  report(mutants, deep, eqns, stderr, opts.verbose, held_out.KINDS if opts.held_out else KINDS)
   print(f"\n({time.perf_counter() - t0:.0f} s; {provenance()}; jax {jax.__version__}, "
         f"{len(jax.devices())} host devices; load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores)")

@@ -27,7 +27,8 @@ from .rules import Base
 
 DRAWS = 3
 RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3,
-        np.dtype(jnp.bfloat16): 2e-2}
+        np.dtype(jnp.bfloat16): 2e-2,
+        np.dtype(np.complex64): 1e-5, np.dtype(np.complex128): 1e-9}
 
 _serial = itertools.count(1)
 
@@ -135,7 +136,9 @@ def vjp_at(fn, subject: Subject, args: tuple, ct):
       return fn(*full)
     out, f_vjp = jax.vjp(f, *differentiable_args)
     return out, f_vjp(ct)
-  differentiable_args = tuple(args[i] for i in positions)
+  # as JAX arrays: jax.vjp of a custom_vjp at numpy float32 arguments returns a bfloat16
+  # primal output as float32 (JAX 0.12), and then refuses the bfloat16 cotangent
+  differentiable_args = jax.tree_util.tree_map(jnp.asarray, tuple(args[i] for i in positions))
   if subject.base.specs is None:
     return run(differentiable_args, ct)
   in_specs, out_spec = specs(subject.base)
@@ -147,8 +150,12 @@ def vjp_at(fn, subject: Subject, args: tuple, ct):
 def cotangent(subject: Subject, args: tuple, rng):
   """A random output cotangent (global shapes) for the reference at ``args``."""
   out = output_types(subject, args)
-  return jax.tree_util.tree_map(
-      lambda a: rng.standard_normal(a.shape).astype(a.dtype), out)
+  def draw(a):
+    x = rng.standard_normal(a.shape)
+    if jnp.issubdtype(a.dtype, jnp.complexfloating):
+      x = x + 1j * rng.standard_normal(a.shape)
+    return x.astype(a.dtype)
+  return jax.tree_util.tree_map(draw, out)
 
 
 def output_types(subject: Subject, args: tuple):
@@ -180,7 +187,8 @@ def compare(got, want) -> tuple[tuple[bool, str] | None, bool]:
       return (False, f"leaf {i}: {g.dtype}{list(g.shape)} != {w.dtype}{list(w.shape)}"), zeros
     if w.dtype == jax.dtypes.float0 or not np.issubdtype(w.dtype, np.inexact):
       continue
-    g64, w64 = g.astype(np.float64), w.astype(np.float64)
+    wide = np.complex128 if np.iscomplexobj(w) or np.iscomplexobj(g) else np.float64
+    g64, w64 = g.astype(wide), w.astype(wide)
     zeros = zeros or (not g64.any() and w64.any())
     err = error(g64, w64, RTOL.get(w.dtype, 1e-5))
     if err > 1 and problem is None:

@@ -1,0 +1,755 @@
+"""A held-out corpus: wrong backward rules as people write them for real ops, each with its right rule.
+
+Written apart from ``rules.py`` (other ops, other formulations, other bugs) so that the
+fix search is measured on rules it was not tuned on. Each ``Case`` is the RIGHT cell
+(``fix_quality --held-out`` asserts it equals the reference's autodiff) and the edits
+that make it wrong, the way people get it wrong. The reference is the primal, unless
+the cell defines ``reference`` (a rule whose gradient differs from its primal's on
+purpose: a straight-through estimator, gradient reversal, a gradient stopped by choice);
+a cell may define ``use(*args)``, calling the rule in context (scan, vmap, jit), which
+the failing grad differentiates instead of the bare rule.
+
+``kind`` says how the rule is wrong; ``VALUE_KINDS`` are well-typed, wrong in value
+(JAX raises nothing: found only by ``vv.gradcheck`` as ``bwd_value``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+
+import numpy as np
+
+from .rules import Base, Mutation, normal, positive
+
+KINDS = ("transposed", "reduction", "dtype", "swapped", "missing_tuple", "extra_output",
+         "structure", "sign_scale", "wrong_axis", "scatter")
+VALUE_KINDS = ("sign_scale", "wrong_axis", "scatter")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  name: str
+  kind: str
+  note: str
+  right: str                        # the correct cell
+  wrong: tuple[tuple[str, str], ...]   # (old, new) edits making it wrong
+  args: Callable
+
+  def base(self) -> Base:
+    return Base(self.name, self.right, self.args, (self.mutation(),))
+
+  def mutation(self) -> Mutation:
+    return Mutation(self.kind, self.wrong, self.note)
+
+
+def c(name, kind, note, right, wrong, args) -> Case:
+  assert kind in KINDS, kind
+  wrong = (wrong,) if isinstance(wrong[0], str) else wrong
+  return Case(name, kind, note, right, tuple(wrong), args)
+
+
+def ints(rng, hi, *shape):
+  return rng.integers(0, hi, shape).astype(np.int32)
+
+
+def bf16(a):
+  import jax.numpy as jnp
+  return np.asarray(a).astype(jnp.bfloat16)
+
+
+LAYER_NORM_CH = """
+@jax.custom_vjp
+def ln_channels(x, gamma):
+  # normalise over the channel axis (1) of NCHW-like activations
+  mu = x.mean(1, keepdims=True)
+  xc = x - mu
+  rstd = 1. / jnp.sqrt((xc ** 2).mean(1, keepdims=True) + 1e-5)
+  return xc * rstd * gamma[None, :, None]
+
+def ln_fwd(x, gamma):
+  mu = x.mean(1, keepdims=True)
+  xc = x - mu
+  rstd = 1. / jnp.sqrt((xc ** 2).mean(1, keepdims=True) + 1e-5)
+  xhat = xc * rstd
+  return xhat * gamma[None, :, None], (xhat, rstd, gamma)
+
+def ln_bwd(res, dy):
+  xhat, rstd, gamma = res
+  dxhat = dy * gamma[None, :, None]
+  dx = rstd * (dxhat - dxhat.mean(1, keepdims=True)
+               - xhat * (dxhat * xhat).mean(1, keepdims=True))
+  dgamma = (dy * xhat).sum(axis=(0, 2))
+  return dx, dgamma
+
+ln_channels.defvjp(ln_fwd, ln_bwd)
+"""
+
+RMS_BF16 = """
+@jax.custom_vjp
+def rms_norm(x, w):
+  # bf16 activations, f32 weight, statistics in f32
+  x32 = x.astype(jnp.float32)
+  r = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+  return (x32 * r * w).astype(x.dtype)
+
+def rms_fwd(x, w):
+  x32 = x.astype(jnp.float32)
+  r = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+  return (x32 * r * w).astype(x.dtype), (x32, r, w)
+
+def rms_bwd(res, dy):
+  x32, r, w = res
+  dy = dy.astype(jnp.float32)
+  dw = jnp.sum(dy * x32 * r, axis=(0, 1))
+  dxn = dy * w
+  dx = r * dxn - x32 * r ** 3 * jnp.mean(dxn * x32, axis=-1, keepdims=True)
+  return dx.astype(jnp.bfloat16), dw
+
+rms_norm.defvjp(rms_fwd, rms_bwd)
+"""
+
+XENT_INT = """
+@jax.custom_vjp
+def xent(logits, labels):
+  logp = jax.nn.log_softmax(logits)
+  return -jnp.take_along_axis(logp, labels[:, None], axis=1)[:, 0]
+
+def xent_fwd(logits, labels):
+  logp = jax.nn.log_softmax(logits)
+  loss = -jnp.take_along_axis(logp, labels[:, None], axis=1)[:, 0]
+  return loss, (jnp.exp(logp), labels)
+
+def xent_bwd(res, g):
+  probs, labels = res
+  onehot = jax.nn.one_hot(labels, probs.shape[-1], dtype=probs.dtype)
+  dlogits = g[:, None] * (probs - onehot)
+  return dlogits, None
+
+xent.defvjp(xent_fwd, xent_bwd)
+"""
+
+LSE = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def lse(x, axis):
+  return jax.nn.logsumexp(x, axis=axis)
+
+def lse_fwd(x, axis):
+  out = jax.nn.logsumexp(x, axis=axis)
+  return out, (x, out)
+
+def lse_bwd(axis, res, g):
+  x, out = res
+  p = jnp.exp(x - jnp.expand_dims(out, axis))
+  return (jnp.expand_dims(g, axis) * p,)
+
+lse.defvjp(lse_fwd, lse_bwd)
+"""
+
+SCORES = """
+@jax.custom_vjp
+def scores(q, k):
+  # multi-head self-attention logits: (B, H, T, D) x (B, H, T, D) -> (B, H, T, T)
+  return jnp.einsum('bhtd,bhsd->bhts', q, k) / jnp.sqrt(q.shape[-1])
+
+def scores_fwd(q, k):
+  return scores(q, k), (q, k)
+
+def scores_bwd(res, g):
+  q, k = res
+  scale = 1. / jnp.sqrt(q.shape[-1])
+  dq = jnp.einsum('bhts,bhsd->bhtd', g, k) * scale
+  dk = jnp.einsum('bhts,bhtd->bhsd', g, q) * scale
+  return dq, dk
+
+scores.defvjp(scores_fwd, scores_bwd)
+"""
+
+EMBED = """
+@jax.custom_vjp
+def lookup(table, ids):
+  return jnp.take(table, ids, axis=0)
+
+def lookup_fwd(table, ids):
+  return jnp.take(table, ids, axis=0), (ids, table.shape[0])
+
+def lookup_bwd(res, g):
+  ids, vocab = res
+  dtable = jax.ops.segment_sum(g.reshape(-1, g.shape[-1]), ids.reshape(-1), num_segments=vocab)
+  return dtable, None
+
+lookup.defvjp(lookup_fwd, lookup_bwd)
+"""
+
+GATHER = """
+@jax.custom_vjp
+def pick(x, idx):
+  # per-row gather: out[n, k] = x[n, idx[n, k]]
+  return jnp.take_along_axis(x, idx, axis=1)
+
+def pick_fwd(x, idx):
+  return pick(x, idx), (idx, x.shape)
+
+def pick_bwd(res, g):
+  idx, shape = res
+  rows = jnp.arange(shape[0])[:, None]
+  return jnp.zeros(shape, g.dtype).at[rows, idx].add(g), None
+
+pick.defvjp(pick_fwd, pick_bwd)
+"""
+
+SEGSUM = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def seg_sum(data, seg, num):
+  return jax.ops.segment_sum(data, seg, num_segments=num)
+
+def seg_fwd(data, seg, num):
+  return seg_sum(data, seg, num), seg
+
+def seg_bwd(num, seg, g):
+  return g[seg], None
+
+seg_sum.defvjp(seg_fwd, seg_bwd)
+"""
+
+CLIP = """
+@jax.custom_vjp
+def hardtanh(x):
+  return jnp.clip(x, -1., 1.)
+
+def hardtanh_fwd(x):
+  return hardtanh(x), jnp.abs(x) <= 1.
+
+def hardtanh_bwd(inside, g):
+  return (jnp.where(inside, g, 0.),)
+
+hardtanh.defvjp(hardtanh_fwd, hardtanh_bwd)
+"""
+
+STE_ROUND = """
+@jax.custom_vjp
+def quantize(x):
+  # straight-through estimator: round forward, identity backward
+  return jnp.round(x * 4.) / 4.
+
+def reference(x):
+  return x + jax.lax.stop_gradient(jnp.round(x * 4.) / 4. - x)
+
+def quantize_fwd(x):
+  return quantize(x), None
+
+def quantize_bwd(_, g):
+  return (g,)
+
+quantize.defvjp(quantize_fwd, quantize_bwd)
+"""
+
+GRAD_REVERSE = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def grad_reverse(x, lam):
+  return x
+
+def reference(x, lam):
+  return jax.lax.stop_gradient((1. + lam) * x) - lam * x
+
+def grad_reverse_fwd(x, lam):
+  return x, None
+
+def grad_reverse_bwd(lam, _, g):
+  return (-lam * g,)
+
+grad_reverse.defvjp(grad_reverse_fwd, grad_reverse_bwd)
+"""
+
+CABS2 = """
+@jax.custom_vjp
+def power(z):
+  # |z|^2 of a complex signal: real output, complex input
+  return (z * jnp.conj(z)).real
+
+def power_fwd(z):
+  return power(z), z
+
+def power_bwd(z, g):
+  return (2. * g * jnp.conj(z),)
+
+power.defvjp(power_fwd, power_bwd)
+"""
+
+CMUL = """
+@jax.custom_vjp
+def phase_shift(z, theta):
+  # rotate a complex signal by a real phase per channel
+  return z * jnp.exp(1j * theta)
+
+def phase_shift_fwd(z, theta):
+  rot = jnp.exp(1j * theta)
+  return z * rot, (z, rot)
+
+def phase_shift_bwd(res, g):
+  z, rot = res
+  dz = g * rot
+  dtheta = jnp.sum((1j * g * z * rot).real, axis=0)
+  return dz, dtheta
+
+phase_shift.defvjp(phase_shift_fwd, phase_shift_bwd)
+"""
+
+BMM = """
+@jax.custom_vjp
+def proj(x, w):
+  # (B, T, K) @ (K, N): the weight broadcast over batch and time
+  return x @ w
+
+def proj_fwd(x, w):
+  return x @ w, (x, w)
+
+def proj_bwd(res, g):
+  x, w = res
+  dx = g @ w.T
+  dw = jnp.einsum('btk,btn->kn', x, g)
+  return dx, dw
+
+proj.defvjp(proj_fwd, proj_bwd)
+"""
+
+BMM_BCAST = """
+@jax.custom_vjp
+def bmm(a, b):
+  # (G, 1, M, K) @ (1, H, K, N) -> (G, H, M, N)
+  return jnp.matmul(a, b)
+
+def bmm_fwd(a, b):
+  return jnp.matmul(a, b), (a, b)
+
+def bmm_bwd(res, g):
+  a, b = res
+  da = (g @ jnp.swapaxes(b, -1, -2)).sum(1, keepdims=True)
+  db = (jnp.swapaxes(a, -1, -2) @ g).sum(0, keepdims=True)
+  return da, db
+
+bmm.defvjp(bmm_fwd, bmm_bwd)
+"""
+
+RNN = """
+@jax.custom_vjp
+def rnn_cell(h, x, W):
+  return jnp.tanh(h @ W + x)
+
+def rnn_fwd(h, x, W):
+  y = jnp.tanh(h @ W + x)
+  return y, (h, W, y)
+
+def rnn_bwd(res, dy):
+  h, W, y = res
+  dz = dy * (1. - y ** 2)
+  return dz @ W.T, dz, h.T @ dz
+
+rnn_cell.defvjp(rnn_fwd, rnn_bwd)
+
+def use(h, x, W):
+  def step(c, _):
+    c = rnn_cell(c, x, W)
+    return c, None
+  return jax.lax.scan(step, h, None, length=3)[0]
+"""
+
+JITTED = """
+@jax.custom_vjp
+@jax.jit
+def softsign(x):
+  return x / (1. + jnp.abs(x))
+
+@jax.jit
+def softsign_fwd(x):
+  return softsign(x), x
+
+def softsign_bwd(x, g):
+  return (g / (1. + jnp.abs(x)) ** 2,)
+
+softsign.defvjp(softsign_fwd, softsign_bwd)
+"""
+
+DICT_MLP = """
+@jax.custom_vjp
+def dense_relu(p, x):
+  return jax.nn.relu(x @ p['kernel'] + p['bias'])
+
+def dense_relu_fwd(p, x):
+  y = dense_relu(p, x)
+  return y, (p['kernel'], x, y > 0)
+
+def dense_relu_bwd(res, g):
+  kernel, x, active = res
+  dz = g * active
+  return {'kernel': x.T @ dz, 'bias': dz.sum(0)}, dz @ kernel.T
+
+dense_relu.defvjp(dense_relu_fwd, dense_relu_bwd)
+"""
+
+DATACLASS = """
+from fix_corpus.held_out import Affine
+
+@jax.custom_vjp
+def affine(p, x):
+  return x * p.scale + p.shift
+
+def affine_fwd(p, x):
+  return affine(p, x), (p.scale, x)
+
+def affine_bwd(res, g):
+  scale, x = res
+  return Affine(scale=(g * x).sum(0), shift=g.sum(0)), g * scale
+
+affine.defvjp(affine_fwd, affine_bwd)
+"""
+
+TUPLE_ARG = """
+@jax.custom_vjp
+def bilinear(pair, W):
+  u, v = pair
+  return jnp.einsum('bi,ij,bj->b', u, W, v)
+
+def bilinear_fwd(pair, W):
+  return bilinear(pair, W), (pair, W)
+
+def bilinear_bwd(res, g):
+  (u, v), W = res
+  du = g[:, None] * (v @ W.T)
+  dv = g[:, None] * (u @ W)
+  dW = jnp.einsum('b,bi,bj->ij', g, u, v)
+  return (du, dv), dW
+
+bilinear.defvjp(bilinear_fwd, bilinear_bwd)
+"""
+
+NORMALIZE_AXIS = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def center(x, axis):
+  return x - x.mean(axis, keepdims=True)
+
+def center_fwd(x, axis):
+  return center(x, axis), None
+
+def center_bwd(axis, _, g):
+  return (g - g.mean(axis, keepdims=True),)
+
+center.defvjp(center_fwd, center_bwd)
+"""
+
+STOP_SCALE = """
+@jax.custom_vjp
+def temper(x, t):
+  # the temperature is a schedule: no gradient flows into it, by choice
+  return x / t
+
+def reference(x, t):
+  return x / jax.lax.stop_gradient(t)
+
+def temper_fwd(x, t):
+  return x / t, t
+
+def temper_bwd(t, g):
+  return g / t, None
+
+temper.defvjp(temper_fwd, temper_bwd)
+"""
+
+BF16_MATMUL = """
+@jax.custom_vjp
+def mp_dense(x, w):
+  # mixed precision: f32 master weight, bf16 compute
+  return x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)
+
+def mp_dense_fwd(x, w):
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  return xb @ wb, (xb, wb)
+
+def mp_dense_bwd(res, g):
+  xb, wb = res
+  dx = (g @ wb.T).astype(jnp.float32)
+  dw = (xb.T @ g).astype(jnp.float32)
+  return dx, dw
+
+mp_dense.defvjp(mp_dense_fwd, mp_dense_bwd)
+"""
+
+FP16_GELU = """
+@jax.custom_vjp
+def gelu16(x):
+  x32 = x.astype(jnp.float32)
+  return (x32 * jax.nn.sigmoid(1.702 * x32)).astype(jnp.float16)
+
+def gelu16_fwd(x):
+  return gelu16(x), x
+
+def gelu16_bwd(x, g):
+  x32 = x.astype(jnp.float32)
+  s = jax.nn.sigmoid(1.702 * x32)
+  d = s + 1.702 * x32 * s * (1. - s)
+  return ((g.astype(jnp.float32) * d).astype(jnp.float16),)
+
+gelu16.defvjp(gelu16_fwd, gelu16_bwd)
+"""
+
+SOFTMAX = """
+@jax.custom_vjp
+def softmax(x):
+  e = jnp.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+def softmax_fwd(x):
+  y = softmax(x)
+  return y, y
+
+def softmax_bwd(y, g):
+  return (y * (g - (g * y).sum(-1, keepdims=True)),)
+
+softmax.defvjp(softmax_fwd, softmax_bwd)
+"""
+
+HUBER = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def huber(pred, target, delta):
+  r = pred - target
+  return jnp.where(jnp.abs(r) <= delta, 0.5 * r ** 2, delta * (jnp.abs(r) - 0.5 * delta))
+
+def huber_fwd(pred, target, delta):
+  return huber(pred, target, delta), pred - target
+
+def huber_bwd(delta, r, g):
+  d = g * jnp.clip(r, -delta, delta)
+  return d, -d
+
+huber.defvjp(huber_fwd, huber_bwd)
+"""
+
+VMAPPED = """
+@jax.custom_vjp
+def sq_dist(a, b):
+  # one example's squared distance; vmapped over the batch
+  return jnp.sum((a - b) ** 2)
+
+def sq_dist_fwd(a, b):
+  return sq_dist(a, b), a - b
+
+def sq_dist_bwd(d, g):
+  return 2. * g * d, -2. * g * d
+
+sq_dist.defvjp(sq_dist_fwd, sq_dist_bwd)
+
+def use(a, b):
+  return jax.vmap(sq_dist, in_axes=(0, None))(a[None], b)[0]
+"""
+
+COSINE = """
+@jax.custom_vjp
+def cosine(a, b):
+  na = jnp.linalg.norm(a, axis=-1, keepdims=True)
+  nb = jnp.linalg.norm(b, axis=-1, keepdims=True)
+  return ((a / na) * (b / nb)).sum(-1)
+
+def cosine_fwd(a, b):
+  na = jnp.linalg.norm(a, axis=-1, keepdims=True)
+  nb = jnp.linalg.norm(b, axis=-1, keepdims=True)
+  ah, bh = a / na, b / nb
+  cos = (ah * bh).sum(-1, keepdims=True)
+  return cos[..., 0], (ah, bh, na, nb, cos)
+
+def cosine_bwd(res, g):
+  ah, bh, na, nb, cos = res
+  g = g[..., None]
+  da = g * (bh - cos * ah) / na
+  db = g * (ah - cos * bh) / nb
+  return da, db
+
+cosine.defvjp(cosine_fwd, cosine_bwd)
+"""
+
+GLU = """
+@jax.custom_vjp
+def glu(x):
+  a, b = jnp.split(x, 2, axis=-1)
+  return a * jax.nn.sigmoid(b)
+
+def glu_fwd(x):
+  a, b = jnp.split(x, 2, axis=-1)
+  s = jax.nn.sigmoid(b)
+  return a * s, (a, s)
+
+def glu_bwd(res, g):
+  a, s = res
+  da = g * s
+  db = g * a * s * (1. - s)
+  return (jnp.concatenate([da, db], axis=-1),)
+
+glu.defvjp(glu_fwd, glu_bwd)
+"""
+
+POOL = """
+@jax.custom_vjp
+def mean_pool(x, lengths):
+  # mean over the valid prefix of each sequence: x (B, T, D), lengths (B,) int
+  mask = jnp.arange(x.shape[1])[None, :] < lengths[:, None]
+  return (x * mask[..., None]).sum(1) / lengths[:, None]
+
+def mean_pool_fwd(x, lengths):
+  mask = jnp.arange(x.shape[1])[None, :] < lengths[:, None]
+  return mean_pool(x, lengths), (mask, lengths)
+
+def mean_pool_bwd(res, g):
+  mask, lengths = res
+  dx = (g / lengths[:, None])[:, None, :] * mask[..., None]
+  return dx, None
+
+mean_pool.defvjp(mean_pool_fwd, mean_pool_bwd)
+"""
+
+CASES = (
+    c("ln_channels", "reduction", "gamma's gradient summed over the batch axis only",
+      LAYER_NORM_CH, ("dgamma = (dy * xhat).sum(axis=(0, 2))", "dgamma = (dy * xhat).sum(0)"),
+      lambda r: (normal(r, 2, 5, 3), positive(r, 5))),
+    c("ln_channels", "sign_scale", "the projection term's sign flipped",
+      LAYER_NORM_CH, ("- xhat * (dxhat * xhat)", "+ xhat * (dxhat * xhat)"),
+      lambda r: (normal(r, 2, 5, 3), positive(r, 5))),
+    c("rms_norm", "swapped", "returns (dw, dx)",
+      RMS_BF16, ("return dx.astype(jnp.bfloat16), dw", "return dw, dx.astype(jnp.bfloat16)"),
+      lambda r: (bf16(normal(r, 2, 3, 6)), positive(r, 6))),
+    c("rms_norm", "dtype", "dx left in float32 for a bfloat16 input",
+      RMS_BF16, ("return dx.astype(jnp.bfloat16), dw", "return dx, dw"),
+      lambda r: (bf16(normal(r, 2, 3, 6)), positive(r, 6))),
+    c("xent", "missing_tuple", "no entry for the integer labels",
+      XENT_INT, ("return dlogits, None", "return dlogits"),
+      lambda r: (normal(r, 4, 7), ints(r, 7, 4))),
+    c("xent", "sign_scale", "the upstream cotangent forgotten",
+      XENT_INT, ("dlogits = g[:, None] * (probs - onehot)", "dlogits = probs - onehot"),
+      lambda r: (normal(r, 4, 7), ints(r, 7, 4))),
+    c("xent", "dtype", "an int32 zero cotangent for the labels",
+      XENT_INT, ("return dlogits, None", "return dlogits, jnp.zeros_like(labels)"),
+      lambda r: (normal(r, 4, 7), ints(r, 7, 4))),
+    c("lse", "wrong_axis", "the softmax taken over axis 0, not the reduced axis",
+      LSE, ("p = jnp.exp(x - jnp.expand_dims(out, axis))",
+            "p = jax.nn.softmax(x, axis=0)"),
+      lambda r: (normal(r, 5, 5), 1)),
+    c("lse", "extra_output", "a cotangent for the static axis too",
+      LSE, ("return (jnp.expand_dims(g, axis) * p,)", "return (jnp.expand_dims(g, axis) * p, None)"),
+      lambda r: (normal(r, 3, 6), 1)),
+    c("scores", "transposed", "dk from g, not g's transpose (square in T)",
+      SCORES, ("dk = jnp.einsum('bhts,bhtd->bhsd', g, q) * scale",
+               "dk = jnp.einsum('bhst,bhtd->bhsd', g, q) * scale"),
+      lambda r: (normal(r, 2, 3, 5, 4), normal(r, 2, 3, 5, 4))),
+    c("scores", "sign_scale", "dq without the 1/sqrt(d) scale",
+      SCORES, ("dq = jnp.einsum('bhts,bhsd->bhtd', g, k) * scale",
+               "dq = jnp.einsum('bhts,bhsd->bhtd', g, k)"),
+      lambda r: (normal(r, 2, 3, 5, 4), normal(r, 2, 3, 5, 4))),
+    c("lookup", "scatter", "duplicate ids overwrite instead of accumulate",
+      EMBED, ("dtable = jax.ops.segment_sum(g.reshape(-1, g.shape[-1]), ids.reshape(-1), "
+              "num_segments=vocab)",
+              "dtable = jnp.zeros((vocab, g.shape[-1]), g.dtype).at[ids.reshape(-1)].set("
+              "g.reshape(-1, g.shape[-1]))"),
+      lambda r: (normal(r, 6, 3), ints(r, 6, 2, 5))),
+    c("lookup", "reduction", "the output cotangent returned as the table's",
+      EMBED, ("return dtable, None", "return g.sum(0), None"),
+      lambda r: (normal(r, 6, 3), ints(r, 6, 2, 5))),
+    c("pick", "scatter", "gathered cotangent not scattered back",
+      GATHER, ("return jnp.zeros(shape, g.dtype).at[rows, idx].add(g), None", "return g, None"),
+      lambda r: (normal(r, 4, 7), ints(r, 7, 4, 3))),
+    c("seg_sum", "scatter", "segment cotangent not gathered back",
+      SEGSUM, ("return g[seg], None", "return g, None"),
+      lambda r: (normal(r, 8, 3), np.sort(ints(r, 5, 8)), 5)),
+    c("seg_sum", "extra_output", "a cotangent for the static num_segments",
+      SEGSUM, ("return g[seg], None", "return g[seg], None, None"),
+      lambda r: (normal(r, 8, 3), np.sort(ints(r, 5, 8)), 5)),
+    c("hardtanh", "sign_scale", "the gradient clipped instead of masked",
+      CLIP, ("return (jnp.where(inside, g, 0.),)", "return (jnp.clip(g, -1., 1.),)"),
+      lambda r: (2 * normal(r, 3, 5),)),
+    c("quantize", "transposed", "straight-through gradient transposed",
+      STE_ROUND, ("return (g,)", "return (g.T,)"),
+      lambda r: (normal(r, 3, 5),)),
+    c("grad_reverse", "extra_output", "a cotangent for the static lambda too",
+      GRAD_REVERSE, ("return (-lam * g,)", "return (-lam * g, None)"),
+      lambda r: (normal(r, 4, 3), 0.5)),
+    c("power", "sign_scale", "the conjugate forgotten",
+      CABS2, ("return (2. * g * jnp.conj(z),)", "return (2. * g * z,)"),
+      lambda r: ((normal(r, 6) + 1j * normal(r, 6)).astype(np.complex64),)),
+    c("phase_shift", "dtype", "dtheta left complex",
+      CMUL, ("dtheta = jnp.sum((1j * g * z * rot).real, axis=0)",
+                "dtheta = jnp.sum(1j * g * z * rot, axis=0)"),
+      lambda r: ((normal(r, 4, 3) + 1j * normal(r, 4, 3)).astype(np.complex64), normal(r, 3))),
+    c("proj", "reduction", "dw per batch element, not summed",
+      BMM, ("dw = jnp.einsum('btk,btn->kn', x, g)", "dw = jnp.swapaxes(x, -1, -2) @ g"),
+      lambda r: (normal(r, 2, 3, 4), normal(r, 4, 5))),
+    c("bmm", "reduction", "the broadcast axis summed without keepdims",
+      BMM_BCAST, ("db = (jnp.swapaxes(a, -1, -2) @ g).sum(0, keepdims=True)",
+                  "db = (jnp.swapaxes(a, -1, -2) @ g).sum(0)"),
+      lambda r: (normal(r, 2, 1, 3, 4), normal(r, 1, 5, 4, 6))),
+    c("rnn_cell", "transposed", "dW = dz.T @ h (square, so well-typed)",
+      RNN, ("h.T @ dz", "dz.T @ h"),
+      lambda r: (normal(r, 2, 4), normal(r, 2, 4), 0.5 * normal(r, 4, 4))),
+    c("rnn_cell", "swapped", "dh and dW returned in each other's place",
+      RNN, ("return dz @ W.T, dz, h.T @ dz", "return h.T @ dz, dz, dz @ W.T"),
+      lambda r: (normal(r, 3, 4), normal(r, 3, 4), 0.5 * normal(r, 4, 4))),
+    c("softsign", "missing_tuple", "a bare array from a jitted primal's rule",
+      JITTED, ("return (g / (1. + jnp.abs(x)) ** 2,)", "return g / (1. + jnp.abs(x)) ** 2"),
+      lambda r: (normal(r, 3, 4),)),
+    c("dense_relu", "structure", "the params cotangent as a tuple, not the dict",
+      DICT_MLP, ("return {'kernel': x.T @ dz, 'bias': dz.sum(0)}, dz @ kernel.T",
+                 "return (x.T @ dz, dz.sum(0)), dz @ kernel.T"),
+      lambda r: ({"kernel": normal(r, 5, 3), "bias": normal(r, 3)}, normal(r, 4, 5))),
+    c("dense_relu", "transposed", "the kernel's gradient transposed",
+      DICT_MLP, ("'kernel': x.T @ dz", "'kernel': dz.T @ x"),
+      lambda r: ({"kernel": normal(r, 5, 3), "bias": normal(r, 3)}, normal(r, 4, 5))),
+    c("affine", "reduction", "the shift's gradient not summed over the batch",
+      DATACLASS, ("shift=g.sum(0)", "shift=g"),
+      lambda r: (_affine(r), normal(r, 4, 3))),
+    c("bilinear", "swapped", "du and dv returned in each other's place",
+      TUPLE_ARG, ("return (du, dv), dW", "return (dv, du), dW"),
+      lambda r: ((normal(r, 4, 3), normal(r, 4, 5)), normal(r, 3, 5))),
+    c("center", "wrong_axis", "the mean taken over axis 0 whatever the axis",
+      NORMALIZE_AXIS, ("g.mean(axis, keepdims=True)", "g.mean(0, keepdims=True)"),
+      lambda r: (normal(r, 4, 6), 1)),
+    c("temper", "transposed", "x's cotangent transposed (t's None by choice)",
+      STOP_SCALE, ("return g / t, None", "return (g / t).T, None"),
+      lambda r: (normal(r, 3, 5), positive(r, 1))),
+    c("mp_dense", "dtype", "dw left bfloat16 for a float32 master weight",
+      BF16_MATMUL, ("dw = (xb.T @ g).astype(jnp.float32)", "dw = xb.T @ g"),
+      lambda r: (normal(r, 4, 6), normal(r, 6, 3))),
+    c("gelu16", "dtype", "the cotangent left float32 for a float16 input",
+      FP16_GELU, ("return ((g.astype(jnp.float32) * d).astype(jnp.float16),)",
+                  "return (g.astype(jnp.float32) * d,)"),
+      lambda r: (normal(r, 3, 4).astype(np.float16),)),
+    c("softmax", "wrong_axis", "the inner sum over every axis, not the softmax axis",
+      SOFTMAX, ("(g * y).sum(-1, keepdims=True)", "(g * y).sum()"),
+      lambda r: (normal(r, 3, 5),)),
+    c("huber", "swapped", "d returned for target and -d for pred",
+      HUBER, ("return d, -d", "return -d, d"),
+      lambda r: (normal(r, 4, 3), normal(r, 4, 3), 1.0)),
+    c("sq_dist", "sign_scale", "the factor 2 forgotten on b",
+      VMAPPED, ("-2. * g * d", "-g * d"),
+      lambda r: (normal(r, 5), normal(r, 5))),
+    c("cosine", "missing_tuple", "only a's cotangent returned",
+      COSINE, ("return da, db", "return da"),
+      lambda r: (normal(r, 3, 4), normal(r, 3, 4))),
+    c("glu", "structure", "the two halves returned separately",
+      GLU, ("return (jnp.concatenate([da, db], axis=-1),)", "return (da, db)"),
+      lambda r: (normal(r, 3, 8),)),
+    c("mean_pool", "reduction", "the pooled cotangent not broadcast back over time",
+      POOL, ("dx = (g / lengths[:, None])[:, None, :] * mask[..., None]",
+             "dx = g / lengths[:, None]"),
+      lambda r: (normal(r, 3, 5, 4), r.integers(1, 6, 3).astype(np.int32))),
+)
+
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["scale", "shift"], meta_fields=[])
+@dataclasses.dataclass
+class Affine:
+  """A parameter dataclass (the cells import it: every cell must see the same class)."""
+  scale: jax.Array
+  shift: jax.Array
+
+
+def _affine(rng):
+  return Affine(normal(rng, 3), normal(rng, 3))
