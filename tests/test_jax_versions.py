@@ -222,24 +222,40 @@ def test_grad_diagnosis_has_the_users_function_and_its_graph():
   assert len(inputs) == 1 and inputs[0].startswith("x") and d.node is not None, (inputs, d.node)
 
 
-def test_uninstall_restores_every_hook_point_by_identity():
+def hook_owners() -> list[dict]:
+  """Every attribute of the objects vjpviz hooks (by identity), and the process's own hooks."""
   from jax._src import api, custom_derivatives as cd
   from jax._src.interpreters import ad
   owners = [api, jax, ad, cd, cd.custom_vjp, getattr(ad, "fancy_transposes", {}),
             ad.primitive_linearizations]
-  before = [dict(vars(o)) if not isinstance(o, dict) else dict(o) for o in owners]
+  tools = getattr(sys, "monitoring", None)
+  return [dict(vars(o)) if not isinstance(o, dict) else dict(o) for o in owners] + [
+      {"excepthook": sys.excepthook, **{f"monitoring tool {i}": tools.get_tool(i)
+                                       for i in range(6) if tools}}]
+
+
+def assert_same_objects(before: list[dict], after: list[dict]):
+  for b, a in zip(before, after, strict=True):
+    changed = [k for k in b.keys() | a.keys() if k not in a or k not in b or a[k] is not b[k]]
+    assert changed == [], changed
+
+
+def test_uninstall_restores_every_hook_point_by_identity():
+  before = hook_owners()
   vv.install()
   wrapped, _ = runtime.hook_points()
   vv.uninstall()
-  after = [dict(vars(o)) if not isinstance(o, dict) else dict(o) for o in owners]
   assert wrapped
-  for b, a in zip(before, after):
-    assert b.keys() == a.keys() and all(a[k] is b[k] for k in b)
+  assert_same_objects(before, hook_owners())
 
 
-def test_load_ext_says_in_one_line_what_this_jax_gets(capsys):
+def test_load_ext_says_in_one_line_what_this_jax_gets_and_unload_leaves_nothing(capsys):
   from IPython.core.interactiveshell import InteractiveShell
   ip = InteractiveShell.instance()
+  state = lambda: (hook_owners(), list(ip.events.callbacks["post_run_cell"]),
+                   {kind: set(m) for kind, m in ip.magics_manager.magics.items()},
+                   dict(ip.display_formatter.mimebundle_formatter.type_printers))
+  plain = state()
   ip.run_line_magic("load_ext", "vjpviz")
   try:
     caps = claimed()
@@ -248,11 +264,14 @@ def test_load_ext_says_in_one_line_what_this_jax_gets(capsys):
     status = capsys.readouterr().out
   finally:
     ip.run_line_magic("unload_ext", "vjpviz")
+    unloaded = state()
     InteractiveShell.clear_instance()   # else later installs take this process for IPython
   assert caps.line() in status.splitlines()
   if caps.missing or not caps.tested:
     (line,) = err.splitlines()
     assert line.startswith(caps.line()) and all(k in line for k in caps.missing)
+  assert_same_objects(plain[0], unloaded[0])
+  assert plain[1:] == unloaded[1:] and not vv.installed()
 
 
 def test_pip_installing_vjpviz_here_leaves_jax_as_it_is(tmp_path):
