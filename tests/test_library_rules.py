@@ -211,6 +211,38 @@ def test_flax_linen_rule_inputs_are_spelled_as_the_user_types_them(hook):
   assert _inputs(d) == ["p['params']['Dense_0']['bias']", "p['params']['Dense_0']['kernel']"]
 
 
+class LiftedRule(nn.Module):
+  """An nn.custom_vjp under a lifted transform: JAX traces the fwd of the custom_vjp flax
+  made for the call only after that call returned."""
+  lift: str
+  inner: nn.Module
+
+  @nn.compact
+  def __call__(self, x):
+    if self.lift == "remat":
+      return nn.remat(lambda mdl, x: mdl(x))(self.inner, x)
+    step = lambda mdl, c, _: (mdl(c), None)
+    return nn.scan(step, variable_axes={"params": 0}, split_rngs={"params": True},
+                   length=2)(self.inner, x, None)[0]
+
+
+@pytest.mark.parametrize("lift, inner, kind", [
+    ("remat", TransposedDense(), "bwd_type"),
+    ("scan", Dense3(drop_input_grad=True), "bwd_structure")])
+def test_flax_linen_rule_under_nn_remat_and_nn_scan_is_the_users_rule(hook, lift, inner, kind):
+  x = jnp.ones((2, 3))
+  model = LiftedRule(lift, inner)
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
+  assert (d.kind, d.function, d.rule) == (kind, "dense", "dense_bwd")
+  _in_this_file(d.rule_source)
+  _in_this_file(d.call_site)
+  assert d.fixes and all("def dense_bwd" in f.code for f in d.fixes)
+  if kind == "bwd_type":
+    assert d.argument == "x" and d.fixes[0].verdict == "verified"
+    assert vv.verify_fix(d, GOOD_DENSE_BWD) == []
+
+
 class LiftedGrad(nn.Module):
   """A lifted nn.grad over a module with a broken rule: flax's own jax.vjp inside."""
 

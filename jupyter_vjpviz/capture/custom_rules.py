@@ -165,10 +165,18 @@ _clones: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def instrumented(cvjp):
-  """The instrumented clone of ``cvjp``, cached so JAX's trace caches still hit."""
+  """The instrumented clone of ``cvjp``, cached so JAX's trace caches still hit.
+
+  The session holds ``cvjp`` from here: JAX may run the fwd only after the call that
+  made a per-call rule returned (``jax.checkpoint`` and ``lax.scan`` trace it lazily,
+  flax linen's ``nn.remat``/``nn.scan`` of an ``nn.custom_vjp``), and the clone's fwd
+  holds it weakly."""
   fwd, bwd = cvjp.fwd, cvjp.bwd
   if fwd is None or bwd is None or option(cvjp, "remat_rules") is not None:
     return cvjp
+  session = records.current_session()
+  if session is not None:
+    session.held[id(cvjp)] = cvjp
   key = (fwd, bwd, option(cvjp, "with_logs"), option(cvjp, "with_accums"),
          cvjp.symbolic_zeros, cvjp.nondiff_argnums)
   cached = _clones.get(cvjp)
