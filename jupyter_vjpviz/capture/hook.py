@@ -26,14 +26,17 @@ _lock = threading.Lock()
 _excluded = False
 
 
-def install(sink: entry_points.Sink) -> None:
+def install(sink: entry_points.Sink, announce: bool = False) -> None:
+  """Hook JAX. What this JAX gets is said in one line when something is missing (on
+  stderr), or always when ``announce`` (``%load_ext``: the user asked, and should see
+  that it took)."""
   with _lock:
     if not _patches.active:
-      _install(sink)
+      _install(sink, announce)
       jax.clear_caches()
 
 
-def _install(sink: entry_points.Sink) -> None:
+def _install(sink: entry_points.Sink, announce: bool) -> None:
   global _excluded
   if not _excluded:
     # Our wrapper frames must look like JAX's own: hidden from filtered
@@ -51,6 +54,8 @@ def _install(sink: entry_points.Sink) -> None:
   if not caps.tested or caps.missing or _patches.skipped:
     print(f"{caps.line()}; {len(_patches.skipped)} hook points skipped (%vjpviz says why).",
           file=sys.stderr)
+  elif announce:
+    print(f"{caps.line()}.")
 
 
 def uninstall() -> None:

@@ -34,7 +34,7 @@ _delivered: collections.OrderedDict = collections.OrderedDict()
 
 
 def load(ip) -> None:
-  safely(runtime.install)
+  safely(runtime.install, True)
   runtime.add_listener(_queue)
   runtime.add_listener(_fixes_judged, with_fixes=True)
   ip.events.register("post_run_cell", _show)

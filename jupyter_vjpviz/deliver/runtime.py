@@ -38,8 +38,8 @@ decorators: list = []                # f(diagnosis, session) -> diagnosis, befor
                                      # (%vjpviz values on puts the backward pass's values on it)
 
 
-def install() -> None:
-  hook.install(_on_session)
+def install(announce: bool = False) -> None:
+  hook.install(_on_session, announce)
 
 
 def uninstall() -> None:
@@ -120,7 +120,7 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   if not found:
     return
   if collector is not None:
-    found = [_with_fixes(d) for d in found]
+    found = [with_fixes(d) for d in found]
     if exc is not None:
       _mark(exc, found)
     collector.extend(found)
@@ -130,7 +130,7 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   else:
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
   _publish(found, exc, _listeners)   # the diagnosis first, then its fixes
-  _publish([_with_fixes(d) for d in found], exc, _fixes_listeners)
+  _publish([with_fixes(d) for d in found], exc, _fixes_listeners)
 
 
 def _decorated(d: Diagnosis, session: Session) -> Diagnosis:
@@ -197,5 +197,5 @@ def _mark(exc: BaseException, found: list[Diagnosis]) -> None:
   exc.__vjpviz__ = found
 
 
-def _with_fixes(d: Diagnosis) -> Diagnosis:
+def with_fixes(d: Diagnosis) -> Diagnosis:
   return safety.safely(suggest.attach, d, default=d)
