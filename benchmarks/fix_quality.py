@@ -132,7 +132,8 @@ def build_held_out() -> list[Mutant]:
     filename, mns = cell(case.mutation().apply(base.code), "heldout")
     assert _same_code(mns[base.name].fun, ns[base.name].fun), f"{case.note} edits the primal"
     rng = np.random.default_rng(500 + n)
-    args = base.args(rng)
+    args = jax.tree_util.tree_map(  # as users pass them (see judge.vjp_at on numpy arguments)
+        lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a, base.args(rng))
     mutants.append(Mutant(base, case.mutation(), filename, judge.Subject(base, mns, subject.reference),
                           args, judge.cotangent(subject, args, rng), draws))
   return mutants

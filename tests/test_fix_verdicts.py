@@ -426,3 +426,111 @@ def test_a_wrong_fix_of_such_a_rule_is_found_wrong_by_value():
   off = d.fixes[0].code.replace("(jnp.cos(x) * w * g),", "(2 * jnp.cos(x) * w * g),")
   assert off != d.fixes[0].code
   assert [(p.kind, p.path) for p in vv.verify_fix(d, off)] == [("bwd_value", "[0]")]
+
+
+SWISH_SIGN = """
+@jax.custom_vjp
+def swish(x):
+  return x * jax.nn.sigmoid(x)
+def swish_fwd(x):
+  s = jax.nn.sigmoid(x)
+  return x * s, (x, s)
+def swish_bwd(res, g):
+  x, s = res
+  return (g * (s - x * s * (1. - s)),)   # wrong sign: well-typed, JAX raises nothing
+swish.defvjp(swish_fwd, swish_bwd)
+def loss(x): return jnp.sin(swish(x)).sum()
+"""
+
+
+def test_a_gradcheck_warning_comes_with_a_verified_fix_equal_to_the_primals_derivative():
+  """Before: a bwd_value warning had no fixes at all (they were attached to the hook's
+  diagnoses only), and the primal fallback was written for type and structure errors only."""
+  ns = cell(SWISH_SIGN)
+  (d,) = vv.gradcheck(ns["loss"], X)
+  assert d.kind == "bwd_value" and d.fixes, d
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "by differentiating swish" in first.title
+  assert vv.apply_fix(d, first.code).applied
+  np.testing.assert_allclose(jax.grad(ns["loss"])(X),
+                             jax.grad(lambda x: jnp.sin(x * jax.nn.sigmoid(x)).sum())(X), rtol=1e-5)
+
+
+ROW_DOT = """
+@jax.custom_vjp
+def row_dot(a, b):
+  return (a * b).sum(-1)
+def row_dot_fwd(a, b):
+  return row_dot(a, b), (a, b)
+def row_dot_bwd(res, g):
+  a, b = res
+  g = g[..., None]          # the body rebinds its cotangent
+  return g * b              # b's cotangent forgotten: a bare array for two arguments
+row_dot.defvjp(row_dot_fwd, row_dot_bwd)
+def loss(a, b): return jnp.sin(row_dot(a, b)).sum()
+"""
+
+
+def test_the_primal_fallback_differentiates_with_the_cotangent_the_rule_was_given():
+  """Before: no fix at all; the fallback's pullback read ``g`` after the body rebound it
+  (``g[..., None]``), so it was ill-typed and dropped."""
+  ns = cell(ROW_DOT)
+  d = diagnosis(ns["loss"], X, X + 1.)
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "g_in = g" in first.code, [(f.title, f.verdict) for f in d.fixes]
+  assert vv.apply_fix(d, first.code).applied
+  got = jax.grad(ns["loss"], argnums=(0, 1))(X, X + 1.)
+  want = jax.grad(lambda a, b: jnp.sin((a * b).sum(-1)).sum(), argnums=(0, 1))(X, X + 1.)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+TEMPER = """
+@jax.custom_vjp
+def temper(x, t):
+  return x / t
+def temper_fwd(x, t):
+  return x / t, t
+def temper_bwd(t, g):
+  return (g / t).T, None    # t: no gradient, by choice (a schedule)
+temper.defvjp(temper_fwd, temper_bwd)
+def loss(x, t): return jnp.sin(temper(x, t)).sum()
+"""
+
+
+def test_no_fix_that_gives_a_gradient_where_the_rule_returns_none_is_verified():
+  """Before: 'Compute every cotangent by differentiating temper' was verified: it gave ``t``
+  the primal's gradient, which the rule leaves None on purpose."""
+  d = diagnosis(cell(TEMPER)["loss"], X, jnp.full((1,), 2.))
+  verified = [f for f in d.fixes if f.verdict == "verified"]
+  assert verified and all("return" in f.code and "None" in f.code.split("return")[-1]
+                          for f in verified), [(f.title, f.code) for f in verified]
+  assert all("`t`" in f.note for f in verified)
+  filling = [f for f in d.fixes if "gradient for `t`" in f.title]
+  assert all(f.verdict == "type-only" and "None" in f.note for f in filling)
+
+
+REVERSE = """
+import functools
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def reverse(x, lam):
+  return x
+def reverse_fwd(x, lam):
+  return x, None
+def reverse_bwd(lam, _, g):
+  return (-lam * g, None)   # a cotangent for the nondiff lam too
+reverse.defvjp(reverse_fwd, reverse_bwd)
+def loss(x): return jnp.sin(reverse(x, .5)).sum()
+"""
+
+
+def test_a_marked_surrogate_that_cannot_run_as_written_gets_no_fix_verified_by_the_primal():
+  """Before: its own values could not be computed, so the primal judged it, and
+  differentiating the primal (the identity's gradient, not the reversal) was verified first."""
+  ns = cell(REVERSE)
+  vv.surrogate(ns["reverse"])
+  d = diagnosis(ns["loss"], X)
+  assert not any(f.verdict == "verified" for f in d.fixes), [(f.title, f.verdict) for f in d.fixes]
+  primal = [f for f in d.fixes if "differentiating reverse" in f.title]
+  assert primal and all(f.verdict == "type-only" for f in primal)
+  assert "-lam * g" in d.fixes[0].code and d.fixes[0].verdict == "unverifiable"

@@ -247,6 +247,9 @@ quantize.defvjp(quantize_fwd, quantize_bwd)
 """
 
 GRAD_REVERSE = """
+import jupyter_vjpviz as vv
+
+@vv.surrogate   # reversed on purpose, marked as the README asks
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def grad_reverse(x, lam):
   return x

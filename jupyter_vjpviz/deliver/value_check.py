@@ -170,8 +170,8 @@ def _diagnosed(group: list) -> list[Diagnosis]:
   leaves = {key(rec): tuple(l for l in v.leaves if l.judged and not l.ok) for _, rec, v in group}
   found = safety.safely(diagnose, Session("vjp", origin, [rec for _, rec, _ in group]), None,
                          default=[])
-  return [dataclasses.replace(d, leaf_errors=leaves[key(d)],
-                              graph=mark_values(d.graph, d.node, d.site, leaves[key(d)]))
+  return [runtime.with_fixes(dataclasses.replace(
+      d, leaf_errors=leaves[key(d)], graph=mark_values(d.graph, d.node, d.site, leaves[key(d)])))
           for d in found]
 
 

@@ -18,7 +18,7 @@ import ast
 import jax
 
 from ..analysis.diagnosis import Fix
-from ..base import kinds
+from ..base import kinds, trees
 from ..capture.custom_rules import ct_aval
 from . import dtypes, source, verify
 from .source import RuleSource
@@ -51,7 +51,7 @@ def fallback(rule, whole: bool) -> Fix | None:
   """Every return gives the ill-typed arguments' cotangents (all of them, if ``whole`` or
   for a structure error) by differentiating the primal; None where it cannot be written."""
   d, user_rules = rule.d, rule.user_rules
-  if (not kinds.of(d.kind).has_reference or user_rules.symbolic_zeros
+  if (not kinds.of(d.kind).rewrites_returns or user_rules.symbolic_zeros
       or getattr(user_rules, "with_accums", False)):
     return None
   fwd = source.of_role(user_rules, "fwd")
@@ -65,7 +65,13 @@ def fallback(rule, whole: bool) -> Fix | None:
   keys = rule.keys
   whole = whole or kinds.of(d.kind).structural or not keys or not isinstance(keys[0], int) or any(
       source.element(ret.value, [keys[0]]) is None for ret in rule.src.returns())
-  targets = list(range(n_differentiable)) if whole else _ill_typed(rule, n_differentiable, keys[0])
+  chosen = _left_none(rule, n_differentiable)
+  if whole and chosen and all(source.element(ret.value, [k]) is not None
+                              for ret in rule.src.returns() for k in range(n_differentiable)):
+    # every argument but those the rule leaves without a gradient by choice (None)
+    whole, targets = False, [k for k in range(n_differentiable) if k not in chosen]
+  else:
+    targets = list(range(n_differentiable)) if whole else _wrong(rule, n_differentiable, keys[0])
   whole = whole or len(targets) == n_differentiable   # every argument ill-typed: one fix, not two
   reach = saved_args(rule, fwd)
   missing = [k for k in range(n_differentiable) if k not in reach]
@@ -78,9 +84,13 @@ def fallback(rule, whole: bool) -> Fix | None:
     new_fwd, unpacking, names = saved
     reach.update(names)
     unpack = [unpacking]
-    if not isinstance(first, ast.Return):
-      edits.append(rule.src.before(first, unpack))
-  lines, results = _pullback(rule, fwd, name, reach, targets, whole)
+  ct = rule.src.params[n_nondiff + 1]
+  if _stored(rule.src, ct):   # the body rebinds its cotangent (``g = g[..., None]``): keep it
+    unpack.append(f"{dtypes.unused(ct + '_in', rule.src)} = {ct}")
+    ct = unpack[-1].split(" = ")[0]
+  if unpack and not isinstance(first, ast.Return):
+    edits.append(rule.src.before(first, unpack))
+  lines, results = _pullback(rule, fwd, name, reach, targets, whole, ct)
   for ret in rule.src.returns():
     at = [ret.value] if whole else [source.element(ret.value, [k]) for k in targets]
     if None in at:
@@ -98,7 +108,13 @@ def fallback(rule, whole: bool) -> Fix | None:
              f"forward pass of {d.function} in the backward pass{saving}", exact=True)
 
 
-def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool):
+def _stored(src: RuleSource, name: str) -> bool:
+  """Whether the rule's body assigns ``name``."""
+  return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == name
+             for n in ast.walk(src.node))
+
+
+def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool, ct: str):
   """The lines computing the cotangent(s), and the expressions that then hold them."""
   ns = verify.namespace(rule.user_rules)
   jax_name = next((k for k, v in ns.items() if v is jax), None)
@@ -121,13 +137,31 @@ def _pullback(rule, fwd, name: str, reach: dict, targets: list[int], whole: bool
   call = primal if whole and not nondiff else \
       f"lambda {', '.join(params[k] for k in targets)}: {primal}({', '.join(args)})"
   pullback = dtypes.unused("pullback", rule.src)
-  ct = rule.src.params[n_nondiff + 1]
   lines = prefix + [f"_, {pullback} = {jax_name}.vjp({call}, "
                     f"{', '.join(reach[k] for k in targets)})"]
   if whole:
     return lines, [f"{pullback}({ct})"]
   outs = [dtypes.unused(f"d{differentiable[k]}", rule.src) for k in targets]
   return lines + [f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {pullback}({ct})"], outs
+
+
+def _left_none(rule, n_differentiable: int) -> set[int]:
+  """The arguments the user's rule returns None for (no gradient, by choice)."""
+  none = verify.left_none(rule.d)
+  slices = trees.arg_slices(rule.d.site.in_tree)
+  return {k for k in range(n_differentiable)
+          if slices[k].stop > slices[k].start and set(range(slices[k].start, slices[k].stop)) <= none}
+
+
+def _wrong(rule, n_differentiable: int, failing: int) -> list[int]:
+  """The arguments whose cotangents the rule gets wrong: in value, those the oracle found
+  differing (every leaf of the finding); else those of the wrong type."""
+  if not rule.d.leaf_errors or kinds.of(rule.d.kind).wrong != kinds.VALUE:
+    return _ill_typed(rule, n_differentiable, failing)
+  slices = trees.arg_slices(rule.d.site.in_tree)
+  bad = {l.index for l in rule.d.leaf_errors}
+  return [k for k, sl in enumerate(slices[:n_differentiable])
+          if k == failing or bad & set(range(sl.start, sl.stop))]
 
 
 def _ill_typed(rule, n_differentiable: int, failing: int) -> list[int]:

@@ -82,18 +82,33 @@ class Judge:
       return _unverifiable(fix, _mesh_only(site, e)) if _mesh_only(site, e) else None
     return None if problems else (fwd, bwd)
 
-  def valued(self, fix: Fix, fwd, bwd) -> Fix | None:
-    """A well-typed ``fix`` with the oracle's verdict on its values."""
+  def valued(self, fix: Fix, fwd, bwd, reserved: bool = False) -> Fix | None:
+    """A well-typed ``fix`` with the oracle's verdict on its values (``reserved``: the
+    fallback, judged within a second budget, as it is right whenever the primal is)."""
     if self.oracle is None:
       return _unverifiable(fix, self.why_not)
-    if time.monotonic() > self.deadline:
+    if time.monotonic() > self.deadline + (BUDGET if reserved else 0):
       return _unverifiable(fix, f"type-checked; not judged by value: the {BUDGET:g} s for "
                            "judging fixes ran out")
     edited = verify.clone(self.rule.user_rules, fwd, bwd)
     own = self.rule_values if self.surrogate else None   # else only when needed
     if own is not None:
       return self._against_surrogate(fix, edited, own)
+    if self.surrogate:   # its values are the reference, and the rule cannot run as written
+      if reserved:
+        return dataclasses.replace(
+            fix, title=f"{fix.title} (type-only: changes your surrogate's values)", exact=False,
+            verdict=TYPE_ONLY, note="it differentiates the primal, but the rule is marked "
+            "vjpviz.surrogate (its gradient differs from the primal's on purpose)")
+      return _unverifiable(fix, "the rule is marked vjpviz.surrogate, so its own values are "
+                           "the reference, and it cannot be run as written to compute them")
     verdict = verify.value_verdict(self.rule.d.site, edited, self.oracle)
+    filled = verify.fills_none(verdict, self.left_none)
+    if filled and verdict.status == oracle.RIGHT:
+      breaks = (f"it gives {', '.join(filled)} a gradient where your rule returns None (no "
+                "gradient, by choice); equal to the primal's derivative otherwise")
+      return dataclasses.replace(fix, title=f"{fix.title} (type-only: gradient for {', '.join(filled)})",
+                                 exact=False, verdict=TYPE_ONLY, note=breaks)
     judged = _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
     if judged is not None and judged.verdict == TYPE_ONLY:
       own = self.rule_values
@@ -174,7 +189,7 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
                      key=lambda t: (not t[1].exact, t[2], t[0]))
   ranked = []
   for n, fix, tier, rules in likeliest:
-    judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules)
+    judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules, reserved=tier == 1)
     if judged is not None:
       ranked.append(((_ORDER[judged.verdict], tier, not fix.exact, n), judged))
   return [fix for _, fix in sorted(ranked, key=lambda r: r[0])]

@@ -145,6 +145,13 @@ def as_written(verdict: oracle.Verdict, none_leaves: frozenset) -> oracle.Verdic
              "without a gradient (None), as your rule does")
 
 
+def fills_none(verdict: oracle.Verdict, none_leaves: frozenset) -> list[str]:
+  """The leaves the user's rule leaves None (no gradient, by choice) that a candidate
+  gives a gradient: equal to the primal's derivative there, but not the rule as meant."""
+  return [f"`{l.name}`" for l in verdict.leaves if l.index in none_leaves and not l.got_zero
+          and not l.reference_zero]
+
+
 def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
   """A well-typed rule whose cotangents are not the primal's derivative, as a Diagnosis."""
   bad = [l for l in verdict.leaves if l.judged and not l.ok]
