@@ -69,3 +69,34 @@ def test_a_rule_wrong_alike_in_every_layer_is_one_warning_that_says_how_many(hoo
   else:
     assert found[0].instance.endswith(f" and {layers - 1} more"), found[0].instance
     assert f" and {layers - 1} more" in found[0].headline
+
+
+def make_affine(broken):
+  @jax.custom_vjp
+  def affine(x, w):
+    return x @ w
+
+  def affine_bwd(res, g):
+    x, w = res
+    return g @ w.T, (x.T @ g).T if broken else x.T @ g
+  affine.defvjp(lambda x, w: (affine(x, w), (x, w)), affine_bwd)
+  return affine
+
+
+def test_the_failing_layer_is_found_among_layers_of_other_widths_made_in_the_loss(hook):
+  """Made in the loss, in a loop over layers whose widths differ: the failing one is the
+  fourth application at its call site, though only the second shares its types."""
+  widths = [3, 4, 5, 4, 5, 2]
+  ws = [jnp.ones((a, b)) / a for a, b in zip(widths[:-1], widths[1:])]
+
+  def model(ws, x):
+    for i, w in enumerate(ws):
+      x = make_affine(broken=i == 3)(x, w)
+    return x.sum()
+  with pytest.raises(ValueError):
+    jax.grad(model)(ws, jnp.ones((6, 3)))
+  d = vv.last()
+  assert (d.kind, d.argument) == ("bwd_type", "w")
+  assert d.instance in ("ws[3]", "affine call 4 of 5"), d.instance
+  affines = [n.id for n in d.graph.nodes if n.custom and n.function == "affine"]
+  assert d.node == affines[3]

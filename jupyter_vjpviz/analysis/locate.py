@@ -35,15 +35,20 @@ def _custom_node(graph: Graph, rec: Record) -> str | None:
     candidates = [n for n in custom if n.call_site == site.call_site]
   avals = tuple(a.str_short() for a in site.in_avals)
   for narrow in (lambda n: n.call_site == site.call_site,
-                 lambda n: n.name_stack == site.name_stack,
-                 lambda n: n.in_avals[len(n.in_avals) - len(avals):] == avals):
+                 lambda n: n.name_stack == site.name_stack):
     narrowed = [n for n in candidates if narrow(n)]
     if narrowed:
       candidates = narrowed
   if not candidates:
     return None
-  k = (site.occurrence or 1) - 1
-  return candidates[k].id if k < len(candidates) else candidates[0].id
+  # The occurrence counts applications at this call site and name stack, whatever their
+  # types (layers of one loop that differ in width); the types only confirm it, where the
+  # graph shows them as the rule saw them (not inside a vmap).
+  typed = [n for n in candidates if n.in_avals[len(n.in_avals) - len(avals):] == avals]
+  k = (site.occurrence or 0) - 1
+  if 0 <= k < len(candidates) and (candidates[k] in typed or not typed):
+    return candidates[k].id
+  return (typed or candidates)[0].id
 
 
 def named_as_site(graph: Graph, node_id: str | None, site) -> Graph:
