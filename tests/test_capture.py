@@ -85,6 +85,14 @@ def test_bwd_structure(path, bad_bwd, n_args):
   assert d.expected == str(jax.tree_util.tree_structure(tuple(args)))
 
 
+@pytest.mark.parametrize("transform", [lambda f: f, jax.vmap, jax.jit])
+def test_a_bare_cotangent_is_named_by_its_type_not_jaxs_tracer_class(path, transform):
+  f = custom(lambda x: jnp.sin(x), lambda res, g: g * jnp.cos(res[0]))
+  raises(lambda: jax.grad(lambda x: transform(f)(x).sum())(jnp.ones((2, 3))))
+  d = only("bwd_structure")
+  assert "returned a bare float32[" in d.detail and "Tracer" not in d.detail, d.detail
+
+
 def test_bwd_structure_missing_dict_key(path):
   f = custom(lambda p: p["a"] * p["b"], lambda res, g: ({"a": g},))
   raises(lambda: jax.grad(lambda p: f(p).sum())({"a": jnp.ones(3), "b": jnp.ones(3)}))

@@ -482,7 +482,7 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
     cts = tuple(cts)
   if not isinstance(cts, tuple) or len(cts) != n_args:
     what = (f"a tuple of length {len(cts)}" if isinstance(cts, (tuple, list))
-            else f"a bare {type(cts).__name__}, not a tuple")
+            else f"a bare {_what(cts)}, not a tuple")
     return [Record(kind="bwd_structure", severity=ERROR, path="",
                    expected=site.in_structure, got=_structure(cts), leaves=compared(site, cts),
                    detail=f"{site.rule} returned {what}; {site.function} takes "
@@ -650,6 +650,14 @@ def _without_arrays(x):
 def shape_struct(aval):
   """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with."""
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _what(x) -> str:
+  """An array or tracer by its type as the user reads it (not JAX's tracer class)."""
+  try:
+    return core.typeof(x).str_short()
+  except TypeError:
+    return type(x).__name__
 
 
 def _structure(x) -> str:
