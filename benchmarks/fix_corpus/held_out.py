@@ -610,6 +610,187 @@ def mean_pool_bwd(res, g):
 mean_pool.defvjp(mean_pool_fwd, mean_pool_bwd)
 """
 
+INSTANCE_NORM = """
+@jax.custom_vjp
+def inorm(x):
+  # per-example, per-channel normalisation over time: x (B, T, C)
+  mu = x.mean(1, keepdims=True)
+  return (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5)
+
+def inorm_fwd(x):
+  mu = x.mean(1, keepdims=True)
+  rstd = 1. / jnp.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5)
+  y = (x - mu) * rstd
+  return y, (y, rstd)
+
+def inorm_bwd(res, g):
+  y, rstd = res
+  return (rstd * (g - g.mean(1, keepdims=True) - y * (g * y).mean(1, keepdims=True)),)
+
+inorm.defvjp(inorm_fwd, inorm_bwd)
+"""
+
+NLL = """
+@jax.custom_vjp
+def nll(logp, labels):
+  return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+
+def nll_fwd(logp, labels):
+  return nll(logp, labels), (labels, logp.shape[-1])
+
+def nll_bwd(res, g):
+  labels, n = res
+  return -g[..., None] * jax.nn.one_hot(labels, n), None
+
+nll.defvjp(nll_fwd, nll_bwd)
+"""
+
+OUTER = """
+@jax.custom_vjp
+def outer(u, v):
+  return u[:, None] * v[None, :]
+
+def outer_fwd(u, v):
+  return outer(u, v), (u, v)
+
+def outer_bwd(res, g):
+  u, v = res
+  return g @ v, u @ g
+
+outer.defvjp(outer_fwd, outer_bwd)
+"""
+
+ROTARY = """
+def rotate_half(x):
+  a, b = jnp.split(x, 2, axis=-1)
+  return jnp.concatenate([-b, a], axis=-1)
+
+def unrotate_half(y):
+  a, b = jnp.split(y, 2, axis=-1)
+  return jnp.concatenate([b, -a], axis=-1)
+
+@jax.custom_vjp
+def rope(x, cos, sin):
+  return x * cos + rotate_half(x) * sin
+
+def reference(x, cos, sin):
+  return rope.fun(x, jax.lax.stop_gradient(cos), jax.lax.stop_gradient(sin))
+
+def rope_fwd(x, cos, sin):
+  return rope(x, cos, sin), (cos, sin)
+
+def rope_bwd(res, g):
+  cos, sin = res
+  return g * cos + unrotate_half(g * sin), None, None   # the tables are fixed
+
+rope.defvjp(rope_fwd, rope_bwd)
+"""
+
+DICT_SUM = """
+@jax.custom_vjp
+def mix(feats, w):
+  # a weighted sum of named feature maps
+  return w[0] * feats['audio'] + w[1] * feats['video']
+
+def mix_fwd(feats, w):
+  return mix(feats, w), (feats, w)
+
+def mix_bwd(res, g):
+  feats, w = res
+  dfeats = {'audio': w[0] * g, 'video': w[1] * g}
+  dw = jnp.stack([(g * feats['audio']).sum(), (g * feats['video']).sum()])
+  return dfeats, dw
+
+mix.defvjp(mix_fwd, mix_bwd)
+"""
+
+DIAG = """
+@jax.custom_vjp
+def diag_part(a):
+  return jnp.diagonal(a, axis1=-2, axis2=-1)
+
+def diag_fwd(a):
+  return diag_part(a), a.shape[-1]
+
+def diag_bwd(n, g):
+  return (g[..., None] * jnp.eye(n, dtype=g.dtype),)
+
+diag_part.defvjp(diag_fwd, diag_bwd)
+"""
+
+FP16_SCALE = """
+@jax.custom_vjp
+def layer_scale(x, gamma):
+  # fp16 activations, fp32 per-channel scale
+  return (x.astype(jnp.float32) * gamma).astype(jnp.float16)
+
+def layer_scale_fwd(x, gamma):
+  return layer_scale(x, gamma), (x, gamma)
+
+def layer_scale_bwd(res, g):
+  x, gamma = res
+  g32 = g.astype(jnp.float32)
+  dx = (g32 * gamma).astype(jnp.float16)
+  dgamma = (g32 * x.astype(jnp.float32)).sum(0)
+  return dx, dgamma
+
+layer_scale.defvjp(layer_scale_fwd, layer_scale_bwd)
+"""
+
+POLAR = """
+@jax.custom_vjp
+def polar(r, theta):
+  return r * jnp.exp(1j * theta)
+
+def polar_fwd(r, theta):
+  rot = jnp.exp(1j * theta)
+  return r * rot, (r, rot)
+
+def polar_bwd(res, g):
+  r, rot = res
+  dr = (g * rot).real
+  dtheta = (1j * g * r * rot).real
+  return dr, dtheta
+
+polar.defvjp(polar_fwd, polar_bwd)
+"""
+
+SHARED_W = """
+@jax.custom_vjp
+def heads(x, w):
+  # one input, a weight per head: (T, K) @ (H, K, N) -> (H, T, N)
+  return x @ w
+
+def heads_fwd(x, w):
+  return x @ w, (x, w)
+
+def heads_bwd(res, g):
+  x, w = res
+  dx = (g @ jnp.swapaxes(w, -1, -2)).sum(0)
+  dw = x.T @ g
+  return dx, dw
+
+heads.defvjp(heads_fwd, heads_bwd)
+"""
+
+MASKED_SOFTMAX = """
+@jax.custom_vjp
+def masked_softmax(x, mask):
+  x = jnp.where(mask, x, -1e9)
+  e = jnp.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+def masked_softmax_fwd(x, mask):
+  y = masked_softmax(x, mask)
+  return y, y
+
+def masked_softmax_bwd(y, g):
+  return y * (g - (g * y).sum(-1, keepdims=True)), None
+
+masked_softmax.defvjp(masked_softmax_fwd, masked_softmax_bwd)
+"""
+
+
 CASES = (
     c("ln_channels", "reduction", "gamma's gradient summed over the batch axis only",
       LAYER_NORM_CH, ("dgamma = (dy * xhat).sum(axis=(0, 2))", "dgamma = (dy * xhat).sum(0)"),
@@ -742,6 +923,42 @@ CASES = (
       POOL, ("dx = (g / lengths[:, None])[:, None, :] * mask[..., None]",
              "dx = g / lengths[:, None]"),
       lambda r: (normal(r, 3, 5, 4), r.integers(1, 6, 3).astype(np.int32))),
+    # Written after 49276f4 (the fixes the cases above led to), measured once before any
+    # further change: how those fixes generalise.
+    c("inorm", "sign_scale", "the mean of g forgotten",
+      INSTANCE_NORM, ("g - g.mean(1, keepdims=True) - y", "g - y"),
+      lambda r: (normal(r, 2, 6, 3),)),
+    c("nll", "sign_scale", "the minus sign dropped",
+      NLL, ("return -g[..., None] * jax.nn.one_hot(labels, n), None",
+            "return g[..., None] * jax.nn.one_hot(labels, n), None"),
+      lambda r: (normal(r, 3, 4, 5), ints(r, 5, 3, 4))),
+    c("outer", "transposed", "v's cotangent through g, not its transpose (square)",
+      OUTER, ("u @ g", "g @ u"),
+      lambda r: (normal(r, 4), normal(r, 4))),
+    c("rope", "sign_scale", "the rotation applied forwards in the backward pass",
+      ROTARY, ("unrotate_half(g * sin)", "rotate_half(g * sin)"),
+      lambda r: (normal(r, 5, 6), normal(r, 5, 6), normal(r, 5, 6))),
+    c("mix", "structure", "the audio entry missing",
+      DICT_SUM, ("dfeats = {'audio': w[0] * g, 'video': w[1] * g}",
+                 "dfeats = {'video': w[1] * g}"),
+      lambda r: ({"audio": normal(r, 3, 4), "video": normal(r, 3, 4)}, normal(r, 2))),
+    c("diag_part", "reduction", "summed over the batch of matrices",
+      DIAG, ("(g[..., None] * jnp.eye(n, dtype=g.dtype),)",
+             "((g[..., None] * jnp.eye(n, dtype=g.dtype)).sum(0),)"),
+      lambda r: (normal(r, 2, 4, 4),)),
+    c("layer_scale", "dtype", "dx left float32 for a float16 input",
+      FP16_SCALE, ("dx = (g32 * gamma).astype(jnp.float16)", "dx = g32 * gamma"),
+      lambda r: (normal(r, 3, 4).astype(np.float16), positive(r, 4))),
+    c("polar", "sign_scale", "the rotation conjugated",
+      POLAR, ("dr = (g * rot).real", "dr = (g * jnp.conj(rot)).real"),
+      lambda r: (positive(r, 5), normal(r, 5))),
+    c("heads", "reduction", "dx not summed over the heads",
+      SHARED_W, ("dx = (g @ jnp.swapaxes(w, -1, -2)).sum(0)", "dx = g @ jnp.swapaxes(w, -1, -2)"),
+      lambda r: (normal(r, 3, 4), normal(r, 2, 4, 5))),
+    c("masked_softmax", "missing_tuple", "no entry for the mask",
+      MASKED_SOFTMAX, ("return y * (g - (g * y).sum(-1, keepdims=True)), None",
+                       "return y * (g - (g * y).sum(-1, keepdims=True))"),
+      lambda r: (normal(r, 3, 5), r.uniform(size=(3, 5)) < 0.7)),
 )
 
 
