@@ -15,6 +15,7 @@ directory of copies (``--dir``, for files patched to import on the installed JAX
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import shlex
@@ -120,7 +121,8 @@ def main():
     print(f"no snapshot of jax-ml/jax at {args.mirror} (fetch it, or pass --dir)")
     return
   where = prepare(args.mirror, args.dir, sorted({s[0] for s in runs}))
-  print(f"{'file (selection)':64s} {'tests':>6s} {'same':>6s} {'differ':>6s}  wall hooked/plain")
+  print(f"{'file (selection)':64s} {'tests':>6s} {'same':>6s} {'differ':>6s} {'lines':>6s}"
+        "  wall hooked/plain   (lines: vjpviz's own could-not lines)")
   for pytest_args in runs:
     ratios, plain, hooked, ours = [], {}, {}, []
     for r in range(args.rounds):
@@ -130,8 +132,11 @@ def main():
     outcome, message = compare(plain, hooked)
     tests = len(set(plain) | set(hooked))
     print(f"{' '.join(pytest_args)[:64]:64s} {tests:6d} {tests - len(outcome):6d} {len(outcome):6d}"
-          f"  {statistics.median(ratios):.3f} (median of {len(ratios)}; last "
+          f" {len(ours):6d}"
+          f"  {statistics.median(ratios):.3f} (median of {', '.join(f'{r:.3f}' for r in ratios)}; last "
           f"{t_plain:.0f} s plain, {t_hooked:.0f} s hooked)")
+    tally = collections.Counter(o for o, _ in plain.values())
+    print("  plain outcomes: " + ", ".join(f"{n} {o}" for o, n in sorted(tally.items())))
     for test, a, b in outcome:
       print(f"  outcome differs: {test}: plain {a[0]} {a[1][:80]!r}; hooked {b[0]} {b[1][:80]!r}")
     for test, a, b in message:
