@@ -135,13 +135,16 @@ def test_a_rule_on_the_data_is_named_by_its_parameters(hook):
   assert d.instance == "model.layers[0]"
 
 
-def test_nnx_scan_over_layers_fails_in_every_iteration(hook):
+@pytest.mark.parametrize("block", [NBlock, RematBlock])
+def test_nnx_scan_over_layers_fails_in_every_iteration(hook, block):
+  """With an nnx.remat method, nnx hands the user's loss copies of the state it
+  differentiates: the graph is still the user's call, traced again."""
   class Stack(nnx.Module):
     def __init__(self, rngs):
       @nnx.split_rngs(splits=N)
       @nnx.vmap(in_axes=(0,), out_axes=0)
       def make(rngs):
-        return NBlock(True, rngs)
+        return block(True, rngs)
       self.blocks = make(rngs)
 
     def __call__(self, x):

@@ -151,11 +151,26 @@ def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None
     elif _holds_tracer(x):
       return None
     leaves.append(x)
-  if position and not differentiated:   # the call saw another trace's values (a jit's in between):
-    return None              # the VJP's own function, re-traced, says more
+  if position and not differentiated:
+    differentiated = _copies_of_primals(flat, primals)
+    if not differentiated:   # the call saw another trace's values (a jit's in between):
+      return None            # the VJP's own function, re-traced, says more
   return Origin(fun=fun, leaves=tuple(leaves), tree=tree,
                 differentiated_leaves=tuple(differentiated[k] for k in sorted(differentiated)),
                 name=names.function_name(fun), source=names.function_source(fun))
+
+
+def _copies_of_primals(flat: list, primals: tuple) -> dict:
+  """{primal index: leaf index} when the call's differentiated arrays (tracers carrying a
+  primal) are none of the VJP's primals but copies of them, all, in order and of their
+  types (flax nnx hands a loss whose model has an ``nnx.remat`` method copies of its
+  state); else {}."""
+  pl = jax.tree_util.tree_leaves(primals)
+  traced = [j for j, x in enumerate(flat) if isinstance(getattr(x, "primal", None), jax.Array)]
+  if len(traced) != len(pl) or any(core.typeof(flat[j].primal) != core.typeof(p)
+                                   for j, p in zip(traced, pl)):
+    return {}
+  return dict(enumerate(traced))
 
 
 def relabelled(origin: Origin, spelled: dict, primals: tuple) -> Origin | None:
