@@ -386,6 +386,10 @@ def verdicts(kept: list[Mutant]):
   print(f"first fix unverifiable:     {pct(len(unverifiable), len(kept))}")
   for m in unverifiable:
     print(f"  {m.label}: {m.diagnosis.fixes[0].note[:150]}")
+  fallback = [m for m in kept if m.diagnosis and m.diagnosis.fixes
+               and " by differentiating " in m.diagnosis.fixes[0].title]
+  print(f"first fix differentiates the primal: {pct(len(fallback), len(kept))}   (right, but "
+        "an extra forward pass: a fix in the rule's own terms reads better)")
   found = collections.Counter(m.diagnosis.kind if m.diagnosis else "-" for m in kept)
   print(f"diagnoses:                  {dict(found)}")
 

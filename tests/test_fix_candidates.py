@@ -16,6 +16,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from test_fixes import cell, first_problem, untimed  # noqa: F401 - autouse fixture
 
+import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis import oracle
 from jupyter_vjpviz.fixes import candidates, suggest, verify
 
@@ -260,3 +261,83 @@ def loss(x): return jnp.sin(gelu(x)).sum()
   assert not any("return _" in f.code for f in found(d) + list(d.fixes)), \
       [f.title for f in d.fixes]
   assert d.fixes[0].title == "Cast to float32" and d.fixes[0].verdict == "verified"
+
+
+SLIPS = {
+    "sign": ("""
+@jax.custom_vjp
+def squash(x):
+  return jnp.tanh(x)
+def squash_fwd(x):
+  y = jnp.tanh(x)
+  return y, y
+def squash_bwd(y, g):
+  return (g * (1. + y ** 2),)
+squash.defvjp(squash_fwd, squash_bwd)
+""", "squash", lambda: (jnp.linspace(-1., 1., 6),), "Use `1.0 - y ** 2`"),
+    "scatter": ("""
+@jax.custom_vjp
+def rows(x, idx):
+  return x[idx]
+def rows_fwd(x, idx):
+  return x[idx], (idx, x)
+def rows_bwd(res, g):
+  idx, x = res
+  return jnp.zeros_like(x).at[idx].set(g), None
+rows.defvjp(rows_fwd, rows_bwd)
+""", "rows", lambda: (jnp.ones((3, 2)), jnp.array([0, 2, 0, 0, 1, 2])), "Accumulate with .add"),
+    "cotangent": ("""
+@jax.custom_vjp
+def gate(x):
+  return jax.nn.sigmoid(x)
+def gate_fwd(x):
+  s = jax.nn.sigmoid(x)
+  return s, s
+def gate_bwd(s, g):
+  return (s * (1. - s),)
+gate.defvjp(gate_fwd, gate_bwd)
+""", "gate", lambda: (jnp.linspace(-2., 2., 5),), "Multiply by g"),
+    "axis": ("""
+import functools
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def running(x, axis):
+  return jnp.cumsum(x, axis)
+def running_fwd(x, axis):
+  return running(x, axis), None
+def running_bwd(axis, _, g):
+  return (jnp.flip(jnp.cumsum(jnp.flip(g, 0), 0), 0),)
+running.defvjp(running_fwd, running_bwd)
+""", "running", lambda: (jnp.ones((3, 4)), 1), "Use axis for the axis 0"),
+    "scale": ("""
+@jax.custom_vjp
+def energy(x):
+  return x ** 2
+def energy_fwd(x):
+  return x ** 2, x
+def energy_bwd(x, g):
+  return (g * x,)
+energy.defvjp(energy_fwd, energy_bwd)
+""", "energy", lambda: (jnp.linspace(-1., 1., 4),), "Scale by 2.0"),
+}
+
+
+@pytest.mark.parametrize("slip", sorted(SLIPS))
+def test_a_value_slip_is_undone_in_the_rules_own_terms(slip):
+  """Well-typed and wrong in value, found by gradcheck: the first fix is the slip undone
+  (a sign, .set for .add, the cotangent forgotten, a literal axis, a factor), verified,
+  not the primal differentiated. Before: the fallback only, or no fix at all."""
+  code, name, args, title = SLIPS[slip]
+  ns = cell(code)
+  args = args()
+  floats = tuple(i for i, a in enumerate(args) if jnp.issubdtype(jnp.result_type(a), jnp.floating))
+
+  def loss(*d):
+    full = list(args)
+    for i, v in zip(floats, d):
+      full[i] = v
+    return jnp.sin(ns[name](*full)).sum()
+  (d,) = vv.gradcheck(loss, *[args[i] for i in floats])
+  first = d.fixes[0]
+  assert first.title == title and first.verdict == "verified", [(f.title, f.verdict) for f in d.fixes]
+  assert judged(d, first.code).status == oracle.RIGHT
+  assert all(f.verdict != "type-only" for f in d.fixes), "a value fix still wrong mends nothing"

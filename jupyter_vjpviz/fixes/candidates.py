@@ -472,6 +472,133 @@ def _mean_sum(s: Scope) -> Iterator[Candidate]:
                       f"a {call.func.attr} scales the gradient by the reduced size")
 
 
+_FLIPPED = {ast.Add: ast.Sub, ast.Sub: ast.Add}
+_AXIS_TAKING = ("sum", "mean", "max", "min", "var", "std", "cumsum", "cumprod", "expand_dims",
+                "squeeze", "flip", "softmax", "log_softmax", "logsumexp")
+
+
+def _value_edits(s: Scope) -> Iterator[Candidate]:
+  """The slips that keep a cotangent's type and change its value, undone one at a time in
+  the failing element and the statements it comes from: a sign (``+``/``-``, a unary
+  minus), the element transposed (a square matrix), a conjugate taken or forgotten (a
+  complex input), ``.at[].set`` for ``.add`` (repeated indices), a literal axis where a
+  nondiff argument names it, an einsum operand's last two letters exchanged. Each is
+  judged by value like any candidate; one that is still wrong is dropped."""
+  if not _by_value(s.rule) or len(s.nodes) != 1:
+    return
+  node, got = s.nodes[0], s.got
+  deps = s.dependencies(node)
+  ct = s.src.params[len(s.rule.user_rules.nondiff_argnums) + 1]
+  if ct not in _loads(node) | {n for d in deps for n in _loads(d.value)}:
+    for text in (f"{ct} * {exprs.paren(s.src, node)}", f"{ct}[..., None] * {exprs.paren(s.src, node)}"):
+      t = s.predict([(node, text)])
+      if t is not None and s.fits(t):
+        yield s.candidate(0, f"Multiply by {ct}", [(node, text)], f"the cotangent is linear in "
+                          f"{ct}, the output's cotangent, and this one does not read it")
+  factor = _factor(s)
+  if factor is not None:
+    yield s.candidate(0, "Negate" if factor == "-1.0" else f"Scale by {factor}",
+                      [(node, f"-{exprs.paren(s.src, node)}" if factor == "-1.0"
+                        else f"{factor} * {exprs.paren(s.src, node)}")],
+                      f"the rule's cotangent is {factor} times the primal's derivative's, "
+                      "where they differ most")
+  if got is not None and getattr(got, "ndim", 0) >= 2 and got.shape[-1] == got.shape[-2]:
+    text = exprs.transposed(s.src, node, (*range(got.ndim - 2), got.ndim - 1, got.ndim - 2))
+    yield s.candidate(0, "Transpose", [(node, text)],
+                      "a square matrix's cotangent has its type whichever way round")
+  if got is not None and jax.numpy.issubdtype(got.dtype, jax.numpy.complexfloating):
+    yield s.candidate(0, "Conjugate", [(node, f"{s.jnp}.conj({s.src.segment(node)})")],
+                      "JAX's cotangents of complex inputs are conjugated as its own VJPs are")
+  yield from _returned_swaps(s, node)
+  axes = s.src.params[:len(s.rule.user_rules.nondiff_argnums)]
+  for part in [node, *(d.value for d in reversed(deps))]:
+    for n in _walk_with(part):
+      if isinstance(n, ast.BinOp) and type(n.op) in _FLIPPED:
+        flipped = ast.BinOp(n.left, _FLIPPED[type(n.op)](), n.right)
+        yield s.candidate(0, f"Use `{ast.unparse(flipped)}`", [(n, ast.unparse(flipped))],
+                          "a sign slip: the term enters the derivative with the other sign")
+      elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+        swapped = ast.unparse(ast.BinOp(n.right, ast.MatMult(), n.left))
+        yield s.candidate(0, f"Use `{swapped}`", [(n, swapped)], "the operands the other way round")
+      elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+        yield s.candidate(0, f"Drop the minus of `{s.src.segment(n)}`",
+                          [(n, exprs.paren(s.src, n.operand))], "a sign slip")
+      elif isinstance(n, ast.Call):
+        yield from _call_slips(s, n)
+  yield from _axes(s, [node, *(d.value for d in deps)], axes)
+
+
+def _axes(s: Scope, parts: list[ast.expr], axes: list[str]) -> Iterator[Candidate]:
+  """Literal axes (``.sum(0)``, ``axis=0``) of one value made the nondiff argument that
+  names the axis, all at once (``flip(cumsum(flip(g, 0), 0), 0)``)."""
+  literals: dict[int, list] = {}
+  for call in (n for part in parts for n in _walk_with(part) if isinstance(n, ast.Call)):
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    found = list(call.args[:2]) if name in _AXIS_TAKING else []   # x.sum(0), jnp.flip(g, 0)
+    found += [k.value for k in call.keywords if k.arg == "axis"]
+    for lit in found:
+      if isinstance(lit, ast.Constant) and type(lit.value) is int:
+        literals.setdefault(lit.value, []).append(lit)
+  for value, nodes in literals.items():
+    for axis in axes:
+      yield s.candidate(0, f"Use {axis} for the axis {value}", [(lit, axis) for lit in nodes],
+                        f"the rule's nondiff argument {axis} names the axis")
+
+
+def _factor(s: Scope) -> str | None:
+  """The constant the failing cotangent is off by (reference / rule where they differ
+  most), when it is a multiple of 1/8 (a sign, a forgotten 2, 1/sqrt(4)); the oracle
+  then judges it at every draw."""
+  site, d = s.rule.d.site, s.rule.d
+  index = site.in_paths.index(d.path) if d.path in site.in_paths else None
+  leaf = next((l for l in d.leaf_errors if l.index == index), None)
+  if leaf is None or not leaf.got_at or not leaf.reference_at:
+    return None
+  ratio = leaf.reference_at / leaf.got_at
+  nice = round(ratio * 8) / 8
+  if nice == 0 or nice == 1 or abs(ratio - nice) > 1e-3 * abs(nice):
+    return None
+  return repr(nice)
+
+
+def _returned_swaps(s: Scope, node: ast.expr) -> Iterator[Candidate]:
+  """The failing element and another of the same type exchanged in the return."""
+  value = s.ret.value
+  if not isinstance(value, ast.Tuple) or node not in value.elts or not isinstance(s.returned, tuple):
+    return
+  i = value.elts.index(node)
+  for j, other in enumerate(value.elts):
+    if j != i and j < len(s.returned) and i < len(s.returned) \
+        and _same(s.returned[i], s.returned[j]) and _is_aval(s.returned[j]):
+      yield s.candidate(0, f"Swap outputs {min(i, j)} and {max(i, j)}",
+                        [(node, s.src.segment(other)), (other, s.src.segment(node))],
+                        "two cotangents of the same type returned in each other's place")
+
+
+def _call_slips(s: Scope, call: ast.Call) -> Iterator[Candidate]:
+  func = call.func
+  name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+  if name == "conj" and len(call.args) == 1:
+    yield s.candidate(0, f"Drop the conjugate of `{s.src.segment(call.args[0])}`",
+                      [(call, exprs.paren(s.src, call.args[0]))], "a conjugate too many")
+  if name == "set" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Subscript) \
+      and isinstance(func.value.value, ast.Attribute) and func.value.value.attr == "at":
+    text = s.src.segment(call)
+    start = s.src.segment(func.value)
+    yield s.candidate(0, "Accumulate with .add", [(call, text.replace(f"{start}.set", f"{start}.add", 1))],
+                      "repeated indices must add their cotangents, not overwrite them")
+  if name == "einsum" and call.args and isinstance(call.args[0], ast.Constant) \
+      and isinstance(call.args[0].value, str) and "->" in call.args[0].value:
+    ins, out = call.args[0].value.replace(" ", "").split("->")
+    specs = ins.split(",")
+    for k, spec in enumerate(specs):
+      if len(spec) >= 2:
+        swapped = ",".join(specs[:k] + [spec[:-2] + spec[-1] + spec[-2]] + specs[k + 1:]) + "->" + out
+        yield s.candidate(0, f"Transpose operand {k} of the einsum", [(call.args[0], repr(swapped))],
+                          f"'{spec}' read the other way round")
+
+
 def _unreduced(s: Scope) -> Iterator[Candidate]:
   """A reduction inside the failing element (or the local it computed) removed, where the
   input has the axes it sums away (a batch or feature axis reduced once too often), or
@@ -823,8 +950,8 @@ def _scatters(s: Scope) -> Iterator[Candidate]:
                           "take_along_axis): its gradient is zero elsewhere")
 
 
-_GENERATORS = (_unreturned, _swaps, _shapes, _unreduced, _scatters, _collectives, _entries,
-               _constants)
+_GENERATORS = (_unreturned, _value_edits, _swaps, _shapes, _unreduced, _scatters, _collectives,
+               _entries, _constants)
 
 
 # ------------------------------------------------------------------- helpers

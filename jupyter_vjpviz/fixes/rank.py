@@ -188,9 +188,11 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
   likeliest = sorted((t for t in typed if t[3] is not None),
                      key=lambda t: (not t[1].exact, t[2], t[0]))
   ranked = []
+  by_value = kinds.of(judge.rule.d.kind).wrong == kinds.VALUE
   for n, fix, tier, rules in likeliest:
     judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules, reserved=tier == 1)
-    if judged is not None:
+    if judged is not None and not (by_value and judged.verdict == TYPE_ONLY):
+      # a rule wrong in value was well-typed already: a fix still wrong mends nothing
       ranked.append(((_ORDER[judged.verdict], tier, not fix.exact, n), judged))
   return [fix for _, fix in sorted(ranked, key=lambda r: r[0])]
 
