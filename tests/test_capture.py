@@ -103,7 +103,13 @@ def test_bwd_structure_missing_dict_key(path):
 def test_nondiff_argnums_extra_cotangent(path):
   f = custom(lambda n, x: x * n, lambda n, res, g: (g, g), nondiff_argnums=(0,))
   raises(lambda: jax.grad(lambda x: f(2.0, x).sum())(jnp.ones(3)))
-  assert only("bwd_structure").rule == "<lambda>"
+  d = only("bwd_structure")
+  assert d.rule == "<lambda>"
+  # one cotangent per argument, the nondiff one included: said so, and the table shows
+  # the differentiable argument's cotangent where it belongs, not "missing"/"extra" rows
+  assert "nondiff_argnums=(0,) included" in d.detail, d.detail
+  assert [(leaf.argument, leaf.expected, leaf.got) for leaf in d.leaves] == [
+      ("x", "float32[3]", "float32[3]")]
 
 
 # ------------------------------------------------------------------- fwd

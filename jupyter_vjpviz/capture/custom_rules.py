@@ -480,13 +480,20 @@ def compare_cotangents(site: RuleSite, cts: Any) -> list[Record]:
   base = dict(function=site.function, source=site.source, rule=site.rule, site=site)
   if isinstance(cts, list) and len(cts) == n_args:
     cts = tuple(cts)
+  returned = cts
   if not isinstance(cts, tuple) or len(cts) != n_args:
     what = (f"a tuple of length {len(cts)}" if isinstance(cts, (tuple, list))
             else f"a bare {_what(cts)}, not a tuple")
+    detail = f"{site.rule} returned {what}; {site.function} takes {n_args} differentiable argument(s)"
+    nondiff = [i for i, _ in site.nondiff]
+    if nondiff and isinstance(cts, (tuple, list)) and len(cts) == n_args + len(nondiff):
+      # One entry per argument, nondiff ones included: the rest are compared where they belong.
+      cts = tuple(c for i, c in enumerate(cts) if i not in nondiff)
+      detail += (f"; it returned one for each argument, nondiff_argnums={tuple(nondiff)} "
+                 "included, which get none")
     return [Record(kind="bwd_structure", severity=ERROR, path="",
-                   expected=site.in_structure, got=_structure(cts), leaves=compared(site, cts),
-                   detail=f"{site.rule} returned {what}; {site.function} takes "
-                          f"{n_args} differentiable argument(s)", **base)]
+                   expected=site.in_structure, got=_structure(returned), leaves=compared(site, cts),
+                   detail=detail, **base)]
   flat = match_structure(site, cts)
   if isinstance(flat, Record):
     return [flat]
