@@ -18,6 +18,7 @@ import argparse
 import collections
 import os
 import re
+import resource
 import shlex
 import shutil
 import statistics
@@ -74,16 +75,18 @@ def prepare(mirror: str | None, directory: str | None, files: list[str]) -> str:
   return where
 
 
-def run(where: str, pytest_args: list[str], hooked: bool, tag: str) -> tuple[dict, float, list[str]]:
-  """(test id -> (outcome, message), wall seconds, vjpviz's own lines) of one pytest run."""
+def run(where: str, pytest_args: list[str], hooked: bool, tag: str
+        ) -> tuple[dict, float, float, list[str]]:
+  """(test id -> (outcome, message), wall seconds, CPU seconds, vjpviz's own lines) of one
+  pytest run. Its CPU time is less at the mercy of other work on a shared machine."""
   xml = os.path.join(where, f"{tag}.xml")
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [HERE, *filter(None, [os.environ.get("PYTHONPATH")])]))
   cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args,
          f"--junitxml={xml}", "-o", "junit_logging=all", *(["-p", "jax_suite"] if hooked else [])]
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), _children_cpu()
   proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
-  wall = time.perf_counter() - t0
+  wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
   outcomes, ours = {}, [m.group(0) for m in OUR_LINES.finditer(proc.stdout + proc.stderr)]
   for case in ET.parse(xml).getroot().iter("testcase"):
     test = f"{case.get('classname')}::{case.get('name')}"
@@ -94,7 +97,12 @@ def run(where: str, pytest_args: list[str], hooked: bool, tag: str) -> tuple[dic
       elif child.tag == "system-err":
         ours += [m.group(0) for m in OUR_LINES.finditer(child.text or "")]
     outcomes[test] = (outcome, re.sub(r"0x[0-9a-f]+", "0x…", message)[:300])
-  return outcomes, wall, sorted(set(ours))
+  return outcomes, wall, cpu, sorted(set(ours))
+
+
+def _children_cpu() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
 
 
 def compare(plain: dict, hooked: dict) -> tuple[list, list]:
@@ -124,17 +132,20 @@ def main():
   print(f"{'file (selection)':64s} {'tests':>6s} {'same':>6s} {'differ':>6s} {'lines':>6s}"
         "  wall hooked/plain   (lines: vjpviz's own could-not lines)")
   for pytest_args in runs:
-    ratios, plain, hooked, ours = [], {}, {}, []
+    ratios, cpu_ratios, plain, hooked, ours = [], [], {}, {}, []
     for r in range(args.rounds):
-      plain, t_plain, _ = run(where, pytest_args, False, f"plain{r}")
-      hooked, t_hooked, ours = run(where, pytest_args, True, f"hooked{r}")
+      plain, t_plain, c_plain, _ = run(where, pytest_args, False, f"plain{r}")
+      hooked, t_hooked, c_hooked, ours = run(where, pytest_args, True, f"hooked{r}")
       ratios.append(t_hooked / t_plain)
+      cpu_ratios.append(c_hooked / c_plain)
     outcome, message = compare(plain, hooked)
     tests = len(set(plain) | set(hooked))
     print(f"{' '.join(pytest_args)[:64]:64s} {tests:6d} {tests - len(outcome):6d} {len(outcome):6d}"
           f" {len(ours):6d}"
           f"  {statistics.median(ratios):.3f} (median of {', '.join(f'{r:.3f}' for r in ratios)}; last "
           f"{t_plain:.0f} s plain, {t_hooked:.0f} s hooked)")
+    print(f"  CPU hooked/plain {statistics.median(cpu_ratios):.3f} (median of "
+          f"{', '.join(f'{r:.3f}' for r in cpu_ratios)}); load average {os.getloadavg()[1]:.2f}")
     tally = collections.Counter(o for o, _ in plain.values())
     print("  plain outcomes: " + ", ".join(f"{n} {o}" for o, n in sorted(tally.items())))
     for test, a, b in outcome:
