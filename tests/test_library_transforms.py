@@ -317,3 +317,16 @@ def test_one_free_monitoring_slot_serves_every_watcher(hook):
   d = vv.last()
   assert d.argument == "model.layers[2].weight"
   assert d.graph.note is None and d.graph.nodes
+
+
+def test_a_scan_over_stacked_weights_is_named_by_them_not_by_the_whole_argument(hook):
+  """The rule's nearest input is one stacked array of a dict of parameters: the instance
+  is that array, not the dict holding it and the model's other weights."""
+  def loss(p, x):
+    def body(h, w):
+      return scale(h, w), None
+    return jax.lax.scan(body, x @ p["w_in"], p["ws"])[0].sum()
+
+  p = {"w_in": jnp.ones((D, D)), "ws": jnp.ones((N, *w_shape(True)))}
+  d = diagnosed(lambda: jax.grad(loss)(p, X))
+  assert d.instance == "p['ws'], in every iteration of its scan"

@@ -131,8 +131,9 @@ def _stem(part: str) -> str:
 
 
 def _enclosing(common: tuple[str, ...], paths: list[tuple[str, ...]]) -> str:
-  """The smallest part of the tree around ``common`` that holds more than one input."""
-  for i in range(len(common), 0, -1):
+  """The smallest part of the tree around ``common`` that holds more than one input, short
+  of a whole argument (``p`` says nothing that ``p['ws']`` does not)."""
+  for i in range(len(common), 1 if len(common) > 1 else 0, -1):
     if sum(p[:i] == common[:i] for p in paths) > 1:
       return "".join(common[:i])
   return "".join(common)
