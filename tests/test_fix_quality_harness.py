@@ -106,3 +106,22 @@ def test_every_mutation_edits_its_rule_once_and_every_kind_is_covered():
   assert {m.kind for b in rules.BASES for m in b.mutations} == set(rules.KINDS)
   with pytest.raises(ValueError, match="occurs 0 times"):
     rules.m("dtype", "no such text", "x", "absent").apply(BASES["gelu"].code)
+
+
+def test_each_held_out_rule_is_right_and_its_wrong_version_is_not():
+  """The held-out corpus (``fix_corpus/held_out.py``) judges fixes by its right rules:
+  each must equal its reference's autodiff (complex and bfloat16 leaves included), and
+  each wrong version must not (a well-typed one by value)."""
+  from fix_corpus import held_out
+  for n, case in enumerate(held_out.CASES):
+    base = case.base()
+    _, ns = cell(base.code, "harness")
+    subject = judge.Subject(base, ns, ns.get("reference", ns[base.name].fun))
+    draws = judge.references(subject, seed=n)
+    right = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+    assert right.right, (case.name, case.note, right.detail)
+    _, wrong_ns = cell(case.mutation().apply(base.code), "harness")
+    wrong = judge.judge_rules(subject, wrong_ns[base.name].fwd, wrong_ns[base.name].bwd, draws)
+    assert not wrong.right, (case.name, case.note)
+    if case.kind in held_out.VALUE_KINDS:
+      assert wrong.typed, (case.name, case.note, wrong.detail)
