@@ -189,6 +189,38 @@ def test_vjp_bwd_pushing_a_wrong_cotangent_is_accumulator_type(hook):
   assert d.headline.startswith("MulAcc.vjp_bwd pushed float32[4,3] into the accumulator for input y")
 
 
+def _registered(cls):
+  return cls
+
+
+def test_the_primitive_is_sourced_at_its_class_statement(hook):
+  """The function a diagnosis names is the class, so its source is the class statement (a
+  decorator's line above it, as ``inspect`` counts), not ``__init__``, the first method."""
+  @_registered
+  class LocalScale(HiPrim):
+    def __init__(self, aval):
+      self.in_avals, self.out_aval, self.params = (aval, aval), aval, {}
+      super().__init__()
+
+    def expand(self, x, s):
+      return x * s
+
+    def vjp_fwd(self, nzs_in, x, s):
+      return self(x, s), (x, s)
+
+    def vjp_bwd_retval(self, res, g):
+      x, s = res
+      return g * s, (g * x).T
+
+  raises(lambda: jax.grad(lambda x, y: loss(x, y, "transpose"), argnums=(0, 1))(X, Y))
+  raises(lambda: jax.grad(lambda x, y: mul(x, y, True).sum(), argnums=(0, 1))(X, Y))
+  raises(lambda: jax.grad(lambda x, s: LocalScale(jax.typeof(x))(x, s).sum(), argnums=(0, 1))(X, Y))
+  found = [(d.function, d.source) for d in vv.diagnoses()]
+  assert found == [("SinTimesY", line_of(SinTimesY)), ("MulAcc", line_of(MulAcc)),
+                   ("LocalScale", line_of(LocalScale))]
+  assert line_of(LocalScale).endswith(f":{inspect.getsourcelines(LocalScale.__init__)[1] - 2}")
+
+
 # ------------------------------------------------------------------ controls
 
 @pytest.mark.parametrize("run", [

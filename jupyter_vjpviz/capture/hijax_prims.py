@@ -144,10 +144,8 @@ def _static(cls) -> dict:
     return cached[1]
   method = hijax_rules.rule_method(cls)
   rule_source = names.function_source(getattr(cls, method))
-  own = [s for s in (names.function_source(getattr(cls, m, None))
-                     for m in ("__init__", "expand", "vjp_fwd")) if s and not names.inside_jax(s)]
   found = dict(
-      function=cls.__name__, source=own[0] if own else rule_source,
+      function=cls.__name__, source=names.class_source(cls) or rule_source,
       rule=f"{cls.__name__}.{method}", fwd_rule=f"{cls.__name__}.vjp_fwd",
       rule_source=rule_source, method=method, params=_input_names(cls))
   _statics[cls] = (key, found)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 import weakref
 
@@ -72,6 +73,27 @@ def function_source(fun) -> str | None:
   except AttributeError:
     return None
   return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def class_source(cls) -> str | None:
+  """``file:line`` of a class statement (its first decorator, as ``inspect`` counts), found
+  above its earliest method in that method's file: linecache holds notebook cells too,
+  where ``inspect.getsourcelines(cls)`` finds no file."""
+  methods = [f.__code__ for f in map(inspect.unwrap, vars(cls).values())
+             if hasattr(f, "__code__") and f.__code__.co_qualname.startswith(cls.__qualname__ + ".")]
+  if not methods:
+    return None
+  first = min(methods, key=lambda c: c.co_firstlineno)
+  lines = linecache.getlines(first.co_filename)
+  head = f"class {cls.__name__}"
+  for i in range(min(first.co_firstlineno, len(lines)) - 1, -1, -1):
+    text = lines[i].lstrip()
+    if text.startswith(head) and text[len(head):len(head) + 1] in ("(", ":", " "):
+      indent = len(lines[i]) - len(text)
+      while i and lines[i - 1].startswith(" " * indent + "@"):
+        i -= 1
+      return f"{first.co_filename}:{i + 1}"
+  return None
 
 
 def positional_names(fun) -> tuple[str, ...]:
