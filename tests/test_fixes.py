@@ -456,6 +456,38 @@ def loss(x): return act(x).sum()
                      jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
 
 
+@pytest.mark.parametrize("library", ["jax", "equinox"])
+def test_a_decorated_rule_keeps_its_decorators_in_the_patch(tmp_path, library):
+  """The decorator registers the rule (``@jax.custom_gradient``, equinox's ``@f.def_bwd``):
+  a patch that dropped it left a file that no longer differentiates."""
+  if library == "equinox":
+    pytest.importorskip("equinox")
+  path, ns = _file_rule(tmp_path, {"jax": """
+@jax.custom_gradient
+def scaled(x):
+  y = jnp.sin(x) * 2.
+  return y, lambda g: ((g * jnp.cos(x) * 2.).T,)
+def loss(x): return scaled(x).sum()
+""", "equinox": """
+import equinox as eqx
+@eqx.filter_custom_vjp
+def scaled(w, x): return jnp.sin(x) * w
+@scaled.def_fwd
+def scaled_fwd(perturbed, w, x): return scaled.fn(w, x), None
+@scaled.def_bwd
+def scaled_bwd(res, g, perturbed, w, x):
+  return (g * jnp.sin(x)).T
+def loss(w): return scaled(w, jnp.arange(8.).reshape(2, 4)).sum()
+"""}[library])
+  d = first_problem(ns["loss"], X)
+  patch = apply_fix(d, d.fixes[0].code).patch
+  assert "\n-@" not in patch, patch
+  fixed = _patched(tmp_path, path, patch)
+  assert vv.check(fixed["loss"], X) == []
+  want = {"jax": lambda x: 2. * jnp.cos(x), "equinox": lambda w: jnp.sin(jnp.arange(8.).reshape(2, 4))}
+  assert_grads_equal([jax.grad(fixed["loss"])(X)], [want[library](X)])
+
+
 def test_saving_the_dtype_edits_both_rules_in_a_file(tmp_path):
   path, ns = _file_rule(tmp_path, EXACT["cast_without_primal"][0])
   d = first_problem(ns["loss"], V)

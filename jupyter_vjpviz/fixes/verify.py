@@ -299,7 +299,17 @@ def _replacements(user_rules, code: str, kind: str, lines: list[str]):
       yield _lambda_replacement(rule, node.name, text, lines)
       continue
     old, first = inspect.getsourcelines(rule)
-    yield first - 1, first - 1 + len(old), textwrap.indent(text, _indent(old[0]))
+    decorators = _decorator_lines(old)
+    yield (first - 1 + decorators, first - 1 + len(old),
+           textwrap.indent(text, _indent(old[decorators])))
+
+
+def _decorator_lines(old: list[str]) -> int:
+  """How many of a def's source lines come before ``def``: its decorators stay as the file
+  has them (``@f.def_bwd``, ``@jax.custom_gradient`` register the rule), as the fix's
+  text starts at ``def``."""
+  node = ast.parse(textwrap.dedent("".join(old))).body[0]
+  return node.lineno - 1
 
 
 def _lambda_replacement(rule, name: str, text: str, lines: list[str]):
