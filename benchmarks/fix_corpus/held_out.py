@@ -791,6 +791,75 @@ masked_softmax.defvjp(masked_softmax_fwd, masked_softmax_bwd)
 """
 
 
+VMAPPED_NORM = """
+@jax.custom_vjp
+def unit(v):
+  # one vector scaled to unit length; vmapped over rows
+  return v / jnp.linalg.norm(v)
+
+def unit_fwd(v):
+  n = jnp.linalg.norm(v)
+  return v / n, (v / n, n)
+
+def unit_bwd(res, g):
+  u, n = res
+  return ((g - u * jnp.dot(u, g)) / n,)
+
+unit.defvjp(unit_fwd, unit_bwd)
+
+def use(v):
+  return jax.vmap(unit)(jnp.stack([v, 2. * v]))[0]
+"""
+
+REMAT = """
+@jax.custom_vjp
+def sq_norm_rows(x):
+  return (x ** 2).sum(-1)
+
+def sq_norm_rows_fwd(x):
+  return sq_norm_rows(x), x
+
+def sq_norm_rows_bwd(x, g):
+  return (2. * g[:, None] * x,)
+
+sq_norm_rows.defvjp(sq_norm_rows_fwd, sq_norm_rows_bwd)
+
+def use(x):
+  return jax.jit(jax.checkpoint(sq_norm_rows))(x)
+"""
+
+DICT_BIAS = """
+@jax.custom_vjp
+def shift_scale(p, x):
+  return (x - p['mu']) * p['gain']
+
+def shift_scale_fwd(p, x):
+  return shift_scale(p, x), (p, x)
+
+def shift_scale_bwd(res, g):
+  p, x = res
+  return {'mu': -(g * p['gain']).sum(0), 'gain': (g * (x - p['mu'])).sum(0)}, g * p['gain']
+
+shift_scale.defvjp(shift_scale_fwd, shift_scale_bwd)
+"""
+
+LIST_RET = """
+@jax.custom_vjp
+def hypot(a, b):
+  return jnp.sqrt(a ** 2 + b ** 2)
+
+def hypot_fwd(a, b):
+  h = hypot(a, b)
+  return h, (a, b, h)
+
+def hypot_bwd(res, g):
+  a, b, h = res
+  return (g * a / h, g * b / h)
+
+hypot.defvjp(hypot_fwd, hypot_bwd)
+"""
+
+
 CASES = (
     c("ln_channels", "reduction", "gamma's gradient summed over the batch axis only",
       LAYER_NORM_CH, ("dgamma = (dy * xhat).sum(axis=(0, 2))", "dgamma = (dy * xhat).sum(0)"),
@@ -956,6 +1025,19 @@ CASES = (
       MASKED_SOFTMAX, ("return y * (g - (g * y).sum(-1, keepdims=True)), None",
                        "return y * (g - (g * y).sum(-1, keepdims=True))"),
       lambda r: (normal(r, 3, 5), r.uniform(size=(3, 5)) < 0.7)),
+    # Written after f2af3ec (the value slips), measured once before any further change.
+    c("unit", "sign_scale", "the projection added, not removed (under vmap)",
+      VMAPPED_NORM, ("(g - u * jnp.dot(u, g))", "(g + u * jnp.dot(u, g))"),
+      lambda r: (normal(r, 4),)),
+    c("sq_norm_rows", "reduction", "summed over rows under checkpoint and jit",
+      REMAT, ("(2. * g[:, None] * x,)", "((2. * g[:, None] * x).sum(0),)"),
+      lambda r: (normal(r, 3, 5),)),
+    c("shift_scale", "sign_scale", "mu's gradient with the wrong sign",
+      DICT_BIAS, ("'mu': -(g * p['gain']).sum(0)", "'mu': (g * p['gain']).sum(0)"),
+      lambda r: ({"mu": normal(r, 4), "gain": positive(r, 4)}, normal(r, 3, 4))),
+    c("hypot", "swapped", "a's and b's cotangents exchanged",
+      LIST_RET, ("return (g * a / h, g * b / h)", "return (g * b / h, g * a / h)"),
+      lambda r: (positive(r, 5), positive(r, 5))),
 )
 
 
