@@ -117,3 +117,42 @@ def test_integer_inputs_are_drawn_in_the_range_the_primal_indexes_with(hook):
   assert labels.min() >= 0 and labels.max() < 5 and len(set(labels.tolist())) > 1
   right = lambda res, g: (g * (jax.nn.softmax(res[0]) - jax.nn.one_hot(res[1], 7)), None)
   assert judge.verdict(nll_fwd, right).status == oracle.RIGHT
+
+
+MIXED = """
+@jax.custom_vjp
+def mixed_dense(x, w):
+  return (x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
+def mixed_dense_fwd(x, w):
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  return (xb @ wb).astype(jnp.float32), (xb, wb)
+def mixed_dense_bwd(res, g):
+  xb, wb = res
+  gb = g.astype(jnp.bfloat16)
+  return (gb @ wb.T).astype(jnp.float32), xb.T @ gb     # bf16 for a float32 w
+mixed_dense.defvjp(mixed_dense_fwd, mixed_dense_bwd)
+def loss(x, w): return jnp.sin(mixed_dense(x, w)).sum()
+"""
+
+HAND_FIX = """
+def mixed_dense_bwd(res, g):
+  xb, wb = res
+  gb = g.astype(jnp.bfloat16)
+  return (gb @ wb.T).astype(jnp.float32), (xb.T @ gb).astype(jnp.float32)
+"""
+
+
+def test_a_primal_computing_in_bfloat16_is_judged_at_bfloat16_tolerance():
+  """Before: the right cast of a bf16 matmul's gradient was 'type-only: the gradient of
+  x, w differs from the primal's (rel 0.0028)', judged at float32 tolerance while the
+  primal itself rounds to bfloat16 (fix_findings F3)."""
+  import jupyter_vjpviz as vv
+  from test_fixes import cell, first_problem
+  ns = cell(MIXED)
+  x, w = jnp.linspace(-2., 2., 64).reshape(16, 4), jnp.linspace(-1., 1., 32).reshape(4, 8)
+  d = first_problem(ns["loss"], x, w)
+  assert vv.verify_fix(d, HAND_FIX) == []
+  cast = next(f for f in d.fixes if f.title == "Cast to float32")
+  assert cast.verdict == "verified", cast
+  wrong = HAND_FIX.replace("(xb.T @ gb).astype", "(1.1 * xb.T @ gb).astype")
+  assert [p.kind for p in vv.verify_fix(d, wrong)] == ["bwd_value"], "10% off is still wrong"

@@ -139,6 +139,7 @@ class Oracle:
   unjudged: frozenset = frozenset()   # leaf indices without a judge
   precision: tuple | None = None      # per leaf, the aval whose dtype sets the tolerance
   assumes: str = ""                   # what the draws take for granted (said with RIGHT)
+  floor: float = 0.0                  # the tolerance of the lowest precision the primal computes in
 
   @classmethod
   def of(cls, site: RuleSite, fun: Callable, draws: int = DRAWS, seed: int = 0,
@@ -230,7 +231,7 @@ class Oracle:
       refs = [d.reference[i] if d.reference is not None else None for d in self.draws]
       gots = [o[i] for o in outs]
       leaves.append(_leaf_error(i, name, refs, gots, (self.precision or self.site.in_avals)[i],
-                                judged=i not in self.unjudged))
+                                judged=i not in self.unjudged, floor=self.floor))
     return leaves
 
 
@@ -269,7 +270,8 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
       "its library's call",
       still and (f"no cotangent on the {len(still)} output(s) that hand an input back "
                  "unchanged (the library's state), as rules written for it take them")]))
-  return cls(site, fun, tuple(draws), judge, reason, unjudged, assumes=assumes)
+  return cls(site, fun, tuple(draws), judge, reason, unjudged, assumes=assumes,
+             floor=_computed_rtol(traced))
 
 
 def _draw_ct(out, rng, still: frozenset = frozenset()):
@@ -473,7 +475,24 @@ def compare(i: int, name: str, reference, got, primal) -> LeafError:
   return _leaf_error(i, name, [_host(reference)], [_host(got)], primal, judged=True)
 
 
-def _leaf_error(i, name, refs, gots, primal, judged: bool) -> LeafError:
+def _computed_rtol(traced: _Traced) -> float:
+  """The tolerance of the lowest floating precision the primal computes in (a bfloat16
+  matmul inside a float32 function): its own derivative carries that rounding, and so
+  does any right rule (0 without a jaxpr: the inputs' dtypes decide)."""
+  if traced.jaxpr is None:
+    return 0.0
+  dtypes = {str(v.aval.dtype) for v in _outvars(traced.jaxpr) if hasattr(v.aval, "dtype")}
+  return max((_RTOL[d] for d in dtypes if d in _RTOL), default=0.0)
+
+
+def _outvars(jaxpr):
+  for eqn in jaxpr.eqns:
+    yield from eqn.outvars
+    for sub in core.jaxprs_in_params(eqn.params):
+      yield from _outvars(sub)
+
+
+def _leaf_error(i, name, refs, gots, primal, judged: bool, floor: float = 0.0) -> LeafError:
   dtype = str(custom_rules.ct_aval(primal).dtype)
   if jax.dtypes.float0 == custom_rules.ct_aval(primal).dtype:   # an integer input has no gradient
     return LeafError(i, name, 0.0, 0.0, (), True, True)
@@ -490,7 +509,7 @@ def _leaf_error(i, name, refs, gots, primal, judged: bool) -> LeafError:
       k = np.unravel_index(int(np.argmax(abs_difference)), abs_difference.shape)
       where = tuple(int(j) for j in k)
       at = (float(np.real(r[k])), float(np.real(g[k])))
-  rtol = _RTOL.get(dtype, 1e-4)
+  rtol = max(_RTOL.get(dtype, 1e-4), floor)
   ok = worst <= rtol * scale + rtol * 1e-2
   return LeafError(i, name, worst, worst / scale if scale else math.inf if worst else 0.0,
                    where, reference_zero=scale == 0.0,
