@@ -131,7 +131,7 @@ def test_nnx_transformed_blocks_name_the_broken_layer(hook, block, x):
 def test_a_rule_on_the_data_is_named_by_its_parameters(hook):
   d = diagnosed(lambda: nnx.grad(nnx_loss)(NModel(InputBlock, 0, nnx.Rngs(0)), X))
   feeding = {d.graph.node(i).label for i in d.graph.upstream_of(d.node)}
-  assert feeding == {"model.layers[0].w.value", "x"}
+  assert feeding == {"model.layers[0].w.value"}   # the data, as near, is the same in every layer
   assert d.instance == "model.layers[0]"
 
 
@@ -330,3 +330,78 @@ def test_a_scan_over_stacked_weights_is_named_by_them_not_by_the_whole_argument(
   p = {"w_in": jnp.ones((D, D)), "ws": jnp.ones((N, *w_shape(True)))}
   d = diagnosed(lambda: jax.grad(loss)(p, X))
   assert d.instance == "p['ws'], in every iteration of its scan"
+
+
+# ------------------------------------------------- data added nearer than the weights
+
+@jax.custom_vjp
+def act(z):
+  return jnp.tanh(z)
+
+
+act.defvjp(lambda z: (jnp.tanh(z), z), lambda z, g: ((1 - jnp.tanh(z) ** 2) * g[None],))
+
+
+def _scan_lax(xs):
+  def loss(ws, h0, xs):
+    def cell(h, inp):
+      w, x = inp
+      h = act(h @ w + x)
+      return h, h.sum()
+    h, ys = jax.lax.scan(cell, h0, (ws, xs))
+    return h.sum() + ys.sum()
+  return lambda: jax.grad(loss, argnums=(0, 1))(jnp.ones((N, D, D)), jnp.zeros(D), xs)
+
+
+def _scan_nnx(xs):
+  class Stack(nnx.Module):
+    def __init__(self, rngs):
+      @nnx.split_rngs(splits=N)
+      @nnx.vmap(in_axes=(0,), out_axes=0)
+      def make(rngs):
+        return nnx.Linear(D, D, rngs=rngs)
+      self.blocks = make(rngs)
+
+    def __call__(self, xs):
+      @nnx.scan(in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry)
+      def body(h, block, x):
+        return act(block(h) + x)
+      return body(jnp.zeros(D), self.blocks, xs)
+
+  return lambda: nnx.grad(nnx_loss)(Stack(nnx.Rngs(0)), xs)
+
+
+def _scan_linen(xs):
+  class Step(nn.Module):
+    @nn.compact
+    def __call__(self, h, x):
+      h = act(nn.Dense(D)(h) + x)
+      return h, None
+
+  class Scanned(nn.Module):
+    @nn.compact
+    def __call__(self, xs):
+      return nn.scan(Step, variable_axes={"params": 0}, split_rngs={"params": True},
+                     in_axes=0)(name="layers")(jnp.zeros(D), xs)[0]
+
+  model = Scanned()
+  params = model.init(jax.random.key(0), xs)
+  return lambda: jax.grad(lambda p, xs: model.apply(p, xs).sum())(params, xs)
+
+
+@pytest.mark.parametrize("run, instance", [
+    (_scan_lax, "ws, in every iteration of its scan"),
+    (_scan_nnx, "model.blocks, in every iteration of its scan"),
+    (_scan_linen, "p['params']['layers']['Dense_0'], in every iteration of its scan")],
+    ids=["lax", "nnx", "linen"])
+def test_a_scanned_rule_with_the_data_added_nearer_is_named_by_the_weights(hook, run, instance):
+  """``act(h @ w + x)`` in a scan over the layers' weights and the data: the data ``x`` is
+  the rule's nearest input and the carried state ``h`` as near as ``w``, but both are the
+  same in every layer: the instance is the scanned weights."""
+  with pytest.raises(ValueError):
+    run(jnp.ones((N, D)))()
+  d = vv.last()
+  assert (d.kind, d.function) == ("bwd_type", "act")
+  assert d.graph.node(d.node).function == "act"
+  assert d.instance == instance
+  assert f"(in {instance})" in d.headline

@@ -23,7 +23,7 @@ from jax._src import core
 from jax._src.interpreters import partial_eval as pe
 
 from .partial_vjp import vjp_wrt
-from .program import sub_jaxprs
+from .program import scan_groups, sub_jaxprs
 
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat",
                    "remat2"})
@@ -69,11 +69,6 @@ def evaluate(jaxpr: core.Jaxpr, args, patch: Patch | None = None) -> list:
       env[v] = x
       made[v] = (eqn, ins)
   return [read(v) for v in jaxpr.outvars]
-
-
-def scan_groups(eqn) -> tuple[int, int, int]:
-  """(constants, carry, xs) counts of a scan's operands."""
-  return tuple(len(g) for g in eqn.params["ft_in"].update(list(eqn.invars)).unpack())
 
 
 def patched(eqn, ins, patch: Patch, producer) -> list:

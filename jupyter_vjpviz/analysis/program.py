@@ -256,37 +256,46 @@ def _neighbourhood(jaxpr: core.Jaxpr, inputs: list[Node], foci: list[str | None]
 def _with_upstream(graph: Graph, jaxpr: core.Jaxpr, inputs: list[Node],
                    found: list[str | None], clock: _Clock) -> Graph:
   ids = [n.id for n in inputs]
-  upstream = tuple((f, _upstream(jaxpr, ids, f, clock)) for f in dict.fromkeys(found) if f)
+  differentiated = {n.id for n in inputs if n.kind == "input"}
+  upstream = tuple((f, _upstream(jaxpr, ids, f, clock, differentiated))
+                   for f in dict.fromkeys(found) if f)
   return dataclasses.replace(graph, upstream=upstream)
 
 
 def _upstream(jaxpr: core.Jaxpr, inputs: list[str], focus: str, clock: _Clock,
-              max_hops: int = 64) -> tuple[str, ...]:
-  """The program inputs nearest upstream of equation ``focus``: those the fewest
-  equations away, through the bodies that enclose it.
+              differentiated: set[str], max_hops: int = 64) -> tuple[str, ...]:
+  """The parameters nearest upstream of equation ``focus``: the differentiated program
+  inputs the fewest equations away, through the bodies that enclose it, not reached
+  through a scan's carry; else, with none, the nearest inputs of any kind.
 
   They say which instance of a block the equation belongs to: in a dozen
   identical layers, the failing rule's nearest inputs are its own layer's
   parameters (``model.layers[3].w``), however deep in scans and remats it sits.
+  Data added nearer (``h @ w + x`` in a scan over ``(ws, xs)``) and the state a scan
+  carries (``h0``) are the same in every block, so the walk goes on past them.
   """
   if not focus.startswith("e"):
     return ()
   walk = _Upstream(_levels(jaxpr, focus), clock)
-  frontier = [(len(walk.bodies) - 1, v) for v in walk.path[-1].invars]
-  found: dict[str, None] = {}
+  frontier = [(len(walk.bodies) - 1, v, False) for v in walk.path[-1].invars]
+  nearest: tuple[str, ...] = ()
   for _ in range(max_hops):
-    deeper = []
-    for depth, v in frontier:
-      depth, v = walk.outermost(depth, v)
+    deeper, found = [], {}
+    for depth, v, carried in frontier:
+      depth, v, carried = walk.outermost(depth, v, carried)
       if depth < 0:
-        found[inputs[v]] = None
+        found[inputs[v]] = carried
       elif v is not None:
         eqn = walk.producer(depth, v)
-        deeper += [(depth, u) for u in eqn.invars] if eqn is not None else []
-    if found or not deeper:
+        deeper += [(depth, u, carried) for u in eqn.invars] if eqn is not None else []
+    params = tuple(i for i, carried in found.items() if i in differentiated and not carried)
+    nearest = nearest or tuple(found)
+    if params:
+      return params
+    if not deeper:
       break
     frontier = deeper
-  return tuple(found)
+  return nearest
 
 
 class _Upstream:
@@ -300,26 +309,28 @@ class _Upstream:
     self._made: dict[int, dict] = {}
     self._positions: dict[int, dict] = {}
 
-  def outermost(self, depth: int, v):
+  def outermost(self, depth: int, v, carried: bool):
     """Follow ``v`` out of each body whose input it is, to its equation's operand (a
     body's inputs are its equation's last operands: scan, cond, while, pjit, remat):
     (depth, variable) where it is made, (-1, position) for a program input, or
-    (depth, None) for a constant or a variable already walked."""
+    (depth, None) for a constant or a variable already walked; and whether the way
+    out went through a scan's carry (or already had)."""
     while True:
       self.clock.tick()
       if isinstance(v, core.Literal) or (depth, v) in self.seen:
-        return depth, None
+        return depth, None, carried
       self.seen.add((depth, v))
       position = self._positions_in(depth).get(v)
       if position is None:
-        return depth, v
+        return depth, v, carried
       if depth == 0:
-        return -1, position
-      operands, body = self.path[depth - 1].invars, self.bodies[depth]
-      position += len(operands) - len(body.invars)
+        return -1, position, carried
+      eqn, body = self.path[depth - 1], self.bodies[depth]
+      carried = carried or _is_carry(eqn, position)
+      position += len(eqn.invars) - len(body.invars)
       if position < 0:
-        return depth, None
-      depth, v = depth - 1, operands[position]
+        return depth, None, carried
+      depth, v = depth - 1, eqn.invars[position]
 
   def producer(self, depth: int, v):
     """The equation of body ``depth`` that makes ``v`` (None for its constants)."""
@@ -334,6 +345,24 @@ class _Upstream:
     if depth not in self._positions:
       self._positions[depth] = {v: i for i, v in enumerate(self.bodies[depth].invars)}
     return self._positions[depth]
+
+
+def scan_groups(eqn) -> tuple[int, int, int]:
+  """(constants, carry, xs) counts of a scan's operands: JAX 0.12 keeps them as a flat
+  tree (``ft_in``), older ones as counts."""
+  params = eqn.params
+  if "ft_in" in params:
+    return tuple(len(g) for g in params["ft_in"].update(list(eqn.invars)).unpack())
+  consts, carry = params["num_consts"], params["num_carry"]
+  return consts, carry, len(eqn.invars) - consts - carry
+
+
+def _is_carry(eqn, position: int) -> bool:
+  """Whether a scan body's input ``position`` is its carry (neither a constant nor a slice)."""
+  if eqn.primitive.name != "scan":
+    return False
+  consts, carry, _ = scan_groups(eqn)
+  return consts <= position < consts + carry
 
 
 def _index(nid: str) -> int:
