@@ -526,13 +526,73 @@ def loss(x): return jnp.sin(reverse(x, .5)).sum()
 """
 
 
-def test_a_marked_surrogate_that_cannot_run_as_written_gets_no_fix_verified_by_the_primal():
-  """Before: its own values could not be computed, so the primal judged it, and
-  differentiating the primal (the identity's gradient, not the reversal) was verified first."""
+def test_a_marked_surrogate_with_an_extra_cotangent_is_judged_by_its_own_values():
+  """Before: its own values could not be computed (the rule does not run as written), so
+  the primal judged it, and differentiating the primal (the identity's gradient, not the
+  reversal) was verified first. Its extra None dropped, the rule's values are the reference."""
   ns = cell(REVERSE)
   vv.surrogate(ns["reverse"])
   d = diagnosis(ns["loss"], X)
-  assert not any(f.verdict == "verified" for f in d.fixes), [(f.title, f.verdict) for f in d.fixes]
   primal = [f for f in d.fixes if "differentiating reverse" in f.title]
   assert primal and all(f.verdict == "type-only" for f in primal)
-  assert "-lam * g" in d.fixes[0].code and d.fixes[0].verdict == "unverifiable"
+  first = d.fixes[0]
+  assert "-lam * g" in first.code and first.verdict == "verified", [(f.title, f.verdict) for f in d.fixes]
+
+
+CLIPPED_MLP = """
+@jax.custom_vjp
+def mlp(p, x):
+  return jnp.tanh(x @ p['w'] + p['b'])
+def mlp_fwd(p, x):
+  return jax.vjp(mlp.fun, p, x)
+def mlp_bwd(vjp_fn, g):
+  params_t, x_t = vjp_fn(g)
+  params_t = jax.tree_util.tree_map(lambda q: jnp.clip(q, -.1, .1), params_t)
+  return (params_t,)
+mlp.defvjp(mlp_fwd, mlp_bwd)
+def loss(p, x): return mlp(p, x).sum()
+"""
+
+
+def test_a_missing_cotangent_of_a_clipping_rule_is_returned_keeping_its_values():
+  """fix_findings F4: the rule clips its parameters' gradient and forgets x's. Before:
+  returning x_t was plain type-only ('differs from the primal's'); now it is said to keep
+  the rule's own values (the primal's derivative standing in for the x it did not
+  return), and verified first once the rule is marked a surrogate."""
+  p = {"w": W, "b": jnp.zeros(2)}
+  ns = cell(CLIPPED_MLP)
+  d = diagnosis(ns["loss"], p, X)
+  kept = next(f for f in d.fixes if "x_t" in f.code.split("return")[-1])
+  assert kept.verdict == "type-only" and "keeps your rule's values" in kept.title, kept
+  assert "vjpviz.surrogate" in kept.note and "`x`, which the rule does not return" in kept.note
+  ns = cell(CLIPPED_MLP)
+  vv.surrogate(ns["mlp"])
+  d = diagnosis(ns["loss"], p, X)
+  assert "x_t" in d.fixes[0].code.split("return")[-1] and d.fixes[0].verdict == "verified", \
+      [(f.title, f.verdict) for f in d.fixes]
+
+
+GRADS_LOCAL = """
+@jax.custom_vjp
+def affine(params, x):
+  return x @ params["w"].T + params["b"]
+def affine_fwd(params, x):
+  return affine(params, x), (params, x)
+def affine_bwd(saved, g):
+  params, x = saved
+  grads = {"w": g.T @ x,
+           "b": g}
+  return grads, g @ params["w"]
+affine.defvjp(affine_fwd, affine_bwd)
+def loss(p, x): return jnp.sin(affine(p, x)).sum()
+"""
+
+
+def test_a_cotangent_in_a_dict_literal_assigned_to_a_local_is_fixed_there():
+  """fix_findings F2: before, the entry of ``grads = {...}`` was not found, so no edit was
+  made there (only the primal differentiated; in equinox, no fix at all)."""
+  d = diagnosis(cell(GRADS_LOCAL)["loss"], {"w": jnp.ones((5, 3)), "b": jnp.ones(5)},
+                jnp.ones((8, 3)))
+  first = d.fixes[0]
+  assert first.verdict == "verified" and '"b": g.sum(axis=0)}' in first.code, \
+      [(f.title, f.verdict) for f in d.fixes]

@@ -26,6 +26,7 @@ import numpy as np
 from jax._src import core
 from jax._src import custom_derivatives as cd
 
+from ..base import trees
 from ..capture import custom_rules, records
 from ..capture.records import RuleSite, Weak
 from .partial_vjp import vjp_wrt
@@ -205,15 +206,24 @@ class Oracle:
         run = _compiled(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
         raw = [run((d.args, d.ct)) for d in self.draws]
-        refs = [tuple(_flatten_cts(self.site, r, strict=False)) for r in raw]
+        aligned = [_aligned(self.site, r) for r in raw]
+        refs = [tuple(_flatten_cts(self.site, r, strict=False)) for r, _ in aligned]
       except Exception:  # noqa: BLE001 - a rule that cannot run here keeps no reference
         return None
-    flat = custom_rules.match_structure(self.site, tuple(raw[0]))
+    missing = aligned[0][1]
+    if missing and any(d.reference is None for d in self.draws):
+      return None   # nothing to stand in for what the rule does not return
+    flat = custom_rules.match_structure(self.site, aligned[0][0])
     precision = tuple(core.typeof(ct) if hasattr(ct, "dtype") else a
                       for ct, a in zip(flat, self.site.in_avals))
-    draws = tuple(dataclasses.replace(d, reference=r) for d, r in zip(self.draws, refs))
+    draws = tuple(dataclasses.replace(d, reference=tuple(
+        d.reference[i] if i in missing and d.reference is not None else ref
+        for i, ref in enumerate(r))) for d, r in zip(self.draws, refs))
+    names = ", ".join(f"`{self.site.in_names[i]}`" for i in sorted(missing))
+    assumes = f"the primal's {self.judge} for {names}, which the rule does not return" \
+        if missing else ""
     return dataclasses.replace(self, draws=draws, judge=RULE_VALUES, reason="",
-                               precision=precision)
+                               precision=precision, assumes=assumes)
 
   def agrees(self, other: Oracle) -> Verdict:
     """``other``'s references judged against this oracle's, at ``other``'s precision."""
@@ -432,6 +442,20 @@ def _constants_as_arguments(run, arrays):
   program = jax.jit(lambda consts, args: core.eval_jaxpr(
       closed.jaxpr, consts, *jax.tree_util.tree_leaves(args)))
   return lambda args: jax.tree_util.tree_unflatten(out_tree[0], program(closed.consts, args))
+
+
+def _aligned(site: RuleSite, cts) -> tuple[tuple, frozenset]:
+  """(``cts`` as a tuple of one cotangent per argument, the input leaves it has none for):
+  a bare array for a one-argument rule wrapped, entries missing at the end added as None,
+  extra ``None`` entries dropped. What a rule that cannot run as written still says about
+  the inputs it does give cotangents for."""
+  n_args = len(site.in_tree.children())
+  cts = tuple(cts) if isinstance(cts, (tuple, list)) else (cts,)
+  while len(cts) > n_args and cts[-1] is None:
+    cts = cts[:-1]
+  slices = trees.arg_slices(site.in_tree)
+  missing = frozenset(i for s in slices[len(cts):] for i in range(s.start, s.stop))
+  return cts + (None,) * (n_args - len(cts)), missing
 
 
 def _flatten_cts(site: RuleSite, cts, strict: bool = True) -> list:
