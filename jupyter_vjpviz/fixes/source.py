@@ -243,14 +243,19 @@ def leaf_expression(value: ast.expr, keys: list,
   """The expression that computes the leaf at ``keys`` of a returned value: its element
   in a literal; under a tree map (``jax.tree.map(lambda a: a.T, grads)``), the mapped
   function's body, which computes every leaf (so an edit there edits them all); or, for
-  a local returned whole, what ``fn`` assigns to its entry (``grads['w'] = ...``)."""
+  a local returned whole, what ``fn`` assigns to its entry (``grads['w'] = ...``) or the
+  entry of the literal it assigns to the local (``grads = {'w': ...}``)."""
   for depth in range(len(keys) + 1):
     node = element(value, keys[:depth])
     body = _mapped_body(node) if node is not None else None
     if body is not None:
       return body
     if isinstance(node, ast.Name) and fn is not None and depth < len(keys):
-      return assigned(fn, node.id, keys[depth:])
+      found = assigned(fn, node.id, keys[depth:])
+      whole = assigned(fn, node.id, []) if found is None else None   # grads = {"b": g, ...}
+      if whole is not None and not (isinstance(whole, ast.Name) and whole.id == node.id):
+        found = leaf_expression(whole, keys[depth:], fn)
+      return found
   return element(value, keys)
 
 
