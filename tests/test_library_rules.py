@@ -243,6 +243,64 @@ def test_flax_linen_rule_under_nn_remat_and_nn_scan_is_the_users_rule(hook, lift
     assert vv.verify_fix(d, GOOD_DENSE_BWD) == []
 
 
+class ScannedDense(nn.Module):
+  """An nn.custom_vjp whose bwd clips its variables' cotangents and drops the input's
+  (``short``), or gives the bias's an extra axis."""
+  short: bool
+
+  @nn.compact
+  def __call__(self, x):
+    def dense(mdl, x):
+      return mdl(x)
+
+    def dense_fwd(mdl, x):
+      return nn.vjp(dense, mdl, x)
+
+    def dense_bwd(vjp_fn, y_t):
+      params_t, input_t = vjp_fn(y_t)
+      params_t = jax.tree_util.tree_map(lambda p: jnp.clip(p, -.1, .1), params_t)
+      if self.short:
+        return (params_t,)
+      params_t["params"]["bias"] = params_t["params"]["bias"][None]
+      return (params_t, input_t)
+    return nn.custom_vjp(dense, forward_fn=dense_fwd, backward_fn=dense_bwd)(nn.Dense(3), x)
+
+
+SCANNED = "p['params']['inner']['Dense_0']"
+
+
+@pytest.mark.parametrize("inner", [ScannedDense(short=True), ScannedDense(short=False)],
+                         ids=["structure", "type"])
+def test_flax_linen_variables_under_nn_scan_are_spelled_as_the_user_types_them(hook, untimed, inner):
+  """Under nn.scan flax hands its custom_vjp a slice of the user's parameters, not them:
+  no identity names them, yet they are the graph's program inputs, scanned. Everything
+  (leaf names, fix notes, headline, graph) spells them as the user does, not as flax's
+  ``grad_variables[0]['params']['bias']``."""
+  x = jnp.ones((2, 3))
+  model = LiftedRule("scan", inner)
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
+  assert d.site.in_names == (f"{SCANNED}['bias']", f"{SCANNED}['kernel']", "x")
+  assert d.instance == f"{SCANNED}, in every iteration of its scan"
+  text = d.to_text() + str(d.to_dict()) + "".join(f.title + (f.note or "") for f in d.fixes)
+  assert "grad_variables" not in text
+  if d.kind == "bwd_structure":   # the right structure, still clipped: not the primal's values
+    (clipped,) = vv.verify_fix(d, CLIPPED_DENSE_BWD)
+    assert (clipped.kind, clipped.argument) == ("bwd_value", f"{SCANNED}['bias']")
+    assert "grad_variables" not in clipped.headline + clipped.to_text()
+  else:
+    assert d.fixes and "grad_variables" not in text
+    _one_spelling(d, f"{SCANNED}['bias']")
+
+
+CLIPPED_DENSE_BWD = """
+def dense_bwd(vjp_fn, y_t):
+  params_t, input_t = vjp_fn(y_t)
+  params_t = jax.tree_util.tree_map(lambda p: jnp.clip(p, -.1, .1), params_t)
+  return (params_t, input_t)
+"""
+
+
 class LiftedGrad(nn.Module):
   """A lifted nn.grad over a module with a broken rule: flax's own jax.vjp inside."""
 

@@ -3,6 +3,7 @@ application, the graph built once, each group located in it."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 
@@ -33,6 +34,7 @@ def diagnose(session: Session, exc: BaseException | None,
   failed_later = exc is not None and all(r.severity != ERROR for r in recs)
   out = []
   for group, node in zip(groups, nodes):
+    group = _spelled_by_the_program(group, graph, node)
     rec, site = group[0], group[0].site
     own = named_as_site(graph, node, site)
     argument, primal = _argument(rec, own.node(node) if node else None)
@@ -52,6 +54,23 @@ def diagnose(session: Session, exc: BaseException | None,
         hijax=site.hijax if site else False,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves))
   return out
+
+
+def _spelled_by_the_program(group: list[Record], graph, node: str | None) -> list[Record]:
+  """The group with its rule's inputs that a library spelled by its own parameters (flax's
+  ``grad_variables[0]['params']['bias']``: a scan's slice of the user's parameters, not
+  them) named as the program input they are in the graph (``p['params']['layers']...``)."""
+  site = group[0].site
+  operands = graph.operands_of(node) if site is not None and site.unnamed else ()
+  if not operands:
+    return group
+  names = list(site.in_names)
+  for k in site.unnamed:
+    position = len(operands) - len(names) + k   # a custom_vjp_call's operands end with them
+    source = graph.node(operands[position] or "") if 0 <= position < len(operands) else None
+    names[k] = source.label if source is not None else names[k]
+  renamed = dataclasses.replace(site, in_names=tuple(names))
+  return [dataclasses.replace(r, site=renamed) if r.site == site else r for r in group]
 
 
 def _graph(graph, node: str | None, group: list[Record], argument: str | None,

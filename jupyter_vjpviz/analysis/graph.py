@@ -63,6 +63,10 @@ class Graph:
   upstream: tuple[tuple[str, tuple[str, ...]], ...] = ()
   """(failing node, the ids of the program inputs nearest upstream of it), for the
   located nodes only: which instance of a repeated block it is (``locate.instance``)."""
+  operands: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
+  """(failing node, for each of its operands the id of the program input it is, a scan's
+  slice of it included, else None), for the located nodes only: a library rule's inputs
+  spelled as the user's (``assemble``)."""
   sites: tuple[tuple[str, str], ...] = ()
   """(scope path up to a user call, ``file:line`` of that call): where each call in
   ``Node.frames`` was made, keyed as ``Node.scope`` spells it (a named scope may lead)."""
@@ -79,6 +83,9 @@ class Graph:
 
   def upstream_of(self, node_id: str | None) -> tuple[str, ...]:
     return next((ids for nid, ids in self.upstream if nid == node_id), ())
+
+  def operands_of(self, node_id: str | None) -> tuple[str | None, ...]:
+    return next((ids for nid, ids in self.operands if nid == node_id), ())
 
   def to_dict(self) -> dict:
     return {"nodes": [n.to_dict() for n in self.nodes],

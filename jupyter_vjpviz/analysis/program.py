@@ -257,9 +257,25 @@ def _with_upstream(graph: Graph, jaxpr: core.Jaxpr, inputs: list[Node],
                    found: list[str | None], clock: _Clock) -> Graph:
   ids = [n.id for n in inputs]
   differentiated = {n.id for n in inputs if n.kind == "input"}
-  upstream = tuple((f, _upstream(jaxpr, ids, f, clock, differentiated))
-                   for f in dict.fromkeys(found) if f)
-  return dataclasses.replace(graph, upstream=upstream)
+  located = [f for f in dict.fromkeys(found) if f]
+  upstream = tuple((f, _upstream(jaxpr, ids, f, clock, differentiated)) for f in located)
+  operands = tuple((f, _operands(jaxpr, ids, f, clock)) for f in located)
+  return dataclasses.replace(graph, upstream=upstream, operands=operands)
+
+
+def _operands(jaxpr: core.Jaxpr, inputs: list[str], focus: str,
+              clock: _Clock) -> tuple[str | None, ...]:
+  """For each operand of equation ``focus``, the program input it is, through the bodies
+  enclosing it (a scan's slice of it too), else None."""
+  if not focus.startswith("e"):
+    return ()
+  walk = _Upstream(_levels(jaxpr, focus), clock)
+  found = []
+  for v in walk.path[-1].invars:
+    walk.seen.clear()
+    depth, position, _ = walk.outermost(len(walk.bodies) - 1, v, False)
+    found.append(inputs[position] if depth < 0 else None)
+  return tuple(found)
 
 
 def _upstream(jaxpr: core.Jaxpr, inputs: list[str], focus: str, clock: _Clock,

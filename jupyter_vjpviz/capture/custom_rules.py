@@ -282,15 +282,18 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
   code = _watched_code(cvjp)
   spelled = spelled or (arguments.cached(code, treedef) if code is not None else None) or ()
+  library = names.library_function(cvjp.fun)
   program = (user_calls.program_names([_unbox(x) for _, x in leaves])
-             if names.library_function(cvjp.fun) else [None] * len(leaves))
+             if library else [None] * len(leaves))
+  users = [(spelled[k] if k < len(spelled) and spelled[k] else None) or program[k]
+           for k in range(len(leaves))]
   in_names = tuple(
-      (spelled[k] if k < len(spelled) and spelled[k] else None) or program[k]
-      or names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
+      users[k] or names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
       for k, (p, _) in enumerate(leaves))
   return RuleSite(
       **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
       in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves), in_names=in_names,
+      unnamed=tuple(k for k, name in enumerate(users) if library and name is None),
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       perturbed=(tuple(bool(x.perturbed) for _, x in leaves)
                  if any(_is_primal_box(x) for _, x in leaves) else None),

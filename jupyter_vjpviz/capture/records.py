@@ -40,6 +40,9 @@ class RuleSite:
   in_avals: tuple[Any, ...]      # primal aval of each differentiable input leaf
   in_tree: Any                   # PyTreeDef of the differentiable args tuple
   hijax: bool = False
+  unnamed: tuple[int, ...] = ()
+  """Indexes of ``in_names`` spelled by a library's own parameters (flax's
+  ``grad_variables``): no user spelling was found for them by identity (a scan's slice)."""
   perturbed: tuple[bool, ...] | None = None
   """Per input leaf, whether it was differentiated (symbolic_zeros rules are told; None: all)."""
   nondiff: tuple[tuple[int, Any], ...] = dataclasses.field(default=(), compare=False)
