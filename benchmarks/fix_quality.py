@@ -125,9 +125,7 @@ def build_held_out() -> list[Mutant]:
   for n, case in enumerate(held_out.CASES):
     base = case.base()
     _, ns = cell(base.code, "heldout")
-    subject = judge.Subject(base, ns, ns.get("reference", ns[base.name].fun))
-    draws = judge.references(subject, seed=n)
-    verdict = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+    subject, draws, verdict = judge.judged_as_written(base, ns, n)
     assert verdict.right, f"the right {base.name} rule is not right: {verdict.detail}"
     filename, mns = cell(case.mutation().apply(base.code), "heldout")
     assert _same_code(mns[base.name].fun, ns[base.name].fun), f"{case.note} edits the primal"

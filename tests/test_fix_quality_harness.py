@@ -116,9 +116,7 @@ def test_each_held_out_rule_is_right_and_its_wrong_version_is_not():
   for n, case in enumerate(held_out.CASES):
     base = case.base()
     _, ns = cell(base.code, "harness")
-    subject = judge.Subject(base, ns, ns.get("reference", ns[base.name].fun))
-    draws = judge.references(subject, seed=n)
-    right = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+    subject, draws, right = judge.judged_as_written(base, ns, n)
     assert right.right, (case.name, case.note, right.detail)
     _, wrong_ns = cell(case.mutation().apply(base.code), "harness")
     wrong = judge.judge_rules(subject, wrong_ns[base.name].fwd, wrong_ns[base.name].bwd, draws)

@@ -105,6 +105,14 @@ def compile_fix(subject: Subject, code: str, role: str):
   return rules["fwd"], rules["bwd"]
 
 
+def judged_as_written(base: Base, ns: dict, seed: int) -> tuple[Subject, list[Draw], Verdict]:
+  """A corpus rule run as written in ``ns`` (its right version), judged against its
+  reference's autodiff (``reference`` in ``ns``, else the primal) at ``seed``'s draws."""
+  subject = Subject(base, ns, ns.get("reference", ns[base.name].fun))
+  draws = references(subject, seed=seed)
+  return subject, draws, judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+
+
 def judge_rules(subject: Subject, fwd, bwd, draws: list[Draw] | None = None) -> Verdict:
   """Rebuild the custom_vjp with ``fwd``/``bwd`` and compare it with the reference."""
   custom_vjp = subject.custom_vjp
