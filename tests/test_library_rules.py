@@ -294,6 +294,8 @@ def test_flax_linen_variables_under_nn_scan_are_spelled_as_the_user_types_them(h
   else:
     assert d.fixes and "grad_variables" not in text
     _one_spelling(d, f"{SCANNED}['bias']")
+    # the program input it is a slice of is that input: not told apart as "... of <lambda>"
+    assert _inputs(d) == [f"{SCANNED}['bias']", f"{SCANNED}['kernel']"]
 
 
 CLIPPED_DENSE_BWD = """

@@ -61,13 +61,11 @@ def _spelled_by_the_program(group: list[Record], graph, node: str | None) -> lis
   ``grad_variables[0]['params']['bias']``: a scan's slice of the user's parameters, not
   them) named as the program input they are in the graph (``p['params']['layers']...``)."""
   site = group[0].site
-  operands = graph.operands_of(node) if site is not None and site.unnamed else ()
-  if not operands:
+  if site is None or not site.unnamed or not graph.operands_of(node):
     return group
   names = list(site.in_names)
   for k in site.unnamed:
-    position = len(operands) - len(names) + k   # a custom_vjp_call's operands end with them
-    source = graph.node(operands[position] or "") if 0 <= position < len(operands) else None
+    source = graph.node(_operand(graph, node, site, k) or "")
     names[k] = source.label if source is not None else names[k]
   renamed = dataclasses.replace(site, in_names=tuple(names))
   return [dataclasses.replace(r, site=renamed) if r.site == site else r for r in group]
@@ -80,7 +78,18 @@ def _graph(graph, node: str | None, group: list[Record], argument: str | None,
   marked = functools.reduce(lambda g, r: mark_got(g, node, r), group, graph)
   about_rule = kinds.of(group[0].kind).subject == kinds.RULE and group[0].site is not None
   function = session.origin.name if session.origin else None
-  return distinct_inputs(marked, argument, function) if about_rule else marked
+  if not about_rule:
+    return marked
+  site, i = group[0].site, group[0].flat_index
+  named_by_it = _operand(graph, node, site, i) if i in site.unnamed else None   # its label
+  return distinct_inputs(marked, argument, function, named_by_it)
+
+
+def _operand(graph, node: str | None, site, i: int | None) -> str | None:
+  """The id of the program input that rule input ``i`` is (or a scan slices it from)."""
+  operands = graph.operands_of(node)
+  position = len(operands) - len(site.in_names) + i if i is not None else -1
+  return operands[position] if 0 <= position < len(operands) else None
 
 
 def _instance(graph, node: str | None, rec: Record, times: int) -> str | None:

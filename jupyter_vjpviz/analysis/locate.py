@@ -192,14 +192,16 @@ def _mark_rule_input(graph: Graph, node: Node, rec: Record) -> Graph:
   return dataclasses.replace(graph, nodes=(*graph.nodes, const), edges=(*graph.edges, edge))
 
 
-def distinct_inputs(graph: Graph, argument: str | None, function: str | None) -> Graph:
+def distinct_inputs(graph: Graph, argument: str | None, function: str | None,
+                    same: str | None = None) -> Graph:
   """The graph with each program input spelled like a rule's input ``argument`` (the
   loss's ``x`` beside the rule's ``x``) labelled with its function: ``x of loss``. The
-  diagnosis spells the rule's input one way everywhere; no other box may read the same."""
+  diagnosis spells the rule's input one way everywhere; no other box may read the same.
+  Input ``same``, whose label names the rule's input (the array a scan slices it from), is kept."""
   if not argument or not function:
     return graph
   nodes = tuple(n._replace(label=f"{n.label} of {function}")
-                if n.kind in ("input", "static") and n.label == argument else n
+                if n.kind in ("input", "static") and n.label == argument and n.id != same else n
                 for n in graph.nodes)
   return dataclasses.replace(graph, nodes=nodes) if nodes != graph.nodes else graph
 
