@@ -598,15 +598,30 @@ def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
 
 class _Traced:
   """The primal's jaxpr at the call's abstract arguments, traced once when first asked
-  (None where it cannot be traced: what it would tell is then not known)."""
+  (None where it cannot be traced: what it would tell is then not known).
+
+  Its inputs are the array leaves alone, in flattened order; the rest (nondiff values,
+  callables) stay static, as in the user's call. The arguments are rebuilt inside the
+  traced function, so the user's pytree types are unflattened with tracers only, as
+  JAX does (make_jaxpr of the pytrees themselves hands JAX 0.6's ArgInfo to them).
+  """
 
   def __init__(self, fun, abstract_args):
     self.fun, self.abstract_args = fun, abstract_args
 
   @functools.cached_property
   def jaxpr(self):
+    flat, tree = jax.tree_util.tree_flatten(self.abstract_args,
+                                            is_leaf=lambda x: isinstance(x, Weak))
+    arrays = [j for j, leaf in enumerate(flat) if isinstance(leaf, jax.ShapeDtypeStruct)]
+
+    def primal(*leaves):
+      full = [leaf.get() if isinstance(leaf, Weak) else leaf for leaf in flat]
+      for j, leaf in zip(arrays, leaves):
+        full[j] = leaf
+      return self.fun(*jax.tree_util.tree_unflatten(tree, full))
     try:
-      return jax.make_jaxpr(lambda *a: self.fun(*a))(*self.abstract_args).jaxpr
+      return jax.make_jaxpr(primal)(*[flat[j] for j in arrays]).jaxpr
     except Exception:  # noqa: BLE001
       return None
 
