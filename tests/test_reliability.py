@@ -8,6 +8,7 @@ attributes one thread's error to another.
 import collections
 import gc
 import importlib
+import subprocess
 import sys
 import threading
 
@@ -393,3 +394,52 @@ def test_a_loop_failing_every_step_shows_a_bounded_number_of_outputs(kernel_cell
   assert len(shown) == SHOWN_PER_CELL
   text = "".join(o.text for o in cell.outputs if o.output_type == "stream")
   assert f"{30 - SHOWN_PER_CELL} more diagnoses in this cell not shown" in text
+
+
+CYCLIC_CLOSURE = '''
+import jax, jax.numpy as jnp, jupyter_vjpviz as vv
+
+def room():
+  """How deep a nested list repr can go: CPython 3.12's C recursion budget left."""
+  lo, hi = 1, 5000
+  while lo < hi:
+    mid, nested = (lo + hi + 1) // 2, []
+    for _ in range(mid):
+      nested = [nested]
+    try:
+      repr(nested)
+      lo = mid
+    except RecursionError:
+      hi = mid - 1
+  return lo
+
+triple = jax.custom_vjp(lambda x: 3. * x)
+triple.defvjp(lambda x: (3. * x, None), lambda _, g: (2. * g,))   # well-typed, wrong value
+
+def model(config):
+  def loss(x):           # config is one of its locals (a closure cell)
+    return config["scale"] * jnp.sin(triple(x)).sum()
+  return loss
+
+config = {"scale": 2., "name": "run"}
+config["parent"] = config          # a dict holding itself, as a namespace may
+loss = model(config)
+
+before = room()
+found = vv.gradcheck(loss, jnp.linspace(-1., 1., 6))
+print(len(found), before, room())
+'''
+
+
+def test_a_cyclic_dict_the_users_function_sees_leaves_pythons_recursion_budget_whole(tmp_path):
+  """jaxlib's flatten of a dict holding itself overflows, and on CPython 3.12 its
+  RecursionError left the C recursion budget spent for the rest of the process (a
+  15-deep list could no longer be printed); vjpviz flattened every local of the user's
+  function it watched. Before: 'could not diagnose' lines, a RecursionError, the budget gone."""
+  script = tmp_path / "cyclic_closure.py"    # a real file, as a user's module
+  script.write_text(CYCLIC_CLOSURE)
+  run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert "vjpviz: could not" not in run.stderr, run.stderr
+  found, before, after = map(int, run.stdout.split()[-3:])
+  assert found == 1 and after == before, run.stdout

@@ -16,6 +16,7 @@ import jax
 from . import code_watch
 
 _LIMIT = 512                      # cached (code, structure) pairs; cleared when full
+_DEPTH = 200                      # nesting flattened at most: far below CPython's C budget (1500)
 _cache: dict = {}
 
 
@@ -78,6 +79,8 @@ def spelled(frame_locals: dict) -> dict[int, tuple]:
   """id of each leaf among the parameters -> (the leaf, ``param.path``); first one wins."""
   found: dict[int, tuple] = {}
   for name, value in frame_locals.items():
+    if not _bounded(value):
+      continue
     try:
       leaves = jax.tree_util.tree_leaves_with_path(value)
     except Exception:  # noqa: BLE001 - a parameter that is not a pytree names nothing
@@ -85,6 +88,30 @@ def spelled(frame_locals: dict) -> dict[int, tuple]:
     for path, leaf in leaves:
       found.setdefault(id(leaf), (leaf, name + jax.tree_util.keystr(path)))
   return found
+
+
+def _bounded(value) -> bool:
+  """Whether ``value``'s dicts, lists and tuples nest less than ``_DEPTH`` deep and hold
+  no cycle. A local may be anything (a closed-over dict that holds itself, a namespace);
+  jaxlib's flatten overflowing on one raises a RecursionError that, on CPython 3.12,
+  leaves the C recursion budget spent for the rest of the process. Walked with a stack
+  of our own, so this check cannot overflow."""
+  on_path: set[int] = set()
+  stack = [(value, 0, False)]
+  while stack:
+    x, depth, leaving = stack.pop()
+    if leaving:
+      on_path.discard(id(x))
+      continue
+    children = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else None
+    if children is None:
+      continue
+    if id(x) in on_path or depth >= _DEPTH:
+      return False
+    on_path.add(id(x))
+    stack.append((x, depth, True))
+    stack.extend((c, depth + 1, False) for c in children)
+  return True
 
 
 def clear() -> None:
