@@ -585,7 +585,7 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
   if eqn.primitive.name == "custom_jvp_call":
     return (capture_names.function_of(params.get("call_jaxpr"))[0],
             capture_names.function_of(params.get("jvp_jaxpr_fun"))[0])
-  prim = params.get("_prim")
+  prim = hijax_rules.unwrapped(params.get("_prim"))
   if prim is None:
     return None, None
   traced = getattr(prim, "traced", None)

@@ -84,7 +84,7 @@ def input_index(accum) -> int | None:
 def _wrap_linearize(original):
   def linearize(is_vjp, nz_in_flat, *args_flat, _prim):
     out = original(is_vjp, nz_in_flat, *args_flat, _prim=_prim)
-    if not (is_vjp and records.active()) or _is_custom_vjp3(_prim):
+    if not (is_vjp and records.active() and _is_users(_prim)):
       return out
     site = safety.safely(site_of, _prim)
     if site is None:
@@ -97,6 +97,12 @@ def _wrap_linearize(original):
 
 def _is_custom_vjp3(prim) -> bool:
   return type(prim).__name__ == "CustomVJPTraced"
+
+
+def _is_users(prim) -> bool:
+  """A primitive the user wrote: a HiPrim subclass, not a custom_vjp3's (its site is the
+  custom_vjp's) nor what JAX 0.9/0.10 make of one under a transform (no HiPrim there)."""
+  return hijax_rules.is_primitive(prim) and not _is_custom_vjp3(hijax_rules.unwrapped(prim))
 
 
 def site_of(prim) -> RuleSite:

@@ -26,6 +26,14 @@ def is_primitive(custom_rule) -> bool:
   return HiPrim is not None and isinstance(custom_rule, HiPrim)
 
 
+def unwrapped(prim):
+  """The primitive behind JAX's own wrappers of it (``VmapOf`` under ``jax.vmap`` holds it
+  as ``.prim``); a user's class is never one of those, whatever its attributes."""
+  while type(prim).__module__.startswith("jax._src.") and getattr(prim, "prim", None) is not None:
+    prim = prim.prim
+  return prim
+
+
 def rule_method(cls) -> str:
   """The method that is the user's bwd rule: ``vjp_bwd`` if they wrote one, else
   ``vjp_bwd_retval`` (which JAX's default ``vjp_bwd`` calls)."""
