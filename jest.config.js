@@ -22,6 +22,7 @@ module.exports = {
   ...base,
   automock: false,
   collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/*.d.ts'],
+  globalSetup: '<rootDir>/src/__tests__/globalSetup.js',
   roots: ['<rootDir>/src'],
   setupFiles: [...base.setupFiles, '<rootDir>/src/__tests__/clipboard.ts'],
   testRegex: 'src/.*/.*.spec.ts[x]?$',

@@ -1,9 +1,10 @@
 /**
  * The panel's side of protocol.schema.json, generated: TypeScript types
  * (json-schema-to-typescript) and precompiled validators (ajv standalone).
- * `node scripts/protocol-codegen.js` writes them to src/; with --print it prints
- * them as JSON instead, which src/__tests__/protocolCodegen.spec.ts compares with
- * the checked-in files (prettier, inside json-schema-to-typescript, needs plain node).
+ * `node scripts/protocol-codegen.js` writes them to src/ (git ignores them): the
+ * build (build:lib, build:lib:prod) and jest (src/__tests__/globalSetup.js) run it
+ * first, so they are never stale. A file whose text is unchanged is not rewritten,
+ * which keeps tsc's incremental build and setup.sh's stamp still.
  */
 const fs = require('fs');
 const path = require('path');
@@ -112,17 +113,12 @@ async function generate() {
   return { [TYPES_PATH]: await types(schema), [VALIDATORS_PATH]: validators(schema) };
 }
 
-module.exports = { generate, TYPES_PATH, VALIDATORS_PATH };
-
-if (require.main === module) {
-  generate().then(files => {
-    if (process.argv.includes('--print')) {
-      process.stdout.write(JSON.stringify(files));
-      return;
+generate().then(files => {
+  for (const [file, text] of Object.entries(files)) {
+    if (fs.existsSync(file) && fs.readFileSync(file, 'utf-8') === text) {
+      continue;
     }
-    for (const [file, text] of Object.entries(files)) {
-      fs.writeFileSync(file, text);
-      console.log(`wrote ${path.relative(ROOT, file)}`);
-    }
-  });
-}
+    fs.writeFileSync(file, text);
+    console.log(`wrote ${path.relative(ROOT, file)}`);
+  }
+});

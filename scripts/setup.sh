@@ -42,9 +42,10 @@ node_present() {
 }
 
 digest() {
-  # One hash of the contents of the files under the given paths, src/__tests__ left out.
-  find "$@" -path src/__tests__ -prune -o -type f -print | LC_ALL=C sort | xargs sha256sum |
-    sha256sum
+  # One hash of the contents of the files under the given paths, src/__tests__ and the
+  # protocol files the build generates (from the schema and codegen, hashed instead) left out.
+  find "$@" \( -path src/__tests__ -o -path src/protocolTypes.ts -o -path src/protocolValidators.ts \) \
+    -prune -o -type f -print | LC_ALL=C sort | xargs sha256sum | sha256sum
 }
 
 current() {
@@ -59,7 +60,8 @@ python_packages() {
   # not times: a checkout or an edit to a test does not re-run it. A JAX already in the
   # venv is pinned: installing the test extra never changes it.
   local stamp=.venv/.installed-from constraints=.venv/.jax-constraints inputs
-  inputs=$(digest pyproject.toml install.json package.json yarn.lock tsconfig.json schema style src)
+  inputs=$(digest pyproject.toml install.json package.json yarn.lock tsconfig.json schema style src \
+    jupyter_vjpviz/protocol.schema.json scripts/protocol-codegen.js)
   if [[ -f jupyter_vjpviz/labextension/package.json ]] && current "$stamp" "$inputs"; then
     echo "setup: the editable install is current"
     return

@@ -1,6 +1,11 @@
 import Ajv from 'ajv';
 
-import { parseDiagnosis, parseKernelMessage, parseResult } from '../protocol';
+import {
+  parseDiagnosis,
+  parseKernelMessage,
+  parseResult,
+  PROTOCOL_VERSION
+} from '../protocol';
 
 import schema from '../../jupyter_vjpviz/protocol.schema.json';
 import examplesJson from './protocol-examples.json';
@@ -21,6 +26,10 @@ const validKernel = (data: unknown) =>
 describe('protocol.schema.json', () => {
   it('is a valid JSON Schema', () => {
     expect(ajv.validateSchema(schema)).toBe(true);
+  });
+
+  it('has the version the panel sends', () => {
+    expect(PROTOCOL_VERSION).toBe(schema.definitions.version.const);
   });
 
   it.each(cases('valid_kernel_messages'))(
