@@ -1,7 +1,7 @@
 """The benchmark's own judge: is a fix right, whatever vjpviz claims about it?
 
 Right means type-correct and equal to the primal's own autodiff. The fix code runs
-in a copy of the rule's namespace (as ``jupyter_vjpviz/fixes/verify.py`` does), a
+in a copy of the rule's namespace and closure (read by vjpviz's ``verify.closure``), a
 fresh ``jax.custom_vjp`` is built from the primal with the fixed fwd/bwd, and its
 VJP is compared with ``jax.vjp`` of the reference primal at several random inputs
 and random output cotangents, leaf by leaf, with tolerances by dtype. The hook
@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
+
+from jupyter_vjpviz.fixes.verify import closure
 
 from .rules import Base
 
@@ -92,7 +94,7 @@ def compile_fix(subject: Subject, code: str, role: str):
   filename = f"<fix-quality-{next(_serial)}>"
   linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
   space = dict(subject.ns)
-  space.update(_closure(custom_vjp))
+  space.update(closure(custom_vjp))
   exec(compile(code, filename, "exec"), space)  # noqa: S102 - our own corpus's fixes
   defs = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
   named = {_name(custom_vjp.fwd): "fwd", _name(custom_vjp.bwd): "bwd"}
@@ -219,16 +221,6 @@ def specs(base: Base):
   spec = lambda s: P(s) if s else P()
   in_specs, out_spec = base.specs
   return tuple(spec(s) for s in in_specs), spec(out_spec)
-
-
-def _closure(custom_vjp) -> dict:
-  found = {}
-  for rule in (custom_vjp.fwd, custom_vjp.bwd):
-    try:
-      found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)
-    except TypeError:
-      pass
-  return found
 
 
 def _name(fn) -> str | None:

@@ -167,7 +167,7 @@ def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
 def namespace(user_rules) -> dict:
   """A copy of what the rules see (their globals and closures), to run edited code in."""
   found = dict(_globals(user_rules))
-  found.update(_closure(user_rules))
+  found.update(closure(user_rules))
   return found
 
 
@@ -484,8 +484,9 @@ def _globals(user_rules) -> dict:
   return home(user_rules).__globals__
 
 
-def _closure(user_rules) -> dict:
-  """Values the rules close over, so a nested rule's fix can still see them."""
+def closure(user_rules) -> dict:
+  """Values the rules close over, so a nested rule's fix can still see them (the
+  fix-quality benchmark's judge runs its fixes with them too)."""
   found = {}
   for rule in (user_rules.fwd, user_rules.bwd):
     try:
