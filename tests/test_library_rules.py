@@ -140,18 +140,20 @@ def test_a_custom_gradient_vjp_def_returning_a_bare_cotangent_is_fixed(hook, unt
   assert "    return g * 2." in d.fixes[0].code
 
 
+def dense(mdl, x):
+  return mdl(x)
+
+
+def dense_fwd(mdl, x):
+  return nn.vjp(dense, mdl, x)
+
+
 class Dense3(nn.Module):
   """flax linen's nn.custom_vjp: a jax.custom_vjp made anew on every call."""
   drop_input_grad: bool
 
   @nn.compact
   def __call__(self, x):
-    def dense(mdl, x):
-      return mdl(x)
-
-    def dense_fwd(mdl, x):
-      return nn.vjp(dense, mdl, x)
-
     def dense_bwd(vjp_fn, y_t):
       params_t, input_t = vjp_fn(y_t)
       return (params_t,) if self.drop_input_grad else (params_t, input_t)
@@ -175,12 +177,6 @@ class TransposedDense(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    def dense(mdl, x):
-      return mdl(x)
-
-    def dense_fwd(mdl, x):
-      return nn.vjp(dense, mdl, x)
-
     def dense_bwd(vjp_fn, y_t):
       params_t, input_t = vjp_fn(y_t)
       return (params_t, input_t.T)
@@ -243,14 +239,6 @@ def test_flax_linen_rule_under_nn_remat_and_nn_scan_is_the_users_rule(hook, lift
     assert vv.verify_fix(d, GOOD_DENSE_BWD) == []
 
 
-def apply_model(mdl, x):
-  return mdl(x)
-
-
-def apply_model_fwd(mdl, x):
-  return nn.vjp(apply_model, mdl, x)
-
-
 class ScannedDense(nn.Module):
   """An nn.custom_vjp whose bwd clips its variables' cotangents and drops the input's
   (``short``), or gives the bias's an extra axis."""
@@ -265,8 +253,7 @@ class ScannedDense(nn.Module):
         return (params_t,)
       params_t["params"]["bias"] = params_t["params"]["bias"][None]
       return (params_t, input_t)
-    return nn.custom_vjp(apply_model, forward_fn=apply_model_fwd,
-                         backward_fn=dense_bwd)(nn.Dense(3), x)
+    return nn.custom_vjp(dense, forward_fn=dense_fwd, backward_fn=dense_bwd)(nn.Dense(3), x)
 
 
 SCANNED = "p['params']['inner']['Dense_0']"
