@@ -312,7 +312,7 @@ class _Search:
       here = patch if patch is not None and patch.path[0][0] == k else None
       inline = eqn.primitive.name in CALLS and (here is None or len(here.path) > 1)
       targets = [eqn.invars[j] for j in wrt]
-      if inline and (not self.stop or _all_finite(cts)):
+      if inline and (not self.stop or all_finite(cts)):
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
         found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
                                 ins, eqn_active, cts, where, _source(eqn) or outer, env[k],
@@ -420,8 +420,8 @@ class _Search:
       ct = [*ct_carry, *[y[t] for y in ct_ys]]
       got = back(args, [ct[j] for j in outs])
       norm = float(jnp.sqrt(sum(jnp.sum(jnp.abs(x) ** 2) for x in ct_carry))) if ct_carry else 0.0
-      self.iterations.append((c.node, t, norm, _all_finite(ct)))
-      if _all_finite(ct) and not _all_finite(got):
+      self.iterations.append((c.node, t, norm, all_finite(ct)))
+      if all_finite(ct) and not all_finite(got):
         where = f"in iteration {t} of {length} of its scan{' (reversed)' if reverse else ''}"
         return self.level(body, c.node, c.path, args, body_active, ct,
                           f"{c.where}, {where}" if c.where else where, c.source)[0]
@@ -439,7 +439,7 @@ def _origin(c: Culprit, jaxpr, path, prefix, read, outer, where) -> Culprit | No
       continue
     k, eqn = made[v]
     operands = [read(u) for u in eqn.invars]
-    if not _all_finite(operands):
+    if not all_finite(operands):
       return None
     return Culprit(_eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
                    tuple(summary(o) if inexact(o) else None for o in operands), c.ct_in,
@@ -612,7 +612,7 @@ def _nonfinite(xs) -> tuple[bool, bool]:
           any(bool(np.isinf(a).any()) for a in arrays))
 
 
-def _all_finite(xs) -> bool:
+def all_finite(xs) -> bool:
   """On the host, as ``flow``: no reduction compiled per shape."""
   return all(bool(np.isfinite(np.asarray(x)).all()) for x in xs
              if x is not None and hasattr(x, "dtype") and inexact(x))

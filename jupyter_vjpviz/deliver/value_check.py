@@ -234,7 +234,7 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
     raised = True
     with jax.debug_nans(False):
       grads = pull_ones(fun, args, nums, kwargs)
-  if all(bool(jax.numpy.isfinite(g).all()) for g in jax.tree_util.tree_leaves(grads)):
+  if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
     return None
   with jax.debug_nans(False):
     return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)

@@ -84,7 +84,7 @@ def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | No
       got = [g / cand.scale for g in gradient(scaled, patch)]
   except Exception:  # noqa: BLE001 - a rewrite that does not apply here is no fix
     return None
-  if not all(bool(jnp.isfinite(g).all()) for g in got):
+  if not nonfinite.all_finite(got):
     return None
   kept = [oracle.compare(i, n, o, g, core.typeof(o))
           for i, (n, o, g) in enumerate(zip(p.names, original, got))]
