@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jsonschema
 import numpy as np
 import pytest
+import softclip
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis.diagnosis import Fix
@@ -138,24 +139,11 @@ def test_a_reduction_too_many_is_removed_and_a_gradient_left_none_by_the_rule_st
     np.testing.assert_allclose(g, w, rtol=1e-5)
 
 
-LAYER = """
-@jax.custom_vjp
-def layer(x, w):
-  return jnp.tanh(x @ w)
-def layer_fwd(x, w):
-  y = jnp.tanh(x @ w)
-  return y, (x, w, y)
-def layer_bwd(res, g):
-  x, w, y = res
-  d = g * (1 - y ** 2)
-  return d @ w.T, (x.T @ d).T
-layer.defvjp(layer_fwd, layer_bwd)
-def loss(x, w): return layer(x, w).sum()
-"""
+LAYER = softclip.SOURCE + "def loss(x, w): return softclip(x, w).sum()\n"
 
-RIGHT = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  return d @ w.T, x.T @ d\n"
-SCALED = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  return d @ w.T, 2. * (x.T @ d)\n"
-ZEROED = "def layer_bwd(res, g):\n  x, w, y = res\n  d = g * (1 - y ** 2)\n  return jnp.zeros_like(x), x.T @ d\n"
+RIGHT = "def softclip_bwd(res, g):\n    x, w, y = res\n    gy = g * (1 - y**2)\n    return gy @ w.T, x.T @ gy\n"
+SCALED = RIGHT.replace("x.T @ gy\n", "2. * (x.T @ gy)\n")
+ZEROED = RIGHT.replace("gy @ w.T,", "jnp.zeros_like(x),")
 
 
 def _judge(d):
@@ -167,8 +155,8 @@ def test_the_verdict_not_the_claim_ranks_and_type_only_fixes_say_what_they_break
   d = diagnosis(cell(LAYER)["loss"], X, W)
   claims = [Fix("Zero dx", ZEROED, "", exact=True), Fix("Scale dw", SCALED, "", exact=True),
             Fix("Transpose dw", RIGHT, "", exact=False),
-            Fix("Raises", RIGHT.replace("return", "1 / 0\n  return"), "", exact=True),
-            Fix("Ill-typed", RIGHT.replace("x.T @ d", "d.T @ x"), "", exact=True)]
+            Fix("Raises", RIGHT.replace("return", "1 / 0\n    return"), "", exact=True),
+            Fix("Ill-typed", RIGHT.replace("x.T @ gy", "gy.T @ x"), "", exact=True)]
   ranked = rank.rank(_judge(d), claims)
   assert [f.title.split(" (")[0] for f in ranked] == ["Transpose dw", "Zero dx", "Scale dw"]
   right, zeroed, scaled = ranked
@@ -180,7 +168,7 @@ def test_the_verdict_not_the_claim_ranks_and_type_only_fixes_say_what_they_break
 
 def test_the_diagnosis_offers_the_transpose_first_and_verified():
   d = diagnosis(cell(LAYER)["loss"], X, W)
-  assert d.fixes[0].verdict == "verified" and "x.T @ d" in d.fixes[0].code
+  assert d.fixes[0].verdict == "verified" and "x.T @ gy" in d.fixes[0].code
   verdicts = [f.verdict for f in d.fixes]
   assert "type-only" not in verdicts[:verdicts.count("verified")]
 

@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import softclip
 
 from jupyter_vjpviz.analysis import oracle
 from jupyter_vjpviz.analysis.oracle import Oracle
@@ -13,18 +14,6 @@ def site_of(hook, f, *args, argnums=0):
   with pytest.raises(Exception):
     jax.grad(lambda *a: jnp.sum(f(*a)), argnums=argnums)(*args)
   return hook.last().site
-
-
-def tanh_layer(bwd):
-  @jax.custom_vjp
-  def layer(x, w):
-    return jnp.tanh(x @ w)
-
-  def layer_fwd(x, w):
-    y = jnp.tanh(x @ w)
-    return y, (x, w, y)
-  layer.defvjp(layer_fwd, bwd)
-  return layer, layer_fwd
 
 
 def right_bwd(res, g):
@@ -40,8 +29,11 @@ def transposed_bwd(res, g):
 
 @pytest.fixture
 def layer_site(hook):
-  layer, fwd = tanh_layer(transposed_bwd)
-  return layer, fwd, site_of(hook, layer, jnp.ones((4, 3)), jnp.ones((3, 2)), argnums=(0, 1))
+  """softclip, whose bwd is ``transposed_bwd``: (the custom_vjp, its fwd, its site)."""
+  ns = softclip.define()
+  layer = ns["softclip"]
+  return layer, ns["softclip_fwd"], site_of(hook, layer, jnp.ones((4, 3)), jnp.ones((3, 2)),
+                                            argnums=(0, 1))
 
 
 def test_the_right_rule_is_right_and_each_wrong_one_says_how(layer_site):
