@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Browser tests of the VJP debugger panel: a real JupyterLab, Debian chromium
-# driven by playwright-core. One command for CI:  bash ui-tests/run.sh
+# driven by playwright-core (panel.spec.mjs, notebook7.spec.mjs) and by Galata,
+# JupyterLab's own harness (galata/). One command for CI:  bash ui-tests/run.sh
 # Exits non-zero on any failure; the last line is "N passed, M failed".
 #
 # Environment:
@@ -88,22 +89,28 @@ export JUPYTER_RUNTIME_DIR="$WORK/runtime" JUPYTER_CONFIG_DIR="$WORK/config" IPY
   JUPYTERLAB_SETTINGS_DIR="$WORK/settings" JUPYTERLAB_WORKSPACES_DIR="$WORK/workspaces" \
   JUPYTER_PLATFORM_DIRS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
 
-# start_server lab|notebook: serve $WORK/root on a free port; sets PORT and SERVER_PID.
+# start_server lab|notebook|galata: serve $WORK/root on a free port; sets PORT and SERVER_PID.
+# galata: JupyterLab with Galata's settings and in-page helpers, no token, its own root.
 start_server() {
-  local app="$1" extra
+  local mode="$1" app="$1" token="$TOKEN" root="$WORK/root" extra
   PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
-  if [ "$app" = lab ]; then
+  if [ "$mode" = notebook ]; then
+    extra=(--JupyterNotebookApp.expose_app_in_browser=True)
+  else
     extra=(--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
       --LabApp.extension_manager=readonly --LabApp.expose_app_in_browser=True)
-  else
-    extra=(--JupyterNotebookApp.expose_app_in_browser=True)
+  fi
+  if [ "$mode" = galata ]; then
+    app=lab token="" root="$WORK/galata-root"
+    mkdir -p "$root"
+    extra+=(--config="$HERE/galata/jupyter_server_config.py")
   fi
   PATH="$SERVER_PATH" jupyter "$app" --no-browser --allow-root --ip=127.0.0.1 --port="$PORT" \
-    --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK/root" \
+    --IdentityProvider.token="$token" --ServerApp.root_dir="$root" \
     --ServerApp.open_browser=False "${extra[@]}" \
-    >"$WORK/server-$app.log" 2>&1 &
+    >"$WORK/server-$mode.log" 2>&1 &
   SERVER_PID=$!
-  SERVER_LOG="$WORK/server-$app.log"
+  SERVER_LOG="$WORK/server-$mode.log"
   for _ in $(seq 120); do
     if curl -sf "http://127.0.0.1:$PORT/api/status?token=$TOKEN" >/dev/null 2>&1; then break; fi
     kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; return 1; }
@@ -138,6 +145,39 @@ if [ "$STATUS" -ne 0 ]; then
 fi
 stop_server
 
+# add_summary "P passed, F failed": adds a suite's counts to the closing line.
+add_summary() {
+  local p1 f1 p2 f2
+  read -r p1 _ f1 _ <<<"$SUMMARY"
+  read -r p2 _ f2 _ <<<"$1"
+  SUMMARY="$((p1 + p2)) passed, $((f1 + f2)) failed"
+}
+
+# Galata (JupyterLab's own harness, ui-tests/galata): the tests ported to it, each with
+# its own directory, page and kernel, against a server with Galata's settings.
+G_SUMMARY="0 passed, 1 failed"
+if ! start_server galata; then
+  echo "ui-tests: jupyter lab for Galata did not start" >&2
+  STATUS=1
+else
+  VJPVIZ_GALATA_URL="http://127.0.0.1:$PORT" VJPVIZ_NOTEBOOKS="$WORK/root" \
+    VJPVIZ_GALATA_REPORT="$WORK/galata.json" NODE_PATH="$ROOT/node_modules" \
+    "$NODE" "$ROOT/node_modules/@playwright/test/cli.js" test --config "$HERE/galata/playwright.config.js" \
+    --pass-with-no-tests ${VJPVIZ_TESTS:+--grep "$VJPVIZ_TESTS"}
+  G_STATUS=$?
+  # Playwright's report: expected (passed), flaky (passed on retry: none are run), unexpected.
+  G_SUMMARY="$(python -c 'import json, sys; s = json.load(open(sys.argv[1]))["stats"]
+print(s["expected"] + s["flaky"], "passed,", s["unexpected"], "failed")' "$WORK/galata.json" 2>/dev/null \
+    || echo "0 passed, 1 failed")"
+  if [ "$G_STATUS" -ne 0 ]; then
+    STATUS=1
+    echo "--- jupyter server log for Galata (tail) ---" >&2
+    tail -n 40 "$SERVER_LOG" >&2
+  fi
+  stop_server
+fi
+add_summary "$G_SUMMARY"
+
 # Notebook 7: the same panel in its right sidebar (ui-tests/notebook7.spec.mjs),
 # against `jupyter notebook` with the same flags. Not in VJPVIZ_SUITE=core.
 if [ "${VJPVIZ_SUITE:-all}" != core ] && "$NODE" "$HERE/notebook7.spec.mjs" --matches; then
@@ -159,10 +199,7 @@ if [ "${VJPVIZ_SUITE:-all}" != core ] && "$NODE" "$HERE/notebook7.spec.mjs" --ma
     fi
     stop_server
   fi
-  # One line with the totals of both suites.
-  read -r P1 _ F1 _ <<<"$SUMMARY"
-  read -r P2 _ F2 _ <<<"$NB_SUMMARY"
-  SUMMARY="$((P1 + P2)) passed, $((F1 + F2)) failed"
+  add_summary "$NB_SUMMARY"
   [ "$NB_STATUS" -eq 0 ] || STATUS=1
 fi
 cleanup
