@@ -144,15 +144,20 @@ def test_with_refs_accumulator_of_wrong_aval(hook):
   assert "accumulator for x of" in d.headline and "args[0]" not in d.headline
 
 
-@pytest.mark.needs("accumulator_type")
-def test_defvjp_with_accums_ct_check_names_the_rule(path):
+def doubled_with_accums(h_bwd):
+  """h(x) = 2x, a custom_vjp whose ``h_bwd(res, g, x_acc)`` pushes into x's accumulator."""
   @jax.custom_vjp
   def h(x):
     return x * 2.
+  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  return h
 
+
+@pytest.mark.needs("accumulator_type")
+def test_defvjp_with_accums_ct_check_names_the_rule(path):
   def h_bwd(res, g, x_acc):
     x_acc.accum(g[:2] * 2.)
-  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  h = doubled_with_accums(h_bwd)
   raises(lambda: jax.grad(lambda x: h(x).sum())(jnp.ones(3)))
   d = only("accumulator_type")
   assert (d.rule, d.function, d.expected, d.got) == ("h_bwd", "h", "float32[3]", "float32[2]")
@@ -597,13 +602,9 @@ def test_only_the_failing_application_is_highlighted(hook, wrap):
 
 @pytest.mark.needs("accumulator_type")
 def test_int32_pushed_into_float32_accumulator_is_a_warning(path):
-  @jax.custom_vjp
-  def h(x):
-    return x * 2.
-
   def h_bwd(r, g, acc):
     acc.accum(g.astype(jnp.int32))
-  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  h = doubled_with_accums(h_bwd)
   assert jax.grad(lambda x: h(x).sum())(jnp.ones(3)).dtype == jnp.int32   # JAX took it
   d = only("silent_dtype")
   assert (d.rule, d.argument, d.expected, d.got) == ("h_bwd", "x", "float32[3]", "int32[3]")

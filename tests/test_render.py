@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from test_capture import doubled_with_accums
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.render import dot, html, layout, svg, text, views
@@ -210,13 +211,9 @@ def _gradient_ref():
 
 def _rule_with_accumulators():
   """A custom_vjp rule pushing a cotangent of the wrong shape into its input's accumulator."""
-  @jax.custom_vjp
-  def h(x):
-    return x * 2.
-
   def h_bwd(res, g, x_acc):
     x_acc.accum(g[:2] * 2.)
-  h.defvjp_with_accums(lambda x: (h(x), None), h_bwd)
+  h = doubled_with_accums(h_bwd)
   jax.grad(lambda x: h(x).sum())(jnp.ones(3))
 
 
