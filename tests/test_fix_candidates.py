@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
-from test_fixes import cell, first_problem, untimed  # noqa: F401 - autouse fixture
+from test_fixes import cell, first_problem, lin_rule, untimed  # noqa: F401 - autouse fixture
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis import oracle
@@ -102,17 +102,9 @@ def colmean_bwd(x, g): return (jnp.broadcast_to(g / ROWS, (ROWS, 3)),)
 colmean.defvjp(colmean_fwd, colmean_bwd)
 def loss(x): return jnp.sin(colmean(x)).sum()
 """, (jnp.arange(12.).reshape(4, 3),), "g / x.shape[0], (x.shape[0], 3)"),
-    "computed_not_returned": ("""
-@jax.custom_vjp
-def lin(x, w): return x @ w
-def lin_fwd(x, w): return lin(x, w), (x, w)
-def lin_bwd(res, g):
-  x, w = res
-  dw = x.T @ g
-  return g @ w.T, g
-lin.defvjp(lin_fwd, lin_bwd)
-def loss(x, w): return jnp.tanh(lin(x, w)).sum()
-""", (jnp.arange(8.).reshape(2, 4) / 8, jnp.arange(12.).reshape(4, 3) / 12), "return g @ w.T, dw"),
+    "computed_not_returned": (lin_rule("dw = x.T @ g\nreturn g @ w.T, g\n"),
+                              (jnp.arange(8.).reshape(2, 4) / 8, jnp.arange(12.).reshape(4, 3) / 12),
+                              "return g @ w.T, dw"),
     "missing_params_entry": ("""
 @jax.custom_vjp
 def dense(p, x): return x @ p['w'] + p['b']

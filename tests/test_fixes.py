@@ -6,6 +6,7 @@ Rules are defined as notebook cells (source in linecache, no file), so
 import functools
 import itertools
 import linecache
+import textwrap
 import types
 
 import jax
@@ -60,17 +61,19 @@ def assert_grads_equal(got, want):
 X, W, B, V = jnp.arange(8.).reshape(2, 4) / 8, jnp.arange(12.).reshape(4, 3) / 12, \
     jnp.arange(4.) / 4, jnp.arange(3.) / 3 + 0.1
 
+
+def lin_rule(bwd_body: str) -> str:
+  """Cell text: a linear layer ``lin`` whose bwd unpacks ``x, w = res`` and runs ``bwd_body``,
+  and ``loss`` = tanh(lin(x, w)).sum()."""
+  return ("\n@jax.custom_vjp\ndef lin(x, w): return x @ w\n"
+          "def lin_fwd(x, w): return lin(x, w), (x, w)\n"
+          "def lin_bwd(res, g):\n  x, w = res\n" + textwrap.indent(bwd_body, "  ")
+          + "lin.defvjp(lin_fwd, lin_bwd)\ndef loss(x, w): return jnp.tanh(lin(x, w)).sum()\n")
+
+
 EXACT = {
-    "transpose": ("""
-@jax.custom_vjp
-def lin(x, w): return x @ w
-def lin_fwd(x, w): return lin(x, w), (x, w)
-def lin_bwd(res, g):
-  x, w = res
-  return (g @ w.T, g.T @ x)
-lin.defvjp(lin_fwd, lin_bwd)
-def loss(x, w): return jnp.tanh(lin(x, w)).sum()
-""", lambda x, w: jnp.tanh(x @ w).sum(), (X, W), "x.T @ g"),
+    "transpose": (lin_rule("return (g @ w.T, g.T @ x)\n"), lambda x, w: jnp.tanh(x @ w).sum(),
+                  (X, W), "x.T @ g"),
     "broadcast_sum": ("""
 @jax.custom_vjp
 def bias(x, b): return x + b
@@ -115,18 +118,9 @@ def act_bwd(c, g): return ((c * g).astype(jnp.bfloat16),)
 act.defvjp(act_fwd, act_bwd)
 def loss(x): return act(x).sum()
 """, lambda x: jnp.sin(x).sum(), (V,), "jnp.zeros((), x.dtype)"),
-      "several_returns": ("""
-@jax.custom_vjp
-def lin(x, w): return x @ w
-def lin_fwd(x, w): return lin(x, w), (x, w)
-def lin_bwd(res, g):
-  x, w = res
-  if x.shape[0] > 1:
-    return (g @ w.T, g.T @ x)
-  return (g @ w.T, x.T @ g)
-lin.defvjp(lin_fwd, lin_bwd)
-def loss(x, w): return jnp.tanh(lin(x, w)).sum()
-""", lambda x, w: jnp.tanh(x @ w).sum(), (X, W), "return (g @ w.T, x.T @ g)\n  return"),
+      "several_returns": (lin_rule("if x.shape[0] > 1:\n  return (g @ w.T, g.T @ x)\n"
+                                   "return (g @ w.T, x.T @ g)\n"), lambda x, w: jnp.tanh(x @ w).sum(),
+                          (X, W), "return (g @ w.T, x.T @ g)\n  return"),
     "nondiff_arguments": ("""
 K = jnp.arange(4.) + 1.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
