@@ -112,12 +112,6 @@ def test_cell_magic_catches_a_silent_bfloat16_gradient(run):
   assert d["fixes"] and ".astype(x.dtype)" in d["fixes"][0]["code"]
 
 
-def test_cell_magic_checks_rules_the_cell_only_ran_forward(run):
-  outputs, _ = run
-  assert "1 custom rule checked, 1 problem" in text(outputs["forward_only"])
-  assert [d["kind"] for d in diagnoses(outputs["forward_only"])] == ["silent_dtype"]
-
-
 def test_strict_raises_only_on_problems(run):
   outputs, _ = run
   assert "VjpvizProblems: 2 custom rules checked, 1 problem" in text(outputs["strict"])
@@ -125,10 +119,13 @@ def test_strict_raises_only_on_problems(run):
   assert "1 custom rule checked, 0 problems" in clean and "Error" not in clean
 
 
-def test_check_line_magic(run):
+@pytest.mark.parametrize("cell, said", [
+    ("forward_only", "1 custom rule checked, 1 problem"),   # %%vjpviz: rules the cell only ran forward
+    ("check", "loss(x): 1 problem")])                        # %vjpviz check loss(x)
+def test_a_check_finds_the_one_silent_dtype(run, cell, said):
   outputs, _ = run
-  assert "loss(x): 1 problem" in text(outputs["check"])
-  assert [d["kind"] for d in diagnoses(outputs["check"])] == ["silent_dtype"]
+  assert said in text(outputs[cell])
+  assert [d["kind"] for d in diagnoses(outputs[cell])] == ["silent_dtype"]
 
 
 def test_status_list_last_export_clear_off(run):

@@ -66,32 +66,31 @@ def test_fallback_shows_the_diagnosis(hook):
   assert view.result.value == ""
 
 
-def test_verify_with_the_first_fix_passes(hook):
-  d = _fail()
-  view = widgets.DiagnosisWidget(d, ipywidgets)
+def _verified(code: str | None = None) -> str:
+  """Verify's result in a fresh diagnosis's widget, its editor holding ``code`` (else the
+  first fix, as prefilled)."""
+  view = widgets.DiagnosisWidget(_fail(), ipywidgets)
+  if code is not None:
+    view.editor.value = code
   view.verify.click()
-  assert "data-vjpviz-verify='pass'" in view.result.value, view.result.value
-  assert "Pass" in view.result.value
+  return view.result.value
+
+
+def test_verify_with_the_first_fix_passes(hook):
+  result = _verified()
+  assert "data-vjpviz-verify='pass'" in result and "Pass" in result, result
 
 
 def test_verify_with_an_edited_good_rule_passes(hook):
-  d = _fail()
-  view = widgets.DiagnosisWidget(d, ipywidgets)
-  view.editor.value = GOOD_BWD
-  view.verify.click()
-  assert "data-vjpviz-verify='pass'" in view.result.value, view.result.value
+  result = _verified(GOOD_BWD)
+  assert "data-vjpviz-verify='pass'" in result, result
 
 
 def test_verify_with_bad_code_fails(hook):
-  d = _fail()
-  view = widgets.DiagnosisWidget(d, ipywidgets)
-  view.editor.value = BAD_BWD
-  view.verify.click()
-  assert "data-vjpviz-verify='fail'" in view.result.value, view.result.value
-  assert "Still failing" in view.result.value
+  result = _verified(BAD_BWD)
+  assert "data-vjpviz-verify='fail'" in result and "Still failing" in result, result
   # failing because the rule is still wrong, not because verification broke
-  assert "failed to run" not in view.result.value, view.result.value
-  assert "float32" in view.result.value, view.result.value
+  assert "failed to run" not in result and "float32" in result, result
 
 
 def test_verify_with_code_that_does_not_parse_fails_and_does_not_raise(hook):
