@@ -72,11 +72,18 @@ function spyActions() {
   } satisfies IFixActions;
 }
 
+/**
+ * A fix editor attached to the page, and actions that record their calls.
+ */
+function attachedEditor() {
+  const editor = new FixEditor(factory);
+  Widget.attach(editor, document.body);
+  return { editor, actions: spyActions() };
+}
+
 describe('FixEditor', () => {
   it('shows, switches and edits fixes without running any until a click', async () => {
-    const editor = new FixEditor(factory);
-    Widget.attach(editor, document.body);
-    const actions = spyActions();
+    const { editor, actions } = attachedEditor();
     editor.setFixes(
       [
         { title: 'side effect', code: FIX },
@@ -110,9 +117,7 @@ describe('FixEditor', () => {
 
 describe('FixEditor verdicts', () => {
   it('marks each fix with its verdict and shows the per-leaf error of a wrong one', async () => {
-    const editor = new FixEditor(factory);
-    Widget.attach(editor, document.body);
-    const actions = spyActions();
+    const { editor, actions } = attachedEditor();
     editor.setFixes(
       [
         { title: 'Transpose', code: OTHER, exact: true, verdict: 'verified' },
