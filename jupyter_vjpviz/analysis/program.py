@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import math
 import time
 from typing import Any, Callable, Iterator, NamedTuple
@@ -95,16 +94,18 @@ def _bounded(jaxpr: core.Jaxpr, inputs: list[Node], locate: Locate,
   whole, total = _Clock(start + limits.seconds / 2), _Clock(start + limits.seconds)
   memo = _Memo()
   try:
-    n = _count(jaxpr, memo, total)
-    if n <= limits.max_eqns:
-      try:
-        graph = _graph(jaxpr, inputs, _ALL, whole, memo)
-        found = locate(graph)
-        return _with_upstream(graph, jaxpr, inputs, found, total), found
-      except OutOfTime:
-        why = f"the whole graph took over {limits.seconds / 2:g} s"
-    else:
-      why = f"a program of {n:,} equations"
+    try:
+      # Counted as it is built (a separate count would walk the program once more);
+      # a top level over the limit is too big before any walk.
+      if len(jaxpr.eqns) > limits.max_eqns:
+        raise _TooMany
+      graph = _graph(jaxpr, inputs, _ALL, whole, memo, limits.max_eqns)
+      found = locate(graph)
+      return _with_upstream(graph, jaxpr, inputs, found, total), found
+    except OutOfTime:
+      why = f"the whole graph took over {limits.seconds / 2:g} s"
+    except _TooMany:
+      why = f"a program of {_count(jaxpr, memo, total):,} equations"
     found = locate(_graph(jaxpr, inputs, _CUSTOM, total, memo))
     graph = _neighbourhood(jaxpr, inputs, found, why, limits, total, memo)
     return _with_upstream(graph, jaxpr, inputs, found, total), found
@@ -149,6 +150,10 @@ class OutOfTime(Exception):
   """Our own graph building ran past its deadline."""
 
 
+class _TooMany(Exception):
+  """A whole graph would hold more equations than ``Limits.max_eqns``."""
+
+
 class _Clock:
   """A deadline for our loops over a program's equations: each tick, every 1024th looks."""
 
@@ -174,8 +179,8 @@ _CUSTOM = _Select(lambda nid, eqn: eqn.primitive.name in CUSTOM_PRIMITIVES,
 
 
 def _graph(jaxpr: core.Jaxpr, inputs: list[Node], select: _Select, clock: _Clock,
-           memo: _Memo) -> Graph:
-  builder = _GraphBuilder(select, clock, memo)
+           memo: _Memo, max_eqns: float = math.inf) -> Graph:
+  builder = _GraphBuilder(select, clock, memo, max_eqns)
   for node, v in zip(inputs, jaxpr.invars):
     if select.io(node.id):
       builder.nodes.append(node)
@@ -451,13 +456,13 @@ def _nearest(links: dict[str, list[str]], start: str, hops: int, room: int) -> l
 class _GraphBuilder:
   """One walk over a program's selected equations: its nodes, edges and call sites."""
 
-  def __init__(self, select: _Select, clock: _Clock, memo: _Memo):
-    self.select, self.clock, self.memo = select, clock, memo
+  def __init__(self, select: _Select, clock: _Clock, memo: _Memo, max_eqns: float = math.inf):
+    self.select, self.clock, self.memo, self.max_eqns = select, clock, memo, max_eqns
+    self.n_eqns = 0   # equation nodes made so far
     self.nodes: list[Node] = []
     self.edges: list[Edge] = []
     self.env: dict[Any, str] = {}    # variable -> the node that produced it, for selected nodes
-    self._names: dict[Any, str] = {}
-    self._counter = itertools.count()
+    self._vars: dict[Any, tuple[str, str, str]] = {}   # see _carried
     self._avals: dict[Any, tuple[str, str]] = {}
     self._scopes: dict[Any, str] = {}
     self._chains: dict[str | None, list[tuple[int, tuple]]] = collections.defaultdict(list)
@@ -479,11 +484,17 @@ class _GraphBuilder:
 
   def add_edge(self, var, dst: str, position: int) -> None:
     src = None if isinstance(var, core.Literal) else self.env.get(var)
-    if src is None:
-      return
-    primal, cotangent = self.aval_strings(var.aval)
-    self.edges.append(Edge(src=src, dst=dst, var=self._name(var), primal=primal,
-                           cotangent=cotangent, position=position))
+    if src is not None:
+      self.edges.append(Edge(src, dst, *self._carried(var), position=position))
+
+  def _carried(self, var) -> tuple[str, str, str]:
+    """(name, primal, expected cotangent) of a variable an edge carries, made once per
+    variable (a layer's activations feed several equations)."""
+    try:
+      return self._vars[var]
+    except KeyError:
+      found = self._vars[var] = (f"v{len(self._vars)}", *self.aval_strings(var.aval))
+      return found
 
   def aval_strings(self, aval) -> tuple[str, str]:
     """(primal, expected cotangent) as written; memoised, as a model repeats few types."""
@@ -497,59 +508,76 @@ class _GraphBuilder:
 
   def walk(self, jaxpr: core.Jaxpr, parent: str | None, prefix: str | None = None) -> None:
     """Add jaxpr's selected equations under ``parent`` (ids: ``_eqn_id``)."""
+    tick, subs_of, env, chains = self.clock.tick, self.memo.subs, self.env, self._chains[parent]
+    everything = self.select is _ALL
     for i, eqn in enumerate(jaxpr.eqns):
-      self.clock.tick()
+      tick()
       nid = _eqn_id(prefix, i)
-      kept, descend = self.select.eqn(nid, eqn), self.select.body(nid)
+      kept = everything or self.select.eqn(nid, eqn)
+      descend = everything or self.select.body(nid)
       if not (kept or descend):
         continue
-      subs = self.memo.subs(eqn)
+      subs = subs_of(eqn)
       if kept:
+        self.n_eqns += 1
+        if self.n_eqns > self.max_eqns:
+          raise _TooMany
+        made = self.n_eqns
         for k, v in enumerate(eqn.invars):
           self.add_edge(v, nid, k)
-        inner = sum(_count(sub, self.memo, self.clock) for sub in subs)
-        calls_user = _calls_user_function(eqn)
-        chain = self.traced(eqn, ("chain", calls_user),
-                            lambda: user_scopes.chain(eqn.source_info.traceback, calls_user))
-        self._chains[parent].append((len(self.nodes), chain))
-        self.nodes.append(self._eqn_node(eqn, nid, parent, inner))
+        # With every equation a node, its bodies' are counted as they are walked.
+        inner = sum(_count(sub, self.memo, self.clock) for sub in subs) \
+            if subs and not everything else 0
+        node, chain = self._eqn_node(eqn, nid, parent, inner)
+        at = len(self.nodes)
+        chains.append((at, chain))
+        self.nodes.append(node)
         if subs:
-          self._sites[nid] = self.nodes[-1].call_site
+          self._sites[nid] = node.call_site
       for b, sub in enumerate(subs if descend else ()):
         if kept:
           for v in sub.invars:
-            self.env[v] = nid
+            env[v] = nid
         self.walk(sub, parent=nid, prefix=_body_prefix(nid, b, len(subs)))
+      if kept and subs and everything:
+        self.nodes[at] = node._replace(n_eqns=self.n_eqns - made)
       if kept:
         for v in eqn.outvars:
-          self.env[v] = nid
+          env[v] = nid
 
-  def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> Node:
-    function, rule = custom_names(eqn)
-    custom = eqn.primitive.name in CUSTOM_PRIMITIVES
+  def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> tuple[Node, Any]:
+    """The equation's node, and its chain of user frames (``user_scopes.chain``)."""
+    name = eqn.primitive.name
+    info = eqn.source_info
+    if name in CUSTOM_PRIMITIVES or "_prim" in eqn.params or name == "custom_jvp_call":
+      function, rule = custom_names(eqn)
+      custom = name in CUSTOM_PRIMITIVES
+      chain, call_site = self._traced_by(info, _calls_user_function(eqn), custom)
+      # a rule jitted itself (jax.jit(rule)) has no user frame in its traceback: it is
+      # called where the user calls the jit around it
+      call_site = call_site or (self._sites.get(parent) if custom else None)
+    else:
+      function = rule = None
+      custom = False
+      chain, call_site = self._traced_by(info, False, False)
+    strings = self.aval_strings
     return Node(
-        id=nid, kind="eqn", label=function or eqn.primitive.name,
-        primitive=eqn.primitive.name, parent=parent,
-        name_stack=self.scopes(eqn.source_info.name_stack),
-        call_site=(self.traced(eqn, ("site", custom), lambda: _call_site(eqn, custom))
-                   # a rule jitted itself (jax.jit(rule)) has no user frame in its
-                   # traceback: it is called where the user calls the jit around it
-                   or (self._sites.get(parent) if custom else None)),
-        function=function, rule=rule,
-        in_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.invars]),
-        out_avals=tuple([self.aval_strings(v.aval)[0] for v in eqn.outvars]),
-        n_eqns=n_eqns, custom=custom)
+        nid, "eqn", function or name, name, parent, self.scopes(info.name_stack), call_site,
+        function, rule, tuple([strings(v.aval)[0] for v in eqn.invars]),
+        tuple([strings(v.aval)[0] for v in eqn.outvars]), n_eqns, custom), chain
 
-  def traced(self, eqn, what: tuple, make: Callable[[], Any]):
-    """``make()``, which reads ``what`` of ``eqn``'s traceback, once per distinct traceback."""
-    key = (*what, eqn.source_info.traceback)
+  def _traced_by(self, info, calls_user: bool, custom: bool) -> tuple[Any, str | None]:
+    """(user frames chain, call site) of an equation's traceback: made once per distinct
+    traceback and kind of equation (hashed and compared by its frames, in C)."""
+    key = (info.traceback, calls_user, custom)
     try:
       return self._traced[key]
     except KeyError:
-      found = self._traced[key] = make()
+      found = self._traced[key] = (user_scopes.chain(info.traceback, calls_user),
+                                   _call_site(info, custom))
       return found
     except TypeError:  # an unhashable traceback
-      return make()
+      return user_scopes.chain(info.traceback, calls_user), _call_site(info, custom)
 
   def scopes(self, name_stack) -> str:
     try:
@@ -558,17 +586,13 @@ class _GraphBuilder:
       names = self._scopes[name_stack] = capture_names.scope_names(name_stack)
       return names
 
-  def _name(self, var) -> str:
-    if var not in self._names:
-      self._names[var] = f"v{next(self._counter)}"
-    return self._names[var]
 
 
-def _call_site(eqn, custom: bool) -> str | None:
-  """``file:line`` where ``eqn`` was made; a custom rule is called where the hook saw it
-  called: the user's frame, not a library's."""
-  frame = ((custom and frames.user_frame(eqn.source_info.traceback))
-           or older_api.user_frame(eqn.source_info))
+def _call_site(info, custom: bool) -> str | None:
+  """``file:line`` where an equation (its source ``info``) was made; a custom rule is called
+  where the hook saw it called: the user's frame, not a library's."""
+  frame = ((custom and frames.user_frame(info.traceback))
+           or older_api.user_frame(info))
   return f"{frame.file_name}:{frame.start_line}" if frame else None
 
 
