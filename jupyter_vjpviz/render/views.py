@@ -212,6 +212,7 @@ class _ViewBuilder:
     self.box_of: dict[str, str] = {}
     self.visible: list[str] = []
     self.clusters: dict[str, Cluster] = {}
+    self._relatives: dict[tuple, tuple] = {}
 
   def view(self) -> View:
     self._level(None)
@@ -265,12 +266,16 @@ class _ViewBuilder:
     zone = self._zone(focus)
     folded: dict[str, list[str]] = defaultdict(list)
     candidates = []
+    closed: dict[tuple, str | None] = {}   # scope -> its cluster: a level's share few
     for n in nodes:
-      scope = self._closed_scope(parent, n, zone)
-      if scope is None:
+      scope = self.scope[n.id]
+      if scope not in closed:
+        outer = self._closed_scope(parent, scope, zone)
+        closed[scope] = None if outer is None else _scope_id(parent, outer)
+      if closed[scope] is None:
         candidates.append(n)
       else:
-        folded[_scope_id(parent, scope)].append(n.id)
+        folded[closed[scope]].append(n.id)
     where = {m: cid for cid, members in folded.items() for m in members}
     for n in [n for n in candidates if _is_arg(n)]:   # arguments feeding one scope go inside it
       boxes = {where.get(d) for d in self.succs.get(n.id, ())}
@@ -288,9 +293,8 @@ class _ViewBuilder:
     scopes inside it (the calls beside the failing one) stay folded."""
     return self.scope.get(focus, ()) or None
 
-  def _closed_scope(self, parent, node, zone) -> tuple[str, ...] | None:
-    """The outermost closed scope around ``node``; None if all are open."""
-    scope = self.scope[node.id]
+  def _closed_scope(self, parent, scope, zone) -> tuple[str, ...] | None:
+    """The outermost closed part of ``scope``; None if all are open."""
     for depth in range(1, len(scope) + 1):
       sid = _scope_id(parent, scope[:depth])
       near = zone is not None and _starts(zone, scope[:depth])
@@ -321,9 +325,16 @@ class _ViewBuilder:
   def _shape(self, cid, folded) -> tuple:
     """What makes two scopes identical: relative scopes, ops, avals and bodies, in order."""
     depth = cid.count("/") + 1
-    return (depth, *((tuple(map(_uncounted, self.scope[n.id][depth:])), n.label, n.in_avals,
+    return (depth, *((self._relative(self.scope[n.id], depth), n.label, n.in_avals,
                       n.out_avals, n.n_eqns)
                      for n in (self.by_id[m] for m in folded[cid]) if n.kind == "eqn"))
+
+  def _relative(self, scope: tuple, depth: int) -> tuple:
+    """``scope`` below ``depth``, its calls unnumbered; once per scope (scopes repeat)."""
+    key = (scope, depth)
+    if key not in self._relatives:
+      self._relatives[key] = tuple(map(_uncounted, scope[depth:]))
+    return self._relatives[key]
 
   def _add_scopes(self, run, folded, parent, held) -> None:
     members = tuple(m for cid in run for m in folded[cid])
