@@ -623,3 +623,53 @@ def test_a_fix_judged_by_resuming_the_search_has_the_whole_passs_gradient(progra
   assert resumed is not None and len(resumed) == len(whole) and _finite(whole)
   for r, w in zip(resumed, whole):
     np.testing.assert_allclose(r, w, rtol=1e-6)
+
+
+# ------------------------------------------------------- an unrolled loop, run block by block
+
+@jax.jit
+def unrolled_roots(params, x):
+  h = x
+  for w, b in params:
+    z = h @ w + b
+    h = jnp.where(z > 0, jnp.sqrt(z), 0.0) + 0.5 * jnp.tanh(z)
+  return (h ** 2).sum()
+
+
+def _unrolled_inputs(layers: int = 8, bad: int = 5):
+  keys = jax.random.split(jax.random.PRNGKey(3), layers)
+  params = [(jnp.abs(jax.random.normal(k, (4, 4))), jnp.full(4, 0.1)) for k in keys]
+  w, b = params[bad]                                        # z > 0 everywhere but:
+  params[bad] = (w.at[:, 1].set(0.0), b.at[1].set(0.0))    # z[:, 1] is exactly 0 there
+  return params, jnp.ones((2, 4))
+
+
+def test_an_unrolled_loop_runs_as_one_compiled_block_and_its_bad_layer_is_still_found(
+    monkeypatch):
+  from jupyter_vjpviz.analysis import nonfinite, repeated_blocks
+  params, x = _unrolled_inputs()
+  closed = jax.make_jaxpr(unrolled_roots)(params, x)
+  body = next(e for e in closed.jaxpr.eqns if "jaxpr" in e.params).params["jaxpr"]
+  found = repeated_blocks.blocks(body.jaxpr.eqns)
+  keys = [key for _, key in found.values()]
+  assert len(found) >= 6 and max(keys.count(k) for k in keys) >= 6   # the layers, alike
+
+  args = jax.tree_util.tree_leaves((params, x))
+  blocked = nonfinite.forward(body.jaxpr, args)
+  monkeypatch.setattr(repeated_blocks, "blocks", lambda eqns: {})
+  eager = nonfinite.forward(body.jaxpr, args)
+  values = [v for v in eager if not isinstance(v, int)]     # (an int: a jit's inner values)
+  assert len(values) > 8 * len(found[min(found)][1][0])
+  assert all(np.allclose(blocked[v], eager[v], equal_nan=True) for v in values)
+  monkeypatch.undo()
+
+  d = vv.nans(unrolled_roots, params, x)
+  assert d.source == _line_of(unrolled_roots, "jnp.sqrt")
+  assert "params[5]" in d.headline and "exact zero" in d.headline
+  fix = d.fixes[0]
+  fixed = _fixed(unrolled_roots, fix)
+  got, right = jax.grad(fixed)(params, x), jax.grad(unrolled_roots)(params, x)
+  assert _finite(got)
+  for g, r in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(right)):
+    ok = np.isfinite(r)
+    assert np.allclose(np.asarray(g)[ok], np.asarray(r)[ok], rtol=1e-5, atol=1e-6)

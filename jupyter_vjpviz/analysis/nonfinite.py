@@ -36,6 +36,7 @@ import numpy as np
 from jax._src import core
 
 from ..capture import frames
+from . import repeated_blocks
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
 from .program import _body_prefix, _eqn_id, sub_jaxprs
@@ -315,7 +316,7 @@ class _Search:
       if inline and (not self.stop or all_finite(cts)):
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
         found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
-                                ins, eqn_active, cts, where, _source(eqn) or outer, env[k],
+                                ins, eqn_active, cts, where, _source(eqn) or outer, env.get(k),
                                 here and Patch(here.path[1:], here.fn), run)
         if found is not None:
           self.frames.append(_Frame(jaxpr, list(active), env, ct, k, undo))
@@ -450,11 +451,21 @@ def _origin(c: Culprit, jaxpr, path, prefix, read, outer, where) -> Culprit | No
 def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:
   """Every value of one level at ``args``, eagerly, ``patch`` applied (``run``: as
   ``_Search.level``'s); a jit's body run inline, its values kept (under the equation's
-  index) for the search inside it."""
+  index) for the search inside it; blocks that recur (an unrolled loop's) compiled once
+  each (``repeated_blocks``)."""
   env = dict(zip(jaxpr.constvars, jaxpr.consts))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  alike = {} if run is not None else repeated_blocks.blocks(jaxpr.eqns)
+  end = 0
   for i, eqn in enumerate(jaxpr.eqns):
+    if i < end:
+      continue
+    if i in alike and not (patch is not None and i <= patch.path[0][0] < alike[i][0]):
+      end, key = alike[i]
+      block = jaxpr.eqns[i:end]
+      env.update(zip((v for e in block for v in e.outvars), repeated_blocks.run(block, key, read)))
+      continue
     ins = [read(v) for v in eqn.invars]
     here = patch if patch is not None and patch.path[0][0] == i else None
     if eqn.primitive.name in CALLS and (here is None or len(here.path) > 1):

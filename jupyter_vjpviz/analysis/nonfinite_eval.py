@@ -194,6 +194,16 @@ def eqn_pullback(eqn, ins: list, wrt: list[int], fo: list[int], cts: list) -> li
   return core.eval_jaxpr(jaxpr, consts, *ins, *cts)
 
 
+def hashable_params(eqn) -> tuple | None:
+  """The equation's params as a key (a body by identity), or None where one does not hash."""
+  params = tuple(sorted(eqn.params.items()))
+  try:
+    hash(params)
+  except TypeError:
+    return None
+  return params
+
+
 _PULLBACKS: collections.OrderedDict = collections.OrderedDict()
 _CACHED = 1024     # traced pullbacks kept, least recently used dropped
 
@@ -208,12 +218,8 @@ def _trace(eqn, ins, wrt, fo, cts) -> tuple:
 
 
 def _signature(eqn, ins, wrt, fo, cts):
-  if next(sub_jaxprs(eqn), None) is not None:
-    return None
-  try:
-    params = tuple(sorted(eqn.params.items()))
-    hash(params)
-  except TypeError:
+  params = hashable_params(eqn)
+  if params is None or next(sub_jaxprs(eqn), None) is not None:
     return None
   types = tuple((core.typeof(x).shape, core.typeof(x).dtype, core.typeof(x).weak_type)
                 for x in (*ins, *cts))
