@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import nonfinite, nonfinite_eval, repeated_blocks
+from jupyter_vjpviz.analysis import nonfinite, nonfinite_eval
 
 
 def model(layers: int, trap: int):
@@ -58,7 +58,6 @@ def _timed(fn, cold: bool):
   if cold:
     jax.clear_caches()
     nonfinite_eval._PULLBACKS.clear()
-    repeated_blocks._COMPILED.clear()
   start, cpu = time.perf_counter(), time.process_time()
   out = fn()
   return time.perf_counter() - start, time.process_time() - cpu, out

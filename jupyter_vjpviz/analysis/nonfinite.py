@@ -17,7 +17,9 @@ bwd that divides by zero.
 Eager, not compiled: a compiled level costs XLA a compile of every equation's
 pullback at once (minutes at 4k equations), while eager dispatch compiles
 each primitive once per shape and reuses it across layers; a nested jit is
-still differentiated compiled, once per body (JAX caches it by jaxpr).
+still differentiated compiled, once per body (JAX caches it by jaxpr). The one
+exception is the forward run of an unrolled loop: its alike blocks are compiled
+once each (``repeated_blocks``), where eagerly each of their primitives would be.
 
 Arrays live only while ``localise`` runs; what it returns holds numbers,
 strings and the equation (for the fixes stage, which re-runs the gradient with
@@ -457,14 +459,15 @@ def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
   alike = {} if run is not None else repeated_blocks.blocks(jaxpr.eqns)
-  end = 0
+  compiled, end = {}, 0
   for i, eqn in enumerate(jaxpr.eqns):
     if i < end:
       continue
     if i in alike and not (patch is not None and i <= patch.path[0][0] < alike[i][0]):
       end, key = alike[i]
       block = jaxpr.eqns[i:end]
-      env.update(zip((v for e in block for v in e.outvars), repeated_blocks.run(block, key, read)))
+      outs = repeated_blocks.run(block, key, read, compiled)
+      env.update(zip((v for e in block for v in e.outvars), outs))
       continue
     ins = [read(v) for v in eqn.invars]
     here = patch if patch is not None and patch.path[0][0] == i else None

@@ -45,20 +45,16 @@ def blocks(eqns) -> dict[int, tuple]:
   return {s: (e, k) for s, (e, k) in found.items() if loop or alike[k] >= MIN_REPEATS}
 
 
-def run(eqns, key, read: Callable) -> list:
+def run(eqns, key, read: Callable, compiled: dict) -> list:
   """Every output of the block ``eqns`` (equation by equation, in order), its operands
-  made outside it read with ``read``: compiled once per ``key``, for the first block
-  seen with it, and called for every alike block."""
+  made outside it read with ``read``: ``compiled`` (one level's run: the blocks' params
+  may hold the user's closures and arrays, which must not outlive it) keeps one jitted
+  evaluator per ``key``, of the first block seen with it, called for every alike block."""
   outer = _external(eqns)
-  fn = _COMPILED.pop(key, None) or jax.jit(_evaluator(list(eqns), outer))
-  _COMPILED[key] = fn
-  while len(_COMPILED) > _CACHED:
-    _COMPILED.popitem(last=False)
+  fn = compiled.get(key)
+  if fn is None:
+    fn = compiled[key] = jax.jit(_evaluator(list(eqns), outer))
   return fn(*[read(v) for v in outer])
-
-
-_COMPILED: collections.OrderedDict = collections.OrderedDict()
-_CACHED = 64       # compiled blocks kept, least recently used dropped
 
 
 def _evaluator(eqns, outer) -> Callable:
