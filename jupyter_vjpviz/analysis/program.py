@@ -204,11 +204,10 @@ class _Memo:
     self._subs: dict[int, tuple] = {}   # by id: the program outlives the build
 
   def subs(self, eqn) -> tuple:
-    try:
-      return self._subs[id(eqn)]
-    except KeyError:
+    found = self._subs.get(id(eqn))
+    if found is None:   # a whole graph's walk asks once per equation: no raise per miss
       found = self._subs[id(eqn)] = tuple(sub_jaxprs(eqn))
-      return found
+    return found
 
 
 def _count(jaxpr: core.Jaxpr, memo: _Memo, clock: _Clock) -> int:
@@ -490,11 +489,10 @@ class _GraphBuilder:
   def _carried(self, var) -> tuple[str, str, str]:
     """(name, primal, expected cotangent) of a variable an edge carries, made once per
     variable (a layer's activations feed several equations)."""
-    try:
-      return self._vars[var]
-    except KeyError:
+    found = self._vars.get(var)
+    if found is None:
       found = self._vars[var] = (f"v{len(self._vars)}", *self.aval_strings(var.aval))
-      return found
+    return found
 
   def aval_strings(self, aval) -> tuple[str, str]:
     """(primal, expected cotangent) as written; memoised, as a model repeats few types."""
@@ -571,13 +569,13 @@ class _GraphBuilder:
     traceback and kind of equation (hashed and compared by its frames, in C)."""
     key = (info.traceback, calls_user, custom)
     try:
-      return self._traced[key]
-    except KeyError:
-      found = self._traced[key] = (user_scopes.chain(info.traceback, calls_user),
-                                   _call_site(info, custom))
-      return found
+      found = self._traced.get(key)
     except TypeError:  # an unhashable traceback
       return user_scopes.chain(info.traceback, calls_user), _call_site(info, custom)
+    if found is None:
+      found = self._traced[key] = (user_scopes.chain(info.traceback, calls_user),
+                                   _call_site(info, custom))
+    return found
 
   def scopes(self, name_stack) -> str:
     try:
@@ -629,28 +627,31 @@ def _calls_user_function(eqn) -> bool:
 
 
 def sub_jaxprs(eqn) -> Iterator[core.Jaxpr]:
-  """The jaxprs nested in an equation's params, in a stable order."""
-  for value in eqn.params.values():
-    if type(value) not in _PLAIN:   # most params: no generator to make for them
-      yield from _jaxprs_in(value)
-  prim = eqn.params.get("_prim")
-  traced = getattr(prim, "traced", None)
+  """The jaxprs nested in an equation's params, in a stable order (collected into a
+  list, not yielded: asked of every equation, and most have none)."""
+  found: list = []
+  params = eqn.params
+  for value in params.values():
+    if type(value) not in _PLAIN:
+      _jaxprs_in(value, found)
+  traced = getattr(params.get("_prim"), "traced", None)
   if traced is not None:
-    yield from _jaxprs_in(getattr(traced, "jaxpr", None))
+    _jaxprs_in(getattr(traced, "jaxpr", None), found)
+  return iter(found)
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None)})
 
 
-def _jaxprs_in(value) -> Iterator[core.Jaxpr]:
+def _jaxprs_in(value, found: list) -> None:
   if isinstance(value, core.Jaxpr):
-    yield _open(value)
+    found.append(_open(value))
   elif type(value).__name__ == "ClosedJaxpr":  # JAX versions that still have it
-    yield value.jaxpr
+    found.append(value.jaxpr)
   elif isinstance(value, (tuple, list)) and value and type(value[0]) not in _PLAIN:
     for v in value:  # cond branches; skips axes=(0, 1)-style params cheaply
       if type(v) not in _PLAIN:
-        yield from _jaxprs_in(v)
+        _jaxprs_in(v, found)
 
 
 def _open(jaxpr):
