@@ -1,12 +1,15 @@
 """Where a gradient goes NaN, on a ~4k-equation model: vjpviz.nans against jax_debug_nans.
 
-A jitted stack of 160 dense + layer-norm layers (3,684 equations in its body) in
-which one layer's activation is ``where(r > 0, sqrt(r), 0)`` of a ReLU: its
-gradient is NaN wherever the ReLU is exactly 0. In one process, each pair
-measured from the same state:
+A jitted stack of 160 dense + layer-norm layers (3,844 equations in its body) in
+which one layer's activation is ``where(r > 0, sqrt(r), 0)`` of a masked ReLU: the
+forward pass is finite, and the gradient is NaN wherever the mask makes ``r`` exactly
+0 (0 x the infinite derivative of sqrt). In one process, each pair measured from the
+same state:
 
 - one ``jax_debug_nans`` re-run of the gradient (it raises at the first NaN it meets;
-  text only),
+  text only). With the user's program in JAX's caches it checks nothing and does not
+  raise (JAX 0.12): the warm round then also times it after ``jax.clear_caches()``, as
+  a user must run it,
 - ``vv.nans``: the same gradient, the search (levels and bodies, only where the
   poison is), the graph, and the first fix that is verified by re-running the gradient,
 - of which the search alone (``nonfinite.localise``).
@@ -41,7 +44,7 @@ def model(layers: int, trap: int):
     h = x
     for i, (w, b) in enumerate(params):
       z = layer_norm(h @ w + b)
-      r = z * (jnp.arange(z.shape[-1]) % 4 != 0)        # a mask: exact zeros
+      r = jax.nn.relu(z) * (jnp.arange(z.shape[-1]) % 4 != 0)   # exact zeros, none below
       h = jnp.where(r > 0, jnp.sqrt(r), 0.0) if i == trap else jnp.tanh(z) + h
     return (h ** 2).mean()
   return loss
@@ -100,6 +103,12 @@ def main(layers: int = 160, width: int = 32) -> None:
     print(f"  vv.nans:                {t_nans:6.2f} s wall {c_nans:6.2f} s CPU   ratio "
           f"{t_nans / t_debug:.2f} / {c_nans / c_debug:.2f}   ({len(d.fixes)} fix verified)",
           flush=True)
+    if not cold and not raised.startswith("invalid"):
+      # JAX's cached executables skip the check: the user must clear the caches first.
+      t_clear, c_clear, raised = _timed(lambda: debug_nans_rerun(loss, params, x), True)
+      print(f"  jax_debug_nans re-run, JAX's caches cleared (as it must be to raise): "
+            f"{t_clear:6.2f} s wall {c_clear:6.2f} s CPU   ({raised}); vv.nans' ratio to it "
+            f"{t_nans / t_clear:.2f} / {c_nans / c_clear:.2f}", flush=True)
     if cold:                       # warm, it would reuse what vv.nans just traced
       t_search, c_search, culprit = _timed(lambda: search_only(loss, params, x), cold)
       print(f"  search alone:           {t_search:6.2f} s wall {c_search:6.2f} s CPU   ratio "
