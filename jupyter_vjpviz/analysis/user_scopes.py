@@ -124,6 +124,8 @@ def of_level(chains: Sequence[Chain], names: Sequence[str]) -> Scopes:
   layer function) and sit under them.
   """
   chains = _once_each(unwrapped, chains)
+  if all(c is chains[0] for c in chains):   # one call made them all (a jnp helper's body)
+    return Scopes(("",) * len(chains), tuple(names), ())
   calls = _once_each(_calls, chains)
   depth = len(_common_prefix([c for c in calls if c]))
   frames, sites = _frame_paths({"": list(range(len(calls)))}, calls, chains, depth)
@@ -137,14 +139,18 @@ def of_level(chains: Sequence[Chain], names: Sequence[str]) -> Scopes:
 
 
 def _names_lead(names: Sequence[str], frames: Sequence[str]) -> bool:
+  if not any(names):
+    return False
   spans: dict[str, set] = {}
   for name, frame in zip(names, frames):
     if frame:
       spans.setdefault(frame.split("/", 1)[0], set()).add(name.split("/", 1)[0])
-  return any(names) and all(len(outer) == 1 for outer in spans.values())
+  return all(len(outer) == 1 for outer in spans.values())
 
 
 def _joined(outer: Sequence[str], inner: Sequence[str]) -> tuple[str, ...]:
+  if not any(inner):
+    return tuple(outer)
   return tuple("/".join(p for p in pair if p) for pair in zip(outer, inner))
 
 
