@@ -194,7 +194,10 @@ describe('the panel', () => {
     });
   }
 
-  it('sends verify or apply for a pushed diagnosis only when clicked', async () => {
+  /**
+   * A panel attached to the page, showing the notebook of a fake kernel.
+   */
+  function attachedPanel() {
     const kernel = new FakeKernel();
     const comms = new VjpvizComms();
     comms.attach(kernel as unknown as Kernel.IKernelConnection);
@@ -210,6 +213,11 @@ describe('the panel', () => {
       content: { widgets: [] }
     };
     panel.setNotebook(notebook as unknown as NotebookPanel);
+    return { kernel, comms, panel };
+  }
+
+  it('sends verify or apply for a pushed diagnosis only when clicked', async () => {
+    const { kernel, panel } = attachedPanel();
 
     const d = {
       ...body(1),
@@ -254,6 +262,40 @@ describe('the panel', () => {
     expect(panel.node.querySelector('.jp-Vjpviz-verifyResult')?.textContent).toContain(
       'The rule lives in rules.py; the kernel left it unchanged'
     );
+    panel.dispose();
+  });
+  it('puts fixes judged after the push in the fix editor, the pushed graph left as drawn', async () => {
+    // As the plugin wires them (index.ts): pushes and late fixes reach the panel.
+    const { kernel, comms, panel } = attachedPanel();
+    comms.diagnosisReceived.connect((_, e) => void panel.onDiagnosis(e.kernelId, e.diagnosis));
+    comms.fixesReceived.connect((_, e) => panel.onFixes(e.kernelId, e.diagnosis));
+    const d = { ...body(1), rule: 'rule_bwd', rule_source_text: OTHER, rule_source_start: 1 };
+    const svg = '<svg xmlns="http://www.w3.org/2000/svg"><g id="pushed"/></svg>';
+    const comm = kernel.open({
+      v: 1,
+      type: 'diagnosis',
+      diagnosis: d,
+      view: { svg, expanded: [], collapsed: [] }
+    });
+    await settle();
+    expect(codeView(panel.node).state.doc.toString()).toBe(OTHER); // no fixes yet: the rule
+    const graph = panel.node.querySelector('#pushed');
+    expect(graph).not.toBeNull();
+
+    const fixes = [
+      { title: 'side effect', code: FIX },
+      { title: 'transpose', code: OTHER }
+    ];
+    comm.receive({ v: 1, type: 'fixes', diagnosis_id: 'd1', fixes });
+    await settle();
+    expect(codeView(panel.node).state.doc.toString()).toBe(FIX);
+    const picker = panel.node.querySelector<HTMLSelectElement>('.jp-Vjpviz-picker')!;
+    expect(Array.from(picker.options).map(o => o.textContent)).toEqual([
+      'side effect',
+      'transpose'
+    ]);
+    expect(panel.node.querySelector('#pushed')).toBe(graph); // not redrawn
+    expect(ops(comm)).toEqual([]); // nothing asked of the kernel, nothing run
     panel.dispose();
   });
 });
