@@ -484,7 +484,7 @@ class _GraphBuilder:
   def add_edge(self, var, dst: str, position: int) -> None:
     src = None if isinstance(var, core.Literal) else self.env.get(var)
     if src is not None:
-      self.edges.append(Edge(src, dst, *self._carried(var), position=position))
+      self.edges.append(Edge(src, dst, *self._carried(var), None, position))
 
   def _carried(self, var) -> tuple[str, str, str]:
     """(name, primal, expected cotangent) of a variable an edge carries, made once per
@@ -497,16 +497,17 @@ class _GraphBuilder:
   def aval_strings(self, aval) -> tuple[str, str]:
     """(primal, expected cotangent) as written; memoised, as a model repeats few types."""
     try:
-      return self._avals[aval]
-    except KeyError:
-      strings = self._avals[aval] = (_short(aval), _ct_short(aval))
-      return strings
+      strings = self._avals.get(aval)
     except TypeError:  # an unhashable aval
       return _short(aval), _ct_short(aval)
+    if strings is None:
+      strings = self._avals[aval] = (_short(aval), _ct_short(aval))
+    return strings
 
   def walk(self, jaxpr: core.Jaxpr, parent: str | None, prefix: str | None = None) -> None:
     """Add jaxpr's selected equations under ``parent`` (ids: ``_eqn_id``)."""
     tick, subs_of, env, chains = self.clock.tick, self.memo.subs, self.env, self._chains[parent]
+    edges, carried = self.edges, self._carried
     everything = self.select is _ALL
     for i, eqn in enumerate(jaxpr.eqns):
       tick()
@@ -521,8 +522,10 @@ class _GraphBuilder:
         if self.n_eqns > self.max_eqns:
           raise _TooMany
         made = self.n_eqns
-        for k, v in enumerate(eqn.invars):
-          self.add_edge(v, nid, k)
+        for k, v in enumerate(eqn.invars):   # add_edge, inlined: once per operand
+          src = None if isinstance(v, core.Literal) else env.get(v)
+          if src is not None:
+            edges.append(Edge(src, nid, *carried(v), None, k))
         # With every equation a node, its bodies' are counted as they are walked.
         inner = sum(_count(sub, self.memo, self.clock) for sub in subs) \
             if subs and not everything else 0
@@ -583,7 +586,6 @@ class _GraphBuilder:
     except KeyError:
       names = self._scopes[name_stack] = capture_names.scope_names(name_stack)
       return names
-
 
 
 def _call_site(info, custom: bool) -> str | None:
