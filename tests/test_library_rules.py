@@ -207,6 +207,24 @@ def test_flax_linen_rule_inputs_are_spelled_as_the_user_types_them(hook):
   assert _inputs(d) == ["p['params']['Dense_0']['bias']", "p['params']['Dense_0']['kernel']"]
 
 
+class SummedTransposedDense(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return TransposedDense()(x).sum()
+
+
+def test_a_bound_methods_inputs_are_named_by_its_parameters_not_self(hook):
+  """``jax.grad(model.apply)``: flax's ``apply`` has ``__wrapped__``, which a bound method
+  passes on, so unwrapping it lands on the function whose first parameter is ``self``."""
+  x = jnp.ones((2, 3))
+  model = SummedTransposedDense()
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(model.apply)(params, x))
+  assert d.site.in_names[:2] == ("variables['params']['TransposedDense_0']['Dense_0']['bias']",
+                                 "variables['params']['TransposedDense_0']['Dense_0']['kernel']")
+  assert _inputs(d)[0].startswith("variables['params']")
+
+
 class LiftedRule(nn.Module):
   """An nn.custom_vjp under a lifted transform: JAX traces the fwd of the custom_vjp flax
   made for the call only after that call returned."""

@@ -5,6 +5,7 @@ import functools
 import inspect
 import linecache
 import os
+import types
 import weakref
 
 import jax
@@ -105,6 +106,8 @@ def positional_names(fun) -> tuple[str, ...]:
     return _positional_cache[fun]
   except (KeyError, TypeError):
     pass
+  if isinstance(fun, types.MethodType):   # unwrapping would follow ``__wrapped__`` past the binding
+    return positional_names(fun.__func__)[1:]   # (flax's ``jax.grad(model.apply)``): not ``self``
   try:
     names = tuple(p.name for p in inspect.signature(_behind_jax(fun)).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
