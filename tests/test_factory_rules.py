@@ -100,3 +100,30 @@ def test_the_failing_layer_is_found_among_layers_of_other_widths_made_in_the_los
   assert d.instance in ("ws[3]", "affine call 4 of 5"), d.instance
   affines = [n.id for n in d.graph.nodes if n.custom and n.function == "affine"]
   assert d.node == affines[3]
+
+
+def make_softplus(beta):
+  """A factory whose wrong bwd forgot ``beta``: only the primal closes over it."""
+  @jax.custom_vjp
+  def softplus(x):
+    return jnp.logaddexp(beta * x, 0.0) / beta
+
+  def fwd(x):
+    return softplus(x), x
+
+  def bwd(x, g):
+    return (g * jax.nn.sigmoid(x),)
+  softplus.defvjp(fwd, bwd)
+  return softplus
+
+
+def test_a_fix_may_use_what_only_the_factorys_primal_closes_over(hook):
+  def loss(ws, x):
+    for i, w in enumerate(ws):
+      x = make_softplus(2.0 + i)(x @ w)
+    return jnp.mean(x ** 2)
+  found = list(vv.gradcheck(loss, [jnp.eye(3) * .5] * 2, jnp.linspace(-1, 1, 6).reshape(2, 3)))
+  assert found and found[0].kind == "bwd_value"
+  fixed = "def bwd(x, g):\n  return (g * jax.nn.sigmoid(beta * x),)\n"
+  assert vv.verify_fix(found[0], fixed) == []
+  assert vv.verify_fix(found[0], fixed.replace("beta * x", "x"))[0].kind == "bwd_value"

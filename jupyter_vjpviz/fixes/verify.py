@@ -486,9 +486,12 @@ def _globals(user_rules) -> dict:
 
 def closure(user_rules) -> dict:
   """Values the rules close over, so a nested rule's fix can still see them (the
-  fix-quality benchmark's judge runs its fixes with them too)."""
+  fix-quality benchmark's judge runs its fixes with them too); the user's primal's too,
+  under the rules': a right rule may need what only the primal used (a factory's
+  ``beta``)."""
   found = {}
-  for rule in (user_rules.fwd, user_rules.bwd):
+  primal = [user_rules.fun] if wrappers.user_code(user_rules.fun) else []
+  for rule in (*primal, user_rules.fwd, user_rules.bwd):
     try:
       found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)
     except TypeError:
