@@ -87,6 +87,20 @@ def test_a_wrong_well_typed_rule_deep_in_jit_scan_is_one_warning(bwd):
   assert [r.status for r in result.rules] == [oracle.WRONG]
 
 
+@pytest.mark.parametrize("argnums, inputs", [(None, ["ws[0]", "ws[1]", "xs"]), ((1,), ["xs"])])
+def test_the_graphs_inputs_are_named_as_the_losss_parameters(argnums, inputs):
+  """Not ``args[0][1]``: the loss is differentiated through a closure of the picked
+  arguments, which JAX sees in its place."""
+  act = _rule(doubled_bwd)
+
+  def loss(ws, xs):
+    for w in ws:
+      xs = act(xs @ w, 1.5)
+    return xs.sum()
+  (d,) = vv.gradcheck(loss, [W[:, :3]] * 2, jnp.ones((2, 3)), argnums=argnums)
+  assert [n.label for n in d.graph.nodes if n.kind == "input"] == inputs
+
+
 def test_a_right_rule_gives_nothing():
   result = vv.gradcheck(_model(_rule(right_bwd)), W, XS)
   assert list(result) == []

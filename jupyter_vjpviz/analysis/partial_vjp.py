@@ -5,6 +5,8 @@ function in some of its arguments; this is the one place that builds that closur
 """
 from __future__ import annotations
 
+import inspect
+
 import jax
 import numpy as np
 from jax._src import core
@@ -21,7 +23,22 @@ def vjp_wrt(fun, args, positions, kwargs=None, staged: bool = False):
     for i, v in zip(positions, picked):
       full[i] = v
     return fun(*full, **(kwargs or {}))
+  restricted.__signature__ = _picked_parameters(fun, positions)
   return jax.vjp(jax.jit(restricted) if staged else restricted, *[args[i] for i in positions])
+
+
+def _picked_parameters(fun, positions) -> inspect.Signature | None:
+  """``fun``'s parameters at ``positions``: a diagnosis names the inputs as the user's
+  function does (``ws[1]``, not ``args[0][1]``); None when they cannot be read."""
+  try:
+    params = [p for p in inspect.signature(fun).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  except (TypeError, ValueError):
+    return None
+  if any(i >= len(params) for i in positions):
+    return None
+  return inspect.Signature([params[i].replace(kind=inspect.Parameter.POSITIONAL_ONLY,
+                                              default=inspect.Parameter.empty) for i in positions])
 
 
 def pull_ones(fun, args, positions, kwargs=None, staged: bool = False):
