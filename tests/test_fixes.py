@@ -272,6 +272,24 @@ scale.defvjp(scale_fwd, scale_bwd)
   np.testing.assert_allclose(jax.grad(loss)(V), jnp.full(3, 3.))
 
 
+def test_a_missing_key_of_a_dict_assigned_to_a_local_is_added():
+  ns = cell("""
+@jax.custom_vjp
+def aff(p, x): return x @ p["w"] + p["b"]
+def aff_fwd(p, x): return aff(p, x), (p, x)
+def aff_bwd(res, g):
+  p, x = res
+  grads = {"w": x.T @ g}
+  return grads, g @ p["w"].T
+aff.defvjp(aff_fwd, aff_bwd)
+""")
+  loss = lambda p: ns["aff"](p, jnp.ones((4, 3))).sum()
+  d = first_problem(loss, {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)})
+  (fix,) = [f for f in d.fixes if f.title.startswith("Add the missing key 'b'")]
+  assert "grads = {\"w\": x.T @ g, 'b': jnp.zeros((2,), jnp.float32)}" in fix.code
+  assert [p.kind for p in verify_fix(d, fix.code)] == ["bwd_value"]   # well-typed: zero for b
+
+
 def test_verify_does_not_touch_the_users_rule():
   ns = cell(EXACT["transpose"][0])
   d = first_problem(ns["loss"], X, W)

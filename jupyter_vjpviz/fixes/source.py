@@ -238,6 +238,27 @@ def element(value: ast.expr, keys: list) -> ast.expr | None:
   return value
 
 
+def literal_at(value: ast.expr, keys: list, fn: ast.FunctionDef) -> ast.expr | None:
+  """``element``, following a local returned whole (or inside the returned literal) to the
+  value ``fn`` last assigns to it: ``grads = {'w': ...}; return grads, gx`` has the dict
+  literal at ``[0]``."""
+  seen: set = set()
+  for _ in range(len(keys) + 8):   # each step follows one local, never the same twice
+    for depth in range(len(keys) + 1):
+      node = element(value, keys[:depth])
+      if not isinstance(node, ast.Name) or node.id in seen:
+        continue
+      whole = assigned(fn, node.id, [])
+      if whole is None:
+        return None
+      seen.add(node.id)
+      value, keys = whole, keys[depth:]
+      break
+    else:
+      return element(value, keys)
+  return None
+
+
 def leaf_expression(value: ast.expr, keys: list,
                     fn: ast.FunctionDef | None = None) -> ast.expr | None:
   """The expression that computes the leaf at ``keys`` of a returned value: its element

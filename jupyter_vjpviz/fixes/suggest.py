@@ -337,7 +337,7 @@ def _realigned(rule: Rule, value: ast.expr, out, wanted) -> list[Fix]:
 def _key_fixes(rule: Rule, value: ast.expr, wanted) -> list[Fix]:
   """A missing or extra dict key in a returned dict literal."""
   keys = rule.keys
-  parent = source.element(value, keys[:-1]) if keys else None
+  parent = source.literal_at(value, keys[:-1], rule.src.node) if keys else None
   if not isinstance(parent, ast.Dict) or not isinstance(keys[-1], str):
     return []
   present = [k.value for k in parent.keys if isinstance(k, ast.Constant)]
