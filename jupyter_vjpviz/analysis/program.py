@@ -33,7 +33,9 @@ from . import user_scopes
 from .graph import Edge, Graph, Node
 
 CUSTOM_PRIMITIVES = ("custom_vjp_call", "call_hi_primitive")
-_FRAMES = Node._fields.index("frames")
+# The walk makes an equation's Node fields but its last two, frames and scope (see framed).
+_NAME_STACK, _CALL_SITE, _N_EQNS = (Node._fields.index(f) for f in ("name_stack", "call_site",
+                                                                    "n_eqns"))
 
 
 class Limits(NamedTuple):
@@ -471,13 +473,14 @@ class _GraphBuilder:
     self._sites: dict[str, str | None] = {}   # equation with a body -> its call site
 
   def framed(self) -> tuple[tuple[Node, ...], tuple[tuple[str, str], ...]]:
-    """The nodes, each equation with its scope from the user's frames (per jaxpr level)."""
+    """The nodes, each equation made with its scope from the user's frames (per jaxpr
+    level): the walk keeps an equation's other fields in a list until then."""
     nodes, sites = list(self.nodes), {}
     for chains in self._chains.values():
-      found = user_scopes.of_level([c for _, c in chains], [nodes[k].name_stack for k, _ in chains])
+      found = user_scopes.of_level([c for _, c in chains],
+                                   [nodes[k][_NAME_STACK] for k, _ in chains])
       for (k, _), path, scope in zip(chains, found.frames, found.scopes):
-        node = nodes[k]   # _make, as _replace is 3x slower; frames and scope are adjacent
-        nodes[k] = Node._make((*node[:_FRAMES], path, scope, *node[_FRAMES + 2:]))
+        nodes[k] = Node._make((*nodes[k], path, scope))   # _make: no keyword handling
       sites.update(found.sites)
     return tuple(nodes), tuple(sites.items())
 
@@ -529,25 +532,25 @@ class _GraphBuilder:
         # With every equation a node, its bodies' are counted as they are walked.
         inner = sum(_count(sub, self.memo, self.clock) for sub in subs) \
             if subs and not everything else 0
-        node, chain = self._eqn_node(eqn, nid, parent, inner)
-        at = len(self.nodes)
-        chains.append((at, chain))
-        self.nodes.append(node)
+        fields, chain = self._eqn_node(eqn, nid, parent, inner)
+        chains.append((len(self.nodes), chain))
+        self.nodes.append(fields)
         if subs:
-          self._sites[nid] = node.call_site
+          self._sites[nid] = fields[_CALL_SITE]
       for b, sub in enumerate(subs if descend else ()):
         if kept:
           for v in sub.invars:
             env[v] = nid
         self.walk(sub, parent=nid, prefix=_body_prefix(nid, b, len(subs)))
       if kept and subs and everything:
-        self.nodes[at] = node._replace(n_eqns=self.n_eqns - made)
+        fields[_N_EQNS] = self.n_eqns - made
       if kept:
         for v in eqn.outvars:
           env[v] = nid
 
-  def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> tuple[Node, Any]:
-    """The equation's node, and its chain of user frames (``user_scopes.chain``)."""
+  def _eqn_node(self, eqn, nid: str, parent: str | None, n_eqns: int) -> tuple[list, Any]:
+    """The equation's Node fields up to its frames (``framed`` adds those), and its chain
+    of user frames (``user_scopes.chain``)."""
     name = eqn.primitive.name
     info = eqn.source_info
     if name in CUSTOM_PRIMITIVES or "_prim" in eqn.params or name == "custom_jvp_call":
@@ -562,10 +565,9 @@ class _GraphBuilder:
       custom = False
       chain, call_site = self._traced_by(info, False, False)
     strings = self.aval_strings
-    return Node(
-        nid, "eqn", function or name, name, parent, self.scopes(info.name_stack), call_site,
-        function, rule, tuple([strings(v.aval)[0] for v in eqn.invars]),
-        tuple([strings(v.aval)[0] for v in eqn.outvars]), n_eqns, custom), chain
+    return [nid, "eqn", function or name, name, parent, self.scopes(info.name_stack), call_site,
+            function, rule, tuple([strings(v.aval)[0] for v in eqn.invars]),
+            tuple([strings(v.aval)[0] for v in eqn.outvars]), n_eqns, custom], chain
 
   def _traced_by(self, info, calls_user: bool, custom: bool) -> tuple[Any, str | None]:
     """(user frames chain, call site) of an equation's traceback: made once per distinct
