@@ -7,6 +7,7 @@ order of application match what the hook saw when its fwd ran.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from ..base import kinds
@@ -126,7 +127,9 @@ def _repeated(common: tuple[str, ...], paths: list[tuple[str, ...]]) -> str | No
   return "".join(common[:found + 1]) if found is not None else None
 
 
+@functools.lru_cache(maxsize=4096)
 def _stem(part: str) -> str:
+  """A path part without its numbers; memoised: asked per input and part, of few parts."""
   return re.sub(r"\d+", "", part)
 
 

@@ -193,11 +193,13 @@ class _ViewBuilder:
   def __init__(self, graph, failing, expanded, collapsed, budget):
     self.graph, self.failing = graph, failing
     self.expanded, self.collapsed, self.budget = expanded, collapsed, budget
-    self.by_id = {n.id: n for n in graph.nodes}
-    self.scope = {n.id: _split(n.scope or n.name_stack) for n in graph.nodes}
-    self.order = {n.id: i for i, n in enumerate(graph.nodes)}
+    self.by_id: dict[str, Node] = {}
+    self.scope: dict[str, tuple[str, ...]] = {}
+    self.order: dict[str, int] = {}
     self.children: dict[str | None, list[Node]] = defaultdict(list)
-    for n in graph.nodes:
+    for i, n in enumerate(graph.nodes):   # one pass: every view of a big graph starts here
+      self.by_id[n.id], self.order[n.id] = n, i
+      self.scope[n.id] = _split(n.scope or n.name_stack)
       self.children[n.parent].append(n)
     self.succs: dict[str, list[str]] = defaultdict(list)
     self.preds: dict[str, list[str]] = defaultdict(list)
