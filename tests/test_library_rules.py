@@ -225,6 +225,37 @@ def test_a_bound_methods_inputs_are_named_by_its_parameters_not_self(hook):
   assert _inputs(d)[0].startswith("variables['params']")
 
 
+class NoBiasGrad(nn.Module):
+  """An nn.custom_vjp whose bwd builds the variables' cotangent without the bias."""
+
+  @nn.compact
+  def __call__(self, x):
+    def affine(mdl, x):
+      return mdl(x)
+
+    def affine_fwd(mdl, x):
+      return affine(mdl, x), (x, mdl.variables["params"]["kernel"])
+
+    def affine_bwd(res, g):
+      x, kernel = res
+      params_t = {"params": {"kernel": x.T @ g}}
+      return params_t, g @ kernel.T
+    return nn.custom_vjp(affine, forward_fn=affine_fwd, backward_fn=affine_bwd)(nn.Dense(2), x)
+
+
+def test_a_missing_variable_is_added_where_the_users_bwd_writes_it(hook):
+  """flax hands JAX ``((params_t,), x_t)`` for the user's ``(params_t, x_t)``: the key is
+  added in the user's dict, found through the leaves the user did return."""
+  x = jnp.ones((4, 3))
+  model = NoBiasGrad()
+  params = model.init(jax.random.key(0), x)
+  d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
+  assert d.kind == "bwd_structure" and d.argument == "p['params']['Dense_0']['bias']"
+  (fix,) = [f for f in d.fixes if f.title.startswith("Add the missing key 'bias'")]
+  assert "params_t = {\"params\": {\"kernel\": x.T @ g, 'bias': None}}" in fix.code
+  assert [p.kind for p in vv.verify_fix(d, fix.code)] == ["bwd_value"]   # well-typed now
+
+
 class LiftedRule(nn.Module):
   """An nn.custom_vjp under a lifted transform: JAX traces the fwd of the custom_vjp flax
   made for the call only after that call returned."""

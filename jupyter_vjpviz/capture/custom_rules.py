@@ -448,9 +448,16 @@ def _payload(cts, with_logs: bool):
 
 
 def _leaf_cts(site, cts, with_logs: bool) -> list:
-  """The rule's cotangent for each input leaf (None where it gave none)."""
-  flat = match_structure(site, _payload(cts, with_logs))
-  return [None] * len(site.in_paths) if isinstance(flat, Record) else flat
+  """The rule's cotangent for each input leaf (None where it gave none); in a tree of
+  another structure, the leaf at the same key path (so a missing leaf's siblings still
+  say where the user's return has them)."""
+  payload = _payload(cts, with_logs)
+  flat = match_structure(site, payload)
+  if not isinstance(flat, Record):
+    return flat
+  leaf = lambda x: x is None or _is_zero(x)
+  at = {leaf_paths.keys(p): x for p, x in jax.tree_util.tree_leaves_with_path(payload, is_leaf=leaf)}
+  return [at.get(k) for k in site.in_keys]
 
 
 def _in_users_return(rec: Record, returned) -> Record:

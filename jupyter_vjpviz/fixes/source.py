@@ -12,6 +12,8 @@ import linecache
 import re
 import textwrap
 
+from ..capture import arguments
+
 
 @dataclasses.dataclass(frozen=True)
 class RuleSource:
@@ -214,6 +216,30 @@ def path_entries(path: str | None) -> list[tuple]:
   """``"[1].w"`` -> ``[(1, False), ('w', True)]``: each key, and whether it is an attribute."""
   return [(attr, True) if attr else (ast.literal_eval(index), False)
           for index, attr in _KEY.findall(path or "")]
+
+
+def users_return_keys(site, bwd, keys: list) -> list:
+  """``keys`` of the args tree where the user's own bwd returns (or would return) that
+  leaf, when a library's bwd rearranges its return (flax linen's ``(params_t, x_t)`` is
+  JAX's ``((params_t,), x_t)``): a sibling leaf the user did return, at a known path
+  there, maps the args tree's prefix above their shared tail to the user's prefix.
+  ``keys`` unchanged when no leaf was seen returned."""
+  code = getattr(inspect.unwrap(bwd), "__code__", None)
+  returned = arguments.cached(code, site.in_tree) if code is not None else None
+  best = None
+  for theirs, mine in zip(site.in_paths, returned or ()):
+    if mine is None:
+      continue
+    theirs, mine = path_keys(theirs), path_keys(mine)
+    tail = 0
+    while tail < min(len(theirs), len(mine)) and theirs[-1 - tail] == mine[-1 - tail]:
+      tail += 1
+    head = theirs[:len(theirs) - tail]
+    shared = next((i for i, (a, b) in enumerate(zip(theirs, keys)) if a != b),
+                  min(len(theirs), len(keys)))
+    if keys[:len(head)] == head and (best is None or shared > best[0]):
+      best = (shared, mine[:len(mine) - tail] + keys[len(head):])
+  return best[1] if best else keys
 
 
 def element(value: ast.expr, keys: list) -> ast.expr | None:

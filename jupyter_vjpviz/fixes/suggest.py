@@ -82,6 +82,8 @@ class Rule:
   @property
   def keys(self) -> list:
     keys = source.path_keys(self.d.path)
+    if self.d.kind == "bwd_structure":   # a type's path is the user's return's already
+      keys = source.users_return_keys(self.d.site, self.user_rules.bwd, keys)
     if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(
         isinstance(r.value, (ast.Tuple, ast.List)) for r in self.src.returns()):
       return keys[1:]   # custom_gradient takes a one-argument VJP's cotangent bare
@@ -348,14 +350,13 @@ def _key_fixes(rule: Rule, value: ast.expr, wanted) -> list[Fix]:
              for i, (k, v) in enumerate(zip(parent.keys, parent.values)) if i != at]
     return [rule.fix(f"Remove the extra key {keys[-1]!r}", [(parent, "{" + ", ".join(items) + "}")],
                      f"the primal argument has no {keys[-1]!r}", False)]
-  aval = rule.d.site.in_avals[rule.d.site.in_paths.index(rule.d.path)] \
-      if rule.d.path in rule.d.site.in_paths else None
-  if aval is None:
+  if rule.d.path not in rule.d.site.in_paths:
     return []
+  # None, JAX's zero cotangent of any type: the rule may be applied at other types too
   items = [f"{rule.src.segment(k)}: {rule.src.segment(v)}" for k, v in zip(parent.keys, parent.values)]
-  items.append(f"{keys[-1]!r}: {_zeros_or_none(rule, aval)}")
+  items.append(f"{keys[-1]!r}: None")
   return [rule.fix(f"Add the missing key {keys[-1]!r}", [(parent, "{" + ", ".join(items) + "}")],
-                   f"the primal argument has {keys[-1]!r}; its cotangent here is zero", False)]
+                   f"the primal argument has {keys[-1]!r}; None gives it a zero cotangent", False)]
 
 
 # ------------------------------------------------------------ forward rules
