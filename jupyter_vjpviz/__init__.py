@@ -64,9 +64,10 @@ def clear() -> None:
 
 
 def last():
-  """The most recent error or warning, or None."""
-  found = diagnoses()
-  return found[-1] if found else None
+  """The diagnosis of the most recent failing call or warning, or None: of one call's
+  several, its first error (the one the exception's note names)."""
+  runtime = _runtime_if_loaded()
+  return runtime.latest() if runtime is not None else None
 
 
 def diagnoses() -> list:

@@ -255,6 +255,23 @@ def test_dtype_clash_later_names_the_culprit_rule(path):
   assert any("bf16_bwd" in n for n in err.__notes__)
 
 
+def test_last_is_the_error_jax_raised_not_a_warning_of_the_same_call(path):
+  def scale_bwd(res, g):
+    x, s = res
+    return (g * s).astype(jnp.float16), g * x        # x: a dtype JAX lets by; s: wrong shape
+  f = custom(lambda x, s: x * s, scale_bwd)
+  err = raises(lambda: jax.grad(lambda x: f(x, jnp.float32(3.0)).sum())(jnp.ones(3)))
+  assert sorted(d.kind for d in vv.diagnoses()) == ["bwd_type", "silent_dtype"]
+  lead = vv.last()
+  assert (lead.kind, lead.severity, lead.path, lead.got) == ("bwd_type", "error", "[1]",
+                                                             "float32[3]")
+  assert any(lead.headline in n for n in err.__notes__)
+  f(jnp.ones(2), 2.0)
+  jax.grad(lambda x: custom(jnp.sin, lambda r, g: ((jnp.cos(r[0]) * g).astype(jnp.float16),))(
+      x).sum())(jnp.ones(2))
+  assert vv.last().kind == "silent_dtype"                     # a later call's warning
+
+
 def test_warning_shown_once_per_rule_and_type(hook):
   f = custom(jnp.sin, lambda x, g: ((jnp.cos(x[0]) * g).astype(jnp.bfloat16),))
   for _ in range(3):

@@ -14,7 +14,7 @@ from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other 
 from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..capture import check_sites, hook, records
-from ..capture.records import Session
+from ..capture.records import ERROR, Session
 from ..fixes import suggest
 from ..base import safety
 
@@ -29,6 +29,7 @@ NOTE_POINTER = "vjpviz.last() has the full diagnosis"
 ``run`` CLI says where its report goes, as a script cannot call ``vjpviz.last()``)."""
 
 _history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
+_latest: list[str] = []              # ids of the latest delivery (one call's), in order
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
 _listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc)
@@ -59,9 +60,18 @@ def history() -> list[Diagnosis]:
     return list(_history)
 
 
+def latest() -> Diagnosis | None:
+  """The lead of the latest delivery, as the error's note names it: of one call's
+  diagnoses its first error (the one JAX raised for), else its first."""
+  with _lock:
+    batch = [d for d in _history if d.id in _latest]
+  return next((d for d in batch if d.severity == ERROR), batch[0] if batch else None)
+
+
 def clear() -> None:
   with _lock:
     _history.clear()
+    _latest.clear()
     _warned.clear()
   safety.forget_failures()
 
@@ -148,6 +158,7 @@ def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list)
     kept = [d for d in _history if d.id not in ids]
     _history.clear()
     _history.extend(kept + found)
+    _latest[:] = [d.id for d in found]
   for listener in list(listeners):
     safety.safely(listener, found, exc)
 
