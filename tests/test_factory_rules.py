@@ -127,3 +127,30 @@ def test_a_fix_may_use_what_only_the_factorys_primal_closes_over(hook):
   fixed = "def bwd(x, g):\n  return (g * jax.nn.sigmoid(beta * x),)\n"
   assert vv.verify_fix(found[0], fixed) == []
   assert vv.verify_fix(found[0], fixed.replace("beta * x", "x"))[0].kind == "bwd_value"
+
+
+@jax.custom_vjp
+def swapped(q, k):
+  return jnp.tanh(q @ k.T)
+
+
+swapped.defvjp(lambda q, k: (swapped(q, k), (q, k)),
+               lambda res, g: (g.T @ res[0], g @ res[1]))     # the two cotangents swapped
+
+
+@pytest.mark.parametrize("wrap", [jax.checkpoint, jax.jit])
+def test_a_body_traced_once_and_applied_twice_fails_first_at_its_last_application(hook, wrap):
+  """Alike in types, the second application reuses the first one's traced body (JAX caches
+  it), and with it the rule's one site; the backward pass reaches the second first."""
+  block = wrap(lambda x, mem: x + swapped(x, mem) @ mem)
+
+  def loss(x, mem):
+    for _ in range(2):
+      x = block(x, mem)
+    return x.sum()
+  with pytest.raises(ValueError):
+    jax.jit(jax.grad(loss))(jnp.ones((3, 4)), jnp.ones((7, 4)))
+  d = vv.last()
+  applications = [n.id for n in d.graph.nodes if n.custom and n.function == "swapped"]
+  assert len(applications) == 2 and d.node == applications[-1]
+  assert d.instance == "swapped call 2 of 2"

@@ -46,6 +46,11 @@ def _custom_node(graph: Graph, rec: Record) -> str | None:
   # types (layers of one loop that differ in width); the types only confirm it, where the
   # graph shows them as the rule saw them (not inside a vmap).
   typed = [n for n in candidates if n.in_avals[len(n.in_avals) - len(avals):] == avals]
+  traced = (site.traced or {}).get((site.function, site.call_site, site.name_stack), 0)
+  if 0 < traced < len(candidates):
+    # Fewer traces than applications: a traced body was reused (a checkpoint's or a jit's,
+    # cached for its types), its rule's site shared; the backward pass reaches the last first.
+    return (typed or candidates)[-1].id
   k = (site.occurrence or 0) - 1
   if 0 <= k < len(candidates) and (candidates[k] in typed or not typed):
     return candidates[k].id

@@ -292,6 +292,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       for k, (p, _) in enumerate(leaves))
   return RuleSite(
       **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
+      traced=session.occurrences if occurrence is not None else None,
       in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves), in_names=in_names,
       unnamed=tuple(k for k, name in enumerate(users) if library and name is None),
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
