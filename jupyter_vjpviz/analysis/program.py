@@ -358,9 +358,11 @@ class _Upstream:
     """The equation of body ``depth`` that makes ``v`` (None for its constants)."""
     if depth not in self._made:
       made = self._made[depth] = {}
+      tick = self.clock.tick
       for eqn in self.bodies[depth].eqns:
-        self.clock.tick()
-        made.update((out, eqn) for out in eqn.outvars)
+        tick()
+        for out in eqn.outvars:   # one or two: no generator, no update call per equation
+          made[out] = eqn
     return self._made[depth].get(v)
 
   def _positions_in(self, depth: int) -> dict:
@@ -636,8 +638,14 @@ def sub_jaxprs(eqn) -> Iterator[core.Jaxpr]:
   found: list = []
   params = eqn.params
   for value in params.values():
-    if type(value) not in _PLAIN:
-      _jaxprs_in(value, found)
+    kind = type(value)
+    if kind in _PLAIN or kind in _NO_JAXPRS or (kind is tuple and (
+        not value or type(value[0]) in _PLAIN)):   # most params, decided here
+      continue
+    if not (issubclass(kind, (core.Jaxpr, tuple, list)) or kind.__name__ == "ClosedJaxpr"):
+      _NO_JAXPRS.add(kind)   # a dtype, a sharding, an enum: never holds a jaxpr
+      continue
+    _jaxprs_in(value, found)
   traced = getattr(params.get("_prim"), "traced", None)
   if traced is not None:
     _jaxprs_in(getattr(traced, "jaxpr", None), found)
@@ -645,6 +653,7 @@ def sub_jaxprs(eqn) -> Iterator[core.Jaxpr]:
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None)})
+_NO_JAXPRS: set[type] = set()   # other param types seen that are no jaxpr, tuple or list
 
 
 def _jaxprs_in(value, found: list) -> None:
