@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from jax._src import core
 
+from ..capture import names
 from ..capture.custom_rules import ct_aval
 
 
@@ -28,17 +29,14 @@ def vjp_wrt(fun, args, positions, kwargs=None, staged: bool = False):
 
 
 def _picked_parameters(fun, positions) -> inspect.Signature | None:
-  """``fun``'s parameters at ``positions``: a diagnosis names the inputs as the user's
-  function does (``ws[1]``, not ``args[0][1]``); None when they cannot be read."""
-  try:
-    params = [p for p in inspect.signature(fun).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-  except (TypeError, ValueError):
-    return None
+  """``fun``'s parameters at ``positions`` (``names.positional_names``: a bound method's
+  without ``self``): a diagnosis names the inputs as the user's function does (``ws[1]``,
+  not ``args[0][1]``); None when they cannot be read."""
+  params = names.positional_names(fun)
   if any(i >= len(params) for i in positions):
     return None
-  return inspect.Signature([params[i].replace(kind=inspect.Parameter.POSITIONAL_ONLY,
-                                              default=inspect.Parameter.empty) for i in positions])
+  return inspect.Signature([inspect.Parameter(params[i], inspect.Parameter.POSITIONAL_ONLY)
+                            for i in positions])
 
 
 def pull_ones(fun, args, positions, kwargs=None, staged: bool = False):
