@@ -92,14 +92,30 @@ def _checkpointed_custom_vjp3_of_a_pytree() -> bool:
   return True
 
 
+def _custom_root_on_hijax() -> bool:
+  """Whether JAX differentiates ``lax.custom_root`` as a hijax primitive, whose backward pass
+  hands its ``tangent_solve``'s linear map to ``linear_transpose`` (older JAX: a custom_jvp)."""
+  from jax._src.lax.control_flow import solves
+  try:
+    from jax._src.hijax import HiPrim
+  except ImportError:
+    return False
+  root = getattr(solves, "CustomRoot", None)
+  return isinstance(root, type) and issubclass(root, HiPrim)
+
+
 HIJAX_REMAT_PYTREES = "checkpoint of a jax_custom_vjp3 rule taking a pytree"
+CUSTOM_ROOT_HIJAX = "custom_root as a hijax primitive"
 JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes,
               "user hijax types": _user_hijax_types,
-              HIJAX_REMAT_PYTREES: _checkpointed_custom_vjp3_of_a_pytree}
+              HIJAX_REMAT_PYTREES: _checkpointed_custom_vjp3_of_a_pytree,
+              CUSTOM_ROOT_HIJAX: _custom_root_on_hijax}
 """What some JAX has and others not, probed on plain JAX (the hook off)."""
 
 WATCHED = "entry points watched from below"
-HOOK = {WATCHED: _entries_watched}
+TRANSPOSE_WATCHED = "linear_transpose's function watched"
+HOOK = {WATCHED: _entries_watched,
+        TRANSPOSE_WATCHED: lambda: any("transposed_fun" in p for p in _hook_points()[0])}
 """How the hook is installed here (which Python, which JAX entry points)."""
 
 

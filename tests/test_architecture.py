@@ -41,7 +41,7 @@ def test_a_record_of_an_unregistered_kind_is_refused():
 
 def test_every_entry_says_what_each_stage_needs():
   for kind in kinds.KINDS.values():
-    assert kind.role in ("fwd", "bwd", "jvp", None), kind
+    assert kind.role in ("fwd", "bwd", "jvp", "solve", None), kind
     assert kind.subject in (kinds.RULE, kinds.INPUT, kinds.OUTPUT), kind
     assert kind.channel in (kinds.RETURNED, kinds.ACCUMULATED, kinds.PASSED), kind
 

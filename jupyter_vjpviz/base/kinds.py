@@ -37,7 +37,7 @@ class Kind:
   """
   name: str
   headline: Callable[[Any], str]
-  role: str | None                  # the user's rule at fault: "fwd" | "bwd" | "jvp" | None
+  role: str | None                  # the user's rule at fault: "fwd" | "bwd" | "jvp" | "solve" | None
   subject: str = RULE
   wrong: str = TYPE
   channel: str = RETURNED
@@ -91,6 +91,13 @@ def _silent_dtype(d) -> str:
           f"on; the cotangent must be {d.expected}")
 
 
+def _solve(d) -> str:
+  """A function the user handed to a JAX solver (``custom_root``'s ``tangent_solve``,
+  ``custom_linear_solve``'s ``solve``), named as its own ``def`` is."""
+  who = f"{d.function}'s {d.rule}" if d.function and d.rule else d.rule or "a linear function"
+  return f"{who} returned {d.got}{' for ' + d.path if d.path else ''}; it must return {d.expected}"
+
+
 def _accumulator(d) -> str:
   if d.rule:
     return f"{_who(d)} pushed {d.got} into the accumulator{_where(d)}; the cotangent must be {d.expected}"
@@ -134,6 +141,7 @@ _ENTRIES = (
          silent=True),
     Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
          f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp"),
+    Kind("solve_type", _solve, role="solve"),
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in _ENTRIES}

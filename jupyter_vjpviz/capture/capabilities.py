@@ -36,6 +36,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "ref_grad_as_value": (_WITH_REFS,),
     "grad_ref_type": (_WITH_REFS,),
     "jvp_tangent_type": ("_flatten_jvp",),
+    "solve_type": ("transposed_fun|_check_shapes",),
 }
 """The JAX objects each kind is recorded at: all must be hooked (wrapped or watched),
 named as in a hook point's label (``jax._src.api._vjp3_bwd``, ``custom_vjp.fwd``);

@@ -16,7 +16,8 @@ import threading
 import jax
 from jax._src import source_info_util, traceback_util
 
-from . import capabilities, check_sites, custom_rules, entry_points, frames, older_entries
+from . import (capabilities, check_sites, custom_rules, entry_points, frames, linear_maps,
+               older_entries)
 from .code_events import CodeEvents
 from .patches import PatchSet
 
@@ -50,6 +51,7 @@ def _install(sink: entry_points.Sink, announce: bool) -> None:
   entry_points.install(_patches, sink, events)
   older_entries.install(_patches, sink)
   check_sites.install(_patches, sink, events)
+  linear_maps.install(_patches, sink, events)
   caps = capabilities.of(hook_points()[0])
   if not caps.tested or caps.missing or _patches.skipped:
     print(f"{caps.line()}; {len(_patches.skipped)} hook points skipped (%vjpviz says why).",

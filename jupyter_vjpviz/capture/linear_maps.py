@@ -1,0 +1,185 @@
+"""Check sites of linear maps: the cotangent handed to ``jax.linear_transpose``'s function,
+and the solves ``custom_root`` and ``custom_linear_solve`` are given.
+
+``linear_transpose(f, *primals)`` returns a function of a cotangent of ``f``'s output, which
+checks it in ``transposed_fun`` against the avals JAX traced ``f`` to. Who is at fault
+depends on who handed the cotangent over:
+
+- the user (``f_t(ct)``): their cotangent, as for ``f_vjp(ct)`` (``vjp_cotangent_type``);
+- JAX, transposing a hijax primitive's linearization (``custom_root``'s on JAX 0.12): the
+  cotangent has the primitive's output type, so the linear map's output is wrong, and the
+  user's function that made it (``tangent_solve``) is named from that output's equation
+  (``solve_type``).
+
+``custom_linear_solve`` checks its solves' output shapes itself (``_check_shapes``); what
+it was handed is read there. Both sites read only as JAX raises: a correct call costs the
+frame watch (or one wrapper call) and nothing else. Where no session is open (a transpose
+called outside any VJP), the sink hears of the failure as a session of its own.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+
+import jax
+from jax._src import api, core
+
+from . import check_sites, frames, hijax_prims, hijax_rules, leaf_paths, names, records
+from .code_events import CodeEvents
+from .leaf_paths import Leaf
+from .patches import PatchSet
+from .records import ERROR, Record, Session
+from ..base import safety
+
+
+def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
+  code = safety.safely(_transposed_code, default=None)
+  if code is None:
+    patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
+  elif events is not None:
+    events.watch(code, lambda frame: frame if records.active() else None,
+                 lambda frame, _value, exc: _finish(frame, exc, sink))
+  else:
+    patches.skip("linear_transpose's transposed_fun", "watched only with sys.monitoring")
+  try:
+    from jax._src.lax.control_flow import solves
+  except ImportError:
+    return
+  patches.apply(solves, "_check_shapes", lambda o: _wrap_check_shapes(o, sink))
+
+
+def _transposed_code():
+  """The code object of the function ``linear_transpose`` returns (a closure, made per call:
+  its code is the one thing all of them share)."""
+  outer = inspect.unwrap(api.linear_transpose).__code__
+  return next(c for c in outer.co_consts
+              if inspect.iscode(c) and c.co_name == "transposed_fun"
+              and {"out_avals", "out_tree", "jaxpr"} <= set(c.co_freevars))
+
+
+def _finish(frame, exc: BaseException | None, sink) -> None:
+  if exc is not None:
+    _report(safety.safely(transposed_records, frame, default=[]), exc, sink)
+
+
+def _report(found: list[Record], exc: BaseException, sink) -> None:
+  """Into the open session; else, as JAX raises outside any VJP, straight to the sink."""
+  if not found:
+    return
+  if records.current_session() is not None:
+    for rec in found:
+      records.record(rec)
+    return
+  session = Session("transpose", None, records=list(found))
+  safety.safely(sink, session, exc)
+
+
+def transposed_records(frame) -> list[Record]:
+  """What is wrong with the cotangent ``transposed_fun``'s ``frame`` was handed, or with the
+  linear map's output when JAX handed it over."""
+  local = frame.f_locals
+  jaxpr, out_avals = local["jaxpr"], local["out_avals"]
+  found = check_sites.check_out_cotangent(jaxpr, local["out_tree"](), out_avals,
+                                          local["out_cotangent"])
+  if not _handed_by_jax(frame):
+    return found
+  # JAX's cotangent has the primitive's output type: the map's output is what is wrong.
+  # (A wrong tree is caught where JAX traces the user's function, before this.)
+  return [_map_output(jaxpr, rec) for rec in found if rec.kind == "vjp_cotangent_type"]
+
+
+def _handed_by_jax(frame) -> bool:
+  """Whether JAX called the transposed function while transposing a hijax primitive (a
+  ``self`` that is one, in JAX's frames between the two): not the user, nor a jit of theirs."""
+  caller = frame.f_back
+  while caller is not None and names.inside_jax(caller.f_code.co_filename):
+    if hijax_rules.is_primitive(caller.f_locals.get("self")):
+      return True
+    caller = caller.f_back
+  return False
+
+
+def _map_output(jaxpr, rec: Record) -> Record:
+  """``rec`` turned round: the linear map's output ``rec.flat_index`` has the wrong type,
+  and the user's function whose equation made it is the one at fault."""
+  eqn = _made_by(jaxpr, rec.flat_index)
+  made = frames.user_frame(eqn.source_info.traceback) if eqn is not None else None
+  top = hijax_prims.current()
+  site = top.site if top is not None else None
+  return Record(
+      kind="solve_type", severity=ERROR, function=site.function if site else None,
+      source=site.call_site if site else None, path=rec.path.removeprefix("out") or None, expected=rec.got, got=rec.expected,
+      flat_index=rec.flat_index, expected_aval=rec.got_aval, got_aval=rec.expected_aval,
+      rule=made.function_name.rpartition(".")[2] if made else None,
+      rule_source=f"{made.file_name}:{made.start_line}" if made else None,
+      leaves=tuple(Leaf(l.path, l.got, l.expected) for l in rec.leaves))
+
+
+def _made_by(jaxpr, i: int):
+  """The equation that made output ``i``'s type: followed back from the output through the
+  equations that pass an operand of that very type on (a ``neg`` JAX applies to what the
+  user's function returned), into the jaxprs of calls and out again; None if none did."""
+  var, aval, outer, made = jaxpr.outvars[i], jaxpr.outvars[i].aval, [], None
+  while True:
+    eqn = next((e for e in reversed(jaxpr.eqns) if any(v is var for v in e.outvars)), None)
+    if eqn is None:   # an input: of a call's jaxpr, then of the call itself
+      k = next((k for k, v in enumerate(jaxpr.invars) if v is var), None)
+      if not outer or k is None:
+        return made
+      inner = jaxpr
+      jaxpr, eqn = outer.pop()
+      if len(eqn.invars) != len(inner.invars):
+        return made
+      var = eqn.invars[k]
+      continue
+    made = eqn
+    inner = next((j for j in (getattr(p, "jaxpr", p) for p in eqn.params.values())
+                  if isinstance(j, core.Jaxpr)), None)
+    if inner is not None and len(inner.outvars) == len(eqn.outvars):
+      outer.append((jaxpr, eqn))
+      jaxpr, var = inner, inner.outvars[next(k for k, v in enumerate(eqn.outvars) if v is var)]
+      continue
+    var = next((v for v in eqn.invars if isinstance(v, core.Var) and v.aval == aval), None)
+    if var is None:
+      return eqn
+
+
+# --------------------------------------------------------- custom_linear_solve
+
+def _wrap_check_shapes(original, sink):
+  def check_shapes(func_name, expected_name, actual, expected):
+    try:
+      return original(func_name, expected_name, actual, expected)
+    except Exception as e:
+      if records.active():
+        found = safety.safely(_shapes_record, sys._getframe(1), func_name, expected_name,
+                              actual, expected, default=None)
+        _report([found] if found else [], e, sink)
+        safety.safely(frames.strip, e)
+      raise
+  check_shapes.__wrapped__ = original
+  return check_shapes
+
+
+def _shapes_record(caller, func_name: str, expected_name: str, actual, expected) -> Record:
+  """The first leaf the user's ``func_name`` (``solve``, ``transpose_solve``) returned with
+  another shape than ``expected_name``'s: JAX's check, read from what it compared."""
+  got = [core.typeof(x) for x in jax.tree_util.tree_leaves(actual)]
+  want = [core.typeof(x) for x in expected]
+  i = next((i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape),
+           min(len(got), len(want)))
+  g, w = (got[i] if i < len(got) else None), (want[i] if i < len(want) else None)
+  key = (jax.tree_util.SequenceKey(i),) if max(len(got), len(want)) > 1 else ()
+  text = lambda aval: aval.str_short() if aval is not None else leaf_paths.MISSING
+  fun = caller.f_locals.get("fun")   # JAX's shape-checked wrapper holds the user's solve
+  user = names.unwrap(fun) if callable(fun) else None
+  call = frames.live_user_frame(caller)
+  return Record(
+      kind="solve_type", severity=ERROR, function="custom_linear_solve",
+      source=f"{call.file_name}:{call.start_line}" if call else None,
+      path=f"{expected_name}{jax.tree_util.keystr(key)}", expected=text(w), got=text(g),
+      flat_index=i, expected_aval=w, got_aval=g,
+      rule=names.function_name(user) if user is not None else func_name,
+      rule_source=names.function_source(user) if user is not None else None,
+      detail=f"custom_linear_solve calls it as {func_name}",
+      leaves=(Leaf(leaf_paths.keys(key), text(w), text(g)),))

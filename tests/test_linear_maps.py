@@ -1,0 +1,230 @@
+"""The cotangent handed to ``jax.linear_transpose``'s function, and the solves JAX checks or
+transposes: ``custom_root``'s ``tangent_solve`` and ``custom_linear_solve``'s solves."""
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_features
+import jupyter_vjpviz as vv
+
+THIS = __file__
+A = jnp.array([[2., 1., 0.], [1., 3., 0.], [0., 0., 4.]])
+
+
+def raises(thunk):
+  with pytest.raises(Exception) as info:
+    thunk()
+  return info.value
+
+
+def only(kind):
+  found = [d for d in vv.diagnoses() if d.kind == kind]
+  assert found, [d.kind for d in vv.diagnoses()]
+  return found[0]
+
+
+def line_of(text: str) -> str:
+  """``file:line`` of the line of this file that holds ``text``."""
+  lines = open(THIS).read().splitlines()
+  return f"{THIS}:{next(i for i, l in enumerate(lines, 1) if text in l and 'line_of' not in l)}"
+
+
+def scale(x):
+  return 2.0 * x
+
+
+def pair(x):
+  return x, 3.0 * x
+
+
+# ------------------------------------------------------------- f_t(ct) by the user
+
+watched = pytest.mark.skipif(not jax_features.has(jax_features.TRANSPOSE_WATCHED),
+                             reason="linear_transpose's function is watched with sys.monitoring")
+
+
+@watched
+@pytest.mark.parametrize("ct, got", [(jnp.ones((3, 1)), "float32[3,1]"),
+                                     (jnp.ones(3, jnp.float16), "float16[3]")])
+def test_linear_transpose_given_a_wrong_cotangent_type(hook, ct, got):
+  f_t = jax.linear_transpose(scale, jnp.ones(3))
+  raises(lambda: f_t(ct))
+  d = only("vjp_cotangent_type")
+  assert (d.severity, d.function, d.source) == ("error", "scale", line_of("def scale("))
+  assert (d.expected, d.got) == ("float32[3]", got)
+  assert d.expected_aval == jax.core.ShapedArray((3,), jnp.float32)
+  assert d.got_aval.shape == ct.shape and d.got_aval.dtype == ct.dtype
+  assert vv.last() is d and "scale" in d.headline and got in d.headline
+
+
+@watched
+def test_linear_transpose_given_a_wrong_cotangent_tree(hook):
+  f_t = jax.linear_transpose(pair, jnp.ones(3))
+  raises(lambda: f_t([jnp.ones(3), jnp.ones(3), jnp.ones(3)]))
+  d = only("vjp_cotangent_structure")
+  assert d.function == "pair" and d.expected.startswith("PyTreeDef((*, *))")
+
+
+@watched
+def test_linear_transpose_under_jit_is_diagnosed_too(hook):
+  f_t = jax.linear_transpose(scale, jnp.ones(3))
+  raises(lambda: jax.jit(f_t)(jnp.ones(4)))
+  assert (only("vjp_cotangent_type").expected, only("vjp_cotangent_type").got) == (
+      "float32[3]", "float32[4]")
+
+
+# --------------------------------------------------- custom_root's tangent_solve
+
+def newton(f, x0):
+  x = x0
+  for _ in range(5):
+    x = x - f(x) / (2 * x)
+  return x
+
+
+def sqrt_of(tangent_solve):
+  def sqrt(y):
+    return jax.lax.custom_root(lambda x: x * x - y, jnp.ones(3), newton, tangent_solve)
+  return sqrt
+
+
+def column_tangent(g, y):
+  return (y / 4.0)[:, None]                          # wrong: float32[3,1] for x: float32[3]
+
+
+def half_tangent(g, y):
+  return (y / 4.0).astype(jnp.float16)               # wrong: float16[3]
+
+
+def right_tangent(g, y):
+  return y / g(jnp.ones_like(y))
+
+
+root_on_hijax = pytest.mark.skipif(not jax_features.has(jax_features.CUSTOM_ROOT_HIJAX),
+                                   reason=f"jax {jax.__version__} differentiates custom_root "
+                                          "as a custom_jvp (diagnosed as its jvp rule)")
+
+
+@root_on_hijax
+@pytest.mark.parametrize("transform", ["grad", "jit(grad)", "vmap(grad)"])
+@pytest.mark.parametrize("solve, got, wrong", [(column_tangent, "float32[3,1]", "[:, None]"),
+                                               (half_tangent, "float16[3]", ".astype(")])
+def test_custom_root_tangent_solve_of_the_wrong_type_is_named(hook, transform, solve, got, wrong):
+  grad = jax.grad(lambda y: sqrt_of(solve)(y).sum())
+  run = {"grad": lambda: grad(jnp.full(3, 4.0)), "jit(grad)": lambda: jax.jit(grad)(jnp.full(3, 4.0)),
+         "vmap(grad)": lambda: jax.vmap(grad)(jnp.full((2, 3), 4.0))}[transform]
+  raises(run)
+  d = only("solve_type")
+  assert (d.severity, d.rule, d.expected, d.got) == ("error", solve.__name__, "float32[3]", got)
+  assert d.rule_source == line_of(f"y / 4.0){wrong}")          # the line that made the type
+  assert d.source == line_of("return jax.lax.custom_root(")     # the user's call
+  assert d.expected_aval.shape == (3,) and d.got_aval.str_short() == got
+  assert d.fixes == ()                         # nothing verifiable to offer: no fix invented
+  assert f"{solve.__name__} returned {got}" in d.headline and vv.last() is d
+  if transform != "vmap(grad)":
+    assert d.node is not None and d.graph.node(d.node).function == d.function
+
+
+# ----------------------------------------------------- custom_linear_solve's solves
+
+def column_solve(matvec, b):
+  return jnp.linalg.solve(A, b)[:, None]
+
+
+def right_solve(matvec, b):
+  return jnp.linalg.solve(A, b)
+
+
+def right_transpose_solve(vecmat, b):
+  return jnp.linalg.solve(A.T, b)
+
+
+def linear_solve(solve, transpose_solve):
+  return lambda b: jax.lax.custom_linear_solve(lambda x: A @ x, b, solve,
+                                               transpose_solve=transpose_solve)
+
+
+@pytest.mark.needs("solve_type")
+@pytest.mark.parametrize("as_", ["solve", "transpose_solve"])
+@pytest.mark.parametrize("under_grad", [True, False])
+def test_custom_linear_solve_of_the_wrong_shape_is_named(hook, as_, under_grad):
+  solves = {"solve": right_solve, "transpose_solve": right_transpose_solve, as_: column_solve}
+  f = linear_solve(solves["solve"], solves["transpose_solve"])
+  raises((lambda: jax.grad(lambda b: f(b).sum())(jnp.ones(3))) if under_grad else
+         (lambda: f(jnp.ones(3))))
+  d = only("solve_type")
+  assert (d.function, d.rule, d.rule_source) == ("custom_linear_solve", "column_solve",
+                                                 line_of("def column_solve("))
+  assert (d.path, d.expected, d.got) == ("b", "float32[3]", "float32[3,1]")
+  assert d.detail == f"custom_linear_solve calls it as {as_}"
+  assert d.source == line_of("return lambda b: jax.lax.custom_linear_solve(")
+  assert d.fixes == () and vv.last() is d
+
+
+# ------------------------------------------------------- unchanged for the user
+
+def _frames(err):
+  return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(err.__traceback__)]
+
+
+def _failing():
+  cases = [lambda: linear_solve(right_solve, column_solve)(jnp.ones(3)),
+           lambda: jax.grad(lambda b: linear_solve(column_solve, None)(b).sum())(jnp.ones(3))]
+  if jax_features.has(jax_features.TRANSPOSE_WATCHED):
+    cases.append(lambda: jax.linear_transpose(scale, jnp.ones(3))(jnp.ones((3, 1))))
+  if jax_features.has(jax_features.CUSTOM_ROOT_HIJAX):
+    cases.append(lambda: jax.jit(jax.grad(lambda y: sqrt_of(column_tangent)(y).sum()))(
+        jnp.full(3, 4.0)))
+  return cases
+
+
+@pytest.mark.needs("solve_type")
+@pytest.mark.parametrize("filtering", ["quiet_remove_frames", "off"])
+def test_the_error_reaches_the_user_unchanged(hook, filtering):
+  jax.config.update("jax_traceback_filtering", filtering)
+  try:
+    for run in _failing():
+      vv.uninstall()
+      plain = raises(run)
+      vv.install()
+      vv.clear()
+      hooked = raises(run)
+      assert type(hooked) is type(plain) and str(hooked) == str(plain)
+      assert _frames(hooked) == _frames(plain)
+      added = [n for n in hooked.__notes__ if n not in getattr(plain, "__notes__", [])]
+      assert len(added) == 1 and added[0].startswith("vjpviz: "), added
+      assert vv.last().kind in ("solve_type", "vjp_cotangent_type")
+  finally:
+    jax.config.update("jax_traceback_filtering", "auto")
+
+
+def _correct():
+  """Programs through the same sites that are right, each returning its values."""
+  return [lambda: jax.linear_transpose(scale, jnp.ones(3))(jnp.arange(3.0)),
+          lambda: jax.jit(jax.grad(lambda y: sqrt_of(right_tangent)(y).sum()))(jnp.full(3, 4.0)),
+          lambda: jax.grad(lambda b: linear_solve(right_solve, right_transpose_solve)(b).sum())(
+              jnp.arange(3.0)),
+          lambda: jax.jvp(linear_solve(right_solve, right_transpose_solve), (jnp.ones(3),),
+                          (jnp.ones(3),))]
+
+
+def test_correct_programs_are_unchanged_and_get_no_diagnosis(hook):
+  vv.uninstall()
+  plain = [run() for run in _correct()]
+  vv.install()
+  vv.clear()
+  hooked = [run() for run in _correct()]
+  for a, b in zip(plain, hooked):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+  assert vv.diagnoses() == []
+
+
+def test_uninstall_restores_the_solve_check_by_identity():
+  from jax._src.lax.control_flow import solves
+  before = solves._check_shapes
+  vv.install()
+  vv.uninstall()
+  assert solves._check_shapes is before
