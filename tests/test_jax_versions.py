@@ -61,6 +61,12 @@ def wrong_tangent():
   return grad_of(f)()
 
 
+def wrong_solve():
+  solve = lambda matvec, b: (b / 2.)[:, None]
+  f = lambda b: jax.lax.custom_linear_solve(lambda x: 2. * x, b, solve, symmetric=True)
+  return grad_of(f)()
+
+
 def hijax_path():
   with _flag("jax_custom_vjp3"):
     return grad_of(custom(lambda x: x * 2., lambda r, g: (g[:2],)))()
@@ -104,6 +110,7 @@ SCENARIOS = {
     "grad_ref_type": ("grad_ref_type", has_refs, refs(
         lambda v: v.with_refs(jax.new_ref(jnp.zeros(4)), jax.ad.GradValue())(jnp.ones(3)))),
     "jvp_tangent_type": ("jvp_tangent_type", always, wrong_tangent),
+    "solve_type": ("solve_type", always, wrong_solve),
     "bwd_type under jax_custom_vjp3": ("bwd_type", has_flag, hijax_path),
 }
 

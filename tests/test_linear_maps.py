@@ -184,6 +184,8 @@ def _failing():
 @pytest.mark.needs("solve_type")
 @pytest.mark.parametrize("filtering", ["quiet_remove_frames", "off"])
 def test_the_error_reaches_the_user_unchanged(hook, filtering):
+  if filtering == "off" and not jax_features.has(jax_features.WATCHED):
+    pytest.skip("JAX's VJP entry points are wrapped here: unfiltered, their frames show")
   jax.config.update("jax_traceback_filtering", filtering)
   try:
     for run in _failing():
