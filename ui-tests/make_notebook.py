@@ -1,4 +1,4 @@
-"""Write the notebooks the browser tests drive (cell order matters to panel.spec.mjs)."""
+"""Write the notebooks the browser tests drive (cell order matters to galata/vjpviz.ts's CELL)."""
 import sys
 from pathlib import Path
 
@@ -77,7 +77,7 @@ nbformat.write(apply_nb, root / "apply.ipynb")
 empty = new_notebook(cells=[new_code_cell("1 + 1")])
 empty.metadata["kernelspec"] = nb.metadata["kernelspec"]
 nbformat.write(empty, root / "empty.ipynb")
-# Notebook 7 (ui-tests/notebook7.spec.mjs): load, define softclip, the failing grad.
+# Notebook 7 (ui-tests/galata/notebook7.spec.ts): load, define softclip, the failing grad.
 nb7 = new_notebook(cells=[new_code_cell(c) for c in ("%load_ext vjpviz", DEFINE, GRAD)])
 nb7.metadata["kernelspec"] = nb.metadata["kernelspec"]
 nbformat.write(nb7, root / "nb7.ipynb")

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Browser tests of the VJP debugger panel: a real JupyterLab, Debian chromium
-# driven by playwright-core (panel.spec.mjs, notebook7.spec.mjs) and by Galata,
-# JupyterLab's own harness (galata/). One command for CI:  bash ui-tests/run.sh
+# Browser tests of the VJP debugger panel under Galata, JupyterLab's own harness
+# (@playwright/test) with Debian chromium: ui-tests/galata/*.spec.ts against a real
+# JupyterLab, and notebook7.spec.ts against Notebook 7. One command for CI:
+#   bash ui-tests/run.sh
 # Exits non-zero on any failure; the last line is "N passed, M failed".
 #
 # Environment:
 #   VJPVIZ_VENV=DIR     serve JupyterLab (and the kernel) from this venv instead of
 #                       .venv, e.g. one with the wheel installed (ui-tests/wheel.sh)
-#   VJPVIZ_MASK_NODE=1  start the server with node, npm, jlpm and yarn masked by shims
+#   VJPVIZ_MASK_NODE=1  start the servers with node, npm, jlpm and yarn masked by shims
 #                       that exit 127 (as a missing command) and log each call
-#   VJPVIZ_SUITE=core   only the core flow of the issue (skip the extra tests)
-#   VJPVIZ_TESTS=RE     run only the tests whose names match this regex
+#   VJPVIZ_SUITE=core   only the core flow of the issue (skip the tests tagged @extra
+#                       and Notebook 7)
+#   VJPVIZ_TESTS=RE     run only the tests whose titles match this regex
 #   VJPVIZ_SCREENSHOTS=DIR  where the screenshots go (default ui-tests/screenshots)
 #   VJPVIZ_CHROMIUM, VJPVIZ_KEEP (keep the temp dir)
 set -u
@@ -36,7 +38,7 @@ fail_early() {
 command -v jupyter >/dev/null || fail_early "jupyter is not on PATH"
 [ -n "$NODE" ] || fail_early "node is not installed (the test driver needs it)"
 [ -x "$CHROMIUM" ] || fail_early "no chromium at $CHROMIUM (apt-get install -y chromium)"
-[ -d "$ROOT/node_modules/playwright-core" ] || fail_early "playwright-core missing: run jlpm install"
+[ -d "$ROOT/node_modules/@jupyterlab/galata" ] || fail_early "@jupyterlab/galata missing: run jlpm install"
 
 WORK="$(mktemp -d /tmp/vjpviz-ui.XXXXXX)"
 SERVER_PID=""
@@ -71,7 +73,7 @@ PATH="$SERVER_PATH" jupyter labextension list 2>&1 | sed 's/\x1b\[[0-9;]*m//g' \
 
 mkdir -p "$WORK/root" "$WORK/runtime" "$WORK/config" "$WORK/ipython" "$WORK/workspaces" \
   "$WORK/settings/@jupyterlab/apputils-extension" "$WORK/settings/@jupyterlab/notebook-extension" \
-  "$WORK/browser" "$SHOTS"
+  "$SHOTS"
 # No news toast over the panel, no update check.
 cat > "$WORK/settings/@jupyterlab/apputils-extension/notification.jupyterlab-settings" <<'JSON'
 {"checkForUpdates": false, "fetchNews": "false"}
@@ -89,21 +91,20 @@ export JUPYTER_RUNTIME_DIR="$WORK/runtime" JUPYTER_CONFIG_DIR="$WORK/config" IPY
   JUPYTERLAB_SETTINGS_DIR="$WORK/settings" JUPYTERLAB_WORKSPACES_DIR="$WORK/workspaces" \
   JUPYTER_PLATFORM_DIRS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
 
-# start_server lab|notebook|galata: serve $WORK/root on a free port; sets PORT and SERVER_PID.
-# galata: JupyterLab with Galata's settings and in-page helpers, no token, its own root.
+# start_server galata|notebook: serve on a free port; sets PORT and SERVER_PID.
+# galata: JupyterLab with Galata's settings and in-page helpers, no token, an empty root
+# (each test uploads its notebooks); notebook: Notebook 7 on the notebooks, with a token.
 start_server() {
-  local mode="$1" app="$1" token="$TOKEN" root="$WORK/root" extra
+  local mode="$1" app=notebook token="$TOKEN" root="$WORK/root" extra
   PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
   if [ "$mode" = notebook ]; then
     extra=(--JupyterNotebookApp.expose_app_in_browser=True)
   else
-    extra=(--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
-      --LabApp.extension_manager=readonly --LabApp.expose_app_in_browser=True)
-  fi
-  if [ "$mode" = galata ]; then
     app=lab token="" root="$WORK/galata-root"
     mkdir -p "$root"
-    extra+=(--config="$HERE/galata/jupyter_server_config.py")
+    extra=(--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
+      --LabApp.extension_manager=readonly --LabApp.expose_app_in_browser=True
+      --config="$HERE/galata/jupyter_server_config.py")
   fi
   PATH="$SERVER_PATH" jupyter "$app" --no-browser --allow-root --ip=127.0.0.1 --port="$PORT" \
     --IdentityProvider.token="$token" --ServerApp.root_dir="$root" \
@@ -119,12 +120,71 @@ start_server() {
   curl -sf "http://127.0.0.1:$PORT/api/status?token=$TOKEN" >/dev/null
 }
 
-start_server lab || fail_early "jupyter lab did not start"
+# add_summary "P passed, F failed": adds a suite's counts to the closing line.
+add_summary() {
+  local p1 f1 p2 f2
+  read -r p1 _ f1 _ <<<"$SUMMARY"
+  read -r p2 _ f2 _ <<<"$1"
+  SUMMARY="$((p1 + p2)) passed, $((f1 + f2)) failed"
+}
 
-export VJPVIZ_URL="http://127.0.0.1:$PORT" VJPVIZ_TOKEN="$TOKEN" VJPVIZ_CHROMIUM="$CHROMIUM" \
-  VJPVIZ_PROFILE="$WORK/browser" VJPVIZ_SCREENSHOTS="$SHOTS" VJPVIZ_SUMMARY="$WORK/summary"
-NODE_PATH="$ROOT/node_modules" "$NODE" "$HERE/panel.spec.mjs"
-STATUS=$?
+GALATA=("$NODE" "$ROOT/node_modules/@playwright/test/cli.js" test --config "$HERE/galata/playwright.config.js"
+  --pass-with-no-tests ${VJPVIZ_TESTS:+--grep "$VJPVIZ_TESTS"})
+[ "${VJPVIZ_SUITE:-all}" != core ] || GALATA+=(--grep-invert @extra)
+
+# has_tests NAME: some test of project NAME is selected (else its server is not started).
+has_tests() {
+  NODE_PATH="$ROOT/node_modules" "${GALATA[@]}" --project "$1" --list --reporter=list 2>/dev/null | grep -q "^Total: [1-9]"
+}
+
+# run_project NAME: Galata's project NAME against the server started last ($PORT): each
+# test with its own page (and, under JupyterLab, its own directory and kernels).
+run_project() {
+  local report="$WORK/galata-$1.json" status
+  VJPVIZ_GALATA_URL="http://127.0.0.1:$PORT" VJPVIZ_NB7_URL="http://127.0.0.1:$PORT" VJPVIZ_TOKEN="$TOKEN" \
+    VJPVIZ_NOTEBOOKS="$WORK/root" VJPVIZ_GALATA_REPORT="$report" NODE_PATH="$ROOT/node_modules" \
+    "${GALATA[@]}" --project "$1"
+  status=$?
+  # Playwright's report: expected (passed), flaky (passed on retry: none are run), unexpected.
+  add_summary "$(python -c 'import json, sys; s = json.load(open(sys.argv[1]))["stats"]
+print(s["expected"] + s["flaky"], "passed,", s["unexpected"], "failed")' "$report" 2>/dev/null \
+    || echo "0 passed, 1 failed")"
+  if [ "$status" -ne 0 ]; then
+    STATUS=1
+    echo "--- server log for $1 (tail) ---" >&2
+    tail -n 40 "$SERVER_LOG" >&2
+  fi
+}
+
+export VJPVIZ_CHROMIUM="$CHROMIUM" VJPVIZ_SCREENSHOTS="$SHOTS"
+SUMMARY="0 passed, 0 failed"
+STATUS=0
+# JupyterLab with Galata's settings and in-page helpers.
+if start_server galata; then
+  run_project lab
+  stop_server
+else
+  echo "ui-tests: jupyter lab for Galata did not start" >&2
+  add_summary "0 passed, 1 failed"
+  STATUS=1
+fi
+
+# Notebook 7: the same panel in its right sidebar, against `jupyter notebook` with
+# the same flags.
+if has_tests notebook7; then
+  if ! PATH="$SERVER_PATH" jupyter notebook --version >/dev/null 2>&1; then
+    echo "ui-tests: jupyter notebook (Notebook 7) is not installed: pip install 'notebook>=7.4,<8'" >&2
+    add_summary "0 passed, 1 failed"
+    STATUS=1
+  elif start_server notebook; then
+    run_project notebook7
+    stop_server
+  else
+    echo "ui-tests: jupyter notebook did not start" >&2
+    add_summary "0 passed, 1 failed"
+    STATUS=1
+  fi
+fi
 if [ -n "${VJPVIZ_MASK_NODE:-}" ]; then
   # JupyterLab's server probes for node (build status, yarn config, npm prefix);
   # the shims answer 127 like a missing command and it carries on ("Could not
@@ -135,72 +195,6 @@ if [ -n "${VJPVIZ_MASK_NODE:-}" ]; then
   else
     echo "ui-tests: nothing asked for node" >&2
   fi
-fi
-if [ -s "$WORK/summary" ]; then
-  SUMMARY="$(cat "$WORK/summary")"
-fi
-if [ "$STATUS" -ne 0 ]; then
-  echo "--- jupyter server log (tail) ---" >&2
-  tail -n 40 "$SERVER_LOG" >&2
-fi
-stop_server
-
-# add_summary "P passed, F failed": adds a suite's counts to the closing line.
-add_summary() {
-  local p1 f1 p2 f2
-  read -r p1 _ f1 _ <<<"$SUMMARY"
-  read -r p2 _ f2 _ <<<"$1"
-  SUMMARY="$((p1 + p2)) passed, $((f1 + f2)) failed"
-}
-
-# Galata (JupyterLab's own harness, ui-tests/galata): the tests ported to it, each with
-# its own directory, page and kernel, against a server with Galata's settings.
-G_SUMMARY="0 passed, 1 failed"
-if ! start_server galata; then
-  echo "ui-tests: jupyter lab for Galata did not start" >&2
-  STATUS=1
-else
-  VJPVIZ_GALATA_URL="http://127.0.0.1:$PORT" VJPVIZ_NOTEBOOKS="$WORK/root" \
-    VJPVIZ_GALATA_REPORT="$WORK/galata.json" NODE_PATH="$ROOT/node_modules" \
-    "$NODE" "$ROOT/node_modules/@playwright/test/cli.js" test --config "$HERE/galata/playwright.config.js" \
-    --pass-with-no-tests ${VJPVIZ_TESTS:+--grep "$VJPVIZ_TESTS"}
-  G_STATUS=$?
-  # Playwright's report: expected (passed), flaky (passed on retry: none are run), unexpected.
-  G_SUMMARY="$(python -c 'import json, sys; s = json.load(open(sys.argv[1]))["stats"]
-print(s["expected"] + s["flaky"], "passed,", s["unexpected"], "failed")' "$WORK/galata.json" 2>/dev/null \
-    || echo "0 passed, 1 failed")"
-  if [ "$G_STATUS" -ne 0 ]; then
-    STATUS=1
-    echo "--- jupyter server log for Galata (tail) ---" >&2
-    tail -n 40 "$SERVER_LOG" >&2
-  fi
-  stop_server
-fi
-add_summary "$G_SUMMARY"
-
-# Notebook 7: the same panel in its right sidebar (ui-tests/notebook7.spec.mjs),
-# against `jupyter notebook` with the same flags. Not in VJPVIZ_SUITE=core.
-if [ "${VJPVIZ_SUITE:-all}" != core ] && "$NODE" "$HERE/notebook7.spec.mjs" --matches; then
-  NB_SUMMARY="0 passed, 1 failed"
-  NB_STATUS=1
-  if ! PATH="$SERVER_PATH" jupyter notebook --version >/dev/null 2>&1; then
-    echo "ui-tests: jupyter notebook (Notebook 7) is not installed: pip install 'notebook>=7.4,<8'" >&2
-  elif ! start_server notebook; then
-    echo "ui-tests: jupyter notebook did not start" >&2
-  else
-    rm -rf "$WORK/browser" && mkdir -p "$WORK/browser"
-    VJPVIZ_URL="http://127.0.0.1:$PORT" VJPVIZ_TOKEN="$TOKEN" VJPVIZ_SUMMARY="$WORK/summary-nb7" \
-      NODE_PATH="$ROOT/node_modules" "$NODE" "$HERE/notebook7.spec.mjs"
-    NB_STATUS=$?
-    [ -s "$WORK/summary-nb7" ] && NB_SUMMARY="$(cat "$WORK/summary-nb7")"
-    if [ "$NB_STATUS" -ne 0 ]; then
-      echo "--- jupyter notebook server log (tail) ---" >&2
-      tail -n 40 "$SERVER_LOG" >&2
-    fi
-    stop_server
-  fi
-  add_summary "$NB_SUMMARY"
-  [ "$NB_STATUS" -eq 0 ] || STATUS=1
 fi
 cleanup
 trap - EXIT
