@@ -8,6 +8,10 @@ the callback runs between JAX's bytecodes and leaves nothing on the stack. A sta
 may open something (a session) that the same frame's return or unwind closes, with
 its return value or exception; the exception propagates as JAX raised it.
 
+A function JAX raises from when a check fails can instead be watched at its ``raise``
+statements alone (``watch_raises``): a line event there, every other line's turned off the
+first time it runs, so a call that does not raise costs nothing.
+
 Starts and returns are local events (those code objects only). An unwind can only be
 watched everywhere (``PY_UNWIND`` is a global event in CPython), so it is turned on
 only while a watched frame is open (about 1 us to switch): then, and only then, every
@@ -15,6 +19,7 @@ frame an exception leaves costs a call of ours.
 """
 from __future__ import annotations
 
+import dis
 import sys
 import threading
 from typing import Any, Callable
@@ -39,6 +44,7 @@ class CodeEvents:
   def __init__(self):
     self.tool: int | None = None
     self._watched: dict = {}          # code -> (start, finish)
+    self._raises: dict = {}           # code -> the lines of its raise statements (watch_raises)
     self._open = _Open()
     self._n_open = 0                  # frames open in every thread: unwinds watched while > 0
     self._lock = threading.Lock()
@@ -54,6 +60,7 @@ class CodeEvents:
     monitoring.register_callback(tool, events.PY_START, self._started)
     monitoring.register_callback(tool, events.PY_RETURN, self._returned)
     monitoring.register_callback(tool, events.PY_UNWIND, self._unwound)
+    monitoring.register_callback(tool, events.LINE, self._line)
     self.tool = tool
     return True
 
@@ -68,6 +75,14 @@ class CodeEvents:
     sys.monitoring.set_local_events(
         self.tool, code, events.PY_START | (events.PY_RETURN if finish else 0))
 
+  def watch_raises(self, code, start: Start, finish: Finish) -> None:
+    """Call ``start(frame)`` as ``code`` reaches one of its ``raise`` statements, and
+    ``finish`` as the exception leaves that frame (for code that raises out of itself)."""
+    self._raises[code] = {i.positions.lineno for i in dis.get_instructions(code)
+                          if i.opname == "RAISE_VARARGS"}
+    self._watched[code] = (start, finish)
+    sys.monitoring.set_local_events(self.tool, code, sys.monitoring.events.LINE)
+
   def stop(self) -> None:
     """Release the slot; a frame still open in another thread simply ends unwatched."""
     if self.tool is None:
@@ -80,17 +95,26 @@ class CodeEvents:
     for code in self._watched:
       monitoring.set_local_events(self.tool, code, 0)
     for event in (monitoring.events.PY_START, monitoring.events.PY_RETURN,
-                  monitoring.events.PY_UNWIND):
+                  monitoring.events.PY_UNWIND, monitoring.events.LINE):
       monitoring.register_callback(self.tool, event, None)
     monitoring.free_tool_id(self.tool)
     self._watched.clear()
+    self._raises.clear()
     self.tool = None
 
   # Callbacks never raise (``safety.safely``): an exception here would surface in JAX's code.
 
   def _started(self, code, _offset):
+    self._open_frame(code, sys._getframe(1))
+
+  def _line(self, code, line):
+    if line not in self._raises.get(code, ()):
+      return sys.monitoring.DISABLE   # this line, in this code, from now on
+    self._open_frame(code, sys._getframe(1))
+    return None
+
+  def _open_frame(self, code, frame):
     start, finish = self._watched.get(code, (None, None))
-    frame = sys._getframe(1)
     token = safety.safely(start, frame) if start is not None else None
     if token is not None and finish is not None:
       self._open.frames.append((frame, finish, token))

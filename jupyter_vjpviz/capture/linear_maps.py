@@ -12,9 +12,11 @@ depends on who handed the cotangent over:
   (``solve_type``).
 
 ``custom_linear_solve`` checks its solves' output shapes itself (``_check_shapes``); what
-it was handed is read there. Both sites read only as JAX raises: a correct call costs the
-frame watch (or one wrapper call) and nothing else. Where no session is open (a transpose
-called outside any VJP), the sink hears of the failure as a session of its own.
+it was handed is read there. Both are watched at their ``raise`` statements only
+(``CodeEvents.watch_raises``), and read from the raising frame: a call that passes JAX's
+check costs nothing (without ``sys.monitoring``, ``_check_shapes`` is wrapped and
+``transposed_fun`` not watched). Where no session is open (a transpose called outside any
+VJP), the sink hears of the failure as a session of its own.
 """
 from __future__ import annotations
 
@@ -33,19 +35,24 @@ from ..base import safety
 
 
 def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
+  start = lambda frame: frame if records.active() else None
   code = safety.safely(_transposed_code, default=None)
   if code is None:
     patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
   elif events is not None:
-    events.watch(code, lambda frame: frame if records.active() else None,
-                 lambda frame, _value, exc: _finish(frame, exc, sink))
+    events.watch_raises(code, start, lambda frame, _value, exc: _report(
+        safety.safely(transposed_records, frame, default=[]), exc, sink))
   else:
     patches.skip("linear_transpose's transposed_fun", "watched only with sys.monitoring")
   try:
     from jax._src.lax.control_flow import solves
   except ImportError:
     return
-  patches.apply(solves, "_check_shapes", lambda o: _wrap_check_shapes(o, sink))
+  if events is not None and hasattr(solves, "_check_shapes"):
+    events.watch_raises(solves._check_shapes.__code__, start, lambda frame, _value, exc: _report(
+        [safety.safely(shapes_record, frame)], exc, sink))
+  else:
+    patches.apply(solves, "_check_shapes", lambda o: _wrap_check_shapes(o, sink))
 
 
 def _transposed_code():
@@ -57,14 +64,10 @@ def _transposed_code():
               and {"out_avals", "out_tree", "jaxpr"} <= set(c.co_freevars))
 
 
-def _finish(frame, exc: BaseException | None, sink) -> None:
-  if exc is not None:
-    _report(safety.safely(transposed_records, frame, default=[]), exc, sink)
-
-
 def _report(found: list[Record], exc: BaseException, sink) -> None:
   """Into the open session; else, as JAX raises outside any VJP, straight to the sink."""
-  if not found:
+  found = [rec for rec in found if rec is not None]
+  if not found or exc is None:
     return
   if records.current_session() is not None:
     for rec in found:
@@ -147,33 +150,35 @@ def _made_by(jaxpr, i: int):
 # --------------------------------------------------------- custom_linear_solve
 
 def _wrap_check_shapes(original, sink):
+  """Where no monitoring slot is free: JAX's check in a wrapper with its parameter names."""
   def check_shapes(func_name, expected_name, actual, expected):
     try:
       return original(func_name, expected_name, actual, expected)
     except Exception as e:
       if records.active():
-        found = safety.safely(_shapes_record, sys._getframe(1), func_name, expected_name,
-                              actual, expected, default=None)
-        _report([found] if found else [], e, sink)
+        _report([safety.safely(shapes_record, sys._getframe())], e, sink)
         safety.safely(frames.strip, e)
       raise
   check_shapes.__wrapped__ = original
   return check_shapes
 
 
-def _shapes_record(caller, func_name: str, expected_name: str, actual, expected) -> Record:
+def shapes_record(frame) -> Record:
   """The first leaf the user's ``func_name`` (``solve``, ``transpose_solve``) returned with
-  another shape than ``expected_name``'s: JAX's check, read from what it compared."""
-  got = [core.typeof(x) for x in jax.tree_util.tree_leaves(actual)]
-  want = [core.typeof(x) for x in expected]
+  another shape than ``expected_name``'s, read from what JAX's ``_check_shapes`` (``frame``)
+  compared; its caller holds the user's function."""
+  local = frame.f_locals
+  func_name, expected_name = local["func_name"], local["expected_name"]
+  got = [core.typeof(x) for x in jax.tree_util.tree_leaves(local["actual"])]
+  want = [core.typeof(x) for x in jax.tree_util.tree_leaves(list(local["expected"]))]
   i = next((i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape),
            min(len(got), len(want)))
   g, w = (got[i] if i < len(got) else None), (want[i] if i < len(want) else None)
   key = (jax.tree_util.SequenceKey(i),) if max(len(got), len(want)) > 1 else ()
   text = lambda aval: aval.str_short() if aval is not None else leaf_paths.MISSING
-  fun = caller.f_locals.get("fun")   # JAX's shape-checked wrapper holds the user's solve
+  fun = frame.f_back.f_locals.get("fun")   # JAX's shape-checked wrapper of the user's solve
   user = names.unwrap(fun) if callable(fun) else None
-  call = frames.live_user_frame(caller)
+  call = frames.live_user_frame(frame)
   return Record(
       kind="solve_type", severity=ERROR, function="custom_linear_solve",
       source=f"{call.file_name}:{call.start_line}" if call else None,
