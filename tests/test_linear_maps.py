@@ -230,3 +230,31 @@ def test_uninstall_restores_the_solve_check_by_identity():
   vv.install()
   vv.uninstall()
   assert solves._check_shapes is before
+
+
+def _checked(x):
+  if x < 0:
+    raise ValueError("negative")
+  return x
+
+
+def _checked_inline(x):
+  if x < 0: raise ValueError("negative")  # noqa: E701 - a raise sharing its line
+  return x
+
+
+@pytest.mark.skipif(not hasattr(__import__("sys"), "monitoring"), reason="no sys.monitoring")
+def test_a_raise_watch_hears_only_the_calls_that_raise():
+  from jupyter_vjpviz.capture.code_events import CodeEvents
+  events, heard = CodeEvents(), []
+  assert events.start()
+  try:
+    assert not events.watch_raises(_checked_inline.__code__, lambda f: f, lambda *a: None)
+    assert events.watch_raises(_checked.__code__, lambda frame: frame.f_locals["x"],
+                               lambda x, value, exc: heard.append((x, type(exc).__name__)))
+    assert [_checked(i) for i in range(3)] == [0, 1, 2] and heard == []
+    with pytest.raises(ValueError):
+      _checked(-1)
+    assert [_checked(i) for i in range(3)] == [0, 1, 2] and heard == [(-1, "ValueError")]
+  finally:
+    events.stop()

@@ -75,13 +75,18 @@ class CodeEvents:
     sys.monitoring.set_local_events(
         self.tool, code, events.PY_START | (events.PY_RETURN if finish else 0))
 
-  def watch_raises(self, code, start: Start, finish: Finish) -> None:
+  def watch_raises(self, code, start: Start, finish: Finish) -> bool:
     """Call ``start(frame)`` as ``code`` reaches one of its ``raise`` statements, and
-    ``finish`` as the exception leaves that frame (for code that raises out of itself)."""
-    self._raises[code] = {i.positions.lineno for i in dis.get_instructions(code)
-                          if i.opname == "RAISE_VARARGS"}
+    ``finish`` as the exception leaves that frame (for code that raises out of itself).
+    False, nothing watched, where a raise shares its line with other code: reaching that
+    line would not mean raising, and a frame opened there might never be closed."""
+    lines = _raise_lines(code)
+    if not lines:
+      return False
+    self._raises[code] = lines
     self._watched[code] = (start, finish)
     sys.monitoring.set_local_events(self.tool, code, sys.monitoring.events.LINE)
+    return True
 
   def stop(self) -> None:
     """Release the slot; a frame still open in another thread simply ends unwatched."""
@@ -143,3 +148,17 @@ class CodeEvents:
       before, self._n_open = self._n_open, max(0, self._n_open + change)
       if self.tool is not None and (before == 0) != (self._n_open == 0):
         sys.monitoring.set_events(self.tool, sys.monitoring.events.PY_UNWIND if self._n_open else 0)
+
+
+def _raise_lines(code) -> set[int] | None:
+  """The first line of each ``raise`` statement of ``code``; None if code other than the
+  statement's own starts on one of them (``if bad: raise ...``)."""
+  instructions = list(dis.get_instructions(code))
+  lines = set()
+  for raised in (i.positions for i in instructions if i.opname == "RAISE_VARARGS"):
+    if raised.lineno is None or any(
+        i.positions.lineno == raised.lineno and (i.positions.col_offset or 0) < (raised.col_offset or 0)
+        for i in instructions):
+      return None
+    lines.add(raised.lineno)
+  return lines

@@ -39,19 +39,18 @@ def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
   code = safety.safely(_transposed_code, default=None)
   if code is None:
     patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
-  elif events is not None:
-    events.watch_raises(code, start, lambda frame, _value, exc: _report(
-        safety.safely(transposed_records, frame, default=[]), exc, sink))
-  else:
-    patches.skip("linear_transpose's transposed_fun", "watched only with sys.monitoring")
+  elif events is None or not events.watch_raises(code, start, lambda frame, _value, exc: _report(
+      safety.safely(transposed_records, frame, default=[]), exc, sink)):
+    patches.skip("linear_transpose's transposed_fun", "watched only at raise statements of "
+                 "their own, with sys.monitoring")
   try:
     from jax._src.lax.control_flow import solves
   except ImportError:
     return
-  if events is not None and hasattr(solves, "_check_shapes"):
-    events.watch_raises(solves._check_shapes.__code__, start, lambda frame, _value, exc: _report(
-        [safety.safely(shapes_record, frame)], exc, sink))
-  else:
+  check = getattr(getattr(solves, "_check_shapes", None), "__code__", None)
+  if events is None or check is None or not events.watch_raises(
+      check, start, lambda frame, _value, exc: _report([safety.safely(shapes_record, frame)],
+                                                       exc, sink)):
     patches.apply(solves, "_check_shapes", lambda o: _wrap_check_shapes(o, sink))
 
 
