@@ -10,8 +10,7 @@
 #                       .venv, e.g. one with the wheel installed (ui-tests/wheel.sh)
 #   VJPVIZ_MASK_NODE=1  start the servers with node, npm, jlpm and yarn masked by shims
 #                       that exit 127 (as a missing command) and log each call
-#   VJPVIZ_SUITE=core   only the core flow of the issue (skip the tests tagged @extra
-#                       and Notebook 7)
+#   VJPVIZ_SUITE=core   only the core flow of the issue (skip the tests tagged @extra)
 #   VJPVIZ_TESTS=RE     run only the tests whose titles match this regex
 #   VJPVIZ_SCREENSHOTS=DIR  where the screenshots go (default ui-tests/screenshots)
 #   VJPVIZ_CHROMIUM, VJPVIZ_KEEP (keep the temp dir)
