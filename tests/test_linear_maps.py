@@ -1,5 +1,6 @@
 """The cotangent handed to ``jax.linear_transpose``'s function, and the solves JAX checks or
 transposes: ``custom_root``'s ``tangent_solve`` and ``custom_linear_solve``'s solves."""
+import gc
 import traceback
 
 import jax
@@ -58,6 +59,9 @@ def test_linear_transpose_given_a_wrong_cotangent_type(hook, ct, got):
   assert d.expected_aval == jax.core.ShapedArray((3,), jnp.float32)
   assert d.got_aval.shape == ct.shape and d.got_aval.dtype == ct.dtype
   assert vv.last() is d and "scale" in d.headline and got in d.headline
+  # the graph is scale's, as JAX traced it for the transpose: its output marked
+  assert d.node == "out0" and d.graph.node("in0").label == "args[0]"
+  assert any(e.dst == "out0" and e.cotangent_got == got for e in d.graph.edges)
 
 
 @watched
@@ -74,6 +78,17 @@ def test_linear_transpose_under_jit_is_diagnosed_too(hook):
   raises(lambda: jax.jit(f_t)(jnp.ones(4)))
   assert (only("vjp_cotangent_type").expected, only("vjp_cotangent_type").got) == (
       "float32[3]", "float32[4]")
+
+
+@watched
+def test_the_diagnosis_keeps_no_constant_of_the_linear_function(hook):
+  w = jnp.arange(1000.0) * 3.0                 # a fresh buffer the linear function closes over
+  f_t = jax.linear_transpose(lambda x: w * x, jnp.ones(1000))
+  raises(lambda: f_t(jnp.ones(999)))
+  del w, f_t
+  gc.collect()
+  assert vv.last().graph.node("arg0").label == "constant 0"   # shown, as its aval
+  assert [a for a in jax.live_arrays() if a.shape == (1000,)] == []
 
 
 # --------------------------------------------------- custom_root's tangent_solve
@@ -238,6 +253,13 @@ def _checked(x):
   return x
 
 
+def _checked_long(x):
+  if x < 0:
+    raise ValueError(
+        f"negative: {x}")      # evaluated on its own line, then back to the raise's
+  return x
+
+
 def _checked_inline(x):
   if x < 0: raise ValueError("negative")  # noqa: E701 - a raise sharing its line
   return x
@@ -256,5 +278,12 @@ def test_a_raise_watch_hears_only_the_calls_that_raise():
     with pytest.raises(ValueError):
       _checked(-1)
     assert [_checked(i) for i in range(3)] == [0, 1, 2] and heard == [(-1, "ValueError")]
+    assert events.watch_raises(_checked_long.__code__, lambda frame: frame.f_locals["x"],
+                               lambda x, value, exc: heard.append((x, str(exc))))
+    for _ in range(2):
+      with pytest.raises(ValueError):
+        _checked_long(-2)
+    assert heard[1:] == [(-2, "negative: -2")] * 2
+    assert events._open.frames == [] and events._n_open == 0   # every frame closed: none kept
   finally:
     events.stop()

@@ -115,7 +115,10 @@ class CodeEvents:
   def _line(self, code, line):
     if line not in self._raises.get(code, ()):
       return sys.monitoring.DISABLE   # this line, in this code, from now on
-    self._open_frame(code, sys._getframe(1))
+    frame = sys._getframe(1)
+    # A raise spanning lines comes back to its first one to raise: opened once.
+    if not any(open_frame is frame for open_frame, _, _ in self._open.frames):
+      self._open_frame(code, frame)
     return None
 
   def _open_frame(self, code, frame):

@@ -25,13 +25,14 @@ import sys
 
 import jax
 from jax._src import api, core
+from jax._src.interpreters import partial_eval as pe
 
 from . import check_sites, frames, hijax_prims, hijax_rules, leaf_paths, names, records
 from .code_events import CodeEvents
 from .leaf_paths import Leaf
 from .patches import PatchSet
-from .records import ERROR, Record, Session
-from ..base import safety
+from .records import ERROR, Origin, Record, Session
+from ..base import safety, trees
 
 
 def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
@@ -40,7 +41,8 @@ def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
   if code is None:
     patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
   elif events is None or not events.watch_raises(code, start, lambda frame, _value, exc: _report(
-      safety.safely(transposed_records, frame, default=[]), exc, sink)):
+      safety.safely(transposed_records, frame, default=[]), exc, sink,
+      safety.safely(linear_origin, frame))):
     patches.skip("linear_transpose's transposed_fun", "watched only at raise statements of "
                  "their own, with sys.monitoring")
   try:
@@ -63,7 +65,7 @@ def _transposed_code():
               and {"out_avals", "out_tree", "jaxpr"} <= set(c.co_freevars))
 
 
-def _report(found: list[Record], exc: BaseException, sink) -> None:
+def _report(found: list[Record], exc: BaseException, sink, origin: Origin | None = None) -> None:
   """Into the open session; else, as JAX raises outside any VJP, straight to the sink."""
   found = [rec for rec in found if rec is not None]
   if not found or exc is None:
@@ -72,8 +74,29 @@ def _report(found: list[Record], exc: BaseException, sink) -> None:
     for rec in found:
       records.record(rec)
     return
-  session = Session("transpose", None, records=list(found))
+  session = Session("transpose", origin, records=list(found))
   safety.safely(sink, session, exc)
+
+
+def linear_origin(frame) -> Origin:
+  """The linear function of ``transposed_fun``'s ``frame``, for the graph: the jaxpr JAX traced
+  it to, over its inputs' avals, its constants inputs of their own (avals: no array kept),
+  its inputs named by the user's parameters where JAX kept them, else by position."""
+  local = frame.f_locals
+  jaxpr, in_avals = local["jaxpr"], tuple(local["in_avals"])
+  lifted = pe.convert_constvars_jaxpr(jaxpr)   # its constants lead its inputs, as JAX's own
+  consts = tuple(v.aval for v in lifted.invars[:len(lifted.invars) - len(in_avals)])
+  leaves = consts + in_avals
+  name, source = names.function_of(jaxpr)
+  arg_names = tuple(getattr(jaxpr.debug_info, "arg_names", None) or ())
+  if len(arg_names) != len(in_avals):   # as linear_transpose's primals were passed
+    arg_names = tuple("args" + jax.tree_util.keystr(p)
+                      for p in trees.leaf_paths(local["in_tree"], [object()] * len(in_avals)))
+  labels = tuple(f"constant {i}" for i in range(len(consts))) + arg_names
+  return Origin(fun=lambda *xs: core.eval_jaxpr(lifted, (), *xs), leaves=leaves,
+                tree=jax.tree_util.tree_structure((leaves, {})),
+                differentiated_leaves=tuple(range(len(consts), len(leaves))),
+                name=name or "linear function", source=source, labels=labels)
 
 
 def transposed_records(frame) -> list[Record]:
