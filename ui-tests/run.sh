@@ -38,6 +38,8 @@ command -v jupyter >/dev/null || fail_early "jupyter is not on PATH"
 [ -n "$NODE" ] || fail_early "node is not installed (the test driver needs it)"
 [ -x "$CHROMIUM" ] || fail_early "no chromium at $CHROMIUM (apt-get install -y chromium)"
 [ -d "$ROOT/node_modules/@jupyterlab/galata" ] || fail_early "@jupyterlab/galata missing: run jlpm install"
+# Playwright runs the specs without checking their types: tsc does, first.
+"$NODE" "$ROOT/node_modules/typescript/bin/tsc" -p "$HERE/galata" >&2 || fail_early "the specs do not type-check"
 
 WORK="$(mktemp -d /tmp/vjpviz-ui.XXXXXX)"
 SERVER_PID=""

@@ -62,7 +62,7 @@ async function timeBigModel(vv: Vjpviz) {
     const mark = (name: string) => performance.getEntriesByName(name).pop()?.startTime;
     const first = (name: string) => performance.getEntriesByName(name)[0]?.startTime;
     return {
-      ...((window as any).__vjpvizT as Record<string, number>),
+      ...((window as any).__vjpvizT as { error: number; panel: number; graph: number }),
       received: mark('vjpviz:diagnosis-received'),
       shown: mark('vjpviz:diagnosis-shown'),
       graphReceived: mark('vjpviz:graph-received'),

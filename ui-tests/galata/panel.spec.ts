@@ -1,6 +1,8 @@
 // The panel's core flow: a failing cell opens it with the diff and the graph;
 // the graph's tools, the jump to the source, Verify and Apply; HTML in names
 // stays inert; a reloaded page still works.
+import type { JupyterLabPage } from '@jupyterlab/galata';
+
 import { CELL, EVIL, expect, FIXED_BWD, test } from './vjpviz';
 
 test('notebook opens, panel shows the empty state', async ({ vv }) => {
@@ -90,8 +92,8 @@ test('a function named <img src=x onerror=...> renders inert', async ({ vv, page
 
 test('reload the page -> the panel still works (history, graph, verify)', async ({ vv, page }) => {
   await vv.softclip();
-  // (Galata's reload waits for the Launcher; the restored workspace shows the notebook.)
-  await page.reload({ waitForIsReady: false });
+  // Galata's reload, told not to wait for the Launcher: the restored workspace shows the notebook.
+  await (page as unknown as JupyterLabPage).reload({ waitForIsReady: false });
   await vv.waitNotebook('panel.ipynb');
   await vv.showPanel();
   await vv.item('softclip').click({ timeout: 30000 });
