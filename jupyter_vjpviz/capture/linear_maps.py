@@ -80,7 +80,7 @@ def _report(found: list[Record], exc: BaseException, sink, origin: Origin | None
 
 def linear_origin(frame) -> Origin:
   """The linear function of ``transposed_fun``'s ``frame``, for the graph: the jaxpr JAX traced
-  it to, over its inputs' avals, its constants inputs of their own (avals: no array kept),
+  it to, over its inputs' avals, its constants as inputs of their own (avals: no array kept),
   its inputs named by the user's parameters where JAX kept them, else by position."""
   local = frame.f_locals
   jaxpr, in_avals = local["jaxpr"], tuple(local["in_avals"])
