@@ -265,6 +265,15 @@ def _checked_inline(x):
   return x
 
 
+def _checked_caught(x):
+  try:
+    if x < 0:
+      raise ValueError("negative")
+  except ValueError:
+    return 0
+  return x
+
+
 @pytest.mark.skipif(not hasattr(__import__("sys"), "monitoring"), reason="no sys.monitoring")
 def test_a_raise_watch_hears_only_the_calls_that_raise():
   from jupyter_vjpviz.capture.code_events import CodeEvents
@@ -272,6 +281,8 @@ def test_a_raise_watch_hears_only_the_calls_that_raise():
   assert events.start()
   try:
     assert not events.watch_raises(_checked_inline.__code__, lambda f: f, lambda *a: None)
+    # A raise its own frame may catch: that frame would never unwind, and stay open.
+    assert not events.watch_raises(_checked_caught.__code__, lambda f: f, lambda *a: None)
     assert events.watch_raises(_checked.__code__, lambda frame: frame.f_locals["x"],
                                lambda x, value, exc: heard.append((x, type(exc).__name__)))
     assert [_checked(i) for i in range(3)] == [0, 1, 2] and heard == []

@@ -155,11 +155,15 @@ class CodeEvents:
 
 def _raise_lines(code) -> set[int] | None:
   """The first line of each ``raise`` statement of ``code``; None if code other than the
-  statement's own starts on one of them (``if bad: raise ...``)."""
-  instructions = list(dis.get_instructions(code))
+  statement's own starts on one of them (``if bad: raise ...``), or if a handler of the
+  same frame may catch one (``try``, ``with``): the frame opened there would not unwind."""
+  bytecode = dis.Bytecode(code)
+  instructions = list(bytecode)
   lines = set()
-  for raised in (i.positions for i in instructions if i.opname == "RAISE_VARARGS"):
+  for raise_ in (i for i in instructions if i.opname == "RAISE_VARARGS"):
+    raised = raise_.positions
     if raised.lineno is None or any(
+        e.start <= raise_.offset < e.end for e in bytecode.exception_entries) or any(
         i.positions.lineno == raised.lineno and (i.positions.col_offset or 0) < (raised.col_offset or 0)
         for i in instructions):
       return None
