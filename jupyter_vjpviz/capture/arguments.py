@@ -41,6 +41,7 @@ class Learning:
   def __init__(self, code, structure, event: str):
     self.code, self.structure, self.event = code, structure, event
     self._seen: dict = {}
+    self.returned: list = []   # RETURN: the value, while the call is open (a bwd that raises)
     self._watch = code_watch.Watch(code, event, self._hit)
 
   def __enter__(self):
@@ -51,6 +52,8 @@ class Learning:
     return self._watch.__exit__(*exc)
 
   def _hit(self, frame, *value):
+    if value and not self.returned:
+      self.returned.append(value[0])
     if not self._seen:
       self._seen.update(_spelled(frame.f_locals if self.event == code_watch.START
                                  else {"": value[0]}))

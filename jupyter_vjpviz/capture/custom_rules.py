@@ -25,8 +25,8 @@ from jax._src import custom_derivatives as cd
 from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import (arguments, code_watch, frames, jax_flags, leaf_paths, names, records, user_calls,
-               vjp3_rules, wrappers)
+from . import (arguments, bwd_raises, code_watch, frames, jax_flags, leaf_paths, names, records,
+               user_calls, vjp3_rules, wrappers)
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
 from ..base import safety, trees
@@ -95,6 +95,7 @@ class InstrumentedBwd(InstrumentedRule):
     site = tagged.site
     code = safety.safely(_user_bwd_code, bwd)
     records.state.rule_stack.append(site)
+    learning = None
     try:
       if code is None or arguments.known(code, site.in_tree):
         cts = bwd(*static, tagged.res, ct)
@@ -103,6 +104,12 @@ class InstrumentedBwd(InstrumentedRule):
           cts = bwd(*static, tagged.res, ct)
         safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
+      if isinstance(e, Exception):
+        safety.safely(bwd_raises.raised, site, bwd, code, e, ct_aval, same_type)
+      if isinstance(e, Exception) and learning is not None and learning.returned:
+        # the library's bwd raised after the user's returned
+        safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e,
+                      ct_aval)
       safety.safely(frames.strip, e)
       raise
     finally:
@@ -684,6 +691,7 @@ def _structure(x) -> str:
 
 def clear_caches() -> None:
   arguments.clear()
+  bwd_raises.clear()
   _user_bwd_codes.clear()
   _clones.clear()
   _names_cache.clear()

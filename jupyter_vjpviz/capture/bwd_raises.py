@@ -1,0 +1,306 @@
+"""A bwd rule that raises while writing a cotangent of the wrong type, before JAX's check.
+
+A rule can fail on its own line: an in-place write of a transposed gradient
+(``m_g['w'][...] = gz.T @ x``, the idiom of flax nnx's docstring) raises a broadcasting
+error inside the rule, and JAX never gets a cotangent to check. When the statement that
+raised assigns into a local the rule returns, the slot it fills is known (its path in the
+return, matched to the one input the user's names put there) and so is the cotangent
+that slot must hold; the value written is typed abstractly from the frame's locals (their
+avals), as the session ends. Only a slot that holds that cotangent's type now, written
+with another type, is a finding: anything less precise is none.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+
+import jax
+import numpy as np
+from jax._src import core
+
+from . import leaf_paths, records
+from .leaf_paths import Key, keystr
+from .records import ERROR, Record
+from .retain import retained
+
+_WHOLE = object()   # ``[...]`` / ``[:]``: the write replaces the whole array there
+_LIMIT = 256        # rules' parsed sources kept; cleared when full
+
+
+class _Attr(str):
+  """An attribute step (``.w``): equal to the key ``'w'`` when names are compared."""
+
+
+def raised(site, bwd, user_code, exc: BaseException, ct_aval, compare) -> None:
+  """Defer a ``bwd_type`` record for ``exc`` raised by the user's bwd, if its failing
+  statement wrote a value into a known cotangent slot. ``ct_aval(primal)`` and
+  ``compare(expected, got)`` (False: they differ) are the bwd check's own."""
+  session = records.current_session()
+  code = user_code or getattr(bwd, "__code__", None)
+  if session is None or code is None:
+    return
+  frame, line = _failing_frame(exc.__traceback__, code)
+  fn = _function(code) if frame is not None else None
+  stmt = _statement(fn, line - code.co_firstlineno + 1) if fn is not None else None
+  if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+    return
+  target = _target(stmt.targets[0])
+  at_return = _returned_at(fn, target[0]) if target else None
+  scope = frame.f_locals
+  if at_return is None or target[0] not in scope:
+    return
+  written = [k for k in target[1] if k is not _WHOLE]
+  k = _slot(site, at_return, written)
+  if k is None:
+    return
+  expected = ct_aval(site.in_avals[k])
+  held = _held_type(scope[target[0]], written, _WHOLE in target[1])
+  if held is None or compare(expected, held) is not True:
+    return
+  env = _abstract_env(stmt.value, scope)
+  if env is None:
+    return
+  path = keystr((Key("index", at_return),) + _keys(scope[target[0]], written))
+  text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
+  where = f"{code.co_filename}:{line}"
+  expr = compile(ast.fix_missing_locations(ast.Expression(stmt.value)), code.co_filename, "eval")
+  glb = frame.f_globals
+  session.deferred.append((len(session.records), lambda: _finding(
+      site, k, path, expected, expr, glb, env, where, text, compare)))
+
+
+def _finding(site, k, path, expected, expr, glb, env, where, text, compare) -> list[Record]:
+  try:
+    got = jax.eval_shape(lambda e: eval(expr, glb, dict(e)), env)  # noqa: S307 - the user's own line
+  except Exception:  # noqa: BLE001 - the value itself failed: nothing was written
+    return []
+  if not isinstance(got, jax.ShapeDtypeStruct):
+    return []
+  got = core.ShapedArray(got.shape, got.dtype, weak_type=got.weak_type)
+  if compare(expected, got) is not False:
+    return []
+  return [retained(Record(
+      kind="bwd_type", severity=ERROR, function=site.function, source=site.source,
+      rule=site.rule, site=site, path=path, expected=expected.str_short(),
+      got=got.str_short(), flat_index=k, expected_aval=expected, got_aval=got,
+      detail=f"{site.rule} raised at {where} before returning: `{text.strip()}` writes "
+             f"{got.str_short()} where the cotangent of {site.in_names[k]} must be "
+             f"{expected.str_short()}"))]
+
+
+def returned_then_raised(site, code, returned, exc: BaseException, ct_aval) -> None:
+  """A ``bwd_structure`` record when a library's bwd raised after the user's bwd returned
+  ``returned`` (equinox checks the tree itself), if the user's names of the rule's inputs
+  are the args tree's own paths under one parameter (equinox's ``vjp_arg``: the tree the
+  user's bwd answers for) and ``returned`` lacks or adds leaves there. Any other mapping
+  (flax's, whose bwd returns ``(params_t, x_t)`` for variables it spells otherwise) is
+  no finding."""
+  if records.current_session() is None or _failing_frame(exc.__traceback__, code)[0] is not None:
+    return
+  tails = _answered_paths(site)
+  if tails is None:
+    return
+  head = site.in_keys[0][:len(site.in_keys[0]) - len(tails[0])]
+  expected = [(tail, a) for tail, a in zip(tails, site.in_avals)]
+  got = leaf_paths.of_tree(returned, is_leaf=lambda x: x is None)
+  got = [(path, aval) for path, aval in got if aval != "None"]
+  want = {path for path, _ in expected}
+  have = {path for path, _ in got}
+  if want == have or not want & have:
+    return
+  leaves = leaf_paths.compared([(p, ct_aval(a).str_short()) for p, a in expected], got)
+  missing = next((l for l in leaves if l.got == leaf_paths.MISSING), None)
+  extra = next((l for l in leaves if l.expected == leaf_paths.MISSING), None)
+  first = missing or extra
+  records.record(retained(Record(
+      kind="bwd_structure", severity=ERROR, function=site.function, source=site.source,
+      rule=site.rule, site=site, path=keystr(first.path),
+      flat_index=tails.index(first.path) if missing else None,
+      expected=str(_subtree(site, head)), got=str(jax.tree_util.tree_structure(returned)),
+      leaves=tuple(dataclasses.replace(l, path=head + l.path) for l in leaves),
+      detail=f"{site.rule} returned a tree {'without' if missing else 'with an extra'} "
+             f"{keystr(first.path)}; the library's own check raised after it returned")))
+
+
+def _answered_paths(site) -> list | None:
+  """Each input leaf's path in the tree the user's bwd answers for: the tail of its args
+  tree path that its user name spells under one root parameter; None unless every input
+  has one, under the same root and the same args tree head."""
+  roots, tails, heads = set(), [], set()
+  for name, keys in zip(site.in_names, site.in_keys):
+    try:
+      target = _target(ast.parse(name, mode="eval").body)
+    except SyntaxError:
+      return None
+    if target is None or len(target[1]) > len(keys):
+      return None
+    tail = keys[len(keys) - len(target[1]):]
+    if [k.key for k in tail] != target[1]:
+      return None
+    roots.add(target[0])
+    heads.add(keys[:len(keys) - len(tail)])
+    tails.append(tail)
+  return tails if len(roots) == 1 and len(heads) == 1 and tails else None
+
+
+def _subtree(site, head):
+  """The structure of the args tree at ``head`` (what the user's bwd returns)."""
+  tree = jax.tree_util.tree_unflatten(site.in_tree, [0] * len(site.in_keys))
+  for key in head:
+    tree = tree[key.key] if key.kind in ("index", "key") else getattr(tree, key.key)
+  return jax.tree_util.tree_structure(tree)
+
+
+def _failing_frame(tb, code):
+  """The innermost frame of ``code`` the exception passed through, and its line."""
+  found = (None, None)
+  while tb is not None:
+    if tb.tb_frame.f_code is code:
+      found = (tb.tb_frame, tb.tb_lineno)
+    tb = tb.tb_next
+  return found
+
+
+_SOURCES: dict = {}   # code -> (dedented source, its FunctionDef)
+
+
+def _function(code) -> ast.FunctionDef | None:
+  if code not in _SOURCES:
+    if len(_SOURCES) >= _LIMIT:
+      _SOURCES.clear()
+    try:
+      lines, _ = inspect.getsourcelines(code)
+      text = textwrap.dedent("".join(lines))
+      node = ast.parse(text).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+      return None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      return None
+    _SOURCES[code] = (text, node)
+  return _SOURCES[code][1]
+
+
+def _own_nodes(fn):
+  """``fn``'s nodes, not those of functions defined inside it."""
+  stack = list(fn.body)
+  while stack:
+    node = stack.pop()
+    yield node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+      stack.extend(ast.iter_child_nodes(node))
+
+
+def _statement(fn, line: int):
+  """The innermost statement of ``fn`` on ``line`` (counted from its source's first line,
+  its first decorator's, as the code object counts them)."""
+  hits = [n for n in _own_nodes(fn) if isinstance(n, ast.stmt)
+          and n.lineno <= line <= (n.end_lineno or n.lineno)]
+  return min(hits, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
+
+
+def _target(node) -> tuple[str, list] | None:
+  """(local name, constant keys and attributes under it) of an assignment target."""
+  keys: list = []
+  while not isinstance(node, ast.Name):
+    if isinstance(node, ast.Attribute):
+      keys.insert(0, _Attr(node.attr))
+    elif isinstance(node, ast.Subscript):
+      s = node.slice
+      if isinstance(s, ast.Constant) and s.value is Ellipsis or isinstance(s, ast.Slice) \
+          and s.lower is s.upper is s.step is None:
+        if keys:
+          return None   # only the outermost write may be whole
+        keys.insert(0, _WHOLE)
+      elif isinstance(s, ast.Constant) and isinstance(s.value, (str, int)):
+        keys.insert(0, s.value)
+      else:
+        return None
+    else:
+      return None
+    node = node.value
+  return node.id, keys
+
+
+def _returned_at(fn, name: str) -> int | None:
+  """The position of local ``name`` in every tuple ``fn`` returns (the same in each)."""
+  found = set()
+  for node in _own_nodes(fn):
+    if isinstance(node, ast.Return) and isinstance(node.value, (ast.Tuple, ast.List)):
+      found |= {i for i, e in enumerate(node.value.elts) if isinstance(e, ast.Name) and e.id == name}
+  return found.pop() if len(found) == 1 else None
+
+
+def _slot(site, position: int, written: list) -> int | None:
+  """The one input leaf of argument ``position`` whose user name goes on with ``written``
+  (``m['w']`` -> ``m.w.value``); None unless exactly one does."""
+  hits = [k for k, keys in enumerate(site.in_keys)
+          if keys[:1] == (Key("index", position),)
+          and _name_keys(site.in_names[k])[:len(written)] == written]
+  return hits[0] if len(hits) == 1 else None
+
+
+def _name_keys(name: str) -> list:
+  """``"m.w.value"`` -> ``['w', 'value']``: the keys and attributes after the root."""
+  try:
+    node = ast.parse(name, mode="eval").body
+  except SyntaxError:
+    return [object()]
+  target = _target(node)
+  return target[1] if target else [object()]
+
+
+def _step(value, key):
+  return getattr(value, key) if isinstance(key, _Attr) else value[key]
+
+
+def _keys(value, written: list) -> tuple[Key, ...]:
+  """``written`` as key path entries of the objects it steps through."""
+  out = []
+  for key in written:
+    kind = "attr" if isinstance(key, _Attr) else "index" if isinstance(value, (list, tuple)) else "key"
+    out.append(Key(kind, str(key) if kind == "attr" else key))
+    value = _step(value, key)
+  return tuple(out)
+
+
+def _held_type(value, written: list, whole: bool):
+  """The type of the one array held at ``written`` under ``value`` now, else None; None
+  too for a JAX array written whole (``ct[...] = v``): that raises whatever ``v`` is."""
+  try:
+    for key in written:
+      value = _step(value, key)
+    leaves = jax.tree_util.tree_leaves(value)
+  except Exception:  # noqa: BLE001 - the user's object: no slot known
+    return None
+  if whole and isinstance(value, (jax.Array, core.Tracer)):
+    return None
+  return core.typeof(leaves[0]) if len(leaves) == 1 and _is_array(leaves[0]) else None
+
+
+def _is_array(x) -> bool:
+  return isinstance(x, (jax.Array, np.ndarray, core.Tracer))
+
+
+def _abstract_env(expr, scope: dict) -> dict | None:
+  """The locals ``expr`` reads, their arrays as ShapeDtypeStructs (other leaves are kept
+  until the session ends, with the failing call); None if one cannot be rebuilt so."""
+  env = {}
+  for name in {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} & scope.keys():
+    try:
+      env[name] = jax.tree_util.tree_map(_abstract, scope[name])
+    except Exception:  # noqa: BLE001 - a node that rejects ShapeDtypeStructs
+      return None
+  return env
+
+
+def _abstract(leaf):
+  if not _is_array(leaf):
+    return leaf
+  aval = core.typeof(leaf)
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def clear() -> None:
+  _SOURCES.clear()

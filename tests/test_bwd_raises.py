@@ -1,0 +1,226 @@
+"""A bwd rule that raises on its own line while writing a cotangent of the wrong type.
+
+flax nnx's idiom writes a gradient in place (``m_g['w'][...] = v``); a transposed ``v``
+raises a broadcasting error inside the user's rule, before JAX has a cotangent to
+check. The statement names the slot (a local the rule returns), the site the cotangent
+it must hold: a ``bwd_type`` at that line. A failure that names no slot precisely (the
+value itself fails, an immutable array written) is no diagnosis. The user's exception is
+the one they get without vjpviz.
+"""
+import gc
+import inspect
+
+import jax
+import jax.numpy as jnp
+import pytest
+nnx = pytest.importorskip("flax.nnx")
+eqx = pytest.importorskip("equinox")
+
+import jupyter_vjpviz as vv
+from test_capture import _frames
+
+HERE = __file__
+
+
+def _outcome(run):
+  """The exception the user sees (type, message, frames), with vjpviz's note left out."""
+  try:
+    run()
+  except Exception as e:  # noqa: BLE001
+    notes = [n for n in getattr(e, "__notes__", []) if not n.startswith("vjpviz: ")]
+    return type(e), str(e), tuple(_frames(e)), tuple(notes)
+  return None
+
+
+def _plain_and_hooked(run):
+  """The outcome without vjpviz, then with it, and the diagnosis it recorded."""
+  vv.uninstall()
+  plain = _outcome(run)
+  vv.install()
+  vv.clear()
+  hooked = _outcome(run)
+  gc.collect()
+  return plain, hooked, vv.last()
+
+
+def _line_of(fn, text: str) -> int:
+  lines, start = inspect.getsourcelines(fn)
+  return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+class Scale(nnx.Module):
+  def __init__(self, n, m):
+    self.w = nnx.Param(jnp.linspace(0.5, 1.5, n * m).reshape(n, m))
+
+
+@nnx.custom_vjp(graph_updates=True)
+def mix(m, x):
+  return jnp.tanh(x @ m.w)
+
+
+def mix_fwd(m, x):
+  y = mix(m, x)
+  return y, (y, x, m)
+
+
+def mix_bwd(res, g):
+  input_updates_g, out_g = g
+  y, x, m = res
+  (m_updates_g, _) = input_updates_g
+  m_g = jax.tree.map(lambda t: t, m_updates_g)
+  gz = out_g * (1 - y ** 2)
+  m_g['w'][...] = gz.T @ x          # transposed: wrong
+  return (m_g, gz @ m.w.T)
+
+
+mix.defvjp(mix_fwd, mix_bwd)
+
+
+def _mix_step(rule):
+  mix.defvjp(mix_fwd, rule)
+  model = Scale(4, 3)
+  x = jnp.linspace(-1, 1, 20).reshape(5, 4)
+  step = nnx.jit(lambda m: nnx.grad(lambda m: mix(m, x).sum())(m))
+  return lambda: step(model)
+
+
+def test_an_in_place_write_of_the_wrong_type_is_diagnosed_at_its_line(hook):
+  plain, hooked, d = _plain_and_hooked(_mix_step(mix_bwd))
+  assert plain is not None and plain[0] is ValueError and hooked == plain
+  assert d is not None
+  assert (d.kind, d.severity, d.function, d.rule, d.argument) == (
+      "bwd_type", "error", "mix", "mix_bwd", "m.w.value")
+  assert (d.expected, d.got, d.path) == ("float32[4,3]", "float32[3,4]", "[0]['w']")
+  assert f"{HERE}:{_line_of(mix_bwd, 'gz.T @ x')}" in d.detail, d.detail
+  assert "m_g['w'][...] = gz.T @ x" in d.detail
+  assert d.expected_aval.shape == (4, 3) and d.got_aval.shape == (3, 4)
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert "m_g['w'][...] = (gz.T @ x).T" in first.code or "x.T @ gz" in first.code, first.code
+  assert vv.verify_fix(d, first.code) == []
+
+
+def test_the_right_in_place_write_gives_no_diagnosis(hook):
+  namespace = dict(globals())
+  exec(inspect.getsource(mix_bwd).replace("gz.T @ x", "x.T @ gz"), namespace)  # noqa: S102
+  step = _mix_step(namespace["mix_bwd"])
+  vv.clear()
+  grads = step()
+  assert grads['w'][...].shape == (4, 3)
+  assert vv.last() is None
+
+
+def mix_bwd_failing_value(res, g):
+  ((m_g, _), out_g), (y, x, m) = g, res
+  m_g = jax.tree.map(lambda t: t, m_g)
+  m_g['w'][...] = (out_g * (1 - y ** 2)) @ x     # the product itself fails: nothing is written
+  return (m_g, out_g @ m.w.T)
+
+
+def test_a_statement_whose_value_fails_is_no_diagnosis(hook, capsys):
+  plain, hooked, d = _plain_and_hooked(_mix_step(mix_bwd_failing_value))
+  assert plain is not None and hooked == plain
+  assert d is None or d.kind != "bwd_type", d.headline
+  assert "vjpviz: could not" not in capsys.readouterr().err
+
+
+@jax.custom_vjp
+def softclip(x):
+  return jnp.tanh(x)
+
+
+def softclip_bwd(x, g):
+  ct = jnp.zeros_like(x)
+  ct[...] = g.T                     # a JAX array cannot be written: not a type error
+  return (ct,)
+
+
+softclip.defvjp(lambda x: (softclip(x), x), softclip_bwd)
+
+
+def test_writing_into_an_immutable_array_is_no_diagnosis(hook):
+  plain, hooked, d = _plain_and_hooked(
+      lambda: jax.grad(lambda x: softclip(x).sum())(jnp.ones((4, 3))))
+  assert plain is not None and plain[0] is TypeError and hooked == plain
+  assert d is None or d.kind != "bwd_type", d.headline
+
+
+def test_the_diagnosis_keeps_no_array_of_the_failing_call(hook):
+  """Eagerly the rule's locals are arrays: only their avals outlive the call."""
+  baseline = {id(a) for a in jax.live_arrays()}
+  mix.defvjp(mix_fwd, mix_bwd)
+  for step in range(3):
+    model = Scale(256, 128 + step)
+    x = jnp.full((64, 256), float(step))
+    try:
+      nnx.grad(lambda m: mix(m, x).sum())(model)
+    except ValueError:
+      pass
+    else:
+      raise AssertionError("the transposed write must raise")
+  del model, x
+  gc.collect()
+  assert [d.kind for d in vv.diagnoses()] == ["bwd_type"] * 3
+  extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
+  assert extra == [], f"device buffers kept alive: {extra}"
+
+
+# ------------------------------------------- a library's own check, after the user's bwd
+
+@eqx.filter_custom_vjp
+def gated_norm(inputs):
+  params, x = inputs
+  return (x - x.mean(-1, keepdims=True)) * params["gain"] + params["shift"]
+
+
+@gated_norm.def_fwd
+def gated_norm_fwd(perturbed, inputs):
+  params, x = inputs
+  return gated_norm(inputs), (x, params["gain"])
+
+
+def gated_norm_bwd(saved, g, perturbed, inputs):
+  x, gain = saved
+  xc = x - x.mean(-1, keepdims=True)
+  gx = g * gain
+  return {"gain": (g * xc).sum(0)}, gx - gx.mean(-1, keepdims=True)     # no "shift"
+
+
+GOOD_GATED_NORM_BWD = """
+def gated_norm_bwd(saved, g, perturbed, inputs):
+  x, gain = saved
+  xc = x - x.mean(-1, keepdims=True)
+  gx = g * gain
+  return {"gain": (g * xc).sum(0), "shift": g.sum(0)}, gx - gx.mean(-1, keepdims=True)
+"""
+
+
+def _gated_norm_grad(bwd):
+  gated_norm.def_bwd(bwd)
+  params = {"gain": jnp.ones(4), "shift": jnp.zeros(4)}
+  x = jnp.linspace(-1., 1., 24).reshape(6, 4)
+  return lambda: eqx.filter_grad(lambda p: jnp.tanh(gated_norm((p, x))).sum())(params)
+
+
+def test_a_missing_key_equinox_rejects_after_the_users_bwd_returned_is_diagnosed(hook):
+  plain, hooked, d = _plain_and_hooked(_gated_norm_grad(gated_norm_bwd))
+  assert plain is not None and plain[0] is RuntimeError and hooked == plain
+  assert d is not None
+  assert (d.kind, d.severity, d.function, d.rule) == ("bwd_structure", "error", "gated_norm",
+                                                      "gated_norm_bwd")
+  assert (d.argument, d.path) == ("inputs[0]['shift']", "[0]['shift']")
+  assert (d.expected, d.got) == ("PyTreeDef(({'gain': *, 'shift': *}, *))", "PyTreeDef(({'gain': *}, *))")
+  assert [(l.argument, l.expected, l.got) for l in d.leaves if l.expected != l.got] == [
+      ("inputs[0]['shift']", "float32[4]", "missing")]
+  assert vv.verify_fix(d, GOOD_GATED_NORM_BWD) == []
+  bad = inspect.getsource(gated_norm_bwd)
+  assert [p.kind for p in vv.verify_fix(d, bad)] == ["bwd_structure"]
+  assert all(f.verdict != "verified" for f in d.fixes)   # a None for "shift" changes its gradient
+
+
+def test_the_complete_tree_gives_no_diagnosis(hook):
+  namespace = dict(globals())
+  exec(GOOD_GATED_NORM_BWD, namespace)  # noqa: S102 - the test's own rule
+  grads = _gated_norm_grad(namespace["gated_norm_bwd"])()
+  assert set(grads) == {"gain", "shift"}
+  assert vv.last() is None
