@@ -218,6 +218,16 @@ def test_a_missing_key_equinox_rejects_after_the_users_bwd_returned_is_diagnosed
   assert all(f.verdict != "verified" for f in d.fixes)   # a None for "shift" changes its gradient
 
 
+def test_a_none_equinox_takes_as_a_zero_is_not_called_missing(hook):
+  namespace = dict(globals())
+  exec(inspect.getsource(gated_norm_bwd).replace('(g * xc).sum(0)}', 'None}'), namespace)  # noqa: S102
+  plain, hooked, d = _plain_and_hooked(_gated_norm_grad(namespace["gated_norm_bwd"]))
+  assert plain is not None and hooked == plain
+  assert [(l.argument, l.got) for l in d.leaves if l.expected != l.got] == [
+      ("inputs[0]['gain']", "None"), ("inputs[0]['shift']", "missing")]
+  assert d.argument == "inputs[0]['shift']"
+
+
 def test_the_complete_tree_gives_no_diagnosis(hook):
   namespace = dict(globals())
   exec(GOOD_GATED_NORM_BWD, namespace)  # noqa: S102 - the test's own rule
