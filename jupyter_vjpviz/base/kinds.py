@@ -83,6 +83,12 @@ def _where(d) -> str:
   return f" for input {d.path}" if d.path else ""
 
 
+def _made(d) -> str:
+  """How the rule gave its cotangent: returned it, or raised on its own line writing it."""
+  raised_at = getattr(d, "raised_at", None)
+  return f"raised at line {raised_at.rpartition(':')[2]} writing" if raised_at else "returned"
+
+
 def _silent_dtype(d) -> str:
   if d.severity != "error":
     return (f"{_who(d)} returned {d.got}{_where(d)}; JAX let it through, so the gradient is "
@@ -106,7 +112,7 @@ def _accumulator(d) -> str:
 
 
 _ENTRIES = (
-    Kind("bwd_type", lambda d: f"{_who(d)} returned {d.got}{_where(d)}; the cotangent must be "
+    Kind("bwd_type", lambda d: f"{_who(d)} {_made(d)} {d.got}{_where(d)}; the cotangent must be "
          f"{d.expected}", role="bwd", rule_fixers=("types",)),
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
          rule_fixers=("types",)),
