@@ -17,6 +17,8 @@ nnx = pytest.importorskip("flax.nnx")
 eqx = pytest.importorskip("equinox")
 
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.deliver import comm
+from kernel_helpers import DIAGNOSIS
 from test_capture import _frames
 
 HERE = __file__
@@ -91,9 +93,15 @@ def test_an_in_place_write_of_the_wrong_type_is_diagnosed_at_its_line(hook):
   assert (d.kind, d.severity, d.function, d.rule, d.argument) == (
       "bwd_type", "error", "mix", "mix_bwd", "m.w.value")
   assert (d.expected, d.got, d.path) == ("float32[4,3]", "float32[3,4]", "[0]['w']")
-  assert f"{HERE}:{_line_of(mix_bwd, 'gz.T @ x')}" in d.detail, d.detail
+  line = _line_of(mix_bwd, 'gz.T @ x')
+  assert d.raised_at == f"{HERE}:{line}" and f"{HERE}:{line}" in d.detail, d.detail
+  assert d.headline.startswith(f"mix's bwd rule mix_bwd raised at line {line} writing float32[3,4] "
+                               "for input m.w.value: float32[4,3]"), d.headline
   assert "m_g['w'][...] = gz.T @ x" in d.detail
   assert d.expected_aval.shape == (4, 3) and d.got_aval.shape == (3, 4)
+  out = comm.payload(d)                   # the panel marks the line that raised
+  DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": out})
+  assert out["rule_source_bad_line"] == line
   first = d.fixes[0]
   assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
   assert "m_g['w'][...] = (gz.T @ x).T" in first.code or "x.T @ gz" in first.code, first.code

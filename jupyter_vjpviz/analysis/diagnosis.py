@@ -80,6 +80,7 @@ class Diagnosis:
   instance: str | None = None        # which of several identical blocks: "model.layers[3]"
   detail: str | None = None
   hijax: bool = False
+  raised_at: str | None = None       # "file:line": the rule raised there, before returning it
   id: str = dataclasses.field(default_factory=lambda: f"d{next(_ids)}")
   expected_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
   got_aval: Any = dataclasses.field(default=None, repr=False, compare=False)

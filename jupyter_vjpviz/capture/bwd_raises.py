@@ -84,7 +84,7 @@ def _finding(site, k, path, expected, expr, glb, env, where, text, compare) -> l
   return [retained(Record(
       kind="bwd_type", severity=ERROR, function=site.function, source=site.source,
       rule=site.rule, site=site, path=path, expected=expected.str_short(),
-      got=got.str_short(), flat_index=k, expected_aval=expected, got_aval=got,
+      got=got.str_short(), flat_index=k, expected_aval=expected, got_aval=got, raised_at=where,
       detail=f"{site.rule} raised at {where} before returning: `{text.strip()}` writes "
              f"{got.str_short()} where the cotangent of {site.in_names[k]} must be "
              f"{expected.str_short()}"))]

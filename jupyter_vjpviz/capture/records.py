@@ -108,6 +108,7 @@ class Record:
   got_aval: Any = None
   detail: str | None = None        # one line from us, when JAX's own text is poor
   rule_source: str | None = None   # file:line of a rule that has no site (a custom_jvp's jvp)
+  raised_at: str | None = None     # file:line of the rule's own statement that raised with it
   leaves: tuple[Leaf, ...] = ()
   """Expected beside got at each leaf this is about, by key path: for the structure kinds
   every leaf of either tree. Empty where the site knows no path (a rule's input leaf

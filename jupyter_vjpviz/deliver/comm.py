@@ -198,6 +198,8 @@ def _live_rule_source(d) -> dict | None:
   if fn is None or fn.__name__ == "<lambda>":   # a lambda's def is made up: no lines of its own
     return None
   lines, start = inspect.getsourcelines(fn)
+  if d.raised_at:   # the rule raised on its own line: no return ran
+    return _source_fields(lines, start, int(d.raised_at.rpartition(":")[2]))
   rets = rule.src.returns()
   hits = None
   if kind.channel == kinds.RETURNED and rets:
