@@ -45,7 +45,8 @@ export function renderLeafTable(d: Diagnosis): HTMLTableElement {
 }
 
 /**
- * The rule's source with the bad return line marked.
+ * The rule's source with the bad line marked: the return that produced the wrong
+ * cotangent, or the statement that raised writing it.
  */
 export function renderRuleSource(d: Diagnosis): HTMLElement | null {
   if (!d.rule_source_text) {
@@ -64,7 +65,9 @@ export function renderRuleSource(d: Diagnosis): HTMLElement | null {
       el.dataset.line = String(no);
       if (no === d.rule_source_bad_line) {
         el.classList.add('jp-mod-bad');
-        el.title = 'this return produced the wrong cotangent';
+        el.title = d.raised_at
+          ? 'the rule raised here, writing a cotangent of the wrong type'
+          : 'this return produced the wrong cotangent';
       }
       const gutter = document.createElement('span');
       gutter.className = 'jp-Vjpviz-lineNo';

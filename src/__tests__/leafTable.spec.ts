@@ -148,6 +148,21 @@ describe('renderRuleSource', () => {
       true
     ]);
     expect(lines[2].textContent).toContain('return g.T,');
+    expect(lines[2].getAttribute('title')).toContain('this return');
+  });
+
+  it('says when the marked line raised rather than returned', () => {
+    const pre = renderRuleSource({
+      ...base,
+      kind: 'bwd_type',
+      rule_source_text: "def bwd(res, g):\n  m_g['w'][...] = g.T\n  return m_g,\n",
+      rule_source_start: 10,
+      rule_source_bad_line: 11,
+      raised_at: 'cell.py:11'
+    })!;
+    const bad = pre.querySelector('.jp-Vjpviz-line.jp-mod-bad')!;
+    expect(bad.textContent).toContain("m_g['w'][...] = g.T");
+    expect(bad.getAttribute('title')).toContain('raised here');
   });
 });
 
