@@ -10,6 +10,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jax_features
+from diagnosed import only, raises
 import jupyter_vjpviz as vv
 
 
@@ -18,18 +19,6 @@ def custom(primal, bwd, fwd=None, **defvjp_kwargs):
                                 if "nondiff_argnums" in defvjp_kwargs else {}))
   f.defvjp(fwd or (lambda *a: (f(*a), a)), bwd, **defvjp_kwargs)
   return f
-
-
-def raises(thunk):
-  with pytest.raises(Exception) as info:
-    thunk()
-  return info.value
-
-
-def only(kind):
-  found = [d for d in vv.diagnoses() if d.kind == kind]
-  assert found, [d.kind for d in vv.diagnoses()]
-  return found[0]
 
 
 # ------------------------------------------------------------------ bwd_type

@@ -9,18 +9,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 import jax_features
+from diagnosed import raises
 jax_features.require("hijax primitives")   # before importing what only such a JAX has
 from jax.experimental.hijax import HiPrim, vjp_from_jvp  # noqa: E402
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture import retain
 from test_fixes import untimed  # noqa: F401 - a fixture
-
-
-def raises(thunk):
-  with pytest.raises(Exception) as info:
-    thunk()
-  return info.value
 
 
 def line_of(fn) -> str:

@@ -9,22 +9,11 @@ import numpy as np
 import pytest
 
 import jax_features
+from diagnosed import only, raises
 import jupyter_vjpviz as vv
 
 THIS = __file__
 A = jnp.array([[2., 1., 0.], [1., 3., 0.], [0., 0., 4.]])
-
-
-def raises(thunk):
-  with pytest.raises(Exception) as info:
-    thunk()
-  return info.value
-
-
-def only(kind):
-  found = [d for d in vv.diagnoses() if d.kind == kind]
-  assert found, [d.kind for d in vv.diagnoses()]
-  return found[0]
 
 
 def line_of(text: str) -> str:
