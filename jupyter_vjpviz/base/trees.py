@@ -14,6 +14,11 @@ from typing import Any, Sequence
 import jax
 
 
+def shape_struct(aval):
+  """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with."""
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
 def arg_slices(args_tree) -> list[slice]:
   """The flat leaf range of each child of ``args_tree`` (an args tuple's treedef)."""
   slices, start = [], 0

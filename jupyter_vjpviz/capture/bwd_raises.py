@@ -24,6 +24,7 @@ from . import leaf_paths, records
 from .leaf_paths import Key, keystr
 from .records import ERROR, Record
 from .retain import retained
+from ..base import syntax, trees
 
 _WHOLE = object()   # ``[...]`` / ``[:]``: the write replaces the whole array there
 _LIMIT = 256        # rules' parsed sources kept; cleared when full
@@ -182,20 +183,10 @@ def _function(code) -> ast.FunctionDef | None:
   return _SOURCES[code][1]
 
 
-def _own_nodes(fn):
-  """``fn``'s nodes, not those of functions defined inside it."""
-  stack = list(fn.body)
-  while stack:
-    node = stack.pop()
-    yield node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-      stack.extend(ast.iter_child_nodes(node))
-
-
 def _statement(fn, line: int):
   """The innermost statement of ``fn`` on ``line`` (counted from its source's first line,
   its first decorator's, as the code object counts them)."""
-  hits = [n for n in _own_nodes(fn) if isinstance(n, ast.stmt)
+  hits = [n for n in syntax.own_nodes(fn) if isinstance(n, ast.stmt)
           and n.lineno <= line <= (n.end_lineno or n.lineno)]
   return min(hits, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
 
@@ -226,7 +217,7 @@ def _target(node) -> tuple[str, list] | None:
 def _returned_at(fn, name: str) -> int | None:
   """The position of local ``name`` in every tuple ``fn`` returns (the same in each)."""
   found = set()
-  for node in _own_nodes(fn):
+  for node in syntax.own_nodes(fn):
     if isinstance(node, ast.Return) and isinstance(node.value, (ast.Tuple, ast.List)):
       found |= {i for i, e in enumerate(node.value.elts) if isinstance(e, ast.Name) and e.id == name}
   return found.pop() if len(found) == 1 else None
@@ -298,8 +289,7 @@ def _abstract_env(expr, scope: dict) -> dict | None:
 def _abstract(leaf):
   if not _is_array(leaf):
     return leaf
-  aval = core.typeof(leaf)
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+  return trees.shape_struct(core.typeof(leaf))
 
 
 def clear() -> None:

@@ -663,18 +663,13 @@ def _kept(x):
 def _without_arrays(x):
   """A leaf a site may keep: arrays as ShapeDtypeStructs, callables weakly, the rest as is."""
   if isinstance(x, (jax.Array, np.ndarray)):
-    return shape_struct(core.typeof(x))
+    return trees.shape_struct(core.typeof(x))
   if callable(x) and not isinstance(x, type):
     try:
       return records.Weak(weakref.ref(x))
     except TypeError:  # not weakly referenceable (a builtin): holds no arrays of ours
       return x
   return x
-
-
-def shape_struct(aval):
-  """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with."""
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
 def _what(x) -> str:

@@ -14,7 +14,7 @@ import jax
 from jax._src import core
 
 from . import runtime
-from ..capture import custom_rules
+from ..base import trees
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.partial_vjp import pull_ones
 from ..fixes import verify as fix_verify
@@ -89,7 +89,7 @@ def as_shape_struct(x):
   if isinstance(x, jax.ShapeDtypeStruct):
     return x
   try:
-    return custom_rules.shape_struct(core.typeof(x))
+    return trees.shape_struct(core.typeof(x))
   except TypeError:
     return x
 

@@ -28,7 +28,7 @@ import jax
 from jax._src import core
 
 from ..analysis.diagnosis import Fix
-from ..base import kinds, trees
+from ..base import kinds, syntax, trees
 from ..capture import custom_rules, records
 from . import exprs, returns, source, verify
 
@@ -162,7 +162,7 @@ class Scope:
   def computed(self) -> set[str]:
     """Names the rule body assigns a computation to (not a mere unpacking of its arguments)."""
     found = set()
-    for stmt in _walk(self.src.node):
+    for stmt in syntax.own_nodes(self.src.node):
       if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.value is not None \
           and not isinstance(stmt.value, (ast.Name, ast.Subscript, ast.Tuple, ast.Attribute)):
         found |= {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
@@ -171,7 +171,7 @@ class Scope:
   def defined_before(self, line: int) -> set[str]:
     """The parameters and the names assigned by statements ending before ``line``."""
     found = set(self.src.params)
-    for stmt in _walk(self.src.node):
+    for stmt in syntax.own_nodes(self.src.node):
       if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.end_lineno < line:
         found |= {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
     return found
@@ -182,14 +182,14 @@ class Scope:
     params = self.src.params
     at = len(self.rule.user_rules.nondiff_argnums) + 1
     found = {params[at]} if at < len(params) else set()
-    for stmt in _walk(self.src.node):
+    for stmt in syntax.own_nodes(self.src.node):
       if isinstance(stmt, (ast.Assign, ast.AugAssign)) and _loads(stmt.value) & found:
         found |= {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
     return found
 
   def dependencies(self, node: ast.expr) -> list[ast.stmt]:
     """The assignments before the failing return that ``node``'s value comes from, in order."""
-    stmts = [s for s in _walk(self.src.node) if isinstance(s, (ast.Assign, ast.AugAssign))
+    stmts = [s for s in syntax.own_nodes(self.src.node) if isinstance(s, (ast.Assign, ast.AugAssign))
              and s.lineno < self.ret.lineno]
     needed, deps = _loads(node), []
     for stmt in reversed(stmts):
@@ -227,7 +227,7 @@ class Scope:
       return ns[_OUT]
     records.state.suspended += 1
     try:
-      return jax.eval_shape(run, *[custom_rules.shape_struct(flat[i]) for i in at])
+      return jax.eval_shape(run, *[trees.shape_struct(flat[i]) for i in at])
     except NameError:   # a local we keep no type of, an axis name outside its mesh
       return None
     except Exception:  # noqa: BLE001 - the edited expression itself is ill-typed
@@ -297,7 +297,7 @@ def _swaps(s: Scope) -> Iterator[Candidate]:
   for depth, (part, line) in enumerate([(node, s.ret.lineno),
                                         *((d.value, d.lineno) for d in reversed(deps))]):
     known = s.defined_before(line)
-    for site in _walk(part) if part is not node else _walk_with(node):
+    for site in syntax.own_nodes(part) if part is not node else _walk_with(node):
       if site is node:
         continue   # another name in place of the whole element: see _unreturned
       if isinstance(site, ast.Name) and isinstance(site.ctx, ast.Load) and site.id in arrays:
@@ -462,7 +462,7 @@ def _mean_sum(s: Scope) -> Iterator[Candidate]:
   """A ``mean`` where a ``sum`` was meant, or the other way round (a value error)."""
   node = s.nodes[0]
   for call in (c for part in [node, *(d.value for d in s.dependencies(node))]
-               for c in _walk(part) if isinstance(c, ast.Call)
+               for c in syntax.own_nodes(part) if isinstance(c, ast.Call)
                and isinstance(c.func, ast.Attribute) and c.func.attr in ("sum", "mean")):
     other = "mean" if call.func.attr == "sum" else "sum"
     start = s.src.segment(call.func.value)
@@ -710,14 +710,14 @@ def _size_literals(s: Scope) -> list[tuple[ast.AST, float]]:
   """Integral literals >= 2 and module-level integers the rule uses as sizes (not axes,
   not tuple indices)."""
   skip = set()
-  for n in _walk(s.src.node):
+  for n in syntax.own_nodes(s.src.node):
     if isinstance(n, ast.keyword) and n.arg in ("axis", "axes", "keepdims", "dtype"):
       skip |= {id(m) for m in ast.walk(n.value)}
     elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
         and not _is_aval(s.types.get(n.value.id)):
       skip |= {id(m) for m in ast.walk(n.slice)}
   found = []
-  for n in _walk(s.src.node):
+  for n in syntax.own_nodes(s.src.node):
     if id(n) in skip:
       continue
     if isinstance(n, ast.Constant) and not isinstance(n.value, bool) \
@@ -748,12 +748,12 @@ def _unreturned(s: Scope) -> Iterator[Candidate]:
   marked unused, ``_x``, last; ``_`` itself never)."""
   if not s.nodes or s.want is None:
     return
-  used = {n.id for r in s.src.returns() for n in _walk(r.value) if isinstance(n, ast.Name)}
+  used = {n.id for r in s.src.returns() for n in syntax.own_nodes(r.value) if isinstance(n, ast.Name)}
   computed = s.computed()
   names = [n for n, a in s.types.items()
            if n in computed and n not in used and not _discarded(n) and _is_aval(a)
            and s.fits_fully(a)]
-  loads = {n.id for n in _walk(s.src.node) if isinstance(n, ast.Name)
+  loads = {n.id for n in syntax.own_nodes(s.src.node) if isinstance(n, ast.Name)
            and isinstance(n.ctx, ast.Load)}
   names.sort(key=lambda n: (n.startswith("_"), -_about(n, s.input_key), n in loads, n))
   for n in names:
@@ -854,7 +854,7 @@ def _choices(s: Scope, slots: list[tuple[Any, Any]]) -> Iterator[list[tuple[Any,
   """Fillings of ``slots`` ((key, expected types)): the likeliest local per slot first,
   then the second likeliest, then zeros."""
   per_slot = []
-  returned = {n.id for r in s.src.returns() for n in _walk(r.value) if isinstance(n, ast.Name)}
+  returned = {n.id for r in s.src.returns() for n in syntax.own_nodes(r.value) if isinstance(n, ast.Name)}
   for key, w in slots:
     options = [n for n, a in s.types.items() if _is_aval(a) and _is_aval(w) and _same(a, w)
                and n in s.computed() and n not in returned]
@@ -883,7 +883,7 @@ def _literal_of(s: Scope, node: ast.expr) -> ast.expr:
   """A returned name bound once to a literal in the rule: that literal (edited in place)."""
   if not isinstance(node, ast.Name):
     return node
-  found = [a.value for a in _walk(s.src.node) if isinstance(a, ast.Assign)
+  found = [a.value for a in syntax.own_nodes(s.src.node) if isinstance(a, ast.Assign)
            and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
            and a.targets[0].id == node.id]
   return found[0] if len(found) == 1 and isinstance(found[0], (ast.Dict, ast.Tuple)) else node
@@ -961,17 +961,9 @@ def _discarded(name: str) -> bool:
   return set(name) == {"_"}
 
 
-def _walk(node: ast.AST) -> Iterator[ast.AST]:
-  """``ast.walk`` of a rule, not into nested functions or classes."""
-  for child in ast.iter_child_nodes(node):
-    yield child
-    if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-      yield from _walk(child)
-
-
 def _walk_with(node: ast.AST) -> Iterator[ast.AST]:
   yield node
-  yield from _walk(node)
+  yield from syntax.own_nodes(node)
 
 
 def _loads(node: ast.AST) -> set[str]:
@@ -985,7 +977,7 @@ def _targets(stmt: ast.stmt) -> list[ast.expr]:
 def _siblings(fn: ast.FunctionDef) -> set[frozenset]:
   """Pairs of names unpacked together (``x, w = res``): the same role, often swapped."""
   found = set()
-  for stmt in _walk(fn):
+  for stmt in syntax.own_nodes(fn):
     if isinstance(stmt, ast.Assign):
       for target in stmt.targets:
         if isinstance(target, (ast.Tuple, ast.List)):

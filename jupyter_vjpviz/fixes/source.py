@@ -12,6 +12,7 @@ import linecache
 import re
 import textwrap
 
+from ..base import syntax
 from ..capture import arguments
 
 
@@ -95,17 +96,7 @@ class RuleSource:
 
   def returns(self) -> list[ast.Return]:
     """The rule's own return statements (not those of nested functions)."""
-    found = []
-
-    def visit(node):
-      for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.Return) and child.value is not None:
-          found.append(child)
-        elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
-                                    ast.ClassDef)):
-          visit(child)
-    visit(self.node)
-    return found
+    return [n for n in syntax.own_nodes(self.node) if isinstance(n, ast.Return) and n.value is not None]
 
 
 def bare(node: ast.FunctionDef) -> None:

@@ -181,7 +181,7 @@ def recheck(diagnosis: Diagnosis, cvjp, check) -> list[Diagnosis]:
 
 def _abstract_args(site) -> tuple:
   """The differentiable arguments of the failing call, as ShapeDtypeStructs."""
-  structs = [custom_rules.shape_struct(a) for a in site.in_avals]
+  structs = [trees.shape_struct(a) for a in site.in_avals]
   return jax.tree_util.tree_unflatten(site.in_tree, structs)
 
 
