@@ -1,0 +1,292 @@
+"""Why a differentiated input gets no gradient: found on the forward jaxpr, then on values.
+
+Structural reasons need no values: each input's dependence is carried forward through
+the program, and an equation that cannot pass a cotangent back turns it into the reason
+it cut there (``stop_gradient``: stopped; an integer or boolean result, ``round``,
+``sign``: non_differentiable; a custom rule whose pullback does not read its output
+cotangent for that operand: rule_zero). An input whose dependence reaches the outputs
+only as such cuts gets the first of them; none at all: unused.
+
+Value reasons read the one measured backward pass (``nonfinite.measure``'s per-edge
+cotangent norms): from an input whose gradient is exactly zero, forward along the
+variables whose cotangent is zero, to the equation whose outputs' cotangents are not:
+its pullback made the zero. What it is (a mask, a saturating function, a product in
+low precision) names the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core
+
+from . import program
+from .nonfinite import _source
+from .nonfinite_eval import CALLS, bind, inexact, pullback
+from .program import _body_prefix, _eqn_id, scan_groups, sub_jaxprs
+
+LIVE = "live"
+STRUCTURAL = ("unused", "stopped", "non_differentiable", "rule_zero")
+VALUE = ("dead", "saturated", "underflow")
+FLAT = frozenset({"round", "floor", "ceil", "sign", "is_finite", "nextafter"})
+"""Floating results whose derivative is zero everywhere JAX defines one."""
+MASKS = frozenset({"max", "min", "select_n", "clamp", "relu", "relu6", "where", "abs",
+                   "leaky_relu", "hard_tanh", "gather", "dynamic_slice", "reduce_max",
+                   "reduce_min", "sort", "argmax", "cumsum"})
+SATURATING = frozenset({"tanh", "logistic", "sigmoid", "softmax", "log_softmax", "exp",
+                        "erf", "gelu", "silu", "swish", "softplus", "exp2"})
+PRODUCTS = frozenset({"mul", "dot_general", "conv_general_dilated", "div"})
+PASS = frozenset({"reshape", "broadcast_in_dim", "convert_element_type", "transpose",
+                  "squeeze", "expand_dims", "copy", "copy_p", "reduce_sum", "slice"})
+LOW = (jnp.bfloat16, jnp.float16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cut:
+  """Where an input's gradient is cut: the reason, the graph node, its operation, the user's line."""
+  reason: str
+  node: str | None = None
+  op: str | None = None
+  source: str | None = None
+
+
+# ------------------------------------------------------------------ structural
+
+
+def structural(jaxpr: core.Jaxpr) -> list:
+  """Per input of ``jaxpr``: ``LIVE`` if a cotangent can reach it, else its ``Cut``."""
+  env = {v: {i: frozenset({LIVE})} for i, v in enumerate(jaxpr.invars)}
+  outs = _level(jaxpr, None, env)
+  found = [set() for _ in jaxpr.invars]
+  for v, deps in zip(jaxpr.outvars, outs):
+    if inexact(v):
+      for i, tags in deps.items():
+        found[i] |= tags
+  return [LIVE if LIVE in tags else
+          min(tags, key=lambda c: _order(c.node)) if tags else Cut("unused") for tags in found]
+
+
+def _order(node: str | None) -> tuple:
+  return tuple(int(p) for p in (node or "e0")[1:].split(".") if p.isdigit())
+
+
+def _level(jaxpr: core.Jaxpr, prefix: str | None, env: dict, outer: str | None = None) -> list[dict]:
+  """Carry ``env`` (variable -> {input: tags}) through one level; its outputs' dependences
+  (``outer``: the enclosing call's line, for a library's body that keeps no user frame)."""
+  for k, eqn in enumerate(jaxpr.eqns):
+    ins = [env.get(v, {}) if isinstance(v, core.Var) else {} for v in eqn.invars]
+    if not any(ins):
+      continue
+    nid = _eqn_id(prefix, k)
+    where = _source(eqn) or outer
+    outs = _through(eqn, nid, ins, where)
+    for v, deps in zip(eqn.outvars, outs):
+      if deps:
+        env[v] = deps if inexact(v) else _cut_all(deps, Cut("non_differentiable", nid,
+                                                              eqn.primitive.name, where))
+  return [env.get(v, {}) if isinstance(v, core.Var) else {} for v in jaxpr.outvars]
+
+
+def _through(eqn, nid: str, ins: list[dict], where: str | None) -> list[dict]:
+  name = eqn.primitive.name
+  subs = list(sub_jaxprs(eqn))
+  if name == "stop_gradient" or name in FLAT:
+    cut = Cut("stopped" if name == "stop_gradient" else "non_differentiable", nid, name, where)
+    return [_cut_all(_union(ins), cut)] * len(eqn.outvars)
+  if name in ("custom_vjp_call", "custom_jvp_call"):
+    zero = _rule_zeros(eqn)
+    function = program.custom_names(eqn)[0] or name
+    cut = Cut("rule_zero", nid, function, where)
+    merged = _union([_cut_all(d, cut) if j in zero else d for j, d in enumerate(ins)])
+    return [merged] * len(eqn.outvars)
+  if subs and (name in CALLS or name == "scan") and len(subs[0].invars) == len(eqn.invars):
+    return _body(subs[0], nid, ins, scan_groups(eqn)[:2] if name == "scan" else (0, 0), where)
+  if name == "cond" and subs and all(len(s.invars) == len(eqn.invars) - 1 for s in subs):
+    per = [_level(s, _body_prefix(nid, b, len(subs)), dict(zip(s.invars, ins[1:])), where)
+           for b, s in enumerate(subs)]
+    return [_union(list(outs)) for outs in zip(*per)]
+  return [_union(ins)] * len(eqn.outvars)
+
+
+def _body(body: core.Jaxpr, nid: str, ins: list[dict], groups: tuple[int, int],
+          where: str | None) -> list[dict]:
+  """A body run on the equation's operands; a scan's carry (``groups``: its constants and
+  carry counts) fed back until it settles."""
+  ins = list(ins)
+  consts, n_carry = groups
+  for _ in range(n_carry + 1):
+    outs = _level(body, nid, dict(zip(body.invars, ins)), where)
+    fed = [_union([ins[consts + c], outs[c]]) for c in range(n_carry)]
+    if fed == ins[consts:consts + n_carry]:
+      break
+    ins[consts:consts + n_carry] = fed
+  return outs
+
+
+def _union(deps: list[dict]) -> dict:
+  out: dict = {}
+  for d in deps:
+    for i, tags in d.items():
+      out[i] = out[i] | tags if i in out else tags
+  return out
+
+
+def _cut_all(deps: dict, cut: Cut) -> dict:
+  """Every live dependence in ``deps`` cut at ``cut`` (earlier cuts kept)."""
+  return {i: (tags - {LIVE}) | {cut} if LIVE in tags else tags for i, tags in deps.items()}
+
+
+def _rule_zeros(eqn) -> set[int]:
+  """The operands of a custom rule whose cotangent its pullback makes without reading the
+  output cotangents (a zero, or a constant): traced on types, no values."""
+  wrt = [j for j, v in enumerate(eqn.invars) if inexact(v)]
+  fo = [j for j, v in enumerate(eqn.outvars) if inexact(v)]
+  if not wrt or not fo:
+    return set()
+  ins = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  cts = [jax.ShapeDtypeStruct(eqn.outvars[j].aval.shape, eqn.outvars[j].aval.dtype) for j in fo]
+  try:
+    closed = jax.make_jaxpr(lambda *a: pullback(lambda full: bind(eqn, full), list(a[:len(ins)]),
+                                                wrt, fo, list(a[len(ins):])))(*ins, *cts)
+  except Exception:  # noqa: BLE001 - a rule we cannot trace on types is not judged
+    return set()
+  jaxpr = closed.jaxpr
+  ct_vars = set(jaxpr.invars[len(ins):])
+  reads = _reads(jaxpr, ct_vars)
+  return {j for j, v in zip(wrt, jaxpr.outvars) if not (isinstance(v, core.Var) and v in reads)}
+
+
+def _reads(jaxpr: core.Jaxpr, seeds: set) -> set:
+  """The variables of ``jaxpr`` that depend on ``seeds``."""
+  live = set(seeds)
+  for eqn in jaxpr.eqns:
+    if any(isinstance(v, core.Var) and v in live for v in eqn.invars):
+      live.update(eqn.outvars)
+  return live
+
+
+# ------------------------------------------------------------------ on values
+
+
+def value_cuts(jaxpr: core.Jaxpr, env: dict, edges: dict, zero: list[int]) -> dict[int, Cut]:
+  """For each input index in ``zero`` (its gradient exactly zero, structurally live), the
+  equation whose pullback first made its cotangent zero; ``env``: the forward values of
+  the top level (``nonfinite.forward``); ``edges``: ``"node#operand"`` -> measured Flow."""
+  reached = {jaxpr.invars[i]: {i} for i in zero}
+  found: dict[int, Cut] = {}
+  _value_level(jaxpr, None, env, edges, reached, [True] * len(jaxpr.outvars), found)
+  return found
+
+
+def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found) -> None:
+  nonzero = _nonzero(jaxpr, prefix, edges, out_nonzero)
+  for k, eqn in enumerate(jaxpr.eqns):
+    hit = set().union(*[reached.get(v, ()) for v in eqn.invars
+                        if isinstance(v, core.Var) and inexact(v) and v not in nonzero])
+    hit -= set(found)
+    if not hit:
+      continue
+    nid = _eqn_id(prefix, k)
+    if not any(v in nonzero for v in eqn.outvars):
+      for v in eqn.outvars:
+        reached.setdefault(v, set()).update(hit)
+      continue
+    if eqn.primitive.name in CALLS and isinstance(env.get(k), dict):
+      body = next(sub_jaxprs(eqn))
+      inner = {b: reached.get(v, set()) & hit for b, v in zip(body.invars, eqn.invars)
+               if isinstance(v, core.Var)}
+      _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found)
+      if hit - set(found):   # not cut inside: the call as a whole
+        for i in hit - set(found):
+          found[i] = _classify(eqn, nid, jaxpr, env)
+      continue
+    cut = _classify(eqn, nid, jaxpr, env)
+    for i in hit:
+      found[i] = cut
+
+
+def _nonzero(jaxpr, prefix, edges, out_nonzero) -> set:
+  """The variables of one level whose cotangent the measured pass found non-zero."""
+  got = {v for v, nz in zip(jaxpr.outvars, out_nonzero) if nz and isinstance(v, core.Var)}
+  for k, eqn in enumerate(jaxpr.eqns):
+    nid = _eqn_id(prefix, k)
+    for j, v in enumerate(eqn.invars):
+      f = edges.get(f"{nid}#{j}")
+      if f is not None and isinstance(v, core.Var) and (f.peak > 0 or not f.finite):
+        got.add(v)
+  return got
+
+
+def _classify(eqn, nid: str, jaxpr, env: dict) -> Cut:
+  """The value reason an equation made a zero cotangent from a non-zero one."""
+  name = eqn.primitive.name
+  if name in ("custom_jvp_call", "custom_vjp_call"):
+    name = program.custom_names(eqn)[0] or name
+  if name in ("jit", "pjit"):
+    name = eqn.params.get("name", name)
+  low = any(getattr(v.aval, "dtype", None) in LOW for v in eqn.invars if inexact(v))
+  if name in MASKS:
+    return Cut("dead", nid, name, _source(eqn))
+  if name in SATURATING:
+    return Cut("saturated", nid, name, _source(eqn))
+  if name in PRODUCTS:
+    masked = _masked_operand(eqn, nid.rpartition('.')[0] or None, jaxpr, env)
+    if masked is not None:
+      return masked
+  return Cut("underflow" if low else "dead", nid, name, _source(eqn))
+
+
+def _masked_operand(eqn, prefix, jaxpr, env: dict, hops: int = 8) -> Cut | None:
+  """A product's operand that is all zero at these inputs, traced back to the mask that
+  zeroed it (a dead relu before a dense layer): that mask's Cut, else None."""
+  made = {v: (k, e) for k, e in enumerate(jaxpr.eqns) for v in e.outvars}
+  for v in eqn.invars:
+    if not isinstance(v, core.Var) or v not in env or not _all_zero(env[v]):
+      continue
+    for _ in range(hops):
+      if v not in made:
+        break
+      k, producer = made[v]
+      name = producer.primitive.name
+      if name in ("custom_jvp_call", "custom_vjp_call"):
+        name = program.custom_names(producer)[0] or name
+      if name in ("jit", "pjit"):
+        name = producer.params.get("name", name)
+      if name in MASKS:
+        return Cut("dead", _eqn_id(prefix, k), name, _source(producer))
+      if name not in PASS:
+        break
+      v = producer.invars[0]
+  return None
+
+
+def _all_zero(x) -> bool:
+  try:
+    return bool(np.all(np.asarray(x) == 0))
+  except Exception:  # noqa: BLE001 - a value we cannot read is not called zero
+    return False
+
+
+def gathered(jaxpr: core.Jaxpr) -> set[int]:
+  """The inputs of ``jaxpr`` read only by gathers (as the table: an embedding's rows, some
+  picked per batch), through the bodies of calls."""
+  return _gathered(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)})
+
+
+def _gathered(jaxpr: core.Jaxpr, inputs: dict) -> set[int]:
+  table, other = set(), set()
+  for eqn in jaxpr.eqns:
+    for j, v in enumerate(eqn.invars):
+      if not isinstance(v, core.Var) or v not in inputs:
+        continue
+      if eqn.primitive.name in CALLS:
+        body = next(sub_jaxprs(eqn))
+        inner = _gathered(body, {body.invars[j]: inputs[v]})
+        (table if inner else other).add(inputs[v])
+      elif eqn.primitive.name in ("gather", "dynamic_slice") and j == 0:
+        table.add(inputs[v])
+      else:
+        other.add(inputs[v])
+  return table - other

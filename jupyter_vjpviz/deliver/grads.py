@@ -1,0 +1,230 @@
+"""``vv.grads``: gradient health of a program that runs.
+
+One compiled gradient says which leaves get none; the structural walk over the forward
+jaxpr says why for those no cotangent can reach (``analysis.grad_paths``); the one
+measured backward pass (``nonfinite.measure``: every edge's cotangent norm, which the
+graph shows) says why for the rest, by the equation whose pullback made the zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+from jax._src import core
+
+from ..analysis import grad_paths, nonfinite, program
+from ..analysis.graph import Graph
+from ..analysis.nonfinite_eval import inexact
+from ..capture import user_calls
+from ..render import grads_view
+from .value_check import hook_aside, mark_flows, program_inputs
+
+CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
+
+
+@dataclasses.dataclass(frozen=True)
+class ZeroLeaf:
+  """A differentiated leaf whose gradient is exactly zero everywhere, and why."""
+  path: str
+  reason: str
+  source: str | None = None     # the user's file:line of the operation that cut it
+  op: str | None = None
+  node: str | None = None       # the graph node of that operation
+
+
+@dataclasses.dataclass(frozen=True)
+class PartlyZero:
+  """A leaf whose whole units (rows, columns) along one axis get no gradient."""
+  path: str
+  units: str                    # "rows" | "columns" | "entries"
+  fraction: float
+  reason: str                   # "not gathered" (an embedding's rows this batch) | "dead"
+  alarm: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+  """One block of a stacked model, in depth order."""
+  name: str
+  grad_norm: float
+  param_norm: float
+  ratio: float | None
+  flag: str | None = None       # "vanishing" | "exploding"
+
+
+@dataclasses.dataclass(frozen=True)
+class GradReport:
+  function: str
+  leaves: tuple[tuple[str, float, float], ...]      # (path, ‖grad‖, ‖param‖) of every leaf
+  zero: tuple[ZeroLeaf, ...] = ()
+  partly_zero: tuple[PartlyZero, ...] = ()
+  layers: tuple[Layer, ...] = ()
+  graph: Graph = dataclasses.field(default_factory=Graph, repr=False)
+  note: str | None = None
+
+  @property
+  def healthy(self) -> bool:
+    return not self.zero and not any(p.alarm for p in self.partly_zero) and not any(
+        layer.flag for layer in self.layers)
+
+  def to_dict(self) -> dict:
+    """Numbers and strings only (non-finite norms as None): ``json.dumps`` takes it."""
+    return _finite({"function": self.function, "healthy": self.healthy, "note": self.note,
+                    "leaves": [{"path": p, "grad_norm": g, "param_norm": w}
+                               for p, g, w in self.leaves],
+                    "zero": [dataclasses.asdict(z) for z in self.zero],
+                    "partly_zero": [dataclasses.asdict(p) for p in self.partly_zero],
+                    "layers": [dataclasses.asdict(layer) for layer in self.layers],
+                    "graph": self.graph.to_dict()})
+
+  def __str__(self) -> str:
+    return grads_view.text(self)
+
+  def _repr_html_(self) -> str:
+    return grads_view.html_fragment(self)
+
+
+def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
+  """Which leaves of ``args[argnums]`` get no gradient from ``fn`` (a scalar loss), and why;
+  where whole units get none; the gradient and parameter norm per block of a stacked model.
+  Its floating leaves are differentiated (an equinox module's functions and integers are not)."""
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  args = tuple(jax.tree_util.tree_map(_as_array, a) if i in nums else a for i, a in enumerate(args))
+  paths, leaves = _float_leaves(args, nums)
+  if not leaves:
+    raise TypeError(f"vv.grads: argument{'s' * (len(nums) > 1)} {list(nums)} of "
+                    f"{getattr(fn, '__name__', 'fn')} hold no floating-point array to "
+                    "differentiate")
+  out = jax.eval_shape(fn, *args, **kwargs)
+  if not (isinstance(out, jax.ShapeDtypeStruct) and out.shape == ()
+          and np.issubdtype(out.dtype, np.floating)):
+    raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
+                    f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
+  values = [np.asarray(g) for g in _gradient(fn, args, kwargs, nums, leaves)]
+  with hook_aside(), jax.debug_nans(False):
+    return _report(fn, args, kwargs, paths, leaves, values)
+
+
+def _report(fn, args, kwargs, paths, leaves, values) -> GradReport:
+  origin = user_calls.user_origin(fn, args, kwargs, tuple(leaves))
+  jaxpr, invals, active, out_cts = program_inputs(origin, (args, kwargs))
+  position = _invar_positions(origin, leaves, args, kwargs)
+  struct = grad_paths.structural(jaxpr)
+  edges, _, complete = nonfinite.measure(jaxpr, invals, active, out_cts)
+  zeros = [k for k, g in enumerate(values) if not np.any(g)]
+  live = [position[k] for k in zeros if struct[position[k]] == grad_paths.LIVE]
+  env = nonfinite.forward(jaxpr, invals) if live else {}
+  cuts = grad_paths.value_cuts(jaxpr, env, edges, live) if live else {}
+  del env, invals
+  zero = tuple(_zero_leaf(paths[k], struct[position[k]] if struct[position[k]] != grad_paths.LIVE
+                          else cuts.get(position[k], grad_paths.Cut("dead"))) for k in zeros)
+  gathered = grad_paths.gathered(jaxpr)
+  partly = tuple(p for k, g in enumerate(values) if k not in zeros
+                 for p in _partly(paths[k], g, position[k] in gathered))
+  grad_flows = [_flow(g) for g in values]
+  param_flows = [_flow(x) for x in leaves]
+  layers = _layers(paths, grad_flows, param_flows)
+  graph, _ = program.build(origin, lambda g: [])
+  graph = dataclasses.replace(mark_flows(graph, edges),
+                              strip=nonfinite.strip(list(paths), grad_flows))
+  return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
+                    leaves=tuple((p, g.norm, w.norm) for p, g, w in zip(paths, grad_flows,
+                                                                          param_flows)),
+                    graph=graph, note=None if complete else "the measured pass stopped early")
+
+
+def _as_array(x):
+  return jax.numpy.asarray(x) if isinstance(x, (float, np.ndarray, np.floating)) else x
+
+
+def _aval(x) -> str:
+  return f"{x.dtype}{list(x.shape)}" if hasattr(x, "shape") else type(x).__name__
+
+
+def _float_leaves(args, nums) -> tuple[list[str], list]:
+  """(path, leaf) of every floating array in the differentiated arguments, in flat order:
+  ``keystr`` of the leaf in its argument (``args[i]`` before it when several are)."""
+  paths, leaves = [], []
+  for i in nums:
+    for kp, x in jax.tree_util.tree_flatten_with_path(args[i])[0]:
+      if isinstance(x, jax.Array) and inexact(x):
+        paths.append((f"args[{i}]" if len(nums) > 1 else "") + jax.tree_util.keystr(kp))
+        leaves.append(x)
+  return paths, leaves
+
+
+def _gradient(fn, args, kwargs, nums, leaves) -> list:
+  """``jax.grad`` of ``fn`` in ``leaves`` (the floating leaves of ``args[nums]``), compiled
+  as the user's own gradient would be."""
+  ids = {id(x): k for k, x in enumerate(leaves)}
+
+  def loss(picked):
+    full = [jax.tree_util.tree_map(lambda x: picked[ids[id(x)]] if id(x) in ids else x, a)
+            if i in nums else a for i, a in enumerate(args)]
+    return fn(*full, **kwargs)
+  return jax.grad(loss)(list(leaves))
+
+
+def _invar_positions(origin, leaves, args, kwargs) -> list[int]:
+  """The jaxpr input each differentiated leaf is."""
+  flat = jax.tree_util.tree_leaves((args, kwargs))
+  arrays = {j: k for k, j in enumerate(
+      j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue))}
+  where = {id(x): j for j, x in enumerate(flat)}
+  return [arrays[where[id(x)]] for x in leaves]
+
+
+def _zero_leaf(path: str, cut) -> ZeroLeaf:
+  return ZeroLeaf(path, cut.reason, cut.source, cut.op, cut.node)
+
+
+def _partly(path: str, g: np.ndarray, gathered: bool) -> list[PartlyZero]:
+  """Units along the first axis (rows) and the last (columns) of ``g`` that are all zero."""
+  if g.ndim == 0 or np.all(g != 0):
+    return []
+  found = []
+  axes = [(0, "rows" if g.ndim > 1 else "entries")] + ([(g.ndim - 1, "columns")] if g.ndim > 1
+                                                        else [])
+  for axis, units in axes:
+    other = tuple(a for a in range(g.ndim) if a != axis)
+    dead = ~np.any(g != 0, axis=other) if other else g == 0
+    if dead.any() and (units != "columns" or not gathered):
+      reason = "not gathered" if gathered and axis == 0 else "dead"
+      found.append(PartlyZero(path, units, float(dead.mean()), reason, reason != "not gathered"))
+  return found
+
+
+def _flow(x) -> nonfinite.Flow:
+  return nonfinite.Flow.of(nonfinite.flow(x), int(np.size(x)))
+
+
+def _layers(paths, grad_flows, param_flows) -> tuple[Layer, ...]:
+  """Per block of a stacked model (``nonfinite.strip``'s grouping), in depth order, each
+  flagged where its gradient norm is over ``CHANGE`` times above or below the next one's."""
+  g = nonfinite.strip(list(paths), grad_flows)
+  w = dict((row[0], row[4]) for row in nonfinite.strip(list(paths), param_flows))
+  layers = []
+  for k, row in enumerate(g):
+    name, norm = row[0], row[4]
+    deeper = g[k + 1][4] if k + 1 < len(g) else None
+    flag = None
+    if deeper is not None and deeper > 0 and norm < deeper / CHANGE:
+      flag = "vanishing"
+    elif deeper is not None and norm > deeper * CHANGE:
+      flag = "exploding"
+    param = w.get(name, 0.0)
+    layers.append(Layer(name, norm, param, norm / param if param else None, flag))
+  return tuple(layers)
+
+
+def _finite(tree):
+  """``tree`` with every non-finite float as None (JSON has no NaN)."""
+  if isinstance(tree, dict):
+    return {k: _finite(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return [_finite(v) for v in tree]
+  if isinstance(tree, float) and not math.isfinite(tree):
+    return None
+  return tree

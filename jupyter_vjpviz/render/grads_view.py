@@ -1,0 +1,78 @@
+"""A gradient-health report (``vv.grads``) as terminal text and as a notebook fragment.
+
+The fragment follows ``html``'s policy: everything inline, nothing scripted, every string
+from the user's program escaped; the graph is the diagnosis graph's own SVG (each edge's
+measured cotangent norm as its colour and hover text, the cutting operations marked),
+beside a small plot of the gradient norm per block against depth.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+from . import norm_strip, svg
+from .html import STYLE
+from .views import default_view
+
+
+def text(r) -> str:
+  lines = [f"vjpviz grads of {r.function}: "
+           + ("healthy" if r.healthy else f"{len(r.zero)} leaf(s) with no gradient")]
+  for z in r.zero:
+    at = f" at {z.op}" if z.op else ""
+    lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({z.source})" if z.source else ""))
+  for p in r.partly_zero:
+    lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason})")
+  for layer in r.layers:
+    ratio = f"{layer.ratio:.3g}" if layer.ratio is not None else "-"
+    flag = f"  ✖ {layer.flag}" if layer.flag else ""
+    lines.append(f"  layer {layer.name}: ‖g‖ {layer.grad_norm:.3g}  ‖w‖ {layer.param_norm:.3g}"
+                 f"  ratio {ratio}{flag}")
+  if not r.layers:
+    lines += [f"  {line}" for line in norm_strip.lines(r.graph.strip)]
+  if r.note:
+    lines.append(f"  note: {r.note}")
+  return "\n".join(lines)
+
+
+def html_fragment(r) -> str:
+  rows = "".join(
+      f"<tr><td><code>{html.escape(z.path)}</code></td><td class=got>{html.escape(z.reason)}"
+      f"</td><td>{html.escape(z.op or '')}</td><td>{html.escape(z.source or '')}</td></tr>"
+      for z in r.zero)
+  parts = "".join(
+      f"<tr><td><code>{html.escape(p.path)}</code></td><td>{p.fraction:.0%} of "
+      f"{html.escape(p.units)}</td><td>{html.escape(p.reason)}</td></tr>" for p in r.partly_zero)
+  head = "healthy" if r.healthy else f"{len(r.zero)} leaf(s) with no gradient"
+  cut = next((z.node for z in r.zero if z.node), None)
+  return (f'<div class="vjpviz"><style>{STYLE}</style><h2>vjpviz grads of '
+          f"{html.escape(r.function)}: {html.escape(head)}</h2>"
+          + (f"<table><tr><td>leaf</td><td>reason</td><td>cut at</td><td>line</td></tr>"
+             f"{rows}</table>" if rows else "")
+          + (f"<table>{parts}</table>" if parts else "")
+          + plot(r.layers)
+          + f'<div class="graph">{svg.of_view(default_view(r.graph, cut))}</div></div>')
+
+
+def plot(layers, width: int = 320, height: int = 120) -> str:
+  """The gradient norm per block against depth, log scale, as inline SVG; flagged blocks
+  marked ✖ (colour is never the only cue)."""
+  norms = [(layer.name, layer.grad_norm, layer.flag) for layer in layers if layer.grad_norm > 0]
+  if len(norms) < 2:
+    return ""
+  logs = [math.log10(n) for _, n, _ in norms]
+  lo, hi = min(logs), max(logs)
+  span = (hi - lo) or 1.0
+  step = (width - 40) / (len(norms) - 1)
+  pts = [(30 + k * step, 10 + (hi - v) / span * (height - 30)) for k, v in enumerate(logs)]
+  line = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+  marks = "".join(
+      f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{"#D55E00" if flag else "#0072B2"}">'
+      f"<title>{html.escape(name)}: ‖g‖ {n:.3g}{' ' + flag if flag else ''}</title></circle>"
+      + (f'<text x="{x + 4:.1f}" y="{y - 4:.1f}" font-size="10">✖</text>' if flag else "")
+      for (x, y), (name, n, flag) in zip(pts, norms))
+  return (f'<svg xmlns="http://www.w3.org/2000/svg" class="vjpviz-norms" width="{width}" '
+          f'height="{height}"><text x="2" y="10" font-size="10">‖g‖ 1e{hi:.0f}</text>'
+          f'<text x="2" y="{height - 14}" font-size="10">1e{lo:.0f}</text>'
+          f'<polyline points="{line}" fill="none" stroke="#0072B2"/>{marks}'
+          f'<text x="30" y="{height - 2}" font-size="10">depth →</text></svg>')
