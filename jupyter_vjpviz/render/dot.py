@@ -31,6 +31,7 @@ FAIL = "#D55E00"        # Okabe-Ito vermillion
 CUSTOM = "#E1EEF8"      # custom-rule equations: pale blue
 TINY_CT = "#0072B2"     # Okabe-Ito blue: a vanishing cotangent
 HUGE_CT = "#E69F00"     # Okabe-Ito orange: an exploding one
+ZERO_CT = "#999999"     # grey: exactly zero (vv.grads: the gradient is cut here)
 VANISHING, EXPLODING = 1e-8, 1e8   # |ct| bounds past which an edge is coloured so
 FOLDED = "#EEEEEE"
 INK = "#444444"
@@ -191,8 +192,10 @@ def _edge_attrs(e: ViewEdge, labels: bool, failing: str | None = None) -> dict:
     attrs.update(color=FAIL, fontcolor=FAIL, penwidth="1.5", style="bold")
   elif flows:
     colour = _magnitude_colour(flows[0].flow)
+    attrs.update(tooltip=_text(values, passes=2))   # the values on hover, labels or not
     if colour:
-      attrs.update(color=colour, fontcolor=colour, penwidth="1.5")
+      attrs.update(color=colour, fontcolor=colour, penwidth="1.5",
+                   **({"style": "dashed"} if colour == ZERO_CT else {}))
   return attrs
 
 
@@ -207,13 +210,15 @@ def _flow_text(flow: tuple, first: bool) -> str:
   bad = ", ".join(f"{n} {w}" for n, w in ((nan, "NaN"), (inf, "Inf")) if n)
   if bad:
     return f"{'first non-finite: ' if first else ''}CT {bad} of {size} · max |ct| {peak:.3g}"
-  word = {TINY_CT: " (vanishing)", HUGE_CT: " (exploding)"}.get(_magnitude_colour(flow), "")
+  word = {TINY_CT: " (vanishing)", HUGE_CT: " (exploding)",
+          ZERO_CT: " (zero)"}.get(_magnitude_colour(flow), "")
   return f"‖CT‖ {norm:.3g} · max {peak:.3g}{word}"
 
 
 def _magnitude_colour(flow: tuple) -> str | None:
   peak = flow[4]
-  return HUGE_CT if peak > EXPLODING else TINY_CT if 0 < peak < VANISHING else None
+  return (HUGE_CT if peak > EXPLODING else TINY_CT if 0 < peak < VANISHING else
+          ZERO_CT if peak == 0 and flow[0] else None)
 
 
 _LEGEND_BOXES = (   # (legend node, label, attributes), drawn only when the view has one

@@ -1,0 +1,167 @@
+"""vv.grads: zero-gradient reasons, paths and sources on small real programs."""
+import functools
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jupyter_vjpviz.deliver.grads import grads
+
+HERE = pathlib.Path(__file__)
+
+
+def line_of(marker: str) -> str:
+  """``file:line`` of the line in this file holding ``# <marker>``."""
+  lines = HERE.read_text().splitlines()
+  return f"{HERE}:{next(k + 1 for k, l in enumerate(lines) if l.rstrip().endswith(f'# {marker}'))}"
+
+
+@jax.custom_vjp
+def no_grad(x):
+  return x * 2
+
+
+no_grad.defvjp(lambda x: (x * 2, None), lambda r, g: (jnp.zeros_like(g),))
+
+
+def mixed(p, x):
+  h = jax.nn.relu(x @ p["w"] - 100.0)  # dead
+  out = (h @ p["after"]).sum()
+  out += (jax.lax.stop_gradient(p["frozen"]) * 2).sum()  # stopped
+  out += p["count"].astype(jnp.int32).sum()  # intcast
+  out += jnp.round(p["rounded"]).sum()  # round
+  out += jnp.tanh(p["gate"] * 100 + 50).sum()  # saturated
+  out += no_grad(p["rule"]).sum()  # rule
+  out += (p["half"] * jnp.float16(1e-4) * jnp.float16(1e-4)).astype(jnp.float32).sum()  # under
+  out += p["emb"][jnp.array([0, 2])].sum()
+  return out + (x @ p["ok"]).sum()
+
+
+@pytest.fixture(scope="module")
+def report():
+  p = {k: jnp.ones((3, 3)) for k in ["w", "after", "frozen", "count", "rounded", "gate", "rule",
+                                     "unused", "emb", "ok"]}
+  p["half"] = jnp.ones((3,), jnp.float16)
+  return grads(mixed, p, jnp.ones((2, 3)))
+
+
+@pytest.mark.parametrize("path, reason, marker", [
+    ("['unused']", "unused", None),
+    ("['frozen']", "stopped", "stopped"),
+    ("['count']", "non_differentiable", "intcast"),
+    ("['rounded']", "non_differentiable", "round"),
+    ("['rule']", "rule_zero", "rule"),
+    ("['w']", "dead", "dead"),
+    ("['after']", "dead", "dead"),
+    ("['gate']", "saturated", "saturated"),
+    ("['half']", "underflow", "under"),
+])
+def test_each_reason_with_its_line(report, path, reason, marker):
+  found = {z.path: z for z in report.zero}
+  assert found[path].reason == reason
+  assert found[path].source == (line_of(marker) if marker else None)
+
+
+def test_only_the_cut_leaves_are_zero(report):
+  assert {z.path for z in report.zero} == {
+      "['unused']", "['frozen']", "['count']", "['rounded']", "['rule']", "['w']", "['after']",
+      "['gate']", "['half']"}
+  assert not report.healthy
+
+
+def test_embedding_rows_not_gathered_are_no_alarm(report):
+  (emb,) = [p for p in report.partly_zero if p.path == "['emb']"]
+  assert (emb.units, emb.reason, emb.alarm) == ("rows", "not gathered", False)
+  assert emb.fraction == pytest.approx(1 / 3)
+
+
+def test_to_dict_round_trips_through_json(report):
+  d = report.to_dict()
+  assert json.loads(json.dumps(d)) == d
+  assert {z["reason"] for z in d["zero"]} >= {"unused", "stopped", "dead", "underflow"}
+  assert d["graph"]["edges"]
+
+
+def test_graph_edges_carry_cotangent_norms_and_zero_is_marked(report):
+  flows = [e.flow for e in report.graph.edges if e.flow is not None]
+  assert any(f[4] == 0 for f in flows) and any(f[4] > 0 for f in flows)
+  page = report._repr_html_()
+  assert "(zero)" in page and "<script" not in page
+
+
+def test_text_names_reason_and_line(report):
+  text = str(report)
+  assert "['frozen']: stopped at stop_gradient" in text and line_of("stopped") in text
+
+
+def test_stack_layers_in_depth_order_with_vanishing_flagged():
+  ws = [jnp.eye(4) * 3.0 for _ in range(5)]   # tanh saturating: each block ~30x less
+
+  def deep(ws, x):
+    for w in ws:
+      x = jnp.tanh(x @ w)
+    return x.sum()
+  r = grads(deep, ws, jnp.ones(4))
+  assert [layer.name for layer in r.layers] == [f"[{i}]" for i in range(5)]
+  assert [layer.flag for layer in r.layers] == ["vanishing"] * 4 + [None]
+  assert r.layers[0].ratio == pytest.approx(r.layers[0].grad_norm / r.layers[0].param_norm)
+  assert "<svg" in r._repr_html_()
+
+
+def test_equinox_paths():
+  eqx = pytest.importorskip("equinox")
+
+  class Model(eqx.Module):
+    body: eqx.nn.Linear
+    head: eqx.nn.Linear
+
+    def __call__(self, x):
+      return self.body(x).sum()
+  m = Model(eqx.nn.Linear(3, 3, key=jax.random.PRNGKey(0)),
+            eqx.nn.Linear(3, 1, key=jax.random.PRNGKey(1)))
+  r = grads(lambda m, x: m(x), m, jnp.ones(3))
+  assert {(z.path, z.reason) for z in r.zero} == {(".head.weight", "unused"),
+                                                  (".head.bias", "unused")}
+
+
+def test_flax_linen_and_nnx_paths():
+  nn = pytest.importorskip("flax.linen")
+  from flax import nnx
+
+  class Frozen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      h = nn.Dense(4, name="encoder")(x)
+      return nn.Dense(1, name="head")(jax.lax.stop_gradient(h)).sum()  # frozen
+  f = Frozen()
+  params = f.init(jax.random.PRNGKey(0), jnp.ones((2, 3)))
+  r = grads(lambda p, x: f.apply(p, x), params, jnp.ones((2, 3)))
+  assert {(z.path, z.reason, z.source) for z in r.zero} == {
+      (f"['params']['encoder']['{k}']", "stopped", line_of("frozen")) for k in ("kernel", "bias")}
+
+  class Two(nnx.Module):
+    def __init__(self, rngs):
+      self.a, self.b = nnx.Linear(3, 3, rngs=rngs), nnx.Linear(3, 3, rngs=rngs)
+
+    def __call__(self, x):
+      return self.a(x).sum()
+  graphdef, state = nnx.split(Two(nnx.Rngs(0)))
+  r = grads(lambda s, x: nnx.merge(graphdef, s)(x), state, jnp.ones((2, 3)))
+  assert {z.path for z in r.zero} == {"['b']['kernel'].value", "['b']['bias'].value"}
+
+
+def test_jitted_with_static_argument_is_healthy():
+  @functools.partial(jax.jit, static_argnums=1)
+  def loss(w, n):
+    return (w ** n).sum()
+  r = grads(loss, jnp.ones(3), 2)
+  assert r.healthy and r.leaves[0][1] == pytest.approx(2 * 3 ** 0.5)
+
+
+def test_bad_inputs_say_what_is_wrong():
+  with pytest.raises(TypeError, match="must return a real scalar.*float32\\[3\\]"):
+    grads(lambda w: w * 2, jnp.ones(3))
+  with pytest.raises(TypeError, match="no floating-point array"):
+    grads(lambda w: 1.0, {"a": jnp.ones(3, jnp.int32)})
