@@ -165,3 +165,71 @@ def test_bad_inputs_say_what_is_wrong():
     grads(lambda w: w * 2, jnp.ones(3))
   with pytest.raises(TypeError, match="no floating-point array"):
     grads(lambda w: 1.0, {"a": jnp.ones(3, jnp.int32)})
+
+
+# ------------------------------------------------------------------ vv.watch over training
+
+def test_watch_names_first_zero_stuck_and_nonfinite_steps():
+  optax = pytest.importorskip("optax")
+  from jupyter_vjpviz.deliver.watch import watch
+  opt = optax.sgd(0.1)
+
+  @jax.jit
+  def step(params, state, t):
+    def loss(p):
+      alive = jnp.where(t < 3, (p["gate"] ** 2).sum(), 0.0)   # gate stops mattering at 3
+      blowup = (p["w"] * jnp.where(t == 5, jnp.nan, 0.0)).sum()   # a NaN gradient at step 5
+      return alive + (p["w"] ** 2).sum() + blowup
+    value, g = jax.value_and_grad(loss)(params)
+    updates, state = opt.update(g, state)
+    return optax.apply_updates(params, updates), state, value
+  params = {"gate": jnp.ones(3), "w": jnp.ones(2)}
+  state = opt.init(params)
+  w = watch(step)
+  for t in range(6):
+    params, state, _ = w(params, state, jnp.int32(t))
+  assert w.paths == ["['gate']", "['w']"] and w.norms.shape == (6, 2)
+  events = {e.path: e for e in w.events()}
+  assert (events["['gate']"].first_zero, events["['gate']"].stayed_zero) == (3, 3)
+  assert events["['gate']"].first_nonfinite is None
+  assert events["['w']"].first_nonfinite == 5 and events["['w']"].first_zero is None
+  assert "zero first at step 3" in str(w)
+  assert json.loads(json.dumps(w.to_dict()))["events"]
+
+
+def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
+  eqx, optax = pytest.importorskip("equinox"), pytest.importorskip("optax")
+  from flax import nnx
+  from jupyter_vjpviz.deliver.watch import watch
+  model = eqx.nn.MLP(3, 1, 8, 1, key=jax.random.PRNGKey(0))
+  opt = optax.adam(1e-2)
+  state = opt.init(eqx.filter(model, eqx.is_array))
+  x, y = jnp.ones((4, 3)), jnp.zeros((4, 1))
+
+  @eqx.filter_jit
+  def step(model, state):
+    loss, g = eqx.filter_value_and_grad(lambda m: ((jax.vmap(m)(x) - y) ** 2).mean())(model)
+    updates, state = opt.update(g, state, model)
+    return eqx.apply_updates(model, updates), state, loss
+  plain = step(model, state)
+  w = watch(step)
+  got = w(model, state)
+  assert float(got[2]) == pytest.approx(float(plain[2]))
+  assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(plain)
+  assert w.paths[:2] == [".layers[0].weight", ".layers[0].bias"]
+
+  class Net(nnx.Module):
+    def __init__(self, rngs):
+      self.dense = nnx.Linear(3, 1, rngs=rngs)
+
+    def __call__(self, x):
+      return self.dense(x)
+  graphdef, params = nnx.split(Net(nnx.Rngs(0)))
+
+  @jax.jit
+  def nnx_step(params):
+    loss, g = jax.value_and_grad(lambda p: (nnx.merge(graphdef, p)(x) ** 2).mean())(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), loss
+  w = watch(nnx_step)
+  w(params)
+  assert sorted(w.paths) == ["['dense']['bias'].value", "['dense']['kernel'].value"]

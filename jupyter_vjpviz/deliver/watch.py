@@ -1,0 +1,190 @@
+"""``vv.watch(step)``: each parameter leaf's gradient norm per training step, cheaply.
+
+The step is traced again with ``jax.grad``/``jax.value_and_grad`` (which equinox's
+``filter_value_and_grad`` and flax's ``nnx.value_and_grad`` call) seen through: the
+first gradient it takes is reduced inside the same jitted computation to one small
+float32[leaves, 3] array (squared norm, all zero, any NaN/Inf), returned beside the
+step's own outputs and copied to the host asynchronously: no other transfer, no second
+computation. Reading ``steps`` (or printing) is what waits for them.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import html
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..render.html import STYLE
+
+STAYED = 3    # a leaf zero this many steps running is named as stuck
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafEvents:
+  """The first step (0-based) at which a leaf's gradient did each thing, None if never."""
+  path: str
+  first_zero: int | None
+  stayed_zero: int | None      # the first step of its first run of ``STAYED`` zero steps
+  first_nonfinite: int | None
+
+
+class Watched:
+  """A jitted training step that records its gradient's health per call."""
+
+  def __init__(self, step, stayed: int = STAYED):
+    self.__wrapped__, self.stayed = step, stayed
+    self._fun = getattr(step, "__wrapped__", None) or getattr(step, "fn", None) or step
+    self.paths: list[str] = []
+    self._pending: list = []
+    self._rows: list[np.ndarray] = []
+    self._compiled: dict = {}
+
+  def __call__(self, *args, **kwargs):
+    """The step, compiled once per structure and non-array leaves (as eqx.filter_jit:
+    a model's functions are static), its outputs' non-array leaves returned as traced."""
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    dynamic = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
+    key = (tree, tuple(x for x, d in zip(leaves, dynamic) if not d), tuple(dynamic))
+    if key not in self._compiled:
+      self._compiled[key] = self._instrumented(leaves, tree, dynamic)
+    compiled, out_static = self._compiled[key]
+    arrays, health = compiled([x for x, d in zip(leaves, dynamic) if d])
+    health.copy_to_host_async()
+    self._pending.append(health)
+    return _merged(out_static, arrays)
+
+  def _instrumented(self, leaves, tree, dynamic):
+    out_static: list = []
+
+    def run(arrays):
+      it = iter(arrays)
+      args, kwargs = jax.tree_util.tree_unflatten(
+          tree, [next(it) if d else x for x, d in zip(leaves, dynamic)])
+      box: list = []
+      with _seen_through(box):
+        out = self._fun(*args, **kwargs)
+      if not box:
+        raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
+                         "eqx.filter_value_and_grad, nnx.value_and_grad)")
+      flat = [(kp, g) for kp, g in jax.tree_util.tree_flatten_with_path(box[0])[0]
+              if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
+      self.paths = [jax.tree_util.keystr(kp) for kp, _ in flat]
+      out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+      is_array = [isinstance(x, jax.Array) for x in out_leaves]
+      out_static[:] = [out_tree, [None if a else x for x, a in zip(out_leaves, is_array)]]
+      return ([x for x, a in zip(out_leaves, is_array) if a],
+              jnp.stack([_health(g) for _, g in flat]))
+    return jax.jit(run), out_static
+
+  @property
+  def steps(self) -> np.ndarray:
+    """float32[steps, leaves, 3]: squared gradient norm, all zero (1/0), any NaN/Inf (1/0)."""
+    self._rows += [np.asarray(h) for h in self._pending]
+    self._pending.clear()
+    return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths), 3), np.float32)
+
+  @property
+  def norms(self) -> np.ndarray:
+    return np.sqrt(self.steps[..., 0])
+
+  def events(self) -> list[LeafEvents]:
+    """Per leaf with anything to say: the first zero, stuck and non-finite steps."""
+    s = self.steps
+    found = []
+    for k, path in enumerate(self.paths):
+      zero, bad = s[:, k, 1] > 0, s[:, k, 2] > 0
+      e = LeafEvents(path, _first(zero), _first_run(zero, self.stayed), _first(bad))
+      if e.first_zero is not None or e.first_nonfinite is not None:
+        found.append(e)
+    return found
+
+  def to_dict(self) -> dict:
+    return {"paths": self.paths, "norms": self.norms.tolist(),
+            "events": [dataclasses.asdict(e) for e in self.events()]}
+
+  def __str__(self) -> str:
+    n = len(self._rows) + len(self._pending)
+    lines = [f"vjpviz watch: {n} step(s), {len(self.paths)} gradient leaves"]
+    for e in self.events():
+      what = [f"zero first at step {e.first_zero}" if e.first_zero is not None else "",
+              f"zero {self.stayed} steps running from step {e.stayed_zero}"
+              if e.stayed_zero is not None else "",
+              f"non-finite first at step {e.first_nonfinite} (vv.nans on that step's call)"
+              if e.first_nonfinite is not None else ""]
+      lines.append(f"  {e.path}: " + "; ".join(w for w in what if w))
+    if len(lines) == 1 and n:
+      last = self.norms[-1]
+      lines.append(f"  every leaf's gradient finite and non-zero; ‖g‖ last step "
+                   f"{float(last.min()):.3g} .. {float(last.max()):.3g}")
+    return "\n".join(lines)
+
+  def _repr_html_(self) -> str:
+    return (f'<div class="vjpviz"><style>{STYLE}</style><pre>{html.escape(str(self))}</pre>'
+            "</div>")
+
+
+def watch(step, *, stayed: int = STAYED) -> Watched:
+  """``step`` (a train step that takes one gradient, jitted or not) with its gradient's
+  health recorded per call: ``.norms`` [steps, leaves], ``.events()``, ``.paths``; its
+  non-array arguments are static, as under ``eqx.filter_jit``."""
+  return Watched(step, stayed)
+
+
+def _merged(out_static: list, arrays: list):
+  tree, leaves = out_static
+  it = iter(arrays)
+  return jax.tree_util.tree_unflatten(tree, [next(it) if x is None else x for x in leaves])
+
+
+def _health(g) -> jax.Array:
+  g32 = g.astype(jnp.float32)
+  return jnp.stack([jnp.sum(jnp.where(jnp.isfinite(g32), g32, 0) ** 2),
+                    jnp.all(g32 == 0).astype(jnp.float32),
+                    (~jnp.all(jnp.isfinite(g32))).astype(jnp.float32)])
+
+
+def _first(flags: np.ndarray) -> int | None:
+  hit = np.flatnonzero(flags)
+  return int(hit[0]) if hit.size else None
+
+
+def _first_run(flags: np.ndarray, n: int) -> int | None:
+  run = 0
+  for t, f in enumerate(flags):
+    run = run + 1 if f else 0
+    if run == n:
+      return t - n + 1
+  return None
+
+
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _seen_through(box: list):
+  """``jax.grad`` and ``jax.value_and_grad`` meanwhile put the first gradient they return
+  into ``box`` (the step's trace is the only caller: held under a lock)."""
+  grad, value_and_grad = jax.grad, jax.value_and_grad
+
+  def seeing(transform, grads_of):
+    def wrapped(fun, *a, **k):
+      inner = transform(fun, *a, **k)
+
+      def call(*args, **kwargs):
+        res = inner(*args, **kwargs)
+        if not box:
+          box.append(grads_of(res, k.get("has_aux", False)))
+        return res
+      return call
+    return wrapped
+  with _lock:
+    jax.grad = seeing(grad, lambda res, aux: res[0] if aux else res)
+    jax.value_and_grad = seeing(value_and_grad, lambda res, aux: res[1])
+    try:
+      yield
+    finally:
+      jax.grad, jax.value_and_grad = grad, value_and_grad
