@@ -15,9 +15,18 @@ from .html import STYLE
 from .views import default_view
 
 
+def headline(r) -> str:
+  """``vjpviz grads of loss: 2 leaves with no gradient, 1 block vanishing``, or healthy."""
+  flags = [layer.flag for layer in r.layers if layer.flag]
+  parts = [f"{n} {what}" for n, what in (
+      (len(r.zero), "leaf with no gradient" if len(r.zero) == 1 else "leaves with no gradient"),
+      (sum(p.alarm for p in r.partly_zero), "leaf with dead units"),
+      *((flags.count(f), f"block(s) {f}") for f in ("vanishing", "exploding"))) if n]
+  return f"vjpviz grads of {r.function}: {', '.join(parts) or 'healthy'}"
+
+
 def text(r) -> str:
-  lines = [f"vjpviz grads of {r.function}: "
-           + ("healthy" if r.healthy else f"{len(r.zero)} leaf(s) with no gradient")]
+  lines = [headline(r)]
   for z in r.zero:
     at = f" at {z.op}" if z.op else ""
     lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({z.source})" if z.source else ""))
@@ -43,10 +52,8 @@ def html_fragment(r) -> str:
   parts = "".join(
       f"<tr><td><code>{html.escape(p.path)}</code></td><td>{p.fraction:.0%} of "
       f"{html.escape(p.units)}</td><td>{html.escape(p.reason)}</td></tr>" for p in r.partly_zero)
-  head = "healthy" if r.healthy else f"{len(r.zero)} leaf(s) with no gradient"
   cut = next((z.node for z in r.zero if z.node), None)
-  return (f'<div class="vjpviz"><style>{STYLE}</style><h2>vjpviz grads of '
-          f"{html.escape(r.function)}: {html.escape(head)}</h2>"
+  return (f'<div class="vjpviz"><style>{STYLE}</style><h2>{html.escape(headline(r))}</h2>'
           + (f"<table><tr><td>leaf</td><td>reason</td><td>cut at</td><td>line</td></tr>"
              f"{rows}</table>" if rows else "")
           + (f"<table>{parts}</table>" if parts else "")
