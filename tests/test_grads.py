@@ -233,3 +233,14 @@ def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
   w = watch(nnx_step)
   w(params)
   assert sorted(w.paths) == ["['dense']['bias'].value", "['dense']['kernel'].value"]
+
+
+def test_watch_keeps_a_jitted_steps_static_arguments():
+  from jupyter_vjpviz.deliver.watch import watch
+
+  @functools.partial(jax.jit, static_argnums=1)
+  def step(w, power):
+    return w - 0.1 * jax.grad(lambda w: (w ** power).sum())(w)
+  w = watch(step)
+  out = w(jnp.ones(2), 3)
+  assert out.tolist() == pytest.approx([0.7, 0.7]) and w.norms[0, 0] == pytest.approx(18 ** 0.5)

@@ -42,42 +42,60 @@ class Watched:
     self._pending: list = []
     self._rows: list[np.ndarray] = []
     self._compiled: dict = {}
+    # A jax.jit step: jitted again with its own static and donated arguments, called
+    # through jit's C++ dispatch (nothing flattened here); anything else as eqx.filter_jit.
+    info = getattr(step, "_jit_info", None)
+    self._direct = None if info is None else jax.jit(
+        self._traced, static_argnums=getattr(info, "static_argnums", ()),
+        static_argnames=getattr(info, "static_argnames", ()),
+        donate_argnums=getattr(info, "donate_argnums", ()))
 
   def __call__(self, *args, **kwargs):
-    """The step, compiled once per structure and non-array leaves (as eqx.filter_jit:
-    a model's functions are static), its outputs' non-array leaves returned as traced."""
+    if self._direct is not None:
+      out, health = self._direct(*args, **kwargs)
+    else:
+      out, health = self._filtered(args, kwargs)
+    health.copy_to_host_async()
+    self._pending.append(health)
+    return out
+
+  def _traced(self, *args, **kwargs):
+    """The step's outputs and its first gradient's health, float32[leaves, 3]."""
+    box: list = []
+    with _seen_through(box):
+      out = self._fun(*args, **kwargs)
+    if not box:
+      raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
+                       "eqx.filter_value_and_grad, nnx.value_and_grad)")
+    flat = [(kp, g) for kp, g in jax.tree_util.tree_flatten_with_path(box[0])[0]
+            if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
+    self.paths = [jax.tree_util.keystr(kp) for kp, _ in flat]
+    return out, jnp.stack([_health(g) for _, g in flat])
+
+  def _filtered(self, args, kwargs):
+    """The step compiled once per structure and non-array leaves (as eqx.filter_jit: a
+    model's functions are static), its outputs' non-array leaves returned as traced."""
     leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
     dynamic = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
     key = (tree, tuple(x for x, d in zip(leaves, dynamic) if not d), tuple(dynamic))
     if key not in self._compiled:
-      self._compiled[key] = self._instrumented(leaves, tree, dynamic)
+      self._compiled[key] = self._split(leaves, tree, dynamic)
     compiled, out_static = self._compiled[key]
     arrays, health = compiled([x for x, d in zip(leaves, dynamic) if d])
-    health.copy_to_host_async()
-    self._pending.append(health)
-    return _merged(out_static, arrays)
+    return _merged(out_static, arrays), health
 
-  def _instrumented(self, leaves, tree, dynamic):
+  def _split(self, leaves, tree, dynamic):
     out_static: list = []
 
     def run(arrays):
       it = iter(arrays)
       args, kwargs = jax.tree_util.tree_unflatten(
           tree, [next(it) if d else x for x, d in zip(leaves, dynamic)])
-      box: list = []
-      with _seen_through(box):
-        out = self._fun(*args, **kwargs)
-      if not box:
-        raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
-                         "eqx.filter_value_and_grad, nnx.value_and_grad)")
-      flat = [(kp, g) for kp, g in jax.tree_util.tree_flatten_with_path(box[0])[0]
-              if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
-      self.paths = [jax.tree_util.keystr(kp) for kp, _ in flat]
+      out, health = self._traced(*args, **kwargs)
       out_leaves, out_tree = jax.tree_util.tree_flatten(out)
       is_array = [isinstance(x, jax.Array) for x in out_leaves]
       out_static[:] = [out_tree, [None if a else x for x, a in zip(out_leaves, is_array)]]
-      return ([x for x, a in zip(out_leaves, is_array) if a],
-              jnp.stack([_health(g) for _, g in flat]))
+      return [x for x, a in zip(out_leaves, is_array) if a], health
     return jax.jit(run), out_static
 
   @property
