@@ -6,7 +6,7 @@ final count. Part 2 times three training loops (optax with equinox, flax linen, 
 nnx) wrapped by ``vv.watch`` against the same step unwrapped, interleaved in one
 process: the median of per-round ratios (target <= 1.05).
 
-    PYTHONPATH=$PWD python benchmarks/grad_health.py [--corpus | --watch]
+    PYTHONPATH=$PWD python benchmarks/grad_health.py [--corpus | --watch [WIDTH ...]]
 """
 from __future__ import annotations
 
@@ -176,10 +176,10 @@ def corpus() -> None:
 # ------------------------------------------------------------------ watch overhead
 
 
-def _equinox_loop():
+def _equinox_loop(width: int):
   import equinox as eqx
   import optax
-  model = eqx.nn.MLP(64, 8, 256, 3, key=KEY)
+  model = eqx.nn.MLP(64, 8, width, 3, key=KEY)
   opt = optax.adam(1e-3)
   state = opt.init(eqx.filter(model, eqx.is_array))
   x, y = jax.random.normal(KEY, (256, 64)), jnp.zeros((256, 8))
@@ -192,7 +192,7 @@ def _equinox_loop():
   return step, (model, state)
 
 
-def _linen_loop():
+def _linen_loop(width: int):
   import flax.linen as nn
   import optax
 
@@ -200,7 +200,7 @@ def _linen_loop():
     @nn.compact
     def __call__(self, x):
       for _ in range(3):
-        x = nn.relu(nn.Dense(256)(x))
+        x = nn.relu(nn.Dense(width)(x))
       return nn.Dense(8)(x)
   net, opt = MLP(), optax.adam(1e-3)
   x, y = jax.random.normal(KEY, (256, 64)), jnp.zeros((256, 8))
@@ -215,15 +215,15 @@ def _linen_loop():
   return step, (params, state)
 
 
-def _nnx_loop():
+def _nnx_loop(width: int):
   import optax
   from flax import nnx
 
   class MLP(nnx.Module):
     def __init__(self, rngs):
-      self.layers = nnx.List([nnx.Linear(64 if i == 0 else 256, 256, rngs=rngs)
+      self.layers = nnx.List([nnx.Linear(64 if i == 0 else width, width, rngs=rngs)
                               for i in range(3)])
-      self.out = nnx.Linear(256, 8, rngs=rngs)
+      self.out = nnx.Linear(width, 8, rngs=rngs)
 
     def __call__(self, x):
       for layer in self.layers:
@@ -250,10 +250,11 @@ def _time(step, carry, n: int) -> float:
   return (time.perf_counter() - t0) / n
 
 
-def watch_overhead(rounds: int = 7, n: int = 30) -> None:
-  print(f"{'loop':<10} {'step ms':>8} {'watched ms':>11} {'ratio':>6}")
+def watch_overhead(width: int, rounds: int = 7, n: int = 30) -> None:
+  """Three 3-hidden-layer MLPs of ``width`` on a batch of 256, adam."""
+  print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'watched ms':>11} {'ratio':>6}")
   for name, make in (("equinox", _equinox_loop), ("linen", _linen_loop), ("nnx", _nnx_loop)):
-    step, carry = make()
+    step, carry = make(width)
     watched = watch(step)
     _time(step, carry, 2), _time(watched, carry, 2)    # compile both outside the timing
     plain, wrapped = [], []
@@ -262,7 +263,7 @@ def watch_overhead(rounds: int = 7, n: int = 30) -> None:
       wrapped.append(_time(watched, carry, n))
       watched.steps   # what a user reading the record pays, once per round
     ratio = statistics.median(b / a for a, b in zip(plain, wrapped))
-    print(f"{name:<10} {statistics.median(plain) * 1e3:8.2f} "
+    print(f"{name:<10} {width:>6} {statistics.median(plain) * 1e3:8.2f} "
           f"{statistics.median(wrapped) * 1e3:11.2f} {ratio:6.3f}")
 
 
@@ -271,4 +272,5 @@ if __name__ == "__main__":
   if "--corpus" in which:
     corpus()
   if "--watch" in which:
-    watch_overhead()
+    for width in [int(w) for w in which if w.isdigit()] or [256]:
+      watch_overhead(width)

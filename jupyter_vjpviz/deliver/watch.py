@@ -3,7 +3,7 @@
 The step is traced again with ``jax.grad``/``jax.value_and_grad`` (which equinox's
 ``filter_value_and_grad`` and flax's ``nnx.value_and_grad`` call) seen through: the
 first gradient it takes is reduced inside the same jitted computation to one small
-float32[leaves, 3] array (squared norm, all zero, any NaN/Inf), returned beside the
+float32[leaves] array (each leaf's squared norm: zero, finite or not), returned beside the
 step's own outputs and copied to the host asynchronously: no other transfer, no second
 computation. Reading ``steps`` (or printing) is what waits for them.
 """
@@ -60,7 +60,7 @@ class Watched:
     return out
 
   def _traced(self, *args, **kwargs):
-    """The step's outputs and its first gradient's health, float32[leaves, 3]."""
+    """The step's outputs and its first gradient's squared norm per leaf."""
     box: list = []
     with _seen_through(box):
       out = self._fun(*args, **kwargs)
@@ -70,7 +70,7 @@ class Watched:
     flat = [(kp, g) for kp, g in jax.tree_util.tree_flatten_with_path(box[0])[0]
             if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
     self.paths = [jax.tree_util.keystr(kp) for kp, _ in flat]
-    return out, jnp.stack([_health(g) for _, g in flat])
+    return out, jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
 
   def _filtered(self, args, kwargs):
     """The step compiled once per structure and non-array leaves (as eqx.filter_jit: a
@@ -100,21 +100,21 @@ class Watched:
 
   @property
   def steps(self) -> np.ndarray:
-    """float32[steps, leaves, 3]: squared gradient norm, all zero (1/0), any NaN/Inf (1/0)."""
+    """float32[steps, leaves]: each leaf's squared gradient norm per step."""
     self._rows += [np.asarray(h) for h in self._pending]
     self._pending.clear()
-    return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths), 3), np.float32)
+    return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths)), np.float32)
 
   @property
   def norms(self) -> np.ndarray:
-    return np.sqrt(self.steps[..., 0])
+    return np.sqrt(self.steps)
 
   def events(self) -> list[LeafEvents]:
     """Per leaf with anything to say: the first zero, stuck and non-finite steps."""
     s = self.steps
     found = []
     for k, path in enumerate(self.paths):
-      zero, bad = s[:, k, 1] > 0, s[:, k, 2] > 0
+      zero, bad = s[:, k] == 0, ~np.isfinite(s[:, k])
       e = LeafEvents(path, _first(zero), _first_run(zero, self.stayed), _first(bad))
       if e.first_zero is not None or e.first_nonfinite is not None:
         found.append(e)
@@ -159,10 +159,10 @@ def _merged(out_static: list, arrays: list):
 
 
 def _health(g) -> jax.Array:
+  """One reduction per leaf, its squared norm: zero only if every element is (or all are
+  below 1e-19 in magnitude), NaN or Inf if any is (or the sum overflows float32)."""
   g32 = g.astype(jnp.float32)
-  return jnp.stack([jnp.sum(jnp.where(jnp.isfinite(g32), g32, 0) ** 2),
-                    jnp.all(g32 == 0).astype(jnp.float32),
-                    (~jnp.all(jnp.isfinite(g32))).astype(jnp.float32)])
+  return jnp.sum(g32 * g32)
 
 
 def _first(flags: np.ndarray) -> int | None:
