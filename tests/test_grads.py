@@ -244,3 +244,7 @@ def test_watch_keeps_a_jitted_steps_static_arguments():
   w = watch(step)
   out = w(jnp.ones(2), 3)
   assert out.tolist() == pytest.approx([0.7, 0.7]) and w.norms[0, 0] == pytest.approx(18 ** 0.5)
+  for _ in range(40):    # past one batch of steps sent to the host together, in order
+    out = w(out, 2)
+  norms = w.norms[:, 0]
+  assert norms.shape == (41,) and all(a > b for a, b in zip(norms[1:], norms[2:]))

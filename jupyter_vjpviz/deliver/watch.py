@@ -4,8 +4,9 @@ The step is traced again with ``jax.grad``/``jax.value_and_grad`` (which equinox
 ``filter_value_and_grad`` and flax's ``nnx.value_and_grad`` call) seen through: the
 first gradient it takes is reduced inside the same jitted computation to one small
 float32[leaves] array (each leaf's squared norm: zero, finite or not), returned beside the
-step's own outputs and copied to the host asynchronously: no other transfer, no second
-computation. Reading ``steps`` (or printing) is what waits for them.
+step's own outputs; every ``BATCH`` steps' are stacked and copied to the host
+asynchronously (per-step copies cost a dispatch-bound step ~0.1 ms each): no other
+transfer, no second computation. Reading ``steps`` (or printing) waits for the rest.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 from ..render.html import STYLE
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
+BATCH = 32    # steps whose arrays are stacked and sent to the host at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +41,8 @@ class Watched:
     self.__wrapped__, self.stayed = step, stayed
     self._fun = getattr(step, "__wrapped__", None) or getattr(step, "fn", None) or step
     self.paths: list[str] = []
-    self._pending: list = []
+    self._pending: list = []     # the last steps' arrays, still on the device
+    self._batches: list = []     # BATCH steps' stacked, on their way to the host
     self._rows: list[np.ndarray] = []
     self._compiled: dict = {}
     # A jax.jit step: jitted again with its own static and donated arguments, called
@@ -55,8 +58,11 @@ class Watched:
       out, health = self._direct(*args, **kwargs)
     else:
       out, health = self._filtered(args, kwargs)
-    health.copy_to_host_async()
     self._pending.append(health)
+    if len(self._pending) == BATCH:   # one dispatch and one async copy per BATCH steps
+      self._batches.append(jnp.stack(self._pending[-BATCH:]))
+      self._batches[-1].copy_to_host_async()
+      del self._pending[-BATCH:]
     return out
 
   def _traced(self, *args, **kwargs):
@@ -101,8 +107,10 @@ class Watched:
   @property
   def steps(self) -> np.ndarray:
     """float32[steps, leaves]: each leaf's squared gradient norm per step."""
-    self._rows += [np.asarray(h) for h in self._pending]
+    self._rows += [*(row for b in self._batches for row in np.asarray(b)),
+                   *(np.asarray(h) for h in self._pending)]
     self._pending.clear()
+    self._batches.clear()
     return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths)), np.float32)
 
   @property
@@ -125,7 +133,7 @@ class Watched:
             "events": [dataclasses.asdict(e) for e in self.events()]}
 
   def __str__(self) -> str:
-    n = len(self._rows) + len(self._pending)
+    n = len(self.steps)
     lines = [f"vjpviz watch: {n} step(s), {len(self.paths)} gradient leaves"]
     for e in self.events():
       what = [f"zero first at step {e.first_zero}" if e.first_zero is not None else "",
