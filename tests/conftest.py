@@ -9,6 +9,8 @@ import pytest  # noqa: E402
 import jupyter_vjpviz as vv  # noqa: E402
 import jax_features  # noqa: E402
 
+jax_features.baseline_on()   # VJPVIZ_JAX_FLAGS: the upgrade flags on before any test module loads
+
 pytest_plugins = ["kernel_helpers"]   # its fixture ``panel``: a real kernel, played as the panel
 
 
@@ -31,6 +33,10 @@ def path(request, hook):
       pytest.skip(jax_features.why_not(jax_features.HIJAX_PATH))
     jax.config.update("jax_custom_vjp3", True)
   return request.param
+
+
+def pytest_report_header(config):
+  return f"jax {jax.__version__}, upgrade flags on: {', '.join(jax_features.BASELINE) or 'none'}"
 
 
 def pytest_configure(config):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 
 import jax
@@ -150,10 +151,39 @@ def require(feature: str) -> None:
     pytest.skip(why_not(feature), allow_module_level=True)
 
 
+UPGRADE_FLAGS = ("jax_custom_jvp3", "jax_custom_vjp3", "jax_remat3",
+                 "jax_remat_barrier_no_cotangents", "jax_scan3")
+"""JAX's AD upgrade flags (``upgrade=True``: the behaviour it means to make the default)."""
+ALL_BUT_SCAN3 = UPGRADE_FLAGS[:-1]
+"""``all`` turns these on: JAX 0.12 itself cannot differentiate a scan over a custom_vjp
+under ``jax_scan3``, so that one runs by name only (and in test_upgrade_flags)."""
+
+
+def upgrade_flags(spec: str) -> tuple[str, ...]:
+  """The upgrade flags ``spec`` names that this JAX has: ``all``, ``none`` or ``a,b``."""
+  spec = spec.strip()
+  names = ALL_BUT_SCAN3 if spec == "all" else () if spec in ("", "none") else tuple(
+      n.strip() for n in spec.split(","))
+  unknown = [n for n in names if n not in UPGRADE_FLAGS]
+  if unknown:
+    raise ValueError(f"VJPVIZ_JAX_FLAGS: not an upgrade flag: {', '.join(unknown)}")
+  return tuple(n for n in names if n in jax.config.values)
+
+
+BASELINE = upgrade_flags(os.environ.get("VJPVIZ_JAX_FLAGS", "none"))
+"""The flags every test starts with (``VJPVIZ_JAX_FLAGS``; conftest sets them on import)."""
+
+
+def baseline_on() -> None:
+  for name in BASELINE:
+    jax.config.update(name, True)
+
+
 def flags_off() -> None:
-  """JAX's defaults for the flags tests turn on, where this JAX has them."""
+  """The flags tests turn on back to this run's baseline: JAX's defaults, or the upgrade
+  flags ``VJPVIZ_JAX_FLAGS`` turned on."""
   for name in (HIJAX_PATH, "jax_disable_bwd_checks"):
-    set_flag(name, False)
+    set_flag(name, name in BASELINE)
 
 
 def set_flag(name: str, on: bool) -> None:

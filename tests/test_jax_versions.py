@@ -78,10 +78,11 @@ class _flag:
     self.name = name
 
   def __enter__(self):
+    self.was = getattr(jax.config, self.name)
     jax.config.update(self.name, True)
 
   def __exit__(self, *exc):
-    jax.config.update(self.name, False)
+    jax.config.update(self.name, self.was)
 
 
 has_refs = lambda: hasattr(jax, "new_ref") and hasattr(getattr(jax, "ad", None), "GradValue")

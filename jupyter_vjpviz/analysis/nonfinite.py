@@ -41,7 +41,7 @@ from ..capture import frames
 from . import repeated_blocks
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
-from .program import _body_prefix, _eqn_id, sub_jaxprs
+from .program import _body_prefix, _eqn_id, rule_call, sub_jaxprs
 
 @dataclasses.dataclass(frozen=True)
 class Flow:
@@ -378,7 +378,7 @@ class _Search:
                         ins[1:], active[1:], cts, c.where, c.source)[0]
     if name == "scan":
       return self.iteration(c, subs[0], ins, active, cts)
-    if name in ("custom_vjp_call", "custom_jvp_call"):
+    if rule_call(c.eqn):
       c.inner = _inside_rule(c.eqn, ins, active, cts)
     if name == "shard_map":
       return self.sharded(c, subs[0], ins, active, cts)

@@ -23,7 +23,7 @@ from jax._src import core
 from jax._src.interpreters import partial_eval as pe
 
 from .partial_vjp import vjp_wrt
-from .program import scan_groups, sub_jaxprs
+from .program import rule_call, scan_groups, sub_jaxprs
 
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat",
                    "remat2"})
@@ -78,7 +78,7 @@ def patched(eqn, ins, patch: Patch, producer) -> list:
   if not rest.path:
     return list(patch.fn(eqn, ins, producer))
   name, subs = eqn.primitive.name, list(sub_jaxprs(eqn))
-  if name in CALLS or name in ("custom_vjp_call", "custom_jvp_call"):
+  if name in CALLS or rule_call(eqn):
     return evaluate(subs[0], ins, rest)     # inlined: the same values, differentiated by JAX
   if name == "scan":
     return _scan(eqn, subs[0], ins, rest)

@@ -13,7 +13,7 @@ from jax._src import core
 
 from .nonfinite import Culprit, Flow, Summary
 from .nonfinite_eval import CALLS
-from .program import sub_jaxprs
+from .program import rule_call, sub_jaxprs
 
 _AT_ZERO = {"sqrt": "its derivative 1/(2·sqrt(x)) is infinite there",
             "rsqrt": "its derivative -1/(2·x^1.5) is infinite there",
@@ -30,7 +30,7 @@ def explain(c: Culprit) -> str:
     at = f" at {where}" if where else ""
     return f"its bwd rule's `{prim}`{at} {_values(prim, operands, c.ct_out)}" + (
         f" {loop}" if loop else "")
-  if c.eqn.primitive.name in ("custom_vjp_call", "custom_jvp_call"):
+  if rule_call(c.eqn):
     return f"its custom rule turned a finite cotangent into {c.ct_out.bad()}"
   if c.origin is not None:
     o, bad = c.origin, next(s for s in c.operands if s is not None and not s.finite)
@@ -73,7 +73,7 @@ def _made_at(o: Culprit) -> str:
 def overflowed(c: Culprit) -> bool:
   """Finite cotangents in, only Infs out, at operands where the derivative is finite: the
   magnitudes overflowed (an exploding gradient), nothing was undefined."""
-  return (c.inner is None and c.eqn.primitive.name not in ("custom_vjp_call", "custom_jvp_call")
+  return (c.inner is None and not rule_call(c.eqn)
           and c.ct_in.finite and bool(c.ct_out.inf) and not c.ct_out.nan
           and not _singular(c.eqn.primitive.name, c.operands))
 

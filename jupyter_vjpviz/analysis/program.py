@@ -33,6 +33,14 @@ from . import user_scopes
 from .graph import Edge, Graph, Node
 
 CUSTOM_PRIMITIVES = ("custom_vjp_call", "call_hi_primitive")
+RULE_CALLS = ("custom_vjp_call", "custom_jvp_call")
+
+
+def rule_call(eqn) -> bool:
+  """Whether ``eqn`` applies a custom_vjp or custom_jvp: JAX's classic primitive, or the
+  hijax primitive each is under ``jax_custom_vjp3``/``jax_custom_jvp3``."""
+  return eqn.primitive.name in RULE_CALLS or (
+      "_prim" in eqn.params and hijax_rules.jax_rule(eqn.params["_prim"]) is not None)
 # The walk makes an equation's Node fields but its last two, frames and scope (see framed).
 _NAME_STACK, _CALL_SITE, _N_EQNS = (Node._fields.index(f) for f in ("name_stack", "call_site",
                                                                     "n_eqns"))
@@ -616,9 +624,10 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
   prim = hijax_rules.unwrapped(params.get("_prim"))
   if prim is None:
     return None, None
-  traced = getattr(prim, "traced", None)
-  if traced is not None:  # hijax custom_vjp3
-    return traced.fun_name, getattr(prim.bwd, "__name__", None)
+  kind = hijax_rules.jax_rule(prim)
+  if kind is not None:  # hijax custom_vjp3 / custom_jvp3
+    rule = prim.jvp_rule if kind == "custom_jvp" else prim.bwd
+    return prim.traced.fun_name, getattr(rule, "__name__", None)
   return type(prim).__name__, f"{type(prim).__name__}.{hijax_rules.rule_method(type(prim))}"
 
 

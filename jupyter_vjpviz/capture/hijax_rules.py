@@ -34,6 +34,16 @@ def unwrapped(prim):
   return prim
 
 
+def jax_rule(prim) -> str | None:
+  """"custom_vjp" or "custom_jvp" for the primitive JAX makes of one under
+  ``jax_custom_vjp3``/``jax_custom_jvp3`` (``CustomVJPTraced``/``CustomJVPTraced``: its
+  function is ``.traced``); None for a user's primitive or none."""
+  prim = unwrapped(prim)
+  if not type(prim).__module__.startswith("jax._src.") or getattr(prim, "traced", None) is None:
+    return None
+  return "custom_jvp" if hasattr(prim, "jvp_rule") else "custom_vjp"
+
+
 def rule_method(cls) -> str:
   """The method that is the user's bwd rule: ``vjp_bwd`` if they wrote one, else
   ``vjp_bwd_retval`` (which JAX's default ``vjp_bwd`` calls)."""

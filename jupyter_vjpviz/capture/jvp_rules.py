@@ -4,10 +4,14 @@ JAX checks them in ``_flatten_jvp`` and raises with a message naming neither the
 rule nor the output. The hook hands the user's rule to that check behind one more
 ``linear_util`` transformation that looks at what the rule returned, records each
 tangent whose type is not its primal's tangent type, and returns it unchanged, so
-JAX raises exactly what it would have.
+JAX raises exactly what it would have. Under ``jax_custom_jvp3`` (JAX 0.11 on) a
+custom_jvp is applied by hijax's ``custom_jvp3.__call__``, which checks the rule
+elsewhere: there the rule it is handed is watched the same way, as a plain function.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 import weakref
 
@@ -15,6 +19,7 @@ import jax
 from jax._src import core
 from jax._src import custom_derivatives as cd
 from jax._src import linear_util as lu
+from jax._src.ad_util import Zero
 
 from . import leaf_paths, names, records
 from .leaf_paths import Leaf
@@ -25,6 +30,38 @@ from ..base import safety
 
 def install(patches: PatchSet) -> None:
   patches.apply(cd, "_flatten_jvp", _wrap_flatten_jvp)
+  if "jax_custom_jvp3" in jax.config.values:
+    from jax._src import hijax
+    patches.apply(getattr(hijax, "custom_jvp3", None), "__call__", _wrap_jvp3_call)
+
+
+def _wrap_jvp3_call(original):
+  """``custom_jvp3.__call__`` applying a copy of itself whose rule is watched (the user's
+  object keeps its own rule: a later ``defjvp`` replaces it as ever)."""
+  def __call__(self, *args, **kwargs):
+    rule = getattr(self, "jvp_fun", None)
+    if records.current_session() is not None and rule is not None:
+      self = safety.safely(_watched_copy, self, rule, default=self)
+    return original(self, *args, **kwargs)
+  return functools.update_wrapper(__call__, original)
+
+
+def _watched_copy(vjp3, rule):
+  view = copy.copy(vjp3)
+  primal = getattr(vjp3, "f", None)
+  name = names.function_name(primal)
+  source = names.function_source(primal)
+  jvp_name = names.function_name(rule)
+  rule_source = names.function_source(rule)
+
+  def watched(*args):
+    pair = rule(*args)
+    for rec in safety.safely(mismatches, pair, name, jvp_name, rule_source,
+                             lambda: primal, source, default=[]):
+      records.record(rec)
+    return pair
+  view.jvp_fun = functools.update_wrapper(watched, rule)
+  return view
 
 
 def _wrap_flatten_jvp(original):
@@ -62,7 +99,7 @@ def _watched(rule, primal_name, jvp_name, rule_source, primal, *args):
 
 
 def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
-               primal=None) -> list[Record]:
+               primal=None, source: str | None = None) -> list[Record]:
   """A record per tangent leaf whose type is not its primal output's tangent type."""
   if not isinstance(pair, (tuple, list)) or len(pair) != 2:
     return []  # JAX's own message says what a jvp rule must return
@@ -73,11 +110,11 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
   found = []
   for i, ((path, p), t) in enumerate(zip(primals, tangents)):
     want = core.typeof(p).strip_weak_type().to_tangent_aval()
-    got = (t.aval if isinstance(t, cd.SymbolicZero) else core.typeof(t)).strip_weak_type()
+    got = (t.aval if isinstance(t, (cd.SymbolicZero, Zero)) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
       found.append(Record(
           kind="jvp_tangent_type", severity=ERROR, function=primal_name,
-          source=names.function_source(primal()) if primal and primal() else None,
+          source=source or (names.function_source(primal()) if primal and primal() else None),
           path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
           rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
           leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),

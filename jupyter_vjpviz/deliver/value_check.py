@@ -319,8 +319,7 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
                      got=where, message=None, graph=graph, argument=name, cotangents=cotangents,
                      detail="no single equation made it non-finite: the forward pass may be "
                             "non-finite already, or finite cotangents overflowed as they added up")
-  function, rule = program.custom_names(c.eqn) if c.eqn.primitive.name in (
-      "custom_vjp_call", "custom_jvp_call") else (c.eqn.primitive.name, None)
+  function, rule = program.custom_names(c.eqn) if program.rule_call(c.eqn) else (c.eqn.primitive.name, None)
   inner = c.inner[1] if c.inner else None
   primal = names.function_of(c.eqn.params.get("call_jaxpr"))[1] if c.inner else None
   if c.inner and c.inner[4] and primal and frames.library_file(primal.rpartition(":")[0]):

@@ -29,6 +29,7 @@ from ..analysis.locate import source_line
 from ..analysis.nonfinite import Culprit, Localisation
 from ..analysis.nonfinite_eval import Patch, evaluate
 from ..analysis.nonfinite_explain import chosen_away, overflowed
+from ..analysis.program import rule_call
 from ..capture import names
 
 TINY = 1e-30     # clamp for log: above float32's smallest normal, far below any probability
@@ -98,7 +99,7 @@ def candidates(c: Culprit, p: Program) -> list[_Candidate]:
   name, line = c.eqn.primitive.name, _line(c.source)
   if overflowed(c):
     return [_rescale(p.function, p.argnums, k) for k in SCALES]
-  if name in ("custom_vjp_call", "custom_jvp_call"):
+  if rule_call(c.eqn):
     return [_autodiff(c)]
   if name in ("sqrt", "rsqrt"):
     norm = _made_by(c, "reduce_sum")
