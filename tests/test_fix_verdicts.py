@@ -5,6 +5,7 @@ benchmarks/fix_corpus. The judging budget is lifted (``untimed``) except where
 the budget itself is tested, so verdicts never depend on the machine's load.
 """
 import json
+import linecache
 import subprocess
 import sys
 from importlib import resources
@@ -191,7 +192,7 @@ def loss(x): return (ste(x) * x).sum()
 """)
   d = diagnosis(ns["loss"], X)
   assert d.fixes and all(f.verdict == "unverifiable" for f in d.fixes)
-  assert all("round" in f.note and "zero almost everywhere" in f.note for f in d.fixes)
+  assert all("round" in f.note and "zero at every draw" in f.note for f in d.fixes)
   assert not any("jax.vjp" in f.code for f in d.fixes)
   assert any("(g,)" in f.code for f in d.fixes)
 
@@ -341,13 +342,23 @@ def test_a_cast_of_a_clipped_gradient_says_it_keeps_the_rules_values():
 
 
 def test_a_surrogate_rule_is_judged_by_its_own_values():
-  ns = cell(CLIPPED)
+  ns = cell(CLIPPED.replace("return (jnp.clip(g, -1., 1.).astype(jnp.bfloat16),)",
+                            "return jnp.clip(g, -1., 1.)"))
   vv.surrogate(ns["clip_gradient"])
   d = diagnosis(ns["loss"], jnp.linspace(-1., 1., 3))
-  verified = [f.title for f in d.fixes if f.verdict == "verified"]
-  assert verified and all(t.startswith("Cast to") for t in verified), verified
+  assert d.fixes[0].title == "Wrap the cotangent in a tuple" and d.fixes[0].verdict == "verified"
   primal = next(f for f in d.fixes if "differentiating clip_gradient" in f.title)
   assert primal.verdict == "type-only" and "changes your surrogate's values" in primal.title
+
+
+def test_a_marked_surrogate_returning_low_precision_on_purpose_is_no_warning():
+  """jax#18931: quantisation code returns bfloat16 cotangents on purpose; JAX accepts them.
+  Unmarked, it is a silent_dtype warning; marked vjpviz.surrogate, the choice is the user's."""
+  x = jnp.linspace(-1., 1., 3)
+  assert [d.kind for d in vv.check(cell(CLIPPED)["loss"], x)] == ["silent_dtype"]
+  ns = cell(CLIPPED)
+  vv.surrogate(ns["clip_gradient"])
+  assert vv.check(ns["loss"], x) == []
 
 
 IN_LIBRARY_CALL = """
@@ -584,3 +595,85 @@ def test_a_cotangent_in_a_dict_literal_assigned_to_a_local_is_fixed_there():
   first = d.fixes[0]
   assert first.verdict == "verified" and '"b": g.sum(axis=0)}' in first.code, \
       [(f.title, f.verdict) for f in d.fixes]
+
+
+BATCH_NORM_SZ = """
+@jax.custom_vjp
+def bn(x, gamma):
+  mu, var = x.mean(0), x.var(0)
+  return (x - mu) / jnp.sqrt(var + 1e-5) * gamma, (mu, var)
+def bn_fwd(x, gamma):
+  x, gamma = x.value, gamma.value
+  mu, var = x.mean(0), x.var(0)
+  xhat = (x - mu) / jnp.sqrt(var + 1e-5)
+  return (xhat * gamma, (mu, var)), (xhat, var, gamma)
+def bn_bwd(res, cts):
+  xhat, var, gamma = res
+  dy, dstats = cts
+  dxhat = dy * gamma
+  dx = (dxhat - dxhat.mean(0) - xhat * (dxhat * xhat).mean(0)) / jnp.sqrt(var + 1e-5)
+  if isinstance(dstats[0], jax.custom_derivatives.SymbolicZero):
+    dgamma = jax.custom_derivatives.SymbolicZero(jax.core.ShapedArray(xhat.shape, xhat.dtype))
+  else:
+    dgamma = (dy * xhat).sum(0)
+  return dx, dgamma
+bn.defvjp(bn_fwd, bn_bwd, symbolic_zeros=True)
+def loss(x, gamma): return jnp.sin(bn(x, gamma)[0]).sum()   # the statistics get no cotangent
+"""
+
+
+def test_a_symbolic_zeros_rule_is_verified_with_the_failing_applications_symbolic_zeros():
+  """Before: all six fixes were verified and all wrong: the checker called the bwd with
+  ordinary arrays for every cotangent, so the failing branch (the statistics' cotangent a
+  symbolic zero) never ran, and vv.verify_fix passed the unchanged buggy rule."""
+  ns = cell(BATCH_NORM_SZ)
+  x, gamma = jnp.linspace(-1., 1., 12).reshape(4, 3) ** 3, jnp.linspace(.5, 1.5, 3)
+  d = diagnosis(ns["loss"], x, gamma)
+  assert d.kind == "bwd_type" and d.site.zero_cts == (False, True, True)
+  first = ns["bn_bwd"].__code__.co_firstlineno - 1
+  unchanged = "".join(linecache.getlines(ns["bn_bwd"].__code__.co_filename)[first:first + 10])
+  assert unchanged.startswith("def bn_bwd") and unchanged.rstrip().endswith("return dx, dgamma")
+  assert [p.kind for p in vv.verify_fix(d, unchanged)] == ["bwd_type"]
+  zero_of_gamma = unchanged.replace("ShapedArray(xhat.shape", "ShapedArray(gamma.shape")
+  assert [p.kind for p in vv.verify_fix(d, zero_of_gamma)] == ["bwd_value"], \
+      "gamma's gradient comes from y, which has a cotangent: a zero is well-typed but wrong"
+  right = unchanged.replace(
+      "dgamma = jax.custom_derivatives.SymbolicZero(jax.core.ShapedArray(xhat.shape, xhat.dtype))",
+      "dgamma = (dy * xhat).sum(0)")
+  assert vv.verify_fix(d, right) == []
+  for fix in d.fixes:
+    if fix.verdict == "verified":
+      assert vv.verify_fix(d, fix.code) == [], fix.title
+
+
+BINARY_STE = """
+@jax.custom_vjp
+def ste_sign(x):
+  return jnp.where(x >= 0, 1., -1.)            # binarised weights
+def ste_fwd(x):
+  return ste_sign(x), jnp.abs(x) <= 1.
+def ste_bwd(mask, g):
+  return g * mask                               # straight through inside [-1, 1]; no tuple
+ste_sign.defvjp(ste_fwd, ste_bwd)
+def loss(w, x): return jnp.tanh(x @ ste_sign(w)).sum()
+"""
+
+
+def test_an_unmarked_straight_through_estimator_keeps_its_values_first():
+  """Before: the first fix was 'Compute every cotangent by differentiating ste_sign' (zero
+  almost everywhere: the network silently stops training), verified, as was returning
+  zeros; the 1-tuple keeping the user's values was third. The primal's derivative is zero
+  at every draw where the rule's is not: a surrogate, judged by its own values."""
+  ns = cell(BINARY_STE)
+  w, x = jnp.linspace(-1.5, 1.5, 12).reshape(4, 3), jnp.linspace(-1., 1., 8).reshape(2, 4)
+  d = diagnosis(ns["loss"], w, x)
+  first = d.fixes[0]
+  assert first.title == "Wrap the cotangent in a tuple" and first.verdict == "verified", \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "surrogate" in first.note and "keeps your rule's values" in first.note
+  for f in d.fixes[1:]:
+    assert f.verdict != "verified" and "changes your surrogate's values" in f.title, f.title
+  assert vv.apply_fix(d, first.code).applied
+  got = jax.grad(ns["loss"])(w, x)
+  want = jax.grad(lambda w, x: jnp.tanh(x @ (w + jax.lax.stop_gradient(jnp.sign(w) - w))).sum())(w, x)
+  np.testing.assert_allclose(got, want * (jnp.abs(w) <= 1.), rtol=1e-5)

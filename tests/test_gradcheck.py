@@ -142,7 +142,7 @@ def test_an_unmarked_straight_through_estimator_is_not_judged_not_wrong():
   assert list(result) == []
   (r,) = result.not_judged
   assert r.function == "binarize" and r.status == oracle.UNVERIFIABLE and not r.surrogate
-  assert "zero almost everywhere" in r.reason and "sign" in r.reason
+  assert "zero at every draw" in r.reason and "sign" in r.reason
   assert result.summary() == ("1 custom rule value-checked: 0 differ from the primal's "
                               "derivative, 1 not judged")
 

@@ -181,13 +181,18 @@ class Oracle:
         return Verdict(FAILED, f"the rule raised {type(e).__name__}: {e}"[:300], judge=self.judge)
       if not self.judge:
         return Verdict(UNVERIFIABLE, self.reason, judge="")
-      leaves = [l for l in self._compare(outs)
-                if perturbed is None or not symbolic_zeros or perturbed[l.index]]
+      leaves = self._compare(outs)
+      if any(l.judged and not l.ok for l in leaves):   # at the rule's own precision, if lower
+        floor = _rule_rtol(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
+                           (self.draws[0].args, self.draws[0].ct))
+        leaves = dataclasses.replace(self, floor=floor)._compare(outs) if floor > self.floor \
+            else leaves
+      leaves = [l for l in leaves if perturbed is None or not symbolic_zeros or perturbed[l.index]]
     if any(l.judged and not l.ok for l in leaves):
       return Verdict(WRONG, "; ".join(l.describe() for l in leaves if l.judged and not l.ok),
                      tuple(leaves), self.judge)
     if any(not l.judged for l in leaves):
-      return Verdict(UNVERIFIABLE, self.reason, tuple(leaves), self.judge)
+      return Verdict(UNVERIFIABLE, self.reason or _not_finite(leaves), tuple(leaves), self.judge)
     assumes = f" ({self.assumes})" if self.assumes else ""
     return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points{assumes}",
                    tuple(leaves), self.judge)
@@ -223,7 +228,7 @@ class Oracle:
     assumes = f"the primal's {self.judge} for {names}, which the rule does not return" \
         if missing else ""
     return dataclasses.replace(self, draws=draws, judge=RULE_VALUES, reason="",
-                               precision=precision, assumes=assumes)
+                               precision=precision, assumes=assumes, unjudged=frozenset())
 
   def agrees(self, other: Oracle) -> Verdict:
     """``other``'s references judged against this oracle's, at ``other``'s precision."""
@@ -262,7 +267,7 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
   for k in range(n_draws):
     args = _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds)
     out = _shapes(fun, args)
-    ct = _draw_ct(out, key, still)
+    ct = _draw_ct(out, key, still | _zero_cts(site))
     try:
       pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
       reference = tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct))))
@@ -290,6 +295,11 @@ def _draw_ct(out, rng, still: frozenset = frozenset()):
   cts = [_draw_like(_ct_struct(s), rng) for s in leaves]
   return jax.tree_util.tree_unflatten(
       tree, [jnp.zeros_like(c) if k in still else c for k, c in enumerate(cts)])
+
+
+def _zero_cts(site: RuleSite) -> frozenset[int]:
+  """The output leaves the failing application gave no cotangent (symbolic zeros)."""
+  return frozenset(k for k, zero in enumerate(site.zero_cts or ()) if zero)
 
 
 def abstract_call_args(site: RuleSite) -> list:
@@ -370,7 +380,7 @@ def _run_rule(site, args_ct, fwd, bwd, symbolic_zeros, perturbed):
       args[i] = b
   _, res = fwd(*args)
   nondiff = [given[i] for i in sorted(i for i, _ in site.nondiff)]
-  return bwd(*nondiff, res, ct)
+  return bwd(*nondiff, res, custom_rules.replayed_ct(site, ct) if symbolic_zeros else ct)
 
 
 def _shapes(fun, args):
@@ -503,10 +513,29 @@ def _computed_rtol(traced: _Traced) -> float:
   """The tolerance of the lowest floating precision the primal computes in (a bfloat16
   matmul inside a float32 function): its own derivative carries that rounding, and so
   does any right rule (0 without a jaxpr: the inputs' dtypes decide)."""
-  if traced.jaxpr is None:
-    return 0.0
-  dtypes = {str(v.aval.dtype) for v in _outvars(traced.jaxpr) if hasattr(v.aval, "dtype")}
+  return _jaxpr_rtol(traced.jaxpr) if traced.jaxpr is not None else 0.0
+
+
+def _jaxpr_rtol(jaxpr) -> float:
+  dtypes = {str(v.aval.dtype) for v in _outvars(jaxpr) if hasattr(v.aval, "dtype")}
   return max((_RTOL[d] for d in dtypes if d in _RTOL), default=0.0)
+
+
+def _rule_rtol(fn, example) -> float:
+  """The tolerance of the lowest precision a rule computes in (a bwd computing in float16
+  and casting back carries float16 rounding, whatever dtype it returns); 0 where the
+  rule cannot be traced (its output dtypes then decide)."""
+  leaves, tree, dyn = _arrays(example)
+
+  def run(arrays):
+    full = list(leaves)
+    for i, a in zip(dyn, arrays):
+      full[i] = a
+    return fn(jax.tree_util.tree_unflatten(tree, full))
+  try:
+    return _jaxpr_rtol(jax.make_jaxpr(run)([leaves[i] for i in dyn]).jaxpr)
+  except Exception:  # noqa: BLE001 - Python control flow on values
+    return 0.0
 
 
 def _outvars(jaxpr):
@@ -521,7 +550,7 @@ def _leaf_error(i, name, refs, gots, primal, judged: bool, floor: float = 0.0) -
   if jax.dtypes.float0 == custom_rules.ct_aval(primal).dtype:   # an integer input has no gradient
     return LeafError(i, name, 0.0, 0.0, (), True, True)
   pairs = [(r, g) for r, g in zip(refs, gots) if r is not None and g is not None]
-  if not pairs:
+  if not any(np.isfinite(r).any() or not r.size for r, _ in pairs):   # outside its domain
     return LeafError(i, name, 0.0, 0.0, (), True, True, judged=False, ok=True)
   worst, where, scale, at = 0.0, (), 0.0, (0.0, 0.0)
   for r, g in pairs:
@@ -553,7 +582,7 @@ def _compare_directional(oracle: Oracle, outs) -> list[LeafError]:
         continue
       v = rng.standard_normal(out[i].shape)
       fd = _central_difference(site, oracle.fun, draw, i, v)
-      if fd is None:
+      if fd is None or not math.isfinite(fd):   # outside the primal's domain: no judge
         continue
       ad = float(np.real(np.vdot(out[i], v)))
       errs.append(abs(ad - fd))
@@ -699,17 +728,50 @@ def _bound(jaxpr, var) -> int | None:
 
 
 def _flat_leaves(site, traced: _Traced, draws) -> tuple[frozenset, str]:
-  """Input leaves whose reference is zero because the primal is flat (round, sign, ...)."""
+  """Input leaves whose reference is zero (or not finite) at every draw although the
+  output depends on them: the primal is piecewise constant there (sign, round,
+  comparisons, argmax, a quantiser), and a non-zero rule is a surrogate."""
   zero = {i for i in range(len(site.in_paths))
-          if all(d.reference is not None and (d.reference[i] is None or not np.any(d.reference[i]))
-                 for d in draws)}
+          if all(d.reference is not None and (d.reference[i] is None or not np.any(
+              np.isfinite(d.reference[i]) & (d.reference[i] != 0))) for d in draws)}
   if not zero or traced.jaxpr is None:
     return frozenset(), ""
-  flat = sorted(_primitives(traced.jaxpr) & _FLAT)
+  invars = _differentiable_invars(site, traced)
+  reaching = _reaching(traced.jaxpr)
+  flat = frozenset(i for i in zero if i < len(invars) and invars[i] in reaching)
   if not flat:
     return frozenset(), ""
-  return frozenset(zero), (f"{site.function}'s derivative is zero almost everywhere "
-                           f"({', '.join(flat)}): autodiff cannot judge a surrogate gradient")
+  named = sorted(_primitives(traced.jaxpr) & (_FLAT | _COMPARISONS))
+  how = f" ({', '.join(named)})" if named else ""
+  return flat, (f"{site.function}'s derivative is zero at every draw for "
+                f"{', '.join(site.in_names[i] for i in sorted(flat))} although its output "
+                f"depends on it{how}: autodiff cannot judge a surrogate gradient")
+
+
+def _differentiable_invars(site, traced: _Traced) -> list[int]:
+  """For each differentiable input leaf, its position among the traced jaxpr's inputs."""
+  nondiff, positions, k = {i for i, _ in site.nondiff}, [], 0
+  for i, arg in enumerate(traced.abstract_args):
+    leaves = jax.tree_util.tree_leaves(arg, is_leaf=lambda x: isinstance(x, Weak))
+    n = sum(1 for l in leaves if isinstance(l, jax.ShapeDtypeStruct))
+    positions += [] if i in nondiff else list(range(k, k + n))
+    k += n
+  return positions
+
+
+def _reaching(jaxpr) -> set[int]:
+  """Positions of the inputs some output depends on (an equation's outputs on all its inputs)."""
+  live = {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+  for eqn in reversed(jaxpr.eqns):
+    if any(o in live for o in eqn.outvars):
+      live.update(v for v in eqn.invars if isinstance(v, core.Var))
+  return {k for k, v in enumerate(jaxpr.invars) if v in live}
+
+
+def _not_finite(leaves) -> str:
+  names = ", ".join(f"`{l.name}`" for l in leaves if not l.judged)
+  return (f"not judged: the primal's derivative for {names} is not finite at the draws "
+          "(outside its domain), so it cannot say whether the rule is right")
 
 
 def _primitives(jaxpr) -> set[str]:

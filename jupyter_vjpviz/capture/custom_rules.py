@@ -29,7 +29,7 @@ from . import (arguments, bwd_raises, code_watch, frames, jax_flags, leaf_paths,
                user_calls, vjp3_rules, wrappers)
 from .retain import retained
 from .records import ERROR, WARNING, Record, RuleSite
-from ..base import safety, trees
+from ..base import kinds, safety, surrogates, trees
 
 
 class InstrumentedRule:
@@ -92,7 +92,7 @@ class InstrumentedBwd(InstrumentedRule):
     bwd = self.__wrapped__
     if not isinstance(tagged, TaggedResiduals):
       return bwd(*args)
-    site = tagged.site
+    site = safety.safely(_with_zero_cts, tagged.site, ct, default=tagged.site)
     code = safety.safely(_user_bwd_code, bwd)
     records.state.rule_stack.append(site)
     learning = None
@@ -441,12 +441,38 @@ def _check_fwd_output(expected, got_leaves, got_tree, site) -> list[Record]:
 
 # ----------------------------------------------------------------- backward
 
+def _with_zero_cts(site: RuleSite, ct) -> RuleSite:
+  """``site`` saying which output cotangents were symbolic zeros, where some were."""
+  flags = tuple(isinstance(c, cd.SymbolicZero) for c in jax.tree_util.tree_leaves(ct, is_leaf=_is_zero))
+  return dataclasses.replace(site, zero_cts=flags) if any(flags) else site
+
+
+def replayed_ct(site: RuleSite, ct):
+  """``ct`` (arrays) with the leaves that were symbolic zeros at ``site``'s application
+  symbolic zeros again: a rule's branch on them runs as it did there."""
+  if not site.zero_cts:
+    return ct
+  leaves, tree = jax.tree_util.tree_flatten(ct)
+  if len(leaves) != len(site.zero_cts):
+    return ct
+  return jax.tree_util.tree_unflatten(tree, [
+      cd.SymbolicZero(core.typeof(c)) if zero else c for c, zero in zip(leaves, site.zero_cts)])
+
+
 def _check_bwd_output(site: RuleSite, cts, code, with_logs: bool) -> None:
   if records.current_session() is None:
     return
   returned = arguments.cached(code, site.in_tree) if code is not None else None
   for rec in safety.safely(compare_cotangents, site, _payload(cts, with_logs), default=[]):
-    records.record(retained(_in_users_return(rec, returned)))
+    if not (kinds.of(rec.kind).silent and _marked(site)):   # low precision on purpose
+      records.record(retained(_in_users_return(rec, returned)))
+
+
+def _marked(site: RuleSite) -> bool:
+  """The rule is marked ``vjpviz.surrogate``: a dtype JAX accepts is then the user's choice
+  (quantisation code returning low precision), not a warning."""
+  cvjp = site.custom_rule() if site.custom_rule is not None else None
+  return cvjp is not None and surrogates.is_surrogate(cvjp)
 
 
 def _payload(cts, with_logs: bool):

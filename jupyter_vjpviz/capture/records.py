@@ -45,6 +45,9 @@ class RuleSite:
   ``grad_variables``): no user spelling was found for them by identity (a scan's slice)."""
   perturbed: tuple[bool, ...] | None = None
   """Per input leaf, whether it was differentiated (symbolic_zeros rules are told; None: all)."""
+  zero_cts: tuple[bool, ...] | None = None
+  """Per output leaf, whether the bwd got a symbolic zero cotangent for it at the failing
+  application (symbolic_zeros rules; None: none did): what a check of a fix replays."""
   nondiff: tuple[tuple[int, Any], ...] = dataclasses.field(default=(), compare=False)
   """(argnum, value) of each nondiff argument, so a fix can re-run the call: the value
   itself for Python data (scalars, strings, callables), a ShapeDtypeStruct for arrays."""

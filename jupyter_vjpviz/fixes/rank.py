@@ -98,10 +98,9 @@ class Judge:
       if reserved:
         return dataclasses.replace(
             fix, title=f"{fix.title} (type-only: changes your surrogate's values)", exact=False,
-            verdict=TYPE_ONLY, note="it differentiates the primal, but the rule is marked "
-            "vjpviz.surrogate (its gradient differs from the primal's on purpose)")
-      return _unverifiable(fix, "the rule is marked vjpviz.surrogate, so its own values are "
-                           "the reference, and it cannot be run as written to compute them")
+            verdict=TYPE_ONLY, note=f"it differentiates the primal, but {self.surrogate}")
+      return _unverifiable(fix, f"{self.surrogate}: its own values are the reference, and it "
+                           "cannot be run as written to compute them")
     verdict = verify.value_verdict(self.rule.d.site, edited, self.oracle)
     filled = verify.fills_none(verdict, self.left_none)
     if filled and verdict.status == oracle.RIGHT:
@@ -116,18 +115,31 @@ class Judge:
     return judged
 
   @functools.cached_property
-  def surrogate(self) -> bool:
-    """The user marked the rule ``vjpviz.surrogate``: its own values are the reference."""
+  def surrogate(self) -> str | None:
+    """Why the rule's own values are the reference, not the primal's derivative: the user
+    marked it ``vjpviz.surrogate``, or it gives a gradient where the primal's is zero at
+    every draw though its output depends on that input (a straight-through estimator of
+    sign, round, a comparison: autodiff cannot judge it). None for any other rule."""
     rules = self.rule.user_rules
-    return surrogates.is_surrogate(getattr(rules, "custom_vjp", rules))
+    if surrogates.is_surrogate(getattr(rules, "custom_vjp", rules)):
+      return (f"the rule is marked vjpviz.surrogate (its gradient differs from "
+              f"{self.rule.d.function}'s on purpose)")
+    flat = self.oracle.unjudged if self.oracle is not None else frozenset()
+    own = self.rule_values if flat else None
+    given = [i for i in sorted(flat) if own is not None and not own.oracle.reference_zero(i)]
+    if not given:
+      return None
+    names = ", ".join(f"`{self.rule.d.site.in_names[i]}`" for i in given)
+    return (f"your rule is a surrogate gradient: {self.rule.d.function}'s own derivative is "
+            f"zero at every draw for {names} (piecewise constant), where your rule's is not; "
+            "mark it with vjpviz.surrogate to say so")
 
   def _against_surrogate(self, fix: Fix, edited, own: RuleValues) -> Fix | None:
-    """A rule marked ``vjpviz.surrogate`` is judged by its own values, not the primal's."""
+    """A surrogate rule is judged by its own values, not the primal's."""
     kept = verify.value_verdict(self.rule.d.site, edited, own.oracle)
     if kept.status == oracle.RIGHT:
-      return dataclasses.replace(fix, exact=True, verdict=VERIFIED, note=(
-          f"{kept.reason}: the rule is marked vjpviz.surrogate (its gradient differs from "
-          f"{self.rule.d.function}'s on purpose)"))
+      return dataclasses.replace(fix, exact=True, verdict=VERIFIED,
+                                 note=f"keeps your rule's values ({kept.reason}): {self.surrogate}")
     if kept.status != oracle.WRONG:
       return _with_verdict(fix, kept, self.rule.d.site)
     breaks = f"it changes the values of your surrogate gradient ({kept.reason})"

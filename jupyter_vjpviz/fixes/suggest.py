@@ -282,6 +282,8 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
   if out is not None and not isinstance(out, (tuple, list)) and n == 1:
     fixes.append(rule.fix("Wrap the cotangent in a tuple", [(value, f"({rule.src.segment(value)},)")],
                           "a bwd rule returns one cotangent per primal argument, as a tuple", True))
+  elif out is not None and not isinstance(out, (tuple, list)):   # one bare cotangent for several
+    fixes += _realigned(rule, value, (out,), wanted, [rule.src.segment(value)])
   elif _nondiff_included(rule, value, n):
     fixes += _without_nondiff(rule, value)
   elif isinstance(out, (tuple, list)) and len(out) != n:
@@ -318,10 +320,10 @@ def _without_nondiff(rule: Rule, value: ast.expr) -> list[Fix]:
                    "cotangents for the others only", True)]
 
 
-def _realigned(rule: Rule, value: ast.expr, out, wanted) -> list[Fix]:
+def _realigned(rule: Rule, value: ast.expr, out, wanted, elts: list[str] | None = None) -> list[Fix]:
   """Too few or too many cotangents: keep those matching the inputs by type, None for the rest."""
-  elts = [rule.src.segment(e) for e in value.elts] if isinstance(value, (ast.Tuple, ast.List)) \
-      else [f"{exprs.paren(rule.src, value)}[{m}]" for m in range(len(out))]
+  elts = elts or ([rule.src.segment(e) for e in value.elts] if isinstance(value, (ast.Tuple, ast.List))
+                  else [f"{exprs.paren(rule.src, value)}[{m}]" for m in range(len(out))])
   picked, m = [], 0
   for want in wanted:
     if m < len(out) and _types(out[m]) == _types(want):

@@ -175,8 +175,17 @@ def recheck(diagnosis: Diagnosis, cvjp, check) -> list[Diagnosis]:
   """Differentiate ``cvjp`` abstractly at the failing call's input types with ``check``."""
   site = diagnosis.site
   abstract_args = _abstract_args(site)
-  return check(lambda *a: cvjp(*arguments(site, a)), *abstract_args,
+  return check(lambda *a: _given_cotangents(site, cvjp(*arguments(site, a))), *abstract_args,
                argnums=custom_rules.perturbed_args(site))
+
+
+def _given_cotangents(site, out):
+  """The outputs the failing application gave cotangents: the others get symbolic zeros
+  again, so a symbolic_zeros rule runs the branch that failed."""
+  leaves = jax.tree_util.tree_leaves(out)
+  if not site.zero_cts or len(leaves) != len(site.zero_cts):
+    return out
+  return [o for o, zero in zip(leaves, site.zero_cts) if not zero]
 
 
 def _abstract_args(site) -> tuple:
@@ -236,7 +245,9 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
   def run(*differentiable):
     args = arguments(site, boxed(differentiable))
     out, res = fwd(*args)
-    cts = bwd(*[args[i] for i in nondiff], res, jax.tree_util.tree_map(jax.numpy.ones_like, out))
+    ct = jax.tree_util.tree_map(jax.numpy.ones_like, out)
+    cts = bwd(*[args[i] for i in nondiff], res,
+              custom_rules.replayed_ct(site, ct) if symbolic_zeros else ct)
     if look is not None:
       look(args, out, cts)
     return cts
