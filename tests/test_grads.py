@@ -87,6 +87,9 @@ def test_to_dict_round_trips_through_json(report):
 def test_graph_edges_carry_cotangent_norms_and_zero_is_marked(report):
   flows = [e.flow for e in report.graph.edges if e.flow is not None]
   assert any(f[4] == 0 for f in flows) and any(f[4] > 0 for f in flows)
+  (frozen,) = [e for e in report.graph.edges
+                if report.graph.node(e.dst).primitive == "stop_gradient"]
+  assert frozen.primal_norm == pytest.approx(3.0)   # ‖ones((3, 3))‖
   page = report._repr_html_()
   assert "(zero)" in page and "<script" not in page
 

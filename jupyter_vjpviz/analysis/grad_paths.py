@@ -207,6 +207,21 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found) -> None
       found[i] = cut
 
 
+def primal_norms(jaxpr: core.Jaxpr, env: dict, prefix: str | None = None) -> dict[str, float]:
+  """``"node#operand"`` -> the norm of that operand's value in ``env`` (the forward run's:
+  a call's body by the values kept under its index), for the graph's edges."""
+  found: dict[str, float] = {}
+  for k, eqn in enumerate(jaxpr.eqns):
+    nid = _eqn_id(prefix, k)
+    for j, v in enumerate(eqn.invars):
+      x = env.get(v) if isinstance(v, core.Var) else None
+      if x is not None and inexact(v):
+        found[f"{nid}#{j}"] = float(np.linalg.norm(np.asarray(x, np.float64).ravel()))
+    if eqn.primitive.name in CALLS and isinstance(env.get(k), dict):
+      found.update(primal_norms(next(sub_jaxprs(eqn)), env[k], nid))
+  return found
+
+
 def _nonzero(jaxpr, prefix, edges, out_nonzero) -> set:
   """The variables of one level whose cotangent the measured pass found non-zero."""
   got = {v for v, nz in zip(jaxpr.outvars, out_nonzero) if nz and isinstance(v, core.Var)}

@@ -46,6 +46,7 @@ class Edge(NamedTuple):
   value_error: str | None = None     # well-typed, wrong values: "rel 0.31" (vjpviz.gradcheck)
   flow: tuple | None = None          # vv.nans: its cotangent's (size, NaN, Inf, norm, max |value|)
   argument: str | None = None        # the failing rule's input it feeds, as the diagnosis spells it
+  primal_norm: float | None = None   # vv.grads: its primal value's norm at the inputs measured
 
   @property
   def mismatch(self) -> bool:

@@ -115,8 +115,9 @@ def _report(fn, args, kwargs, paths, leaves, values) -> GradReport:
   edges, _, complete = nonfinite.measure(jaxpr, invals, active, out_cts)
   zeros = [k for k, g in enumerate(values) if not np.any(g)]
   live = [position[k] for k in zeros if struct[position[k]] == grad_paths.LIVE]
-  env = nonfinite.forward(jaxpr, invals) if live else {}
+  env = nonfinite.forward(jaxpr, invals)
   cuts = grad_paths.value_cuts(jaxpr, env, edges, live) if live else {}
+  primals = grad_paths.primal_norms(jaxpr, env)
   del env, invals
   zero = tuple(_zero_leaf(paths[k], struct[position[k]] if struct[position[k]] != grad_paths.LIVE
                           else cuts.get(position[k], grad_paths.Cut("dead"))) for k in zeros)
@@ -127,12 +128,18 @@ def _report(fn, args, kwargs, paths, leaves, values) -> GradReport:
   param_flows = [_flow(x) for x in leaves]
   layers = _layers(paths, grad_flows, param_flows)
   graph, _ = program.build(origin, lambda g: [])
-  graph = dataclasses.replace(mark_flows(graph, edges),
+  graph = dataclasses.replace(_with_primals(mark_flows(graph, edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
                     leaves=tuple((p, g.norm, w.norm) for p, g, w in zip(paths, grad_flows,
                                                                           param_flows)),
                     graph=graph, note=None if complete else "the measured pass stopped early")
+
+
+def _with_primals(graph: Graph, norms: dict) -> Graph:
+  """Each edge into an equation with its primal value's norm (``Edge.primal_norm``)."""
+  return dataclasses.replace(graph, edges=tuple(
+      e._replace(primal_norm=norms.get(f"{e.dst}#{e.position}")) for e in graph.edges))
 
 
 def _as_array(x):

@@ -192,7 +192,9 @@ def _edge_attrs(e: ViewEdge, labels: bool, failing: str | None = None) -> dict:
     attrs.update(color=FAIL, fontcolor=FAIL, penwidth="1.5", style="bold")
   elif flows:
     colour = _magnitude_colour(flows[0].flow)
-    attrs.update(tooltip=_text(values, passes=2))   # the values on hover, labels or not
+    primal = flows[0].primal_norm
+    attrs.update(tooltip=_text(values, f"‖P‖ {primal:.3g}" if primal is not None else "",
+                               passes=2))   # the values on hover, labels or not
     if colour:
       attrs.update(color=colour, fontcolor=colour, penwidth="1.5",
                    **({"style": "dashed"} if colour == ZERO_CT else {}))
