@@ -15,12 +15,13 @@ import importlib
 import sys
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
-           "diagnoses", "clear", "check", "gradcheck", "nans", "surrogate", "verify_fix", "apply_fix",
+           "diagnoses", "clear", "check", "gradcheck", "nans", "grads", "watch", "surrogate", "verify_fix", "apply_fix",
            "load_ipython_extension", "unload_ipython_extension"]
 __version__ = "0.1.0"
 
 _LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis",
-         "gradcheck": ".deliver.value_check", "nans": ".deliver.value_check", "surrogate": ".base.surrogates",
+         "gradcheck": ".deliver.value_check", "nans": ".deliver.value_check",
+         "grads": ".deliver.grads", "watch": ".deliver.watch", "surrogate": ".base.surrogates",
          "check": ".deliver.type_check", "verify_fix": ".deliver.type_check", "apply_fix": ".deliver.type_check"}
 
 

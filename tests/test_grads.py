@@ -251,3 +251,16 @@ def test_watch_keeps_a_jitted_steps_static_arguments():
     out = w(out, 2)
   norms = w.norms[:, 0]
   assert norms.shape == (41,) and all(a > b for a, b in zip(norms[1:], norms[2:]))
+
+
+def test_public_names_and_the_line_magic():
+  import jupyter_vjpviz as vv
+  from IPython.core.interactiveshell import InteractiveShell
+  from jupyter_vjpviz.deliver.magics import VjpvizMagics
+  from jupyter_vjpviz.deliver.watch import watch
+  assert vv.grads is grads and vv.watch is watch
+  shell = InteractiveShell.instance()
+  shell.user_ns.update(loss=lambda p, x: (p["used"] * x).sum(), x=jnp.ones(2),
+                       p={"used": jnp.ones(2), "spare": jnp.ones(2)})
+  report = VjpvizMagics(shell=shell).vjpviz("grads loss(p, x)")
+  assert [(z.path, z.reason) for z in report.zero] == [("['spare']", "unused")]

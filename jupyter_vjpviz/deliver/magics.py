@@ -14,6 +14,7 @@ import jax
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from . import grads as grad_health
 from . import runtime, value_check, values
 from ..analysis.assemble import key
 from ..capture import capabilities, jax_flags, names, records
@@ -104,7 +105,7 @@ class VjpvizMagics(Magics):
   @magic_arguments()
   @argument("action", nargs="?", default="status",
             help="status (default) | on | off | clear | last | list | export PATH | "
-                 "check [--values] EXPR | nans EXPR | values on|off (each later VJP "
+                 "check [--values] EXPR | nans EXPR | grads EXPR | values on|off (each later VJP "
                  "diagnosis's graph carries its cotangents' norms and NaN/Inf counts)")
   @argument("target", nargs="*", help="export: the file to write; check: a call such as "
                                       "loss(params, batch)")
@@ -141,6 +142,9 @@ class VjpvizMagics(Magics):
       return self._values(expr.strip()) if flag == "--values" else self._check(rest.strip())
     if action == "nans":
       return self._nans(rest.strip())
+    if action == "grads":
+      fun, args, kwargs = self._call(rest.strip())
+      return grad_health.grads(fun, *args, **kwargs)   # shown by its rich repr
     args = parse_argstring(self.vjpviz, line)
     handler = {"status": lambda: print(status()), "on": runtime.install,
                "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
