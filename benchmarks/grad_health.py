@@ -17,8 +17,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jupyter_vjpviz.deliver.grads import grads
-from jupyter_vjpviz.deliver.watch import watch
+from jupyter_vjpviz.grads import grads
+from jupyter_vjpviz.watch import watch
 
 KEY = jax.random.PRNGKey(0)
 

@@ -270,11 +270,11 @@ class _Handler:
 def install() -> None:
   """The hook, with its session handler timed, and a warm layout worker."""
   import jupyter_vjpviz as vv
-  from jupyter_vjpviz.deliver import runtime
+  from jupyter_vjpviz import pipeline
   from jupyter_vjpviz.render import layout
 
-  runtime._on_session = _Handler(runtime._on_session)   # before install: the hook binds it
-  runtime.add_listener(_delivered)
+  pipeline._on_session = _Handler(pipeline._on_session)   # before install: the hook binds it
+  pipeline.add_listener(_delivered)
   vv.install()
   layout.warm()
 

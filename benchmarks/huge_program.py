@@ -27,7 +27,7 @@ SMALL = dict(batch=2, seq=4, d_model=16, ffn=32)
 def analysis(limits, jaxpr) -> dict:
   """diagnose() on the last captured session under ``limits``, its re-trace (JAX's part,
   timed apart) replaced by ``jaxpr``: seconds; then, in a second run, peak and kept bytes."""
-  from jupyter_vjpviz.deliver import runtime
+  from jupyter_vjpviz import pipeline
   from jupyter_vjpviz.analysis import assemble, program
 
   session, exc = scale._Handler.last
@@ -35,12 +35,12 @@ def analysis(limits, jaxpr) -> dict:
   program.LIMITS, program.trace = limits, lambda origin: jaxpr
   try:
     t = time.perf_counter()
-    with runtime._gc_paused():
+    with pipeline._gc_paused():
       assemble.diagnose(session, exc)
     seconds = time.perf_counter() - t
     gc.collect()
     tracemalloc.start()   # a second run: tracemalloc slows Python down several times
-    with runtime._gc_paused():
+    with pipeline._gc_paused():
       found = assemble.diagnose(session, exc)
     gc.collect()
     kept, peak = tracemalloc.get_traced_memory()

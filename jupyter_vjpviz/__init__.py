@@ -13,16 +13,27 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the API as type checkers and IDEs see it; at run time, imported on first use
+  from .analysis.diagnosis import Diagnosis, Fix
+  from .base.surrogates import surrogate
+  from .check import apply_fix, check, verify_fix
+  from .gradcheck import gradcheck
+  from .grads import grads
+  from .nans import nans
+  from .watch import watch
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
-           "diagnoses", "clear", "check", "gradcheck", "nans", "grads", "watch", "surrogate", "verify_fix", "apply_fix",
-           "load_ipython_extension", "unload_ipython_extension"]
+           "diagnoses", "clear", "check", "gradcheck", "nans", "grads", "watch", "surrogate", "verify_fix",
+           "apply_fix", "load_ipython_extension", "unload_ipython_extension"]
 __version__ = "0.1.0"
 
-_LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis",
-         "gradcheck": ".deliver.value_check", "nans": ".deliver.value_check",
-         "grads": ".deliver.grads", "watch": ".deliver.watch", "surrogate": ".base.surrogates",
-         "check": ".deliver.type_check", "verify_fix": ".deliver.type_check", "apply_fix": ".deliver.type_check"}
+_LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis", "surrogate": ".base.surrogates",
+         "check": ".check", "verify_fix": ".check", "apply_fix": ".check",
+         "gradcheck": ".gradcheck", "nans": ".nans", "grads": ".grads", "watch": ".watch"}
+"""The names imported on first use, from the modules above (which import JAX's internals)."""
 
 
 def __getattr__(name: str):
@@ -31,12 +42,25 @@ def __getattr__(name: str):
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class _Package(types.ModuleType):
+  """``vjpviz.check`` stays the function once ``jupyter_vjpviz.check``, its module, is
+  imported (and so do ``gradcheck``, ``nans``, ``grads``, ``watch``): the import system
+  would bind the module to that name here."""
+
+  def __setattr__(self, name: str, value) -> None:
+    if not (name in _LAZY and isinstance(value, types.ModuleType)):
+      super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def install() -> None:
   """Watch every VJP from now on; idempotent. In IPython use ``%load_ext vjpviz``."""
-  runtime = _runtime()
-  if runtime is None:
+  pipeline = _pipeline()
+  if pipeline is None:
     return
-  runtime.install()
+  pipeline.install()
   if not _in_ipython():
     from .deliver import console
     console.install()
@@ -44,37 +68,37 @@ def install() -> None:
 
 def uninstall() -> None:
   """Restore every patched JAX object by identity; idempotent."""
-  runtime = _runtime_if_loaded()
-  if runtime is None:
+  pipeline = _pipeline_if_loaded()
+  if pipeline is None:
     return  # never installed
   from .deliver import console
   console.uninstall()
-  runtime.uninstall()
+  pipeline.uninstall()
 
 
 def installed() -> bool:
-  runtime = _runtime_if_loaded()
-  return runtime is not None and runtime.installed()
+  pipeline = _pipeline_if_loaded()
+  return pipeline is not None and pipeline.installed()
 
 
 def clear() -> None:
   """Forget every diagnosis (and which warnings were already shown)."""
-  runtime = _runtime_if_loaded()
-  if runtime is not None:
-    runtime.clear()
+  pipeline = _pipeline_if_loaded()
+  if pipeline is not None:
+    pipeline.clear()
 
 
 def last():
   """The diagnosis of the most recent failing call or warning, or None: of one call's
   several, its first error (the one the exception's note names)."""
-  runtime = _runtime_if_loaded()
-  return runtime.latest() if runtime is not None else None
+  pipeline = _pipeline_if_loaded()
+  return pipeline.latest() if pipeline is not None else None
 
 
 def diagnoses() -> list:
   """The diagnoses since install (or ``clear()``), oldest first; the newest 200 are kept."""
-  runtime = _runtime_if_loaded()
-  return runtime.history() if runtime is not None else []
+  pipeline = _pipeline_if_loaded()
+  return pipeline.history() if pipeline is not None else []
 
 
 def load_ipython_extension(ipython) -> None:
@@ -91,13 +115,13 @@ def unload_ipython_extension(ipython) -> None:
     deliver.unload(ipython)
 
 
-def _runtime():
-  return _import(".deliver.runtime")
+def _pipeline():
+  return _import(".pipeline")
 
 
-def _runtime_if_loaded():
-  """The runtime if anything installed it; without it there is nothing to ask or undo."""
-  return sys.modules.get(f"{__name__}.deliver.runtime")
+def _pipeline_if_loaded():
+  """The pipeline if anything installed it; without it there is nothing to ask or undo."""
+  return sys.modules.get(f"{__name__}.pipeline")
 
 
 _unavailable: list[str] = []

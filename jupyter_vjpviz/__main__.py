@@ -14,8 +14,8 @@ import runpy
 import sys
 import traceback
 
-from .deliver import runtime
-from .deliver.runtime import NOTE_POINTER
+from . import pipeline
+from .pipeline import NOTE_POINTER
 from .render import html
 
 
@@ -45,9 +45,9 @@ def default_report(script: str) -> str:
 
 
 def run_script(script: str, args: list[str], report: str) -> int:
-  runtime.install()
-  runtime.clear()
-  runtime.NOTE_POINTER = ("the diagnosis follows the traceback, and vjpviz prints where "
+  pipeline.install()
+  pipeline.clear()
+  pipeline.NOTE_POINTER = ("the diagnosis follows the traceback, and vjpviz prints where "
                           "its HTML report is written")
   sys.argv = [script, *args]
   sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -60,9 +60,9 @@ def run_script(script: str, args: list[str], report: str) -> int:
     traceback.print_exc()
     status = 1
   finally:
-    runtime.uninstall()
-    runtime.NOTE_POINTER = NOTE_POINTER
-  found = runtime.history()
+    pipeline.uninstall()
+    pipeline.NOTE_POINTER = NOTE_POINTER
+  found = pipeline.history()
   if found:
     for d in found:
       print(d.to_text(), file=sys.stderr)

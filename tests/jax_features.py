@@ -26,12 +26,12 @@ def _hook_points() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
   """The hook points installed here and those skipped: the hook installed once to read
   them (its one-line notice on an older JAX kept out of the tests' output)."""
   import jupyter_vjpviz as vv
-  from jupyter_vjpviz.deliver import runtime
+  from jupyter_vjpviz import pipeline
   was = vv.installed()
   with contextlib.redirect_stderr(io.StringIO()):
     vv.install()
     try:
-      points, skipped = runtime.hook_points()
+      points, skipped = pipeline.hook_points()
       return tuple(points), tuple(skipped)
     finally:
       if not was:
@@ -40,7 +40,7 @@ def _hook_points() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
 
 def claimed():
   """This JAX's ``Capabilities``."""
-  from jupyter_vjpviz.capture import capabilities
+  from jupyter_vjpviz.capture.compat import capabilities
   return capabilities.of(list(_hook_points()[0]))
 
 

@@ -302,7 +302,7 @@ def _bf16_rule():
 def test_dtype_jax_accepts_while_tracing_but_fails_lowering_is_the_error(path):
   """Under jit the scan's carry check fails when jit lowers the program, after every VJP
   session ended: the error is the rule's, attached as the note of that exception."""
-  from jupyter_vjpviz.deliver import runtime
+  from jupyter_vjpviz import pipeline
   f = _bf16_rule()
   loss = lambda x: jax.lax.scan(lambda c, _: (f(c), None), x, None, length=3)[0].sum()
   err = raises(lambda: jax.jit(jax.grad(loss))(jnp.ones(3)))
@@ -310,7 +310,7 @@ def test_dtype_jax_accepts_while_tracing_but_fails_lowering_is_the_error(path):
   (d,) = vv.diagnoses()
   assert (d.kind, d.severity, d.got, d.message) == ("silent_dtype", "error", "bfloat16[3]", str(err))
   assert [n for n in err.__notes__ if n.startswith("vjpviz: ")] == [
-      f"vjpviz: {d.headline} ({runtime.NOTE_POINTER})"]
+      f"vjpviz: {d.headline} ({pipeline.NOTE_POINTER})"]
 
 
 def test_dtype_jax_lets_through_under_jit_is_a_warning_once_it_ran(path):
@@ -504,7 +504,7 @@ def test_vjpviz_failure_leaves_user_code_alone(hook, monkeypatch, capsys):
 
 def test_text_fallback_when_no_check_site_reported(path, monkeypatch):
   """A JAX whose check site we don't wrap: the message still yields a diagnosis."""
-  from jupyter_vjpviz.capture import custom_rules
+  from jupyter_vjpviz.capture.sites import custom_rules
   monkeypatch.setattr(custom_rules, "compare_cotangents", lambda site, cts: [])
   f = custom(lambda x: x * 2., lambda r, g: (g[:2],))
   raises(lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3)))
@@ -744,7 +744,7 @@ def test_one_rule_application_that_fails_at_two_leaves_is_one_diagnosis(path):
 # ------------------------------------------------------------ leaves as data
 
 def test_a_structure_diagnosis_lists_every_leaf_by_key_path(path):
-  from jupyter_vjpviz.capture.leaf_paths import Key
+  from jupyter_vjpviz.capture.naming.leaf_paths import Key
   f = custom(lambda x, p: x * p["a"] * p["b"], lambda r, g: (g, {"a": g, "c": g}))
   raises(lambda: jax.grad(lambda x, p: f(x, p).sum(), argnums=(0, 1))(
       jnp.ones(3), {"a": jnp.ones(3), "b": jnp.ones(3)}))

@@ -148,7 +148,7 @@ ZEROED = RIGHT.replace("gy @ w.T,", "jnp.zeros_like(x),")
 
 
 def _judge(d):
-  rule = suggest.Rule.of(d, suggest.wrappers.user_rules(d.site.custom_rule()))
+  rule = suggest.Rule.of(d, suggest.library_wrappers.user_rules(d.site.custom_rule()))
   return rank.Judge.of(rule)
 
 
@@ -241,8 +241,8 @@ def test_verify_reports_a_well_typed_wrong_rule_with_per_leaf_errors():
 def test_the_fixes_stage_imports_nothing_above_it():
   """It used to import lint (and so runtime) through verify: a cycle hidden by a deferred import."""
   code = ("import sys, jupyter_vjpviz.fixes.suggest, jupyter_vjpviz.fixes.verify\n"
-          "print(sorted(m for m in sys.modules if m in ('jupyter_vjpviz.deliver.type_check', "
-          "'jupyter_vjpviz.deliver.runtime') or m.startswith(('jupyter_vjpviz.render', "
+          "print(sorted(m for m in sys.modules if m in ('jupyter_vjpviz.check', "
+          "'jupyter_vjpviz.pipeline') or m.startswith(('jupyter_vjpviz.render', "
           "'jupyter_vjpviz.deliver'))))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]"

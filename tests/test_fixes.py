@@ -17,7 +17,7 @@ import softclip
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.fixes import rank, suggest
-from jupyter_vjpviz.deliver.type_check import apply_fix, verify_fix
+from jupyter_vjpviz.check import apply_fix, verify_fix
 
 _cells = itertools.count(1)
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jupyter_vjpviz.deliver.grads import grads
+from jupyter_vjpviz.grads import grads
 
 HERE = pathlib.Path(__file__)
 
@@ -174,7 +174,7 @@ def test_bad_inputs_say_what_is_wrong():
 
 def test_watch_names_first_zero_stuck_and_nonfinite_steps():
   optax = pytest.importorskip("optax")
-  from jupyter_vjpviz.deliver.watch import watch
+  from jupyter_vjpviz.watch import watch
   opt = optax.sgd(0.1)
 
   @jax.jit
@@ -203,7 +203,7 @@ def test_watch_names_first_zero_stuck_and_nonfinite_steps():
 def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
   eqx, optax = pytest.importorskip("equinox"), pytest.importorskip("optax")
   from flax import nnx
-  from jupyter_vjpviz.deliver.watch import watch
+  from jupyter_vjpviz.watch import watch
   model = eqx.nn.MLP(3, 1, 8, 1, key=jax.random.PRNGKey(0))
   opt = optax.adam(1e-2)
   state = opt.init(eqx.filter(model, eqx.is_array))
@@ -239,7 +239,7 @@ def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
 
 
 def test_watch_keeps_a_jitted_steps_static_arguments():
-  from jupyter_vjpviz.deliver.watch import watch
+  from jupyter_vjpviz.watch import watch
 
   @functools.partial(jax.jit, static_argnums=1)
   def step(w, power):
@@ -257,7 +257,7 @@ def test_public_names_and_the_line_magic():
   import jupyter_vjpviz as vv
   from IPython.core.interactiveshell import InteractiveShell
   from jupyter_vjpviz.deliver.magics import VjpvizMagics
-  from jupyter_vjpviz.deliver.watch import watch
+  from jupyter_vjpviz.watch import watch
   assert vv.grads is grads and vv.watch is watch
   shell = InteractiveShell.instance()
   shell.user_ns.update(loss=lambda p, x: (p["used"] * x).sum(), x=jnp.ones(2),

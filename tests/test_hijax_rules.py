@@ -14,7 +14,7 @@ jax_features.require("hijax primitives")   # before importing what only such a J
 from jax.experimental.hijax import HiPrim, vjp_from_jvp  # noqa: E402
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture import retain
+from jupyter_vjpviz.capture.sites import retained_rules
 from test_fixes import untimed  # noqa: F401 - a fixture
 
 
@@ -338,7 +338,7 @@ def test_a_diagnosis_keeps_no_array_of_a_primitive_that_holds_arrays(hook):
         lambda x, y: Shifted(jax.typeof(x), jax.typeof(y), table)(x, y).sum(), argnums=(0, 1))(X, Y))
   del table
   gc.collect()
-  assert len(vv.diagnoses()) == 3 and not retain.holds_arrays(vv.last().site.custom_rule())  # a stand-in
+  assert len(vv.diagnoses()) == 3 and not retained_rules.holds_arrays(vv.last().site.custom_rule())  # a stand-in
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import jupyter_vjpviz as vv
 import jax_features
-from jupyter_vjpviz.capture.leaf_paths import keystr
+from jupyter_vjpviz.capture.naming.leaf_paths import keystr
 
 FLOATS = ("float32", "float16", "bfloat16")
 PATHS = ["classic", pytest.param("hijax", marks=pytest.mark.needs(jax_features.HIJAX_PATH))]

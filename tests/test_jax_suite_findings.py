@@ -237,7 +237,7 @@ tree_util.register_pytree_node(_Config, lambda c: ((c.scale, c.name), None),
 def test_a_nondiff_argument_without_arrays_is_kept_as_it_is(hook):
   """A site kept nondiff arguments rebuilt leaf by leaf (the user's unflatten called
   around the very same leaves) even when no leaf had to be replaced."""
-  from jupyter_vjpviz.capture import custom_rules
+  from jupyter_vjpviz.capture.sites import custom_rules
   f = jax.custom_vjp(lambda c, x: x * c.scale, nondiff_argnums=(0,))
   f.defvjp(lambda c, x: (x * c.scale, None), lambda c, _, g: (g * c.scale,))
   config, sites = _Config(2.0, "w"), []
@@ -335,7 +335,7 @@ def test_a_type_that_cannot_be_compared_is_said_so(capsys):
   """A HiType without its own ``__eq__`` cannot be compared: one line says so, not an
   internal error, and JAX's own outcome is unchanged."""
   from jax.experimental.hijax import HiType
-  from jupyter_vjpviz.capture import custom_rules
+  from jupyter_vjpviz.capture.sites import custom_rules
   box_ty = _box_type()
 
   class Opaque(box_ty):

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.deliver import runtime
-from jupyter_vjpviz.capture import capabilities
+from jupyter_vjpviz import pipeline
+from jupyter_vjpviz.capture.compat import capabilities
 
 ROOT = Path(__file__).resolve().parents[1]
 DIAGNOSED, NOT_DIAGNOSED, ABSENT = "diagnosed", "not diagnosed", "not in this JAX"
@@ -140,7 +140,7 @@ def from_message(d) -> bool:
 
 
 def claimed() -> capabilities.Capabilities:
-  return capabilities.of(runtime.hook_points()[0])
+  return capabilities.of(pipeline.hook_points()[0])
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +251,7 @@ def assert_same_objects(before: list[dict], after: list[dict]):
 def test_uninstall_restores_every_hook_point_by_identity():
   before = hook_owners()
   vv.install()
-  wrapped, _ = runtime.hook_points()
+  wrapped, _ = pipeline.hook_points()
   vv.uninstall()
   assert wrapped
   assert_same_objects(before, hook_owners())

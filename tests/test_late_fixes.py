@@ -37,12 +37,12 @@ def test_the_diagnosis_comes_drawn_before_its_fixes_and_they_follow_it(panel):
 
 
 def test_fixes_judged_after_the_output_was_shown_redraw_it(panel):
-  # A judge finishing after the cell: the runtime publishes the fixed diagnosis again.
+  # A judge finishing after the cell: the pipeline publishes the fixed diagnosis again.
   late = ("import dataclasses, jupyter_vjpviz as vv\n"
-          "from jupyter_vjpviz.deliver import runtime\n"
+          "from jupyter_vjpviz import pipeline\n"
           "d = vv.last()\n"
-          "runtime._publish([dataclasses.replace(d, fixes=d.fixes[:1])], None, "
-          "runtime._fixes_listeners)\n")
+          "pipeline._publish([dataclasses.replace(d, fixes=d.fixes[:1])], None, "
+          "pipeline._fixes_listeners)\n")
   before = len(_fixes_messages(panel))
   assert panel.execute(late)["status"] == "ok"
   (update,) = panel.outputs("update_display_data")

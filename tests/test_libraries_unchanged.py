@@ -24,7 +24,7 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture.check_sites import observe_applications
+from jupyter_vjpviz.capture.sites.check_sites import observe_applications
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3

@@ -16,7 +16,8 @@ nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture import retain, wrappers
+from jupyter_vjpviz.capture.sites import retained_rules
+from jupyter_vjpviz.capture.naming import library_wrappers
 from jupyter_vjpviz.capture.records import Strong
 from test_fixes import untimed  # noqa: F401 - a fixture
 
@@ -85,7 +86,7 @@ def test_a_diagnosis_keeps_no_array_of_a_per_call_rule_that_closes_over_arrays(h
   del data, bwd, loss
   gc.collect()
   assert len(vv.diagnoses()) == 12
-  assert not retain.holds_arrays(vv.last().site.custom_rule())    # a stand-in, if anything
+  assert not retained_rules.holds_arrays(vv.last().site.custom_rule())    # a stand-in, if anything
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
 
@@ -385,7 +386,7 @@ def test_flax_linen_rule_is_verified_and_applied_after_the_failing_call_holding_
   baseline = {id(a) for a in jax.live_arrays()}
   d = _diagnosed(lambda: jax.grad(lambda p: model.apply(p, x).sum())(params))
   assert [a.shape for a in jax.live_arrays() if id(a) not in baseline] == []
-  assert isinstance(d.site.custom_rule, Strong) and not retain.holds_arrays(d.site.custom_rule())
+  assert isinstance(d.site.custom_rule, Strong) and not retained_rules.holds_arrays(d.site.custom_rule())
   assert d.fixes and d.fixes[0].verdict == "verified", [(f.title, f.verdict) for f in d.fixes]
   assert vv.verify_fix(d, GOOD_DENSE_BWD) == []
   (wrong,) = vv.verify_fix(d, GOOD_DENSE_BWD.replace("input_t)", "input_t.T)"))
@@ -401,11 +402,11 @@ def test_a_per_call_rule_is_never_applied_to_its_stand_in():
   """Rebinding a stand-in would change nothing the user runs: it says so."""
   data = jnp.ones(3)
   cvjp = make_scaled(data, lambda res, g, data=data: (g * data,))
-  held = retain.standin(cvjp)
-  assert held is not None and not retain.holds_arrays(held)
+  held = retained_rules.standin(cvjp)
+  assert held is not None and not retained_rules.holds_arrays(held)
   with pytest.raises(ValueError, match="re-run"):
-    wrappers.user_rules(held).defvjp(held.fwd, lambda res, g: (g,))
-  assert retain.standin(cvjp).bwd.__defaults__[0].strides == (0,)
+    library_wrappers.user_rules(held).defvjp(held.fwd, lambda res, g: (g,))
+  assert retained_rules.standin(cvjp).bwd.__defaults__[0].strides == (0,)
 
 
 def _one_spelling(d, argument):

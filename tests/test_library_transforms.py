@@ -16,7 +16,7 @@ nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture import arguments
+from jupyter_vjpviz.capture.naming import arguments
 
 N, D = 4, 3
 X = jnp.ones((2, D))

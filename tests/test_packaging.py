@@ -48,6 +48,6 @@ def test_vjpviz_alias_loads_the_extension():
 
 
 def test_panel_keeps_as_many_diagnoses_as_the_kernel():
-  from jupyter_vjpviz.deliver.runtime import HISTORY_LIMIT
+  from jupyter_vjpviz.pipeline import HISTORY_LIMIT
   panel = re.search(r"export const MAX_DIAGNOSES = (\d+);", (ROOT / "src" / "comm.ts").read_text())
   assert panel and int(panel.group(1)) == HISTORY_LIMIT

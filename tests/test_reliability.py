@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.deliver import runtime
+from jupyter_vjpviz import pipeline
 from jupyter_vjpviz.analysis.diagnosis import Diagnosis
 from test_capture import _frames, custom
 
@@ -60,12 +60,12 @@ def _fault(*args, **kwargs):
 
 # stage -> (module, attribute to break)
 FAULTS = {
-    "capture: rule site (fwd)": ("jupyter_vjpviz.capture.custom_rules", "_site"),
-    "capture: cotangent check (bwd)": ("jupyter_vjpviz.capture.custom_rules",
+    "capture: rule site (fwd)": ("jupyter_vjpviz.capture.sites.custom_rules", "_site"),
+    "capture: cotangent check (bwd)": ("jupyter_vjpviz.capture.sites.custom_rules",
                                        "compare_cotangents"),
-    "capture: rule clone": ("jupyter_vjpviz.capture.custom_rules", "instrumented"),
-    "capture: entry point": ("jupyter_vjpviz.capture.entry_points", "call_origin"),
-    "analysis": ("jupyter_vjpviz.deliver.runtime", "diagnose"),
+    "capture: rule clone": ("jupyter_vjpviz.capture.sites.custom_rules", "instrumented"),
+    "capture: entry point": ("jupyter_vjpviz.capture.sites.entry_points", "call_origin"),
+    "analysis": ("jupyter_vjpviz.pipeline", "diagnose"),
     "analysis: locate": ("jupyter_vjpviz.analysis.assemble", "locate"),
     "fixes": ("jupyter_vjpviz.fixes.suggest", "attach"),
     "render: text": ("jupyter_vjpviz.render.text", "render"),
@@ -84,7 +84,7 @@ def test_a_fault_in_any_stage_leaves_user_code_exactly_as_without_vjpviz(
   monkeypatch.setattr(_fault, "__module__", module)   # a bug in that very module
   monkeypatch.setattr(importlib.import_module(module), attribute, _fault)
   if attribute == "_on_diagnoses":                      # listeners are registered by value
-    monkeypatch.setattr(runtime, "_listeners", [_fault])
+    monkeypatch.setattr(pipeline, "_listeners", [_fault])
   for name, rule in _scenarios().items():
     assert _outcome(rule) == plain[name], name
   lines = [l for l in _vjpviz_lines(capsys.readouterr().err) if l.startswith("vjpviz: could not")]
@@ -94,7 +94,7 @@ def test_a_fault_in_any_stage_leaves_user_code_exactly_as_without_vjpviz(
 
 
 def test_internal_errors_are_reported_once_per_place_not_every_step(hook, monkeypatch, capsys):
-  monkeypatch.setattr(importlib.import_module("jupyter_vjpviz.deliver.runtime"), "diagnose", _fault)
+  monkeypatch.setattr(importlib.import_module("jupyter_vjpviz.pipeline"), "diagnose", _fault)
   rule = _scenarios()["raises"]
   for _ in range(5):
     _outcome(rule)
@@ -125,7 +125,7 @@ FLAGS = tuple(f for f in ("jax_custom_vjp3", "jax_disable_bwd_checks", "jax_enab
 def test_install_uninstall_interleaved_with_config_changes_leaves_no_residue():
   rule = _scenarios()["raises"]
   _outcome(rule)                                   # JAX's own caches, warmed without us
-  before, hooks_before = _jax_objects(), (sys.excepthook, list(runtime._listeners))
+  before, hooks_before = _jax_objects(), (sys.excepthook, list(pipeline._listeners))
   flags_before = {f: getattr(jax.config, f) for f in FLAGS}
   try:
     for flipped in [(), ("jax_custom_vjp3",), ("jax_disable_bwd_checks",),
@@ -148,7 +148,7 @@ def test_install_uninstall_interleaved_with_config_changes_leaves_no_residue():
   after = _jax_objects()
   changed = [k for k, v in before.items() if k in after and after[k] is not v]
   assert changed == [], f"not restored by identity: {changed[:10]}"
-  assert (sys.excepthook, list(runtime._listeners)) == hooks_before
+  assert (sys.excepthook, list(pipeline._listeners)) == hooks_before
 
 
 def test_uninstalled_failing_grad_carries_nothing_of_ours():
@@ -165,7 +165,7 @@ def test_uninstalled_failing_grad_carries_nothing_of_ours():
 
 def test_traces_cached_before_install_or_while_installed_do_not_outlive_the_switch(monkeypatch):
   """JAX caches traces (here: a checkpointed loss); they must not bypass or outlive the hook."""
-  from jupyter_vjpviz.capture import custom_rules
+  from jupyter_vjpviz.capture.sites import custom_rules
   rule = _scenarios()["silent"]
   loss = jax.checkpoint(lambda x: rule(x).sum())
   x = jnp.ones(3)
@@ -203,7 +203,7 @@ def test_many_failing_grads_with_large_residuals_keep_no_device_buffers(hook):
 
 
 def test_history_is_bounded_and_drops_the_oldest(hook):
-  limit = runtime.HISTORY_LIMIT
+  limit = pipeline.HISTORY_LIMIT
   rule = _scenarios()["raises"]
   first, alive_before = None, _diagnoses_alive()
   for step in range(2 * limit + 10):               # a training loop that fails every step
@@ -224,14 +224,14 @@ def _diagnoses_alive() -> int:
 
 def test_warnings_remembered_are_bounded(hook):
   """Once-per-key warnings: a loop whose warning changes every step keeps a bounded memory."""
-  steps = runtime.WARNINGS_REMEMBERED + 10
+  steps = pipeline.WARNINGS_REMEMBERED + 10
   for n in range(steps):                           # a new rule, so a new warning, each step
     bwd = lambda r, g: (g.astype(jnp.bfloat16),)
     bwd.__name__ = f"bwd_{n}"
     rule = _tanh_rule(bwd)
     jax.grad(lambda x: rule(x).sum())(jnp.ones(3))
   assert len(vv.diagnoses()) == steps
-  assert len(runtime._warned) <= runtime.WARNINGS_REMEMBERED
+  assert len(pipeline._warned) <= pipeline.WARNINGS_REMEMBERED
 
 
 # ------------------------------------------------------------------ threads

@@ -164,20 +164,20 @@ def test_html_export_opens_in_headless_chromium(d, tmp_path):
 
 def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
   """Judging fixes takes up to a second: a displayable diagnosis must not wait for it."""
-  from jupyter_vjpviz.deliver import runtime
+  from jupyter_vjpviz import pipeline
   seen = []
   first = lambda found, exc: seen.append(("delivered", found, exc))   # noqa: E731
   late = lambda found, exc: seen.append(("fixed", found, exc))       # noqa: E731
-  runtime.add_listener(first)
-  runtime.add_listener(late, with_fixes=True)
+  pipeline.add_listener(first)
+  pipeline.add_listener(late, with_fixes=True)
   bad = jax.custom_vjp(lambda x: x * 2.0)
   bad.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g.T,))
   try:
     with pytest.raises(ValueError) as raised:
       jax.grad(lambda x: bad(x).sum())(jnp.ones((2, 3)))
   finally:
-    runtime.remove_listener(first)
-    runtime.remove_listener(late)
+    pipeline.remove_listener(first)
+    pipeline.remove_listener(late)
   (when, shown, exc), (later, fixed, _) = seen
   assert (when, later) == ("delivered", "fixed") and exc is raised.value
   assert shown[0].graph.nodes and svg.of_view(views.default_view(shown[0].graph, shown[0].node))

@@ -31,7 +31,7 @@ def session():
 
 
 def test_the_old_jax_is_older_than_the_floor(session):
-  from jupyter_vjpviz.capture.capabilities import TESTED
+  from jupyter_vjpviz.capture.compat.capabilities import TESTED
   assert _minor(session["jax"]) < _minor(TESTED[0])
 
 

@@ -8,8 +8,8 @@ import functools
 import itertools
 
 from ..base import kinds
+from ..capture.naming.leaf_paths import MISSING, Path
 from ..capture.records import ERROR, WARNING, Record, Session
-from ..capture.leaf_paths import MISSING, Path
 from . import fallback, program
 from .diagnosis import Diagnosis, MismatchedLeaf
 from .locate import distinct_inputs, instance, locate, mark_got, named_as_site

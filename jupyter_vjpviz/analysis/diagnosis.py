@@ -6,7 +6,7 @@ import itertools
 from typing import Any, Callable
 
 from ..base import kinds
-from ..capture import leaf_paths
+from ..capture.naming import leaf_paths
 from .graph import Graph
 
 _ids = itertools.count(1)

@@ -37,11 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core
 
-from ..capture import frames
+from ..capture.naming import frames
 from . import repeated_blocks
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
 from .program import _body_prefix, _eqn_id, rule_call, sub_jaxprs
+
 
 @dataclasses.dataclass(frozen=True)
 class Flow:

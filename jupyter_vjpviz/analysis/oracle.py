@@ -27,8 +27,9 @@ from jax._src import core
 from jax._src import custom_derivatives as cd
 
 from ..base import trees
-from ..capture import custom_rules, records
+from ..capture import records
 from ..capture.records import RuleSite, Weak
+from ..capture.sites import custom_rules
 from .partial_vjp import vjp_wrt
 
 RIGHT = "right"                 # equal to the reference on every draw

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 from jax._src import core
 
-from ..capture import names
-from ..capture.custom_rules import ct_aval
+from ..capture.naming import function_names
+from ..capture.sites.custom_rules import ct_aval
 
 
 def vjp_wrt(fun, args, positions, kwargs=None, staged: bool = False):
@@ -29,10 +29,10 @@ def vjp_wrt(fun, args, positions, kwargs=None, staged: bool = False):
 
 
 def _picked_parameters(fun, positions) -> inspect.Signature | None:
-  """``fun``'s parameters at ``positions`` (``names.positional_names``: a bound method's
+  """``fun``'s parameters at ``positions`` (``function_names.positional_names``: a bound method's
   without ``self``): a diagnosis names the inputs as the user's function does (``ws[1]``,
   not ``args[0][1]``); None when they cannot be read."""
-  params = names.positional_names(fun)
+  params = function_names.positional_names(fun)
   if any(i >= len(params) for i in positions):
     return None
   return inspect.Signature([inspect.Parameter(params[i], inspect.Parameter.POSITIONAL_ONLY)

@@ -26,9 +26,11 @@ import jax
 from jax._src import core
 from jax._src.state.types import AbstractRef
 
-from ..capture import custom_rules, frames, hijax_rules, older_api, records
-from ..capture import names as capture_names
+from ..capture import records
+from ..capture.compat import changed_signatures
+from ..capture.naming import frames, function_names
 from ..capture.records import Origin
+from ..capture.sites import custom_rules, hijax_rules
 from . import user_scopes
 from .graph import Edge, Graph, Node
 
@@ -134,7 +136,7 @@ def _input_nodes(origin: Origin) -> list[Node]:
   Differentiated leaves get ids ``in0, in1, ...`` in the VJP's input order (the
   order JAX's own paths like ``args[0]`` count in); the rest are ``static``.
   """
-  names = capture_names.leaf_labels(origin)
+  names = function_names.leaf_labels(origin)
   arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
   # a dict, not list.index: a model has thousands of leaves
   position = {j: k for k, j in enumerate(origin.differentiated_leaves)}
@@ -596,7 +598,7 @@ class _GraphBuilder:
     try:
       return self._scopes[name_stack]
     except KeyError:
-      names = self._scopes[name_stack] = capture_names.scope_names(name_stack)
+      names = self._scopes[name_stack] = function_names.scope_names(name_stack)
       return names
 
 
@@ -604,7 +606,7 @@ def _call_site(info, custom: bool) -> str | None:
   """``file:line`` where an equation (its source ``info``) was made; a custom rule is called
   where the hook saw it called: the user's frame, not a library's."""
   frame = ((custom and frames.user_frame(info.traceback))
-           or older_api.user_frame(info))
+           or changed_signatures.user_frame(info))
   return f"{frame.file_name}:{frame.start_line}" if frame else None
 
 
@@ -616,11 +618,11 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
     seen = custom_rules.seen_names(getattr(bwd, "f", bwd))   # behind a library's wrappers
     if seen is not None:
       return seen["function"], seen["rule"]
-    return (capture_names.function_of(params.get("call_jaxpr"))[0],
-            capture_names.function_of(bwd)[0])
+    return (function_names.function_of(params.get("call_jaxpr"))[0],
+            function_names.function_of(bwd)[0])
   if eqn.primitive.name == "custom_jvp_call":
-    return (capture_names.function_of(params.get("call_jaxpr"))[0],
-            capture_names.function_of(params.get("jvp_jaxpr_fun"))[0])
+    return (function_names.function_of(params.get("call_jaxpr"))[0],
+            function_names.function_of(params.get("jvp_jaxpr_fun"))[0])
   prim = hijax_rules.unwrapped(params.get("_prim"))
   if prim is None:
     return None, None

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from ..capture import frames as capture_frames
-from ..capture import names as capture_names
+from ..capture.naming import frames as capture_frames
+from ..capture.naming import function_names
 
 Frame = tuple  # (code object, lasti): where a frame was, as the traceback keeps it
 Chain = tuple  # the user's frames of one equation, outermost first
@@ -105,7 +105,7 @@ def _remember(code) -> int:
 def _kind(code) -> int:
   if not capture_frames.library_file(code.co_filename):
     return INLINE if code.co_name in _INLINE else USER
-  if code.co_name == "__call__" and not capture_names.inside_jax(code.co_filename):
+  if code.co_name == "__call__" and not function_names.inside_jax(code.co_filename):
     return MODULE   # not jnp's ufuncs
   return LIBRARY
 

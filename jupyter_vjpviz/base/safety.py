@@ -10,7 +10,9 @@ _reported_failures: set[tuple[str, str]] = set()
 
 _DOING = {"capture": "watch this VJP", "analysis": "diagnose", "fixes": "suggest fixes",
           "render": "render the diagnosis", "deliver": "show the diagnosis",
-          "runtime": "diagnose", "type_check": "check", "value_check": "check the gradient's values"}
+          "pipeline": "diagnose", "check": "check", "gradcheck": "check the gradient's values",
+          "nans": "check the gradient's values", "flows": "check the gradient's values",
+          "grads": "show the diagnosis", "watch": "show the diagnosis"}
 """What vjpviz was doing, by the module that failed (its most specific part first)."""
 
 

@@ -10,16 +10,19 @@ has no way to unregister one, and no user frame lives in our package.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 
 import jax
 from jax._src import source_info_util, traceback_util
 
-from . import (capabilities, check_sites, custom_rules, entry_points, frames, linear_maps,
-               older_entries)
+from . import records
 from .code_events import CodeEvents
-from .patches import PatchSet
+from .compat import capabilities
+from .compat.patches import PatchSet
+from .naming import frames
+from .sites import check_sites, custom_rules, entry_points, entry_points_before_0_10, linear_maps
 
 _patches = PatchSet()
 _events = CodeEvents()
@@ -49,7 +52,7 @@ def _install(sink: entry_points.Sink, announce: bool) -> None:
   if events is None:
     _patches.skip("sys.monitoring", capabilities.no_monitoring())
   entry_points.install(_patches, sink, events)
-  older_entries.install(_patches, sink)
+  entry_points_before_0_10.install(_patches, sink)
   check_sites.install(_patches, sink, events)
   linear_maps.install(_patches, sink, events)
   caps = capabilities.of(hook_points()[0])
@@ -76,3 +79,13 @@ def installed() -> bool:
 def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
   """The JAX objects wrapped or watched now, and those skipped with the reason."""
   return _patches.points + _events.points, list(_patches.skipped)
+
+
+@contextlib.contextmanager
+def hook_aside():
+  """The hook stands aside while the search re-runs the user's rules."""
+  records.state.suspended += 1
+  try:
+    yield
+  finally:
+    records.state.suspended -= 1

@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable
 
 from ..base import kinds
-from .leaf_paths import Leaf, Path, keystr
+from .naming.leaf_paths import Leaf, Path, keystr
 
 ERROR = "error"
 WARNING = "warning"
@@ -54,7 +54,7 @@ class RuleSite:
   custom_rule: Any = dataclasses.field(default=None, compare=False, repr=False)
   """The jax.custom_vjp object (or hijax primitive) whose rules ran, so fixes can be
   verified against it: a weakref (the site travels in JAX's residual trees and caches),
-  or in a record's copy a ``Strong`` one (``retain.retained``: kept as long as the
+  or in a record's copy a ``Strong`` one (``retained_rules.retained``: kept as long as the
   diagnosis, if it holds no arrays)."""
   method: Any = dataclasses.field(default=None, compare=False, repr=False)
   """For a hijax primitive: (weakref to its class, the rule's attribute name), so fixes

@@ -28,12 +28,13 @@ import traceback
 from importlib import resources
 from typing import Any, Callable
 
-from . import runtime, type_check
+from .. import pipeline
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
 from ..base import kinds
-from ..capture import wrappers
 from ..base.safety import safely
+from ..capture.naming import library_wrappers
+from ..check import apply_fix, check
 from ..fixes import returns, suggest
 from ..fixes import verify as fix_verify
 from ..render import svg, views
@@ -172,7 +173,7 @@ def payload(d) -> dict:
   out = d.to_dict()
   if d.id not in _rule_sources:
     _rule_sources[d.id] = _rule_source(d)
-    while len(_rule_sources) > runtime.HISTORY_LIMIT:
+    while len(_rule_sources) > pipeline.HISTORY_LIMIT:
       del _rule_sources[next(iter(_rule_sources))]
   out.update(_rule_sources[d.id])
   return out
@@ -192,7 +193,7 @@ def _rule_source(d) -> dict:
 def _live_rule_source(d) -> dict | None:
   kind = kinds.of(d.kind)
   custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
-  rule = (suggest.Rule.of(d, wrappers.user_rules(custom_rule))
+  rule = (suggest.Rule.of(d, library_wrappers.user_rules(custom_rule))
           if custom_rule is not None and kind.role else None)
   fn = inspect.unwrap(getattr(rule.user_rules, kind.role)) if rule else None
   if fn is None or fn.__name__ == "<lambda>":   # a lambda's def is made up: no lines of its own
@@ -360,7 +361,7 @@ _TYPE_WORDS = {"string": "a string", "array": "a list", "object": "an object",
 
 def _diagnosis(args: dict):
   wanted = args["diagnosis_id"]
-  for d in runtime.history():
+  for d in pipeline.history():
     if d.id == wanted:
       return d
   raise _Refused(f"no diagnosis {wanted!r} in this kernel (restarted, cleared, "
@@ -368,7 +369,7 @@ def _diagnosis(args: dict):
 
 
 def _op_history(args: dict) -> dict:
-  return {"diagnoses": [payload(d) for d in runtime.history()]}
+  return {"diagnoses": [payload(d) for d in pipeline.history()]}
 
 
 def _op_verify(args: dict) -> dict:
@@ -387,7 +388,7 @@ def verify_result(d, code: str) -> dict:
   except SyntaxError as err:
     where = f" (line {err.lineno})" if err.lineno else ""
     return {"pass": False, "summary": f"the code does not parse: {err.msg}{where}", "problems": []}
-  outcome = fix_verify.checked(d, code, type_check.check)
+  outcome = fix_verify.checked(d, code, check)
   problems = [_problem(x) for x in outcome.problems]
   if outcome.verdict is None:
     return {"pass": False, "summary": "; ".join(p["headline"] for p in problems),
@@ -413,7 +414,7 @@ def _problem(d) -> dict:
 
 
 def _op_apply(args: dict) -> dict:
-  result = type_check.apply_fix(_diagnosis(args), args["code"])
+  result = apply_fix(_diagnosis(args), args["code"])
   return {"applied": result.applied, "problems": [_problem(x) for x in result.problems],
           "patch": result.patch, "path": result.path}
 

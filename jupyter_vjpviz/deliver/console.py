@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import sys
 
-from . import runtime
+from .. import pipeline
 from ..analysis.diagnosis import Diagnosis
-from ..capture.records import ERROR
 from ..base.safety import safely
+from ..capture.records import ERROR
 
 _original_excepthook = None
 
 
 def install() -> None:
   global _original_excepthook
-  runtime.add_listener(_on_diagnoses, with_fixes=True)
+  pipeline.add_listener(_on_diagnoses, with_fixes=True)
   if _original_excepthook is None:
     _original_excepthook = sys.excepthook
     sys.excepthook = _excepthook
@@ -25,7 +25,7 @@ def install() -> None:
 
 def uninstall() -> None:
   global _original_excepthook
-  runtime.remove_listener(_on_diagnoses)
+  pipeline.remove_listener(_on_diagnoses)
   if _original_excepthook is not None and sys.excepthook is _excepthook:
     sys.excepthook = _original_excepthook
   _original_excepthook = None

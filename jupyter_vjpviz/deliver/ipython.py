@@ -15,7 +15,7 @@ import collections
 
 from IPython.display import display
 
-from . import runtime
+from .. import pipeline
 from ..analysis.diagnosis import Diagnosis
 from ..base.safety import safely
 from ..render import layout
@@ -34,9 +34,9 @@ _delivered: collections.OrderedDict = collections.OrderedDict()
 
 
 def load(ip) -> None:
-  safely(runtime.install, True)
-  runtime.add_listener(_queue)
-  runtime.add_listener(_fixes_judged, with_fixes=True)
+  safely(pipeline.install, True)
+  pipeline.add_listener(_queue)
+  pipeline.add_listener(_fixes_judged, with_fixes=True)
   ip.events.register("post_run_cell", _show)
   # Start the layout worker now, so the first failing cell does not wait for it.
   safely(layout.warm)
@@ -46,8 +46,8 @@ def load(ip) -> None:
 
 
 def unload(ip) -> None:
-  runtime.remove_listener(_queue)
-  runtime.remove_listener(_fixes_judged)
+  pipeline.remove_listener(_queue)
+  pipeline.remove_listener(_fixes_judged)
   try:
     ip.events.unregister("post_run_cell", _show)
   except ValueError:
@@ -55,7 +55,7 @@ def unload(ip) -> None:
   safely(comm.unregister)
   safely(magics.unregister, ip)
   safely(_display_diagnoses, ip, False)
-  runtime.uninstall()
+  pipeline.uninstall()
 
 
 def _display_diagnoses(ip, on: bool) -> None:
@@ -94,7 +94,7 @@ def _fixes_judged(found: list[Diagnosis], exc) -> None:
 def _went(d: Diagnosis, where: str) -> None:
   _delivered[d.id] = where
   _delivered.move_to_end(d.id)
-  while len(_delivered) > runtime.HISTORY_LIMIT:
+  while len(_delivered) > pipeline.HISTORY_LIMIT:
     _delivered.popitem(last=False)
 
 
@@ -103,7 +103,7 @@ def _show(result=None) -> None:
   found, _pending[:] = list(_pending), []
   if _not_shown:
     print(f"vjpviz: {_not_shown} more diagnoses in this cell not shown (vjpviz.diagnoses() "
-          f"has the newest {runtime.HISTORY_LIMIT})")
+          f"has the newest {pipeline.HISTORY_LIMIT})")
     _not_shown = 0
   for d in found:
     safely(_display, d)

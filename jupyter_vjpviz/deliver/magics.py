@@ -14,16 +14,20 @@ import jax
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import grads as grad_health
-from . import runtime, value_check, values
+from .. import pipeline
 from ..analysis.assemble import key
-from ..capture import capabilities, jax_flags, names, records
-from ..capture.check_sites import observe_applications
-from .type_check import as_shape_struct, check
-from .value_check import floating
-from . import comm
-from .display import show
 from ..base import safety
+from ..capture import records
+from ..capture.compat import capabilities, jax_flags
+from ..capture.naming import function_names
+from ..capture.sites.check_sites import observe_applications
+from ..check import as_shape_struct, check
+from ..gradcheck import GradCheck, floating, gradcheck, judge
+from ..grads import grads as grad_report
+from ..gradcheck import applications as rule_applications
+from ..nans import GradientWatch, gradients, nans
+from . import call_values, comm
+from .display import show
 
 
 class VjpvizProblems(RuntimeError):
@@ -32,14 +36,14 @@ class VjpvizProblems(RuntimeError):
 
 def status() -> str:
   path = "hijax (jax_custom_vjp3)" if jax_flags.on("jax_custom_vjp3") else "classic"
-  points, skipped = runtime.hook_points()
+  points, skipped = pipeline.hook_points()
   lines = [
-      f"vjpviz: {'installed' if runtime.installed() else 'not installed'}",
+      f"vjpviz: {'installed' if pipeline.installed() else 'not installed'}",
       f"JAX {jax.__version__}, custom_vjp path: {path}",
       *([capabilities.of(points).line()] if points else []),
       f"hook points: {len(points)} wrapped, {len(skipped)} skipped",
       *(f"  skipped {point}: {why}" for point, why in skipped),
-      f"diagnoses so far: {len(runtime.history())}",
+      f"diagnoses so far: {len(pipeline.history())}",
       f"panel listening: {'yes' if comm.listening() else 'no'}"]
   return "\n".join(lines)
 
@@ -144,10 +148,10 @@ class VjpvizMagics(Magics):
       return self._nans(rest.strip())
     if action == "grads":
       fun, args, kwargs = self._call(rest.strip())
-      return grad_health.grads(fun, *args, **kwargs)   # shown by its rich repr
+      return grad_report(fun, *args, **kwargs)   # shown by its rich repr
     args = parse_argstring(self.vjpviz, line)
-    handler = {"status": lambda: print(status()), "on": runtime.install,
-               "off": runtime.uninstall, "clear": runtime.clear, "last": self._last,
+    handler = {"status": lambda: print(status()), "on": pipeline.install,
+               "off": pipeline.uninstall, "clear": pipeline.clear, "last": self._last,
                "list": self._list, "export": lambda: self._export(args),
                "values": lambda: self._values_overlay(args)}.get(args.action)
     if handler is None:
@@ -157,25 +161,25 @@ class VjpvizMagics(Magics):
 
   def _values_overlay(self, args):
     """``%vjpviz values on|off``: later VJP diagnoses carry their backward pass's values."""
-    switch = {"on": values.on, "off": values.off}.get(args.target[0] if args.target else "")
+    switch = {"on": call_values.on, "off": call_values.off}.get(args.target[0] if args.target else "")
     if switch is not None:
       switch()
-    print(f"vjpviz: cotangent values on the graph {'on' if values.enabled() else 'off'}"
+    print(f"vjpviz: cotangent values on the graph {'on' if call_values.enabled() else 'off'}"
           + ("" if switch else " (usage: %vjpviz values on|off)"))
 
   def _last(self):
-    found = runtime.history()
+    found = pipeline.history()
     if not found:
       print("vjpviz: no diagnoses yet")
       return
     show(found[-1])
 
   def _list(self):
-    for d in runtime.history():
+    for d in pipeline.history():
       print(f"{d.id} [{d.severity}] {d.headline}")
 
   def _export(self, args):
-    found = runtime.history()
+    found = pipeline.history()
     if not args.target or not found:
       print("vjpviz: nothing to export" if not found else "usage: %vjpviz export PATH")
       return
@@ -192,16 +196,16 @@ class VjpvizMagics(Magics):
   def _nans(self, expr: str):
     """``%vjpviz nans f(args...)``: vjpviz.nans of ``f`` w.r.t. its first argument."""
     fun, args, kwargs = self._call(expr)
-    d = value_check.nans(fun, *args, **kwargs)
+    d = nans(fun, *args, **kwargs)
     if d is None:
       print(f"{expr}: the gradient is finite")
     else:
       show(d)
     return d
 
-  def _values(self, expr: str) -> value_check.GradCheck:
+  def _values(self, expr: str) -> GradCheck:
     fun, args, kwargs = self._call(expr)
-    result = value_check.gradcheck(fun, *args, **kwargs)
+    result = gradcheck(fun, *args, **kwargs)
     report_values(f"{expr}: ", result)
     return result
 
@@ -216,26 +220,26 @@ class VjpvizMagics(Magics):
             {k.arg: value(k.value) for k in call.keywords})
 
   def _cell(self, args, cell: str):
-    was_installed = runtime.installed()
-    runtime.install()
+    was_installed = pipeline.installed()
+    pipeline.install()
     if args.values or args.nans:
       jax.clear_caches()   # a jitted function traced before would run neither its rules'
                            # fwd nor the jax.vjp that tells --nans it is a train step
     try:
-      with (runtime.collecting() as found, applications() as applied,
-            value_check.applications() if args.values else contextlib.nullcontext({}) as sites,
-            value_check.gradients() if args.nans else contextlib.nullcontext() as grads):
+      with (pipeline.collecting() as found, applications() as applied,
+            rule_applications() if args.values else contextlib.nullcontext({}) as sites,
+            gradients() if args.nans else contextlib.nullcontext() as grads):
         self.shell.run_cell(cell)
       for cvjp, abstract_args in applied.values():
         found.extend(check_application(cvjp, abstract_args))
     finally:
       if not was_installed:
-        runtime.uninstall()
+        pipeline.uninstall()
     problems = unique(found)
     print(summary(len(applied), problems))
     for d in problems:
       show(d)
-    values = safety.safely(value_check.judge, sites) if args.values else None
+    values = safety.safely(judge, sites) if args.values else None
     if values is not None:
       report_values("", values)
     nonfinite = report_nans(grads) if grads is not None else None
@@ -254,14 +258,14 @@ def report_values(prefix: str, result) -> None:
     show(d)
 
 
-def report_nans(grads: value_check.GradientWatch):
+def report_nans(grads: GradientWatch):
   """How many gradients the cell computed and how many had NaN/Inf; the first localised."""
   n, bad = grads.checked, len(grads.bad)
   print(f"{n} gradient{'s' * (n != 1)} checked for NaN/Inf, {bad} not finite")
   if grads.steps_checked:
     k, steps = grads.steps_checked, grads.bad_steps
     print(f"{k} call{'s' * (k != 1)} of jitted functions that take gradients checked"
-          + (f"; NaN/Inf in the outputs of {names.function_name(steps[0][0])}"
+          + (f"; NaN/Inf in the outputs of {function_names.function_name(steps[0][0])}"
              + ("" if bad else ": re-run with jit disabled to localise it") if steps else
              ", all outputs finite"))
   d = safety.safely(grads.diagnose)

@@ -29,7 +29,8 @@ from jax._src import core
 
 from ..analysis.diagnosis import Fix
 from ..base import kinds, syntax, trees
-from ..capture import custom_rules, records
+from ..capture import records
+from ..capture.sites import custom_rules
 from . import exprs, returns, source, verify
 
 PER_GENERATOR = 6

@@ -10,7 +10,7 @@ import itertools
 
 import jax
 
-from ..capture import older_api
+from ..capture.compat import changed_signatures
 from .source import RuleSource
 
 _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
@@ -104,7 +104,7 @@ _COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter")
 
 def varying(aval) -> frozenset:
   """The manual mesh axes an aval varies over (``{V:dp}``); empty outside shard_map."""
-  return older_api.varying_axes(aval)
+  return changed_signatures.varying_axes(aval)
 
 
 def revaried(text: str, axes: tuple) -> str:

@@ -30,7 +30,7 @@ from ..analysis.nonfinite import Culprit, Localisation
 from ..analysis.nonfinite_eval import Patch, evaluate
 from ..analysis.nonfinite_explain import chosen_away, overflowed
 from ..analysis.program import rule_call
-from ..capture import names
+from ..capture.naming import function_names
 
 TINY = 1e-30     # clamp for log: above float32's smallest normal, far below any probability
 
@@ -228,7 +228,7 @@ def _rescale(function: str, argnums: tuple, k: int) -> _Candidate:
 
 
 def _autodiff(c: Culprit) -> _Candidate:
-  function = names.function_of(c.eqn.params.get("call_jaxpr"))[0] or "the primal"
+  function = function_names.function_of(c.eqn.params.get("call_jaxpr"))[0] or "the primal"
 
   def fn(eqn, ins, producer):
     return evaluate(eqn.params["call_jaxpr"], ins)

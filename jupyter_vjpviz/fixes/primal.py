@@ -19,7 +19,7 @@ import jax
 
 from ..analysis.diagnosis import Fix
 from ..base import kinds, trees
-from ..capture.custom_rules import ct_aval
+from ..capture.sites.custom_rules import ct_aval
 from . import dtypes, source, verify
 from .source import RuleSource
 

@@ -19,7 +19,7 @@ import time
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
 from ..base import kinds, surrogates
-from ..capture import wrappers
+from ..capture.naming import library_wrappers
 from . import exprs, returns, source, verify
 
 BUDGET = 1.0
@@ -253,4 +253,4 @@ def _runs_as_written(rule) -> bool:
   tree = ast.parse(rule.src.text)
   source.bare(tree.body[0])
   live = inspect.unwrap(getattr(rule.user_rules, role))
-  return returns.compiles_to(tree, live if wrappers.user_code(live) else verify.home(rule.user_rules))
+  return returns.compiles_to(tree, live if library_wrappers.user_code(live) else verify.home(rule.user_rules))

@@ -13,7 +13,7 @@ import re
 import textwrap
 
 from ..base import syntax
-from ..capture import arguments
+from ..capture.naming import arguments
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +114,7 @@ def bare(node: ast.FunctionDef) -> None:
 
 def of_role(user_rules, role: str, name: str = "rule") -> RuleSource | None:
   """The source of ``user_rules``'s ``role`` rule ("fwd" or "bwd"; ``user_rules`` is what
-  ``wrappers.user_rules`` gives, or a custom_vjp), with the parameters its caller binds
+  ``library_wrappers.user_rules`` gives, or a custom_vjp), with the parameters its caller binds
   set apart."""
   bound = getattr(user_rules, "bound", None)
   return of(getattr(user_rules, role), name, bound(role) if bound else 0)

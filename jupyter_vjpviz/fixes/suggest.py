@@ -22,8 +22,8 @@ import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
 from ..base import kinds, trees
-from ..capture import wrappers
-from ..capture.custom_rules import ct_aval
+from ..capture.naming import library_wrappers
+from ..capture.sites.custom_rules import ct_aval
 from . import calls, candidates, dtypes, exprs, primal, rank, returns, source, verify
 from .source import RuleSource
 
@@ -36,7 +36,7 @@ def suggestions(d: Diagnosis) -> list[Fix]:
   custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
   if custom_rule is None:
     return rank.unjudged(calls.suggestions(d), _NO_RULE)
-  rule = Rule.of(d, wrappers.user_rules(custom_rule))
+  rule = Rule.of(d, library_wrappers.user_rules(custom_rule))
   if rule is None:
     return []
   judge = rank.Judge.of(rule)
@@ -66,10 +66,10 @@ class Rule:
     while name in getattr(verify.home(user_rules), "__globals__", {}):
       name += "_"
     rule = inspect.unwrap(getattr(user_rules, role))
-    closure = not wrappers.user_code(rule) and role == "bwd" and bool(d.rule_source)
+    closure = not library_wrappers.user_code(rule) and role == "bwd" and bool(d.rule_source)
     if closure:   # JAX's bwd runs a closure the user's function returned
       src = source.nested(verify.home(user_rules), d.rule_source, name)
-    elif wrappers.user_code(rule):   # never edit a library's code
+    elif library_wrappers.user_code(rule):   # never edit a library's code
       src = source.of_role(user_rules, role, name)
     else:
       return None

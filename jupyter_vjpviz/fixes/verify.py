@@ -25,11 +25,13 @@ import numpy as np
 from jax._src import core
 from jax._src import custom_derivatives as cd
 
-from ..capture import check_sites, custom_rules, records, wrappers
 from ..analysis import oracle
 from ..analysis.diagnosis import Diagnosis
 from ..base import kinds, trees
+from ..capture import records
+from ..capture.naming import library_wrappers
 from ..capture.records import WARNING, Weak
+from ..capture.sites import check_sites, custom_rules
 from . import exprs, source
 
 _serial = itertools.count(1)
@@ -95,13 +97,13 @@ def _rechecked(diagnosis: Diagnosis, edited, user_rules, check) -> list[Diagnosi
     stand_in = primal_by_fwd(user_rules)
     if stand_in is None:
       raise
-    return recheck(diagnosis, wrappers.copy_of(edited, fun=stand_in), check)
+    return recheck(diagnosis, library_wrappers.copy_of(edited, fun=stand_in), check)
 
 
 def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verdict:
   """The oracle's verdict on ``cvjp``'s rules (built here unless given)."""
   try:
-    judge = judge or reference(site, wrappers.user_rules(site.custom_rule()))
+    judge = judge or reference(site, library_wrappers.user_rules(site.custom_rule()))
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
@@ -235,7 +237,7 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
   """
   flags = site.perturbed or [True] * len(site.in_paths)
   nondiff = [i for i, _ in site.nondiff]
-  fwd, bwd = wrappers.user_rules(site.custom_rule()).placed(fwd, bwd)
+  fwd, bwd = library_wrappers.user_rules(site.custom_rule()).placed(fwd, bwd)
 
   def boxed(differentiable):   # the primals as JAX hands them to a symbolic_zeros fwd
     leaves = jax.tree_util.tree_leaves(differentiable)
@@ -416,7 +418,7 @@ def primal_by_fwd(user_rules) -> Callable | None:
   fwd, own = custom_vjp.fwd, user_rules.bwd
 
   def primal(*args):
-    with check_sites.rules_set_aside(lambda c: wrappers.behind(c.bwd)[0] is own):
+    with check_sites.rules_set_aside(lambda c: library_wrappers.behind(c.bwd)[0] is own):
       return fwd(*args)[0]
   primal.__name__ = getattr(user_rules.fun, "__name__", "primal")   # what a check names it
   return primal
@@ -478,17 +480,17 @@ def _user_rules(diagnosis: Diagnosis):
   if custom_rule is None:
     raise ValueError(f"{diagnosis.kind} is not about a custom_vjp rule that is still alive; "
                      "only rule fixes can be verified or applied")
-  return wrappers.user_rules(custom_rule)
+  return library_wrappers.user_rules(custom_rule)
 
 
 def home(user_rules):
   """The user's function a fix of ``user_rules``'s bwd edits: the bwd, or the fwd where JAX's
   own bwd runs a closure the user's function returned (``jax.custom_gradient``)."""
   bwd = inspect.unwrap(user_rules.bwd)
-  if wrappers.user_code(bwd):
+  if library_wrappers.user_code(bwd):
     return bwd
   fwd = inspect.unwrap(user_rules.fwd)
-  return fwd if wrappers.user_code(fwd) else bwd
+  return fwd if library_wrappers.user_code(fwd) else bwd
 
 
 def _globals(user_rules) -> dict:
@@ -501,7 +503,7 @@ def closure(user_rules) -> dict:
   under the rules': a right rule may need what only the primal used (a factory's
   ``beta``)."""
   found = {}
-  primal = [user_rules.fun] if wrappers.user_code(user_rules.fun) else []
+  primal = [user_rules.fun] if library_wrappers.user_code(user_rules.fun) else []
   for rule in (*primal, user_rules.fwd, user_rules.bwd):
     try:
       found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)

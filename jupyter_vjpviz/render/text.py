@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..analysis.graph import Edge, Graph
 from ..base import kinds
-from ..capture.leaf_paths import MISSING
+from ..capture.naming.leaf_paths import MISSING
 
 MAX_EDGES = 8      # per direction around the failing node
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from jax._src import api, pjit
 
-from . import check_sites, entry_points, records
-from .patches import PatchSet
-from .records import Origin, Session
-from ..base import safety
+from ...base import safety
+from .. import records
+from ..compat.patches import PatchSet
+from ..records import Origin, Session
+from . import check_sites, entry_points
 
 
 def install(patches: PatchSet, sink: entry_points.Sink) -> None:

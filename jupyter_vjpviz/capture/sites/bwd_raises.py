@@ -20,11 +20,12 @@ import jax
 import numpy as np
 from jax._src import core
 
-from . import leaf_paths, records
-from .leaf_paths import Key, keystr
-from .records import ERROR, Record
-from .retain import retained
-from ..base import syntax, trees
+from ...base import syntax, trees
+from .. import records
+from ..naming import leaf_paths
+from ..naming.leaf_paths import Key, keystr
+from ..records import ERROR, Record
+from .retained_rules import retained
 
 _WHOLE = object()   # ``[...]`` / ``[:]``: the write replaces the whole array there
 _LIMIT = 256        # rules' parsed sources kept; cleared when full

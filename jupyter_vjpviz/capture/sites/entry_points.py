@@ -14,14 +14,15 @@ import weakref
 from typing import Callable
 
 import jax
-from jax._src import api, core
-from jax._src import traceback_util
+from jax._src import api, core, traceback_util
 
-from . import check_sites, frames, names, records, user_calls
-from .code_events import CodeEvents
-from .patches import PatchSet
-from .records import Origin, Session
-from ..base import safety
+from ...base import safety
+from .. import records
+from ..code_events import CodeEvents
+from ..compat.patches import PatchSet
+from ..naming import frames, function_names, user_calls
+from ..records import Origin, Session
+from . import check_sites
 
 Sink = Callable[[Session, BaseException | None], None]
 
@@ -194,7 +195,7 @@ def in_session(original, fun, primals, kwargs, origin, sink, remember):
 
 def _remember(vjp_result, session: Session) -> None:
   f_vjp = vjp_result[1]
-  if hasattr(f_vjp, "jaxpr"):   # before JAX 0.8 a Partial: older_entries finds its jaxpr
+  if hasattr(f_vjp, "jaxpr"):   # before JAX 0.8 a Partial: entry_points_before_0_10 finds its jaxpr
     remember(f_vjp.jaxpr, session)
 
 
@@ -221,7 +222,7 @@ def call_origin(user_fun, args: list, kwargs: dict, diff_argnums: tuple[int, ...
       by_arg.setdefault(path[1].idx, []).append(j)
   differentiated = tuple(j for i in diff_argnums for j in by_arg.get(i, ()))
   return Origin(fun=user_fun, leaves=leaves, tree=tree, differentiated_leaves=differentiated,
-                name=names.function_name(user_fun), source=names.function_source(user_fun))
+                name=function_names.function_name(user_fun), source=function_names.function_source(user_fun))
 
 
 def _unwrap_argnums(fun, primals):

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..render.html import STYLE
+from .render.html import STYLE
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
 BATCH = 32    # steps whose arrays are stacked and sent to the host at once

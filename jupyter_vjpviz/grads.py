@@ -14,12 +14,13 @@ import jax
 import numpy as np
 from jax._src import core
 
-from ..analysis import grad_paths, nonfinite, program
-from ..analysis.graph import Graph
-from ..analysis.nonfinite_eval import inexact
-from ..capture import user_calls
-from ..render import grads_view
-from .value_check import hook_aside, mark_flows, program_inputs
+from .analysis import grad_paths, nonfinite, program
+from .analysis.flows import mark_flows, program_inputs
+from .analysis.graph import Graph
+from .analysis.nonfinite_eval import inexact
+from .capture.hook import hook_aside
+from .capture.naming import user_calls
+from .render import grads_view
 
 CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
 

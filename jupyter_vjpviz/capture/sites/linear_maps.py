@@ -27,12 +27,14 @@ import jax
 from jax._src import api, core
 from jax._src.interpreters import partial_eval as pe
 
-from . import check_sites, frames, hijax_prims, hijax_rules, leaf_paths, names, records
-from .code_events import CodeEvents
-from .leaf_paths import Leaf
-from .patches import PatchSet
-from .records import ERROR, Origin, Record, Session
-from ..base import safety, trees
+from ...base import safety, trees
+from .. import records
+from ..code_events import CodeEvents
+from ..compat.patches import PatchSet
+from ..naming import frames, function_names, leaf_paths
+from ..naming.leaf_paths import Leaf
+from ..records import ERROR, Origin, Record, Session
+from . import check_sites, hijax_prims, hijax_rules
 
 
 def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
@@ -87,7 +89,7 @@ def linear_origin(frame) -> Origin:
   lifted = pe.convert_constvars_jaxpr(jaxpr)   # its constants lead its inputs, as JAX's own
   consts = tuple(v.aval for v in lifted.invars[:len(lifted.invars) - len(in_avals)])
   leaves = consts + in_avals
-  name, source = names.function_of(jaxpr)
+  name, source = function_names.function_of(jaxpr)
   arg_names = tuple(getattr(jaxpr.debug_info, "arg_names", None) or ())
   if len(arg_names) != len(in_avals):   # as linear_transpose's primals were passed
     arg_names = tuple("args" + jax.tree_util.keystr(p)
@@ -117,7 +119,7 @@ def _handed_by_jax(frame) -> bool:
   """Whether JAX called the transposed function while transposing a hijax primitive (a
   ``self`` that is one, in JAX's frames between the two): not the user, nor a jit of theirs."""
   caller = frame.f_back
-  while caller is not None and names.inside_jax(caller.f_code.co_filename):
+  while caller is not None and function_names.inside_jax(caller.f_code.co_filename):
     if hijax_rules.is_primitive(caller.f_locals.get("self")):
       return True
     caller = caller.f_back
@@ -199,14 +201,14 @@ def shapes_record(frame) -> Record:
   key = (jax.tree_util.SequenceKey(i),) if max(len(got), len(want)) > 1 else ()
   text = lambda aval: aval.str_short() if aval is not None else leaf_paths.MISSING
   fun = frame.f_back.f_locals.get("fun")   # JAX's shape-checked wrapper of the user's solve
-  user = names.unwrap(fun) if callable(fun) else None
+  user = function_names.unwrap(fun) if callable(fun) else None
   call = frames.live_user_frame(frame)
   return Record(
       kind="solve_type", severity=ERROR, function="custom_linear_solve",
       source=f"{call.file_name}:{call.start_line}" if call else None,
       path=f"{expected_name}{jax.tree_util.keystr(key)}", expected=text(w), got=text(g),
       flat_index=i, expected_aval=w, got_aval=g,
-      rule=names.function_name(user) if user is not None else func_name,
-      rule_source=names.function_source(user) if user is not None else None,
+      rule=function_names.function_name(user) if user is not None else func_name,
+      rule_source=function_names.function_source(user) if user is not None else None,
       detail=f"custom_linear_solve calls it as {func_name}",
       leaves=(Leaf(leaf_paths.keys(key), text(w), text(g)),))

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax._src import core
 
-from .records import Record, Strong
+from ..records import Record, Strong
 
 BUDGET = 400       # objects looked at; a rule set needing more is not held
 

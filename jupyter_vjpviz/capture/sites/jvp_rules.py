@@ -21,11 +21,12 @@ from jax._src import custom_derivatives as cd
 from jax._src import linear_util as lu
 from jax._src.ad_util import Zero
 
-from . import leaf_paths, names, records
-from .leaf_paths import Leaf
-from .patches import PatchSet
-from .records import ERROR, Record
-from ..base import safety
+from ...base import safety
+from .. import records
+from ..compat.patches import PatchSet
+from ..naming import function_names, leaf_paths
+from ..naming.leaf_paths import Leaf
+from ..records import ERROR, Record
 
 
 def install(patches: PatchSet) -> None:
@@ -49,10 +50,10 @@ def _wrap_jvp3_call(original):
 def _watched_copy(vjp3, rule):
   view = copy.copy(vjp3)
   primal = getattr(vjp3, "f", None)
-  name = names.function_name(primal)
-  source = names.function_source(primal)
-  jvp_name = names.function_name(rule)
-  rule_source = names.function_source(rule)
+  name = function_names.function_name(primal)
+  source = function_names.function_source(primal)
+  jvp_name = function_names.function_name(rule)
+  rule_source = function_names.function_source(rule)
 
   def watched(*args):
     pair = rule(*args)
@@ -87,7 +88,7 @@ def _primal_of(frame):
 def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
            primal) -> lu.WrappedFun:
   """``jvp`` with ``_watched`` around it (a transformation, as JAX composes its own)."""
-  return jvp.wrap(_watched, (primal_name, jvp_name, names.function_of(jvp)[1], primal), None)
+  return jvp.wrap(_watched, (primal_name, jvp_name, function_names.function_of(jvp)[1], primal), None)
 
 
 def _watched(rule, primal_name, jvp_name, rule_source, primal, *args):
@@ -114,7 +115,7 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
     if not core.typematch(want, got):
       found.append(Record(
           kind="jvp_tangent_type", severity=ERROR, function=primal_name,
-          source=source or (names.function_source(primal()) if primal and primal() else None),
+          source=source or (function_names.function_source(primal()) if primal and primal() else None),
           path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
           rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
           leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),

@@ -18,7 +18,8 @@ import functools
 import types
 from typing import Any, Callable
 
-from . import frames, hijax_rules, retain
+from ..sites import hijax_rules, retained_rules
+from . import frames
 
 Path = tuple[tuple[str, str], ...]
 """Steps from a wrapper to the user's function: ("cell", freevar), ("attr", name), and in
@@ -217,7 +218,7 @@ class UserRules:
     self._redefine(fwd, bwd, lambda f, b: self.custom_vjp.defvjp_with_accums(f, b, **flags))
 
   def _redefine(self, fwd, bwd, define) -> None:
-    if retain.is_standin(self.custom_vjp):
+    if retained_rules.is_standin(self.custom_vjp):
       raise ValueError("this rule was made for the failing call only (its custom_vjp is gone): "
                        "put the fix in your source and re-run it")
     if not self.seen_through:

@@ -17,12 +17,14 @@ from jax._src import custom_derivatives as cd
 from jax._src.interpreters import ad
 from jax._src.interpreters import partial_eval as pe
 
-from . import (custom_rules, frames, hijax_prims, jax_flags, jvp_rules, leaf_paths, names, records,
-               through_primal, vjp3_rules)
-from .patches import PatchSet
-from .leaf_paths import Leaf
-from .records import ERROR, WARNING, Record, RuleSite, Session
-from ..base import safety, trees
+from ...base import safety, trees
+from .. import records
+from ..compat import jax_flags
+from ..compat.patches import PatchSet
+from ..naming import frames, function_names, leaf_paths
+from ..naming.leaf_paths import Leaf
+from ..records import ERROR, WARNING, Record, RuleSite, Session
+from . import custom_rules, hijax_prims, jvp_rules, through_primal, vjp3_rules
 
 
 def install(patches: PatchSet, sink: Callable | None = None,
@@ -72,7 +74,7 @@ def wrap_run_staged(original, sink):
 
 def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
   """What is wrong with the cotangent handed to ``f_vjp``."""
-  function, source = names.function_of(jaxpr)
+  function, source = function_names.function_of(jaxpr)
   base = dict(function=function, source=source)
   is_zero = lambda x: isinstance(x, ad.Zero)
   ct_tree = jax.tree_util.tree_structure(out_ct, is_leaf=is_zero)
@@ -128,7 +130,7 @@ def _wrap_vjp_accum(original):
 def _accum_record(jaxpr, in_tree, explicit_refs, idx, v, x) -> Record:
   """Classify a rejected ``with_refs`` entry from what was given for it."""
   expected = custom_rules.ct_aval(v.aval)
-  function, source = names.function_of(jaxpr)
+  function, source = function_names.function_of(jaxpr)
   path = "args" + _leaf_path(in_tree, idx)
   ref_expected = f"Ref{{{expected.str_short()}}}"
   if isinstance(x, ad.GradAccum):

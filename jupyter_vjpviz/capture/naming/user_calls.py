@@ -25,9 +25,10 @@ import numpy as np
 from jax._src import core
 from jax._src import custom_derivatives as cd
 
-from . import arguments, code_watch, names, records, wrappers
-from .records import Origin, Session
-from ..base import safety
+from ...base import safety
+from .. import records
+from ..records import Origin, Session
+from . import arguments, code_watch, function_names, library_wrappers
 
 
 class Watch:
@@ -92,7 +93,7 @@ def program_names(values: list) -> list[str | None]:
     for i, x in enumerate(values):
       k = watch.positions.get(id(x), watch.positions.get(id(getattr(x, "primal", x))))
       if found[i] is None and k is not None and k < len(origin.differentiated_leaves):
-        labels = labels or names.leaf_labels(origin)
+        labels = labels or function_names.leaf_labels(origin)
         found[i] = labels[origin.differentiated_leaves[k]]
   return found
 
@@ -100,10 +101,10 @@ def program_names(values: list) -> list[str | None]:
 def _target(origin: Origin | None):
   """The user's function behind a library's ``origin.fun``, or None when ``origin.fun``
   is the user's own (then it is re-traced as it is)."""
-  if origin is None or wrappers.user_code(origin.fun) or _defines_derivatives(origin.fun):
+  if origin is None or library_wrappers.user_code(origin.fun) or _defines_derivatives(origin.fun):
     return None
-  user = _plain(names.unwrap(origin.fun))
-  return user if user is not origin.fun and wrappers.user_code(user) else None
+  user = _plain(function_names.unwrap(origin.fun))
+  return user if user is not origin.fun and library_wrappers.user_code(user) else None
 
 
 def _defines_derivatives(fun) -> bool:
@@ -157,7 +158,7 @@ def user_origin(fun, args: tuple, kwargs: dict, primals: tuple) -> Origin | None
       return None            # the VJP's own function, re-traced, says more
   return Origin(fun=fun, leaves=tuple(leaves), tree=tree,
                 differentiated_leaves=tuple(differentiated[k] for k in sorted(differentiated)),
-                name=names.function_name(fun), source=names.function_source(fun))
+                name=function_names.function_name(fun), source=function_names.function_source(fun))
 
 
 def _copies_of_primals(flat: list, primals: tuple) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _ours(tb: TracebackType) -> bool:

@@ -16,8 +16,8 @@ import threading
 
 from jax._src import api, core, pjit
 
-from .patches import PatchSet
-from ..base import safety
+from ...base import safety
+from ..compat.patches import PatchSet
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import sys
 
 import jax
 
-from . import vjp3_rules
+from ..sites import vjp3_rules
 
 TESTED = ("0.6", "0.12")   # the oldest and newest JAX minor versions the test script runs
 _RULES = "custom_vjp"          # its __call__, or its fwd and bwd

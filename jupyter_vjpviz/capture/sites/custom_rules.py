@@ -20,16 +20,18 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import core
+from jax._src import core, source_info_util
 from jax._src import custom_derivatives as cd
-from jax._src import source_info_util
 from jax._src.state.types import AbstractRef
 
-from . import (arguments, bwd_raises, code_watch, frames, jax_flags, leaf_paths, names, records,
-               user_calls, vjp3_rules, wrappers)
-from .retain import retained
-from .records import ERROR, WARNING, Record, RuleSite
-from ..base import kinds, safety, surrogates, trees
+from ...base import kinds, safety, surrogates, trees
+from .. import records
+from ..compat import jax_flags
+from ..naming import (arguments, code_watch, frames, function_names, leaf_paths, library_wrappers,
+                      user_calls)
+from ..records import ERROR, WARNING, Record, RuleSite
+from . import bwd_raises, vjp3_rules
+from .retained_rules import retained
 
 
 class InstrumentedRule:
@@ -189,7 +191,7 @@ def instrumented(cvjp):
   cached = _clones.get(cvjp)
   if cached is not None and cached[0] == key:
     return cached[1]
-  clone = wrappers.copy_of(
+  clone = library_wrappers.copy_of(
       cvjp, fwd=InstrumentedFwd(fwd, cvjp),
       bwd=(InstrumentedBwdWithAccums(bwd, len(cvjp.nondiff_argnums))
            if option(cvjp, "with_accums") else
@@ -214,7 +216,7 @@ def _tagged(cvjp, args, out_res, spelled):
         detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)")))
     return out_res
   out, res = out_res
-  if names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
+  if function_names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
     site = safety.safely(_with_closed_rule, site, res, default=site)
   safety.safely(_defer_fwd_check, cvjp, args, out, site)
   for observe in _site_observers.callbacks:
@@ -251,7 +253,7 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   closed = getattr(cd, "Residuals", None)
   if closed is None or not isinstance(res, closed):
     return site
-  rule, rule_source = names.function_of(res.jaxpr)
+  rule, rule_source = function_names.function_of(res.jaxpr)
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
@@ -285,17 +287,17 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
     key = (_rule_names(cvjp)["function"], call_site, name_stack)   # as the graph tells them apart
     session.occurrences[key] += 1
     occurrence = session.occurrences[key]
-  params = names.positional_names(cvjp.fun)
+  params = function_names.positional_names(cvjp.fun)
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
   code = _watched_code(cvjp)
   spelled = spelled or (arguments.cached(code, treedef) if code is not None else None) or ()
-  library = names.library_function(cvjp.fun)
+  library = function_names.library_function(cvjp.fun)
   program = (user_calls.program_names([_unbox(x) for _, x in leaves])
              if library else [None] * len(leaves))
   users = [(spelled[k] if k < len(spelled) and spelled[k] else None) or program[k]
            for k in range(len(leaves))]
   in_names = tuple(
-      users[k] or names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
+      users[k] or function_names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
       for k, (p, _) in enumerate(leaves))
   return RuleSite(
       **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
@@ -319,10 +321,10 @@ def _rule_names(cvjp) -> dict:
   cached = _names_cache.get(cvjp)   # (key, names, the user fwd's code to watch or None)
   if cached is None or cached[0] != key:
     cached = _names_cache[cvjp] = (key, dict(
-        function=names.function_name(cvjp.fun), source=names.function_source(cvjp.fun),
-        rule=names.function_name(cvjp.bwd),
-        fwd_rule=names.function_name(wrappers.user_fwd(cvjp)[0]),
-        rule_source=names.function_source(cvjp.bwd)), _user_fwd_code(cvjp))
+        function=function_names.function_name(cvjp.fun), source=function_names.function_source(cvjp.fun),
+        rule=function_names.function_name(cvjp.bwd),
+        fwd_rule=function_names.function_name(library_wrappers.user_fwd(cvjp)[0]),
+        rule_source=function_names.function_source(cvjp.bwd)), _user_fwd_code(cvjp))
     try:
       _names_by_bwd[cvjp.bwd] = cached[1]
     except TypeError:   # a bwd that takes no weak reference
@@ -351,16 +353,16 @@ def _watched_code(cvjp):
 
 def _user_fwd_code(cvjp):
   """The code of the user's fwd, when a library's (not JAX's) fwd calls it."""
-  fwd, path = wrappers.user_fwd(cvjp)
+  fwd, path = library_wrappers.user_fwd(cvjp)
   code = getattr(fwd, "__code__", None)
-  return code if path and not names.inside_jax(getattr(cvjp.fwd, "__code__", code).co_filename) else None
+  return code if path and not function_names.inside_jax(getattr(cvjp.fwd, "__code__", code).co_filename) else None
 
 
 def _call_site() -> tuple[str | None, str]:
   info = source_info_util.current()
   frame = frames.user_frame(info.traceback) or frames.live_user_frame(sys._getframe(1))
   where = f"{frame.file_name}:{frame.start_line}" if frame else None
-  return where, names.scope_names(info.name_stack)
+  return where, function_names.scope_names(info.name_stack)
 
 
 def _defer_fwd_check(cvjp, args, out, site) -> None:
@@ -511,10 +513,10 @@ def _user_bwd_code(bwd):
     return _user_bwd_codes[bwd]
   except KeyError:
     pass
-  user, path = wrappers.behind(bwd)
+  user, path = library_wrappers.behind(bwd)
   own = getattr(bwd, "__code__", None) or getattr(type(bwd).__call__, "__code__", None)
   code = _user_bwd_codes[bwd] = (user.__code__ if path and own is not None
-                                 and not names.inside_jax(own.co_filename) else None)
+                                 and not function_names.inside_jax(own.co_filename) else None)
   return code
 
 

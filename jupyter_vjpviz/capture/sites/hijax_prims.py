@@ -22,11 +22,14 @@ import jax
 from jax._src import core
 from jax._src.interpreters import ad
 
-from . import custom_rules, hijax_rules, jax_flags, leaf_paths, names, records
-from .patches import PatchSet
-from .retain import retained
-from .records import ERROR, WARNING, Record, RuleSite
-from ..base import safety
+from ...base import safety
+from .. import records
+from ..compat import jax_flags
+from ..compat.patches import PatchSet
+from ..naming import function_names, leaf_paths
+from ..records import ERROR, WARNING, Record, RuleSite
+from . import custom_rules, hijax_rules
+from .retained_rules import retained
 
 
 class _SiteTag:
@@ -124,7 +127,7 @@ def site_of(prim) -> RuleSite:
       fwd_rule=static["fwd_rule"], rule_source=static["rule_source"],
       call_site=call_site, name_stack=name_stack, occurrence=occurrence,
       in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves),
-      in_names=tuple(names.argument_name(params, p[0].idx, jax.tree_util.keystr(p[1:]))
+      in_names=tuple(function_names.argument_name(params, p[0].idx, jax.tree_util.keystr(p[1:]))
                      for p, _ in leaves),
       in_avals=tuple(prim.in_avals_flat), in_tree=prim.in_tree, hijax=True,
       method=(weakref.ref(cls), static["method"]), custom_rule=_weakly(prim))
@@ -149,9 +152,9 @@ def _static(cls) -> dict:
   if cached is not None and cached[0] == key:
     return cached[1]
   method = hijax_rules.rule_method(cls)
-  rule_source = names.function_source(getattr(cls, method))
+  rule_source = function_names.function_source(getattr(cls, method))
   found = dict(
-      function=cls.__name__, source=names.class_source(cls) or rule_source,
+      function=cls.__name__, source=function_names.class_source(cls) or rule_source,
       rule=f"{cls.__name__}.{method}", fwd_rule=f"{cls.__name__}.vjp_fwd",
       rule_source=rule_source, method=method, params=_input_names(cls))
   _statics[cls] = (key, found)
@@ -163,9 +166,9 @@ def _input_names(cls) -> tuple[str, ...]:
   ``x, w``, else ``expand(self, x, w)``'s; JAX's derived rules name nothing."""
   for method, bound in (("vjp_fwd", 2), ("expand", 1)):
     fn = getattr(cls, method, None)
-    if fn is None or names.inside_jax(names.function_source(fn)):
+    if fn is None or function_names.inside_jax(function_names.function_source(fn)):
       continue
-    params = names.positional_names(fn)[bound:]
+    params = function_names.positional_names(fn)[bound:]
     if params:
       return params
   return ()

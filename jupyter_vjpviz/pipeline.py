@@ -10,13 +10,14 @@ import contextlib
 import gc
 import threading
 
-from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
-from ..analysis.assemble import diagnose, key
-from ..analysis.diagnosis import Diagnosis
-from ..capture import check_sites, hook, records
-from ..capture.records import ERROR, Session
-from ..fixes import suggest
-from ..base import safety
+from . import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
+from .analysis.assemble import diagnose, key
+from .analysis.diagnosis import Diagnosis
+from .base import safety
+from .capture import hook, records
+from .capture.records import ERROR, Session
+from .capture.sites import check_sites
+from .fixes import suggest
 
 HISTORY_LIMIT = 200
 """Diagnoses kept; the oldest go first, so a loop that fails every step stays bounded."""

@@ -10,8 +10,8 @@ import weakref
 
 import jax
 
-from . import wrappers
-from ..base import trees
+from ...base import trees
+from . import library_wrappers
 
 _positional_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -24,7 +24,7 @@ def unwrap(fun):
   partial's arguments too: flax's ``functools.wraps`` points at a partial of its own
   function, which is given the user's as an argument)."""
   fun = inspect.unwrap(fun)
-  user, path = wrappers.behind(fun)
+  user, path = library_wrappers.behind(fun)
   if path is not None:
     return user
   while isinstance(fun, functools.partial):
@@ -40,7 +40,7 @@ def inside_jax(location: str | None) -> bool:
 def _behind_library(fun):
   """The user's function behind a library's wrapper (``jax.custom_gradient``,
   equinox's ``filter_custom_vjp``, flax's ``nn.custom_vjp`` wrap one so)."""
-  return wrappers.behind(fun)[0]
+  return library_wrappers.behind(fun)[0]
 
 
 def _behind_jax(fun):
@@ -141,7 +141,7 @@ def library_function(fun) -> bool:
   """A library's function (not the user's, nor JAX's own wrapper, which keeps the
   user's parameters): its parameter names are not the user's."""
   code = getattr(fun, "__code__", None)
-  return not wrappers.user_code(fun) and not (code is not None and inside_jax(code.co_filename))
+  return not library_wrappers.user_code(fun) and not (code is not None and inside_jax(code.co_filename))
 
 
 def scope_names(name_stack) -> str:

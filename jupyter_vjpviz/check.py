@@ -13,11 +13,11 @@ import weakref
 import jax
 from jax._src import core
 
-from . import runtime
-from ..base import trees
-from ..analysis.diagnosis import Diagnosis
-from ..analysis.partial_vjp import pull_ones
-from ..fixes import verify as fix_verify
+from . import pipeline
+from .analysis.diagnosis import Diagnosis
+from .analysis.partial_vjp import pull_ones
+from .base import trees
+from .fixes import verify as fix_verify
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -45,10 +45,10 @@ def run(fun, abstract_args, nums, kwargs) -> list[Diagnosis]:
       full[i] = a
     return pull_ones(fun, full, nums, kwargs, staged=True)
 
-  was_installed = runtime.installed()
-  runtime.install()
+  was_installed = pipeline.installed()
+  pipeline.install()
   try:
-    with runtime.collecting() as found:
+    with pipeline.collecting() as found:
       try:
         jax.eval_shape(probe, *[abstract_args[i] for i in traced])
       except Exception:
@@ -56,7 +56,7 @@ def run(fun, abstract_args, nums, kwargs) -> list[Diagnosis]:
           raise  # the user's own error, not a VJP type problem
   finally:
     if not was_installed:
-      runtime.uninstall()
+      pipeline.uninstall()
   return found
 
 

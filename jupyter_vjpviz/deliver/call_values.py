@@ -17,10 +17,11 @@ import weakref
 import jax
 from jax._src import core
 
-from . import runtime, value_check
-from ..analysis import nonfinite
+from .. import pipeline
+from ..analysis import flows, nonfinite
 from ..analysis.diagnosis import Diagnosis
-from ..capture import entry_points
+from ..capture.hook import hook_aside
+from ..capture.sites import entry_points
 
 
 class CallWatch:
@@ -64,14 +65,14 @@ def on() -> None:
   if _watch is None:
     _watch = CallWatch()
     entry_points.gradient_watchers.append(_watch)
-    runtime.decorators.append(decorate)
+    pipeline.decorators.append(decorate)
 
 
 def off() -> None:
   global _watch
   if _watch is not None:
     entry_points.gradient_watchers.remove(_watch)
-    runtime.decorators.remove(decorate)
+    pipeline.decorators.remove(decorate)
     _watch = None
 
 
@@ -85,16 +86,16 @@ def decorate(d: Diagnosis, session) -> Diagnosis:
   call = _watch.call_of(session.origin) if _watch and session.origin is not None else None
   if call is None or d.cotangents.get("edges"):
     return d
-  jaxpr, invals, active, out_cts = value_check.program_inputs(session.origin, call)
+  jaxpr, invals, active, out_cts = flows.program_inputs(session.origin, call)
   del call
-  with value_check.hook_aside():
-    edges, flows, whole = nonfinite.measure(jaxpr, invals, active, out_cts)
+  with hook_aside():
+    edges, measured, whole = nonfinite.measure(jaxpr, invals, active, out_cts)
   del invals
   arrays = [j for j, leaf in enumerate(session.origin.leaves)
             if isinstance(leaf, core.AbstractValue)]
-  differentiated = [flows[arrays.index(j)] for j in session.origin.differentiated_leaves
+  differentiated = [measured[arrays.index(j)] for j in session.origin.differentiated_leaves
                     if j in arrays]
-  strip = nonfinite.strip(value_check.input_names(d.graph, session.origin), differentiated)
-  graph = dataclasses.replace(value_check.mark_flows(d.graph, edges), strip=strip)
+  strip = nonfinite.strip(flows.input_names(d.graph, session.origin), differentiated)
+  graph = dataclasses.replace(flows.mark_flows(d.graph, edges), strip=strip)
   return dataclasses.replace(d, graph=graph, cotangents={
-      **value_check.flow_dicts(edges, strip), "complete": whole})
+      **flows.flow_dicts(edges, strip), "complete": whole})

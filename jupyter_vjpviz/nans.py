@@ -1,0 +1,227 @@
+"""``vjpviz.nans``: where the gradient goes NaN, and the watch that finds which gradient did.
+
+The gradient is re-run equation by equation from the failing call's own values
+(``analysis.nonfinite``), and the first equation whose backward rule turned a finite
+cotangent non-finite is the culprit, explained from the primal values there, with
+fixes verified by re-running the gradient (``fixes.nonfinite``). ``gradients`` watches
+every gradient a cell or a train step takes, and ``nans`` the first that is not finite.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import weakref
+
+import jax
+import numpy as np
+from jax._src import core
+
+from . import pipeline
+from .analysis import locate, nonfinite, nonfinite_explain, program
+from .analysis.diagnosis import Diagnosis
+from .analysis.flows import flow_dicts, input_names, mark_flows, program_inputs
+from .analysis.nonfinite_eval import inexact
+from .analysis.partial_vjp import pull_ones
+from .base import safety
+from .capture.hook import hook_aside
+from .capture.naming import frames, function_names, user_calls
+from .capture.records import ERROR, WARNING
+from .capture.sites import entry_points, jit_calls
+from .fixes import nonfinite as nonfinite_fixes
+
+NONFINITE = "nonfinite_cotangent"
+
+
+def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
+  """Differentiate ``fun`` w.r.t. ``argnums``; if a gradient leaf is NaN or Inf, the
+  ``nonfinite_cotangent`` Diagnosis: the equation whose backward rule first turned a
+  finite cotangent non-finite, why (from the primal values there), and fixes verified
+  by re-running the gradient. None when the gradient is finite (nothing else runs).
+
+  With ``jax_debug_nans`` on, JAX's FloatingPointError makes the diagnosis an error;
+  the search itself runs with it off. ``argnums=None``: ``fun`` takes its gradients
+  itself (a train step, jitted or not): it is run with jit disabled and the first
+  gradient it takes that is not finite is localised.
+  """
+  if argnums is None:
+    return stepped(fun, args, kwargs)
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  args = tuple(jax.tree_util.tree_map(jax.numpy.asarray, a) if i in nums else a
+               for i, a in enumerate(args))   # a Python float differentiated is an input
+  raised = False
+  try:
+    grads = pull_ones(fun, args, nums, kwargs)
+  except FloatingPointError:
+    raised = True
+    with jax.debug_nans(False):
+      grads = pull_ones(fun, args, nums, kwargs)
+  if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
+    return None
+  with jax.debug_nans(False):
+    return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
+
+
+def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None:
+  origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
+  jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
+  original = _in_program_order(args, nums, grads, origin, active)
+  del grads
+  with hook_aside():
+    found = nonfinite.localise(jaxpr, invals, active, out_cts)
+    c = found.culprit
+    graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
+    labels = input_names(graph, origin)
+    run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
+                                  found)
+    fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
+  bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
+  grad = nonfinite.summary(original[bad])
+  strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
+      [nonfinite.flow(g) for g in original], original)])
+  del original, invals, run
+  found.frames.clear()                  # the search's arrays: this call's only
+  graph = dataclasses.replace(graph, strip=strip)
+  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
+
+
+def _in_program_order(args, nums, grads, origin, active) -> list:
+  """The gradient already computed (the fixes' reference: no second backward pass), one
+  array per differentiated program input: the leaf of ``args[i]`` is the program's input
+  at ``args[i]``'s offset in the flattened call, plus its own index."""
+  start = np.cumsum([0, *(len(jax.tree_util.tree_leaves(a)) for a in args)])
+  by_flat = {int(start[i]) + k: np.asarray(g) for i, tree in zip(nums, grads)
+             for k, g in enumerate(jax.tree_util.tree_leaves(tree))}
+  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
+  return [by_flat[j] for j, a in zip(arrays, active) if a]
+
+
+def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin) -> Diagnosis:
+  graph = mark_flows(graph, found.edges)
+  cotangents = {**flow_dicts(found.edges, graph.strip),
+                "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
+                               for n, t, norm, ok in found.iterations]}
+  where = f"the gradient of {name} has {grad.bad()}"
+  if c is None:
+    return Diagnosis(kind=NONFINITE, severity=ERROR if raised else WARNING, function=origin.name,
+                     rule=None, source=origin.source, path=name, expected="a finite gradient",
+                     got=where, message=None, graph=graph, argument=name, cotangents=cotangents,
+                     detail="no single equation made it non-finite: the forward pass may be "
+                            "non-finite already, or finite cotangents overflowed as they added up")
+  function, rule = program.custom_names(c.eqn) if program.rule_call(c.eqn) else (c.eqn.primitive.name, None)
+  inner = c.inner[1] if c.inner else None
+  primal = function_names.function_of(c.eqn.params.get("call_jaxpr"))[1] if c.inner else None
+  if c.inner and c.inner[4] and primal and frames.library_file(primal.rpartition(":")[0]):
+    function = c.inner[4]       # a library's rule (diffrax's loop): name the user's function
+  return Diagnosis(
+      kind=NONFINITE, severity=ERROR if raised else WARNING, function=function, rule=rule,
+      source=inner or c.source, path=name, argument=name,
+      expected=f"a finite cotangent out of {function}, given a finite one in (max |ct| "
+               f"{c.ct_in.max_abs:.3g})",
+      got=f"{c.ct_out.bad()} out of {function}; {where}", message=None, node=node,
+      graph=graph, fixes=fixes, call_site=c.source, instance=locate.instance(graph, node),
+      detail=nonfinite_explain.explain(c), cotangents=cotangents)
+
+
+class GradientWatch:
+  """Every gradient computed meanwhile, checked for NaN/Inf: an eager one as its backward
+  pass returns (one reduction per leaf), one taken inside a jitted call (tracers, no
+  values) by that call's outputs, each time it is called (one reduction). The user's call
+  behind the first that is not finite is kept until ``diagnose``."""
+
+  def __init__(self):
+    self.calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    self.checked = 0
+    self.bad: list = []          # (fun, args, kwargs, diff_argnums, has_aux) per bad gradient
+    self.traced = self._traced_seen = 0    # gradients taken on tracers, and as of the last call
+    self.steps: weakref.WeakSet = weakref.WeakSet()   # jitted functions that take gradients
+    self.steps_checked = 0
+    self.bad_steps: list = []    # (fun, args, kwargs) per jitted call with NaN/Inf outputs
+
+  def vjp(self, fun, args, kwargs, diff_argnums, has_aux, f_vjp) -> None:
+    if any(isinstance(x, core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
+      self.traced += 1
+      return
+    jaxpr = getattr(f_vjp, "jaxpr", None)
+    if jaxpr is not None:
+      self.calls[jaxpr] = (fun, tuple(args), kwargs, diff_argnums, has_aux)
+
+  def backward(self, jaxpr, cotangents) -> None:
+    call = self.calls.get(jaxpr)
+    if call is None:
+      return
+    self.checked += 1
+    if not _finite(cotangents):
+      self.bad.append(call)
+
+  def jitted(self, fun, args, kwargs, outs) -> None:
+    """A top-level jitted call returned: if its trace took a gradient (one was taken on
+    tracers since the last call), it is a step whose outputs are checked, now and later."""
+    if self.traced > self._traced_seen:
+      self._traced_seen = self.traced
+      self.steps.add(fun)
+    if fun not in self.steps:
+      return
+    self.steps_checked += 1
+    if not self.bad_steps and not _finite(outs):
+      self.bad_steps.append((fun, tuple(args), dict(kwargs)))
+
+  def diagnose(self) -> Diagnosis | None:
+    """``nans`` of the first gradient that was not finite (later ones usually inherit its
+    NaN through the parameters), else of the first gradient taken by the first jitted
+    call whose outputs were not; the calls are dropped, and their arrays with them."""
+    bad, steps = self.bad, self.bad_steps
+    self.bad, self.bad_steps, self.calls = [], [], weakref.WeakKeyDictionary()
+    if bad:
+      fun, args, kwargs, diff_argnums, has_aux = bad[0]
+      main = (lambda *a, **k: fun(*a, **k)[0]) if has_aux else fun
+      return nans(main, *args, argnums=diff_argnums, **kwargs)
+    return stepped(*steps[0]) if steps else None
+
+
+def stepped(fun, args, kwargs) -> Diagnosis | None:
+  """``fun`` (a train step: it takes its gradients itself) run again with jit disabled,
+  so that each gradient it takes is eager and watched: ``nans`` of the first one that is
+  not finite. Its inputs donated to the jitted call are gone: then None, said."""
+  if any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(args)):
+    print(f"vjpviz: {function_names.function_name(fun)}'s inputs were donated to it; call it without "
+          "donate_argnums to localise its NaN")
+    return None
+  with _hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit():
+    fun(*args, **kwargs)
+  return watch.diagnose()
+
+
+@jax.jit
+def _all_finite(leaves) -> jax.Array:
+  return jax.numpy.all(jax.numpy.stack([jax.numpy.isfinite(x).all() for x in leaves]))
+
+
+def _finite(tree) -> bool:
+  """Whether every floating array in ``tree`` is finite: one dispatch, one transfer."""
+  leaves = [x for x in jax.tree_util.tree_leaves(tree) if isinstance(x, jax.Array) and inexact(x)]
+  return not leaves or bool(_all_finite(leaves))
+
+
+@contextlib.contextmanager
+def gradients(jit: bool = True):
+  """A ``GradientWatch`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile;
+  with ``jit``, of every top-level jitted call in this thread too (a train step)."""
+  watch = GradientWatch()
+  entry_points.gradient_watchers.append(watch)
+  try:
+    with jit_calls.watching(watch.jitted) if jit else contextlib.nullcontext():
+      yield watch
+  finally:
+    entry_points.gradient_watchers.remove(watch)
+
+
+@contextlib.contextmanager
+def _hooked():
+  """The hook installed meanwhile (the watch is told of gradients through it)."""
+  was = pipeline.installed()
+  pipeline.install()
+  try:
+    yield
+  finally:
+    if not was:
+      pipeline.uninstall()
