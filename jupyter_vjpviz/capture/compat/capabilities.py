@@ -21,7 +21,7 @@ _RULES = "custom_vjp"          # its __call__, or its fwd and bwd
 _F_VJP = "_vjp3_bwd|_vjp_pullback_wrapper"   # before JAX 0.8, the pullback wrapper
 _WITH_REFS = "_vjp_accum"
 _ACCUMULATE = "ct_check"
-_HIJAX_BWD = "_accum_args_grad"
+_HIJAX_BWD = "_accum_args_grad|HiPrim|VJPHiPrimitive"   # before JAX 0.12, the base vjp_bwd
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "bwd_type": (_RULES,),

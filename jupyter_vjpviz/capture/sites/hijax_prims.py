@@ -69,7 +69,10 @@ def install(patches: PatchSet) -> None:
     return
   patches.apply(ad.primitive_linearizations, prim_p, _wrap_linearize)
   patches.apply(ad.fancy_transposes, lin_p, _wrap_transpose)
-  patches.apply(hijax, "_accum_args_grad", _wrap_accum_args_grad)
+  if hasattr(hijax, "_accum_args_grad"):
+    patches.apply(hijax, "_accum_args_grad", _wrap_accum_args_grad)
+  elif hijax_rules.HiPrim is not None:   # before JAX 0.12 the default vjp_bwd accumulates inline
+    patches.apply(hijax_rules.HiPrim, "vjp_bwd", _wrap_default_vjp_bwd)
 
 
 def current() -> Transpose | None:
@@ -84,16 +87,23 @@ def input_index(accum) -> int | None:
 
 # ------------------------------------------------------------------ forward
 
+def _prim_of(params: dict):
+  """The primitive applied: param ``_prim``, or ``prim`` (JAX 0.8)."""
+  return params.get("_prim", params.get("prim"))
+
+
 def _wrap_linearize(original):
-  def linearize(is_vjp, nz_in_flat, *args_flat, _prim):
-    out = original(is_vjp, nz_in_flat, *args_flat, _prim=_prim)
-    if not (is_vjp and records.active() and _is_users(_prim)):
+  """JAX's linearize rule, whose result's third item is the residuals (JAX 0.8's takes no
+  ``is_vjp``: it always runs ``vjp_fwd``)."""
+  def linearize(*args, **params):
+    out = original(*args, **params)
+    prim = _prim_of(params)
+    if not (args[0] is not False and records.active() and _is_users(prim)):
       return out
-    site = safety.safely(site_of, _prim)
+    site = safety.safely(site_of, prim)
     if site is None:
       return out
-    ans, nzs_out, residuals, sres, linearized = out
-    return ans, nzs_out, _SiteTag(residuals, site), sres, linearized
+    return (*out[:2], _SiteTag(out[2], site), *out[3:])
   linearize.__wrapped__ = original
   return linearize
 
@@ -177,12 +187,12 @@ def _input_names(cls) -> tuple[str, ...]:
 # ----------------------------------------------------------------- backward
 
 def _wrap_transpose(original):
-  def transpose(cts, *args, _prim, residuals_tree, nz_in_flat, **params):
-    call = lambda: original(cts, *args, _prim=_prim, residuals_tree=residuals_tree,
-                            nz_in_flat=nz_in_flat, **params)
+  def transpose(cts, *args, **params):
+    call = lambda: original(cts, *args, **params)
     if not records.active():
       return call()
-    entry = safety.safely(_transpose_entry, _prim, residuals_tree, nz_in_flat, args, params)
+    entry = safety.safely(_transpose_entry, _prim_of(params), params["residuals_tree"],
+                          params["nz_in_flat"], args, params)
     if entry is None:
       return call()
     _local.transposes.append(entry)
@@ -238,6 +248,41 @@ def _wrap_accum_args_grad(original):
       records.record(rec)
   accum_args_grad.__wrapped__ = original
   return accum_args_grad
+
+
+def _wrap_default_vjp_bwd(original):
+  """The base class's ``vjp_bwd`` (JAX 0.8 to 0.11): it calls the user's
+  ``vjp_bwd_retval`` and accumulates what it returned, inline. Here the rule runs once,
+  its value is checked as ``_accum_args_grad`` checks it (JAX 0.12), and JAX's own
+  ``vjp_bwd`` accumulates that very value."""
+  def vjp_bwd(self, res, outgrad, *arg_accums):
+    top = current()
+    if top is None or top.site is None or not records.active():
+      return original(self, res, outgrad, *arg_accums)
+    logs = hasattr(self, "vjp_bwd_retval_logs")   # JAX 0.11: the value and its logs
+    made = self.vjp_bwd_retval_logs(res, outgrad) if logs else self.vjp_bwd_retval(res, outgrad)
+    given, out = _Returned(self, made), []
+    accumulate = lambda accums, _: out.append(original(given, res, outgrad, *accums))
+    _wrap_accum_args_grad(accumulate)(arg_accums, made[0] if logs else made)
+    return out[0] if out else None
+  vjp_bwd.__wrapped__ = original
+  return vjp_bwd
+
+
+class _Returned:
+  """A primitive whose rule already ran: JAX's default ``vjp_bwd`` reads its value."""
+
+  def __init__(self, prim, made):
+    self._prim, self._made = prim, made
+
+  def vjp_bwd_retval(self, res, outgrad):
+    return self._made
+
+  def vjp_bwd_retval_logs(self, res, outgrad):
+    return self._made
+
+  def __getattr__(self, name):
+    return getattr(self._prim, name)
 
 
 def returned_records(site: RuleSite, arg_accums, args_grad) -> list[Record]:

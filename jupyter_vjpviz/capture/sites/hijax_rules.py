@@ -17,9 +17,12 @@ from typing import Any, Callable
 import jax
 
 try:
-  from jax._src.hijax import HiPrim
-except ImportError:   # a JAX without hijax primitives
-  HiPrim = None
+  from jax._src import hijax as _hijax
+except ImportError:   # a JAX without hijax
+  _hijax = None
+HiPrim = getattr(_hijax, "HiPrim", None) or getattr(_hijax, "VJPHiPrimitive", None)
+"""The class a user's hijax primitive subclasses: ``HiPrim`` (JAX 0.11 on), before it
+``VJPHiPrimitive`` (0.8 to 0.10); None where JAX has neither."""
 
 
 def is_primitive(custom_rule) -> bool:
@@ -103,7 +106,11 @@ class HijaxRules:
       return out, res
 
     def run_bwd(res, ct):
-      return prim.vjp_bwd_retval_logs(res, ct)[0]
+      if self.method == "vjp_bwd":
+        return _into_value_accums(prim, res, ct)
+      if hasattr(prim, "vjp_bwd_retval_logs"):   # JAX 0.11 on: a rule may log too
+        return prim.vjp_bwd_retval_logs(res, ct)[0]
+      return prim.vjp_bwd_retval(res, ct)
     return run_fwd, run_bwd
 
   def with_rules(self, fwd: Callable, bwd: Callable) -> Edited:
@@ -132,6 +139,16 @@ class HijaxRules:
         setattr(self.cls, name, new)
 
   defvjp_with_accums = defvjp
+
+
+def _into_value_accums(prim, res, ct):
+  """An accumulator rule run as JAX 0.12's ``vjp_bwd_retval_logs`` runs it (older JAX
+  returns nothing there, or has no such method): handed value accumulators (a Ref input's
+  of its contents), their values returned."""
+  from jax._src.interpreters import ad
+  accums = [ad.ValAccum(getattr(a, "inner_aval", a).to_ct_aval()) for a in prim.in_avals_flat]
+  prim.vjp_bwd(res, ct, *jax.tree_util.tree_unflatten(prim.in_tree, accums))
+  return jax.tree_util.tree_unflatten(prim.in_tree, [a.freeze() for a in accums])
 
 
 @dataclasses.dataclass(frozen=True)
