@@ -351,8 +351,8 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
   print(f"first fix type-correct:     {pct(s['typed'], s['n'])}")
   print(f"no fix at all:              {pct(s['none'], s['n'])}   "
         f"({sum(1 for m in kept if m.diagnosis is None)} without a diagnosis)")
-  claims = [(getattr(f, "exact", False), v.right) for m in kept for f, v in zip(m.diagnosis.fixes if m.diagnosis else (),
-                                                                 m.verdicts)]
+  claims = [(getattr(f, "exact", False), v.right) for m in kept
+            for f, v in zip(m.diagnosis.fixes if m.diagnosis else (), m.verdicts)]
   print(f"Fix.exact claims:           {sum(1 for e, r in claims if e and r)} right, "
         f"{sum(1 for e, r in claims if e and not r)} wrong; "
         f"{sum(1 for e, r in claims if r and not e)} right fixes not marked exact")

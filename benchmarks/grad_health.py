@@ -261,7 +261,7 @@ def watch_overhead(width: int, rounds: int = 7, n: int = 30) -> None:
     for _ in range(rounds):
       plain.append(_time(step, carry, n))
       wrapped.append(_time(watched, carry, n))
-      watched.steps   # what a user reading the record pays, once per round
+      _ = watched.steps   # what a user reading the record pays, once per round
     ratio = statistics.median(b / a for a, b in zip(plain, wrapped))
     print(f"{name:<10} {width:>6} {statistics.median(plain) * 1e3:8.2f} "
           f"{statistics.median(wrapped) * 1e3:11.2f} {ratio:6.3f}")

@@ -22,7 +22,8 @@ import dataclasses
 import statistics
 import sys
 import time
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -5,8 +5,9 @@ and a cached ``jit(grad)`` call, each as on/off: the median over rounds of each
 round's ratio (a minimum over rounds hides the rounds the hook is slow in).
 Also, eager, a ``jax.linear_transpose`` function's call and the gradients of
 ``lax.custom_root`` and ``lax.custom_linear_solve``, whose checks are watched at their
-raise statements only (``capture/sites/linear_maps.py``). Targets: eager <= 1.01, cached 1.00. (Un)install clears JAX's caches, so each jit round
-compiles twice outside the timing: that line has fewer rounds, to finish in minutes.
+raise statements only (``capture/sites/linear_maps.py``). Targets: eager <= 1.01, cached 1.00.
+(Un)install clears JAX's caches, so each jit round compiles twice outside the timing: that
+line has fewer rounds, to finish in minutes.
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ import dataclasses
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import diffrax
 import equinox as eqx

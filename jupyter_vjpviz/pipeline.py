@@ -14,7 +14,7 @@ from . import render  # noqa: F401 - registers Diagnosis.to_text and the other r
 from .analysis.assemble import diagnose, key
 from .analysis.diagnosis import Diagnosis
 from .base import safety
-from .capture import hook, records
+from .capture import hook
 from .capture.records import ERROR, Session
 from .capture.sites import check_sites
 from .fixes import suggest

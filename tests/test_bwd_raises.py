@@ -161,7 +161,7 @@ def test_the_diagnosis_keeps_no_array_of_the_failing_call(hook):
     model = Scale(256, 128 + step)
     x = jnp.full((64, 256), float(step))
     try:
-      nnx.grad(lambda m: mix(m, x).sum())(model)
+      nnx.grad(lambda m: mix(m, x).sum())(model)  # noqa: F821 - deleted below: nothing may keep it alive
     except ValueError:
       pass
     else:

@@ -65,7 +65,6 @@ def test_handle_never_raises_on_garbage():
 
 
 def test_verify_result_matches_the_schema():
-  import jax
   import jax.numpy as jnp
   import jupyter_vjpviz as vv
   vv.install()
@@ -230,7 +229,6 @@ def test_inline_widget_sanitizes_and_verifies():
   assert "script" not in clean and "onclick" not in clean and "javascript" not in clean
   assert "foreignObject" not in clean and "<text>x</text>" in clean
 
-  import jax
   import jupyter_vjpviz as v
 
   ns: dict = {}
@@ -299,7 +297,6 @@ def test_a_missing_top_level_key_is_named_in_the_schemas_order():
 
 def _branching_diagnosis():
   """A bwd rule whose first return (the branch taken) is wrong and whose last one is right."""
-  import jax
   import jax.numpy as jnp
   import jupyter_vjpviz as vv
 

@@ -542,7 +542,8 @@ def test_accumulator_fix_without_a_rule_builds_a_val_accum_from_the_input():
       ValAccum(ShapedArray((4,), jnp.float32)), jax.ad.GradValue())(jnp.ones(3)))
   assert d.kind == "accumulator_type" and d.site is None
   fix = d.fixes[0]
-  assert fix.verdict == "unverifiable" and fix.code == "f_vjp.with_refs(ValAccum(jax.typeof(x)), jax.ad.GradValue())(ct)"
+  assert fix.verdict == "unverifiable"
+  assert fix.code == "f_vjp.with_refs(ValAccum(jax.typeof(x)), jax.ad.GradValue())(ct)"
   grads = eval(fix.code, {"jax": jax, "ValAccum": ValAccum, "f_vjp": f_vjp, "x": x,
                           "ct": jnp.ones(3)})
   assert_grads_equal(grads, jax.grad(lambda x, y: f(x, y).sum(), argnums=(0, 1))(x, y))

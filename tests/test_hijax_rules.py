@@ -343,7 +343,7 @@ def test_a_diagnosis_keeps_no_array_of_a_primitive_that_holds_arrays(hook):
   for step in range(3):
     table = jnp.full((512, 1024), float(step))
     raises(lambda: jax.grad(
-        lambda x, y: Shifted(jax.typeof(x), jax.typeof(y), table)(x, y).sum(), argnums=(0, 1))(X, Y))
+        lambda x, y: Shifted(jax.typeof(x), jax.typeof(y), table)(x, y).sum(), argnums=(0, 1))(X, Y))  # noqa: F821 - deleted below: nothing may keep it alive
   del table
   gc.collect()
   assert len(vv.diagnoses()) == 3 and not retained_rules.holds_arrays(vv.last().site.custom_rule())  # a stand-in

@@ -80,7 +80,7 @@ def test_a_diagnosis_keeps_no_array_of_a_per_call_rule_that_closes_over_arrays(h
 
     def bwd(res, g, data=data):
       return ((g * data)[:-1],)
-    loss = lambda x: make_scaled(data, bwd)(x).sum()
+    loss = lambda x: make_scaled(data, bwd)(x).sum()  # noqa: F821 - deleted below: nothing may keep it alive
     with pytest.raises(ValueError):
       jax.grad(loss)(jnp.ones((512, 1024)))
   del data, bwd, loss

@@ -72,8 +72,8 @@ def test_linear_transpose_under_jit_is_diagnosed_too(hook):
 @watched
 def test_the_diagnosis_keeps_no_constant_of_the_linear_function(hook):
   w = jnp.arange(1000.0) * 3.0                 # a fresh buffer the linear function closes over
-  f_t = jax.linear_transpose(lambda x: w * x, jnp.ones(1000))
-  raises(lambda: f_t(jnp.ones(999)))
+  f_t = jax.linear_transpose(lambda x: w * x, jnp.ones(1000))  # noqa: F821 - deleted below: nothing may keep it alive
+  raises(lambda: f_t(jnp.ones(999)))  # noqa: F821 - deleted below: nothing may keep it alive
   del w, f_t
   gc.collect()
   assert vv.last().graph.node("arg0").label == "constant 0"   # shown, as its aval

@@ -217,7 +217,7 @@ def test_a_custom_vjp_bwd_dividing_by_zero_is_found_in_the_bwd():
 def test_the_diagnosis_keeps_no_array_alive():
   big = jnp.ones((256, 256))
   alive = weakref.ref(big)
-  loss = lambda x: soft_distance(x) + jnp.sum(big) * 0
+  loss = lambda x: soft_distance(x) + jnp.sum(big) * 0  # noqa: F821 - deleted below: nothing may keep it alive
   x = jnp.array([0.0, 1.0])
   baseline = {id(a) for a in jax.live_arrays()}
   d = vv.nans(loss, x)

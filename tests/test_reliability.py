@@ -206,7 +206,7 @@ def test_history_is_bounded_and_drops_the_oldest(hook):
   limit = pipeline.HISTORY_LIMIT
   rule = _scenarios()["raises"]
   first, alive_before = None, _diagnoses_alive()
-  for step in range(2 * limit + 10):               # a training loop that fails every step
+  for _ in range(2 * limit + 10):                  # a training loop that fails every step
     with pytest.raises(ValueError):
       jax.grad(lambda x: rule(x).sum())(jnp.ones(3))
     first = first or vv.last().id

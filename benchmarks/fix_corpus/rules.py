@@ -9,7 +9,7 @@ Shapes are small and pairwise distinct, so a wrong cotangent shows in its type.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

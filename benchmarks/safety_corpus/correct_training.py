@@ -1,7 +1,6 @@
 """No error: a correct rule in a 5-step training loop that prints its losses and saves a
 checkpoint file."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 

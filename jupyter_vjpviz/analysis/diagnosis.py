@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..base import kinds
 from ..capture.naming import leaf_paths

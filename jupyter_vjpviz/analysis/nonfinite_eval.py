@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import itertools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -20,7 +20,8 @@ import collections
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
 
 import jax
 from jax._src import core

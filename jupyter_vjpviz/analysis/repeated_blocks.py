@@ -11,7 +11,7 @@ block is not run inline: its values are computed only if the search goes inside 
 from __future__ import annotations
 
 import collections
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np

@@ -13,7 +13,7 @@ enclosing scope: ``layer 30 of 48``. Only strings leave this module.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..capture.naming import frames as capture_frames
 from ..capture.naming import function_names

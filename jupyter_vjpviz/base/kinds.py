@@ -8,7 +8,8 @@ is diagnosed, located, fixed and rendered like it without touching them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 # What a finding is about, which is how the analysis finds its graph node when no
 # custom-rule equation is known for it.

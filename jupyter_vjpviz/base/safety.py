@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 _reported_failures: set[tuple[str, str]] = set()
 

@@ -9,7 +9,8 @@ a tree rebuilt around the leaves' own types.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import jax
 

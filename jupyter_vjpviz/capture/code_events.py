@@ -22,9 +22,9 @@ from __future__ import annotations
 import dis
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
-from . import records
 from ..base import safety
 
 Start = Callable[[Any], Any]                           # frame -> token (None: nothing opened)

@@ -11,7 +11,8 @@ import collections
 import dataclasses
 import functools
 import threading
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..base import kinds
 from .naming.leaf_paths import Leaf, Path, keystr

@@ -26,7 +26,8 @@ import linecache
 import reprlib
 import traceback
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .. import pipeline
 from ..analysis import oracle

@@ -17,7 +17,6 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .. import pipeline
 from ..analysis.assemble import key
 from ..base import safety
-from ..capture import records
 from ..capture.compat import capabilities, jax_flags
 from ..capture.naming import function_names
 from ..capture.sites.check_sites import observe_applications

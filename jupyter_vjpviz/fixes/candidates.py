@@ -22,7 +22,8 @@ import ast
 import dataclasses
 import itertools
 import re
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import jax
 from jax._src import core
@@ -786,7 +787,7 @@ def _filled(s: Scope, node: ast.expr, got, want, keys: list | None = None
   elif isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) \
       and isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == len(got):
     if len(got) == len(want):
-      for k, (e, g, w) in enumerate(zip(node.elts, got, want)):
+      for e, g, w in zip(node.elts, got, want):
         if _structure(g) != _structure(w):
           yield from _filled(s, e, g, w)
           return

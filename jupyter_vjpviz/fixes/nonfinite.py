@@ -6,8 +6,8 @@ clamping before ``log``, ``log_softmax`` for the log of a softmax, JAX's own
 derivative of a custom rule's primal, and for cotangents that overflow (an
 exploding gradient whose true value is finite) scaling the loss by a power of
 two: the backward pass is linear in its output cotangent and a power of two
-scales exactly, so dividing the gradient by it gives the same values, in range. Each is applied to the forward program at
-the culprit equation (``nonfinite_eval.Patch``) and the whole gradient is
+scales exactly, so dividing the gradient by it gives the same values, in range.
+Each is applied to the forward program at the culprit equation (``nonfinite_eval.Patch``) and the whole gradient is
 computed again: a fix is verified when that gradient is finite and equal to the
 original wherever the original was finite. The code shown is the user's own
 line with the expression rewritten, when the line can be read and parsed.
@@ -17,7 +17,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

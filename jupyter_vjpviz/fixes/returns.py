@@ -41,7 +41,6 @@ def failing_elements(rule) -> list[ast.expr] | None:
   if len(returns) == 1:
     element = source.leaf_expression(returns[0].value, rule.keys, rule.src.node)
     return [element] if element is not None else None
-  got = rule.d.got_aval
   hits = failing_returns(rule)
   elements = [source.leaf_expression(returns[k].value, rule.keys, rule.src.node) for k in hits or ()]
   return elements if elements and None not in elements else None

@@ -19,6 +19,7 @@ import itertools
 import linecache
 import os
 import textwrap
+from collections.abc import Callable
 
 import jax
 import numpy as np

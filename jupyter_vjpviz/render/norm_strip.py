@@ -2,7 +2,8 @@
 
 One row per layer (``Graph.strip``, in the model's order): its name, a bar one cell
 shorter per decade below the strip's largest finite norm (so a layer whose gradient
-vanishes or explodes stands out at a glance, and layers alike look alike), the norm, and its NaN/Inf count marked ✖ when it has any: colour is never the only cue.
+vanishes or explodes stands out at a glance, and layers alike look alike), the norm, and
+its NaN/Inf count marked ✖ when it has any: colour is never the only cue.
 Rows are padded to one width, so in a monospace font the bars line up.
 """
 from __future__ import annotations

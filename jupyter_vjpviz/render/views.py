@@ -9,8 +9,9 @@ body until expanded), into runs of unscoped equations (inputs named by their
 pytree) once the node budget is spent, and identical consecutive scopes
 (layer0..layer29, or layer 0..29 of 48) into one "x30" group. The failing
 scope is open, the calls beside the failing one in it folded; its instance
-(``View.instance``) is drawn as a labelled cluster with its call site. Clusters are ids the panel can expand or collapse; edges between them
-are aggregated. Everything here is pure: plain Graph in, plain View out.
+(``View.instance``) is drawn as a labelled cluster with its call site. Clusters are ids
+the panel can expand or collapse; edges between them are aggregated. Everything here is
+pure: plain Graph in, plain View out.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import functools
 import os
 import re
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..analysis.graph import Edge, Graph, Node
 
@@ -376,7 +377,7 @@ class _ViewBuilder:
         return 4
       return 5
 
-    ranked = sorted(((tier(n), abs(self.order[n.id] - base), n.id) for n in candidates))
+    ranked = sorted((tier(n), abs(self.order[n.id] - base), n.id) for n in candidates)
     room = self.budget - len(self.visible) - len(self.clusters)
     shown = set()
     for t, _, nid in ranked:

@@ -7,7 +7,8 @@ same object undoes it completely.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 _MISSING = object()
 

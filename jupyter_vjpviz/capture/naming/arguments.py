@@ -9,7 +9,7 @@ input structure, then cached: the hot path pays a dict lookup.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 

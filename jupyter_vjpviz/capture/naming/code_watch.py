@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 START, RETURN = "start", "return"
 

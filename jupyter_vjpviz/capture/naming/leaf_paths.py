@@ -8,7 +8,8 @@ the user's pytree code is called as JAX calls it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import jax
 from jax._src import core

@@ -16,7 +16,8 @@ import copy
 import dataclasses
 import functools
 import types
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..sites import hijax_rules, retained_rules
 from . import frames
@@ -72,7 +73,7 @@ def _called(fn):
     yield from (((("kw", k),), a) for k, a in fn.keywords.items() if _callable(a))
     return
   if not isinstance(fn, types.FunctionType):   # a callable object (flax nnx's FwdFn, BwdFn)
-    code = getattr(getattr(type(fn), "__call__", None), "__code__", None)
+    code = getattr(getattr(type(fn), "__call__", None), "__code__", None)  # noqa: B004 - its code
     yield from _loaded(fn, code, ()) if code is not None else ()
     return
   code = fn.__code__

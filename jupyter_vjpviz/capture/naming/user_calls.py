@@ -26,7 +26,6 @@ from jax._src import core
 from jax._src import custom_derivatives as cd
 
 from ...base import safety
-from .. import records
 from ..records import Origin, Session
 from . import arguments, code_watch, function_names, library_wrappers
 

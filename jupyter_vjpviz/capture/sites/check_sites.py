@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 from jax._src import api, core, pjit
@@ -19,6 +19,7 @@ from jax._src.interpreters import partial_eval as pe
 
 from ...base import safety, trees
 from .. import records
+from ..code_events import CodeEvents
 from ..compat import jax_flags
 from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 from jax._src import api, core, traceback_util

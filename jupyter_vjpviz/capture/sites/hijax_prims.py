@@ -299,7 +299,8 @@ def returned_records(site: RuleSite, arg_accums, args_grad) -> list[Record]:
   except (ValueError, TypeError) as e:
     got = jax.tree_util.tree_structure(args_grad, is_leaf=lambda x: isinstance(x, ad.Zero))
     return [Record(kind="bwd_structure", severity=ERROR, path="", expected=site.in_structure,
-                   got=str(got), leaves=custom_rules.compared(site, args_grad), detail=f"{site.rule} must return one cotangent per input of "
+                   got=str(got), leaves=custom_rules.compared(site, args_grad),
+                   detail=f"{site.rule} must return one cotangent per input of "
                    f"{site.function}, structured like its inputs: {e}", **base)]
   found = []
   for i, (acc, ct) in enumerate(zip(accums, cts)):
@@ -311,7 +312,8 @@ def returned_records(site: RuleSite, arg_accums, args_grad) -> list[Record]:
     accepted = (jax_flags.on("jax_disable_bwd_checks")
                 or core.typematch(got, want, no_dtype_check=True))
     found.append(Record(
-        kind="silent_dtype" if accepted and custom_rules.same_shape(want, got) else "bwd_type", severity=WARNING if accepted else ERROR,
+        kind="silent_dtype" if accepted and custom_rules.same_shape(want, got) else "bwd_type",
+        severity=WARNING if accepted else ERROR,
         path=site.in_paths[i], expected=want.str_short(), got=got.str_short(), flat_index=i,
         expected_aval=want, got_aval=got, **base))
   return found

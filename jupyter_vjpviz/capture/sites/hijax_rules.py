@@ -12,7 +12,8 @@ the corrected method; applying it rebinds it on the class.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import jax
 

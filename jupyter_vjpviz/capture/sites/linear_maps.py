@@ -135,7 +135,8 @@ def _map_output(jaxpr, rec: Record) -> Record:
   site = top.site if top is not None else None
   return Record(
       kind="solve_type", severity=ERROR, function=site.function if site else None,
-      source=site.call_site if site else None, path=rec.path.removeprefix("out") or None, expected=rec.got, got=rec.expected,
+      source=site.call_site if site else None, path=rec.path.removeprefix("out") or None,
+      expected=rec.got, got=rec.expected,
       flat_index=rec.flat_index, expected_aval=rec.got_aval, got_aval=rec.expected_aval,
       rule=made.function_name.rpartition(".")[2] if made else None,
       rule_source=f"{made.file_name}:{made.start_line}" if made else None,

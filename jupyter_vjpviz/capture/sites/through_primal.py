@@ -15,7 +15,7 @@ where it runs and a bwd that applies it (``check_sites.RuleAttribute``).
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 
