@@ -55,12 +55,15 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def install() -> None:
-  """Watch every VJP from now on; idempotent. In IPython use ``%load_ext vjpviz``."""
+def install(budget: float | None = None) -> None:
+  """Watch every VJP from now on; idempotent. In IPython use ``%load_ext vjpviz``.
+
+  ``budget``: seconds vjpviz may spend running your code again after each failing call
+  (to judge fixes; default 2); past it your exception is raised with what is known."""
   pipeline = _pipeline()
   if pipeline is None:
     return
-  pipeline.install()
+  pipeline.install(budget=budget)
   if not _in_ipython():
     from .deliver import console
     console.install()

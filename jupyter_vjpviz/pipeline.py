@@ -11,10 +11,11 @@ import gc
 import threading
 
 from . import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
+from .analysis import replay
 from .analysis.assemble import diagnose, key
 from .analysis.diagnosis import Diagnosis
 from .base import safety
-from .capture import hook
+from .capture import applied, hook
 from .capture.records import ERROR, Session
 from .capture.sites import check_sites
 from .fixes import suggest
@@ -40,7 +41,9 @@ decorators: list = []                # f(diagnosis, session) -> diagnosis, befor
                                      # (%vjpviz values on puts the backward pass's values on it)
 
 
-def install(announce: bool = False) -> None:
+def install(announce: bool = False, budget: float | None = None) -> None:
+  if budget is not None:
+    replay.set_budget(budget)
   hook.install(_on_session, announce)
 
 
@@ -121,6 +124,19 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
 
 
 def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
+  """The diagnoses of ``sessions`` and their fixes, within one failing call's budget of
+  the user's code run again (``analysis.replay``); the failing application's values
+  (``capture.applied``) are forgotten after it."""
+  if not sessions:
+    return
+  try:
+    with replay.account():
+      _deliver_within(sessions, exc)
+  finally:
+    applied.forget()
+
+
+def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
   collector = _collectors()[-1] if _collectors() else None
   skip = _warned.keys() if exc is None and collector is None else None
   found = []

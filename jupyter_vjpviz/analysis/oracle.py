@@ -28,9 +28,10 @@ from jax._src import core
 from jax._src import custom_derivatives as cd
 
 from ..base import trees
-from ..capture import records
+from ..capture import applied, records
 from ..capture.records import RuleSite, Weak
 from ..capture.sites import custom_rules
+from . import replay
 from .partial_vjp import vjp_wrt
 
 RIGHT = "right"                 # equal to the reference on every draw
@@ -143,6 +144,7 @@ class Oracle:
   precision: tuple | None = None      # per leaf, the aval whose dtype sets the tolerance
   assumes: str = ""                   # what the draws take for granted (said with RIGHT)
   floor: float = 0.0                  # the tolerance of the lowest precision the primal computes in
+  shrunk: bool = False                # drawn at smaller shapes than the call's (large arguments)
 
   @classmethod
   def of(cls, site: RuleSite, fun: Callable, draws: int = DRAWS, seed: int = 0,
@@ -177,9 +179,14 @@ class Oracle:
         run = _compiled(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
         outs = [_flatten_cts(self.site, run((d.args, d.ct))) for d in self.draws]
+      except replay.NotJudged as e:
+        return Verdict(UNVERIFIABLE, str(e), judge=self.judge)
       except _TypeMismatch as e:
         return Verdict(TYPE_ERROR, str(e), judge=self.judge)
       except Exception as e:  # noqa: BLE001 - the candidate's own bug is its verdict
+        if self.shrunk:   # or a rule written for the call's own shapes
+          return Verdict(UNVERIFIABLE, "not judged: the rule does not run at the smaller "
+                         f"shapes drawn to bound memory ({type(e).__name__})", judge=self.judge)
         return Verdict(FAILED, f"the rule raised {type(e).__name__}: {e}"[:300], judge=self.judge)
       if not self.judge:
         return Verdict(UNVERIFIABLE, self.reason, judge="")
@@ -260,35 +267,86 @@ class _TypeMismatch(Exception):
 
 def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
            by_fwd: bool = False) -> Oracle:
+  site, shrunk = _smaller_site(site, fun)
   abstract_args = abstract_call_args(site)
   traced = _Traced(fun, abstract_args)
   bounds = _index_bounds(traced)
   still = _unchanged_outputs(traced) if by_fwd else frozenset()
   key = np.random.default_rng(seed)
-  draws, judge, reason, pull = [], "autodiff", "", None
+  draws, judge, reason, pull, dropped = [], "autodiff", "", None, []
+  fun = replay.bounded(fun)
+  user, domains = _application(site, abstract_args)
   for k in range(n_draws):
-    args = _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds)
+    args = user if k == 0 and user is not None and not shrunk else \
+        _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds, domains=domains)
     out = _shapes(fun, args)
     ct = _draw_ct(out, key, still | _zero_cts(site))
     try:
-      pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
-      reference = tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct))))
-    except Exception as e:  # noqa: BLE001 - JAX cannot differentiate the primal
-      judge, reason = "finite differences", (f"JAX cannot differentiate {site.function} "
-                                             f"({type(e).__name__}); judged by finite differences")
-      reference = None
+      try:
+        reference, pull = _reference(site, fun, args, ct, judge, pull)
+      except replay.NotJudged:
+        raise
+      except Exception as e:  # noqa: BLE001 - JAX cannot differentiate the primal
+        judge, reason = "finite differences", (
+            f"JAX cannot differentiate {site.function} ({type(e).__name__}); "
+            "judged by finite differences")
+        reference, pull = _reference(site, fun, args, ct, judge, pull)
+    except replay.NotJudged as e:   # this draw ran a loop past its cap, or time is up
+      dropped.append(str(e))
+      if isinstance(e, replay.LoopCapped):
+        continue
+      break
     draws.append(_Draw(tuple(args), ct, reference))
+  if not draws:
+    raise replay.NotJudged(dropped[-1] if dropped else replay.TIME_BUDGET)
+  if dropped:
+    reason = "; ".join(filter(None, [reason, f"{len(dropped)} of {n_draws} draws dropped "
+                                     f"({dropped[0].removeprefix('not judged: ')})"]))
   unjudged, flat_reason = _flat_leaves(site, traced, draws) if judge == "autodiff" \
       else (frozenset(), "")
   if flat_reason:
     reason = flat_reason
   assumes = "; ".join(filter(None, [
+      shrunk,
       by_fwd and "differentiated through fwd's primal output, as the primal runs only inside "
       "its library's call",
       still and (f"no cotangent on the {len(still)} output(s) that hand an input back "
                  "unchanged (the library's state), as rules written for it take them")]))
   return cls(site, fun, tuple(draws), judge, reason, unjudged, assumes=assumes,
-             floor=_computed_rtol(traced))
+             floor=_computed_rtol(traced), shrunk=bool(shrunk))
+
+
+def _smaller_site(site: RuleSite, fun) -> tuple[RuleSite, str]:
+  """``site`` at smaller shapes where its arrays are too large to draw again
+  (``replay.smaller``), and what its draws then assume; ``NotJudged`` where the primal
+  does not run at smaller shapes (memory is bounded before anything else)."""
+  nondiff = [(i, v) for i, v in site.nondiff if isinstance(v, jax.ShapeDtypeStruct)]
+  arrays = list(site.in_avals) + [v for _, v in nondiff]
+  new = replay.smaller([(tuple(a.shape), np.dtype(a.dtype).itemsize) for a in arrays])
+  if new is None:
+    return site, ""
+  k = len(site.in_avals)
+  moved = {i: jax.ShapeDtypeStruct(s, v.dtype) for (i, v), s in zip(nondiff, new[k:])}
+  small = dataclasses.replace(
+      site, in_avals=tuple(a.update(shape=s) for a, s in zip(site.in_avals, new)),
+      nondiff=tuple((i, moved.get(i, v)) for i, v in site.nondiff))
+  if _Traced(fun, abstract_call_args(small)).jaxpr is None:
+    raise replay.NotJudged(f"not judged: the arguments are too large to draw again, and "
+                           f"{site.function} does not run at smaller shapes")
+  changed = [f"{n} {small.in_avals[j].str_short()} for {a.str_short()}"
+             for j, (n, a) in enumerate(zip(site.in_names, site.in_avals))
+             if a.shape != small.in_avals[j].shape]
+  return small, f"drawn at smaller shapes to bound memory: {', '.join(changed[:3])}"
+
+
+def _reference(site, fun, args, ct, judge: str, pull):
+  """(the reference cotangents at one draw, the compiled pullback that gave them);
+  None with finite differences, which difference the primal itself."""
+  if judge != "autodiff":
+    replay.run(fun, *args)
+    return None, pull
+  pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
+  return tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct)))), pull
 
 
 def _draw_ct(out, rng, still: frozenset = frozenset()):
@@ -314,8 +372,33 @@ def abstract_call_args(site: RuleSite) -> list:
           for i in range(len(differentiable) + len(static))]
 
 
-def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict) -> list:
-  """Random values of every argument: nondiff arrays too, callables resolved."""
+def _application(site, abstract_args) -> tuple[list | None, dict]:
+  """(the failing application's own arguments, the range of each array leaf's values),
+  while its call is on the stack: the first point checks use, where the user's program
+  is known to run, and the domain the others are drawn in; (None, {}) where not known."""
+  found = applied.values(site)
+  flat, tree = jax.tree_util.tree_flatten(tuple(abstract_args),
+                                          is_leaf=lambda x: isinstance(x, Weak))
+  if found is None or found[0] != tree:
+    return None, {}
+  values, domains = [], {}
+  for j, (leaf, value) in enumerate(zip(flat, found[1])):
+    if not isinstance(leaf, jax.ShapeDtypeStruct):
+      values.append(leaf.get() if isinstance(leaf, Weak) else leaf)
+      continue
+    if value is None or tuple(value.shape) != tuple(leaf.shape) or value.dtype != leaf.dtype:
+      return None, {}
+    values.append(value)
+    if value.size and jnp.issubdtype(value.dtype, jnp.number) and \
+        not jnp.issubdtype(value.dtype, jnp.complexfloating):
+      domains[j] = (float(jnp.min(value)), float(jnp.max(value)))
+  return jax.tree_util.tree_unflatten(tree, values), domains
+
+
+def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict,
+               domains: dict | None = None) -> list:
+  """Random values of every argument: nondiff arrays too, callables resolved; in the
+  range of the user's own values where known (``domains``)."""
   flat, tree = jax.tree_util.tree_flatten(abstract_args, is_leaf=lambda x: isinstance(x, Weak))
   drawn = []
   for j, leaf in enumerate(flat):
@@ -325,7 +408,7 @@ def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict) -> list:
         raise ValueError("a callable argument of the failing call no longer exists")
       drawn.append(fn)
     elif isinstance(leaf, jax.ShapeDtypeStruct):
-      drawn.append(_draw_like(leaf, rng, positive, bounds.get(j)))
+      drawn.append(_draw_like(leaf, rng, positive, bounds.get(j), (domains or {}).get(j)))
     else:
       drawn.append(leaf)
   return jax.tree_util.tree_unflatten(tree, drawn)
@@ -336,18 +419,33 @@ def _ct_struct(out):
   return jax.ShapeDtypeStruct(out.shape, core.primal_dtype_to_tangent_dtype(out.dtype))
 
 
-def _draw_like(struct, rng, positive: bool = False, bound: int | None = None):
+def _draw_like(struct, rng, positive: bool = False, bound: int | None = None,
+               domain: tuple[float, float] | None = None):
   dtype = np.dtype(struct.dtype)
   if dtype == jax.dtypes.float0:
     return np.zeros(struct.shape, jax.dtypes.float0)
   if jnp.issubdtype(dtype, jnp.bool_):
     return jnp.asarray(rng.random(struct.shape) < 0.5)
   if jnp.issubdtype(dtype, jnp.integer):
-    return jnp.asarray(rng.integers(0, max(bound or 2, 1), struct.shape), dtype)
-  values = rng.uniform(0.25, 2.0, struct.shape) if positive else rng.standard_normal(struct.shape)
+    lo, hi = (int(domain[0]), int(domain[1]) + 1) if domain else (0, 2)
+    hi = min(hi, bound) if bound else hi
+    return jnp.asarray(rng.integers(min(lo, hi - 1), hi, struct.shape), dtype)
+  if domain is not None and domain != (0.0, 0.0):
+    values = _around(rng, struct.shape, *domain)
+  else:
+    values = rng.uniform(0.25, 2.0, struct.shape) if positive else rng.standard_normal(struct.shape)
   if jnp.issubdtype(dtype, jnp.complexfloating):
     values = values + 1j * rng.standard_normal(struct.shape)
   return jnp.asarray(values, dtype)
+
+
+def _around(rng, shape, lo: float, hi: float):
+  """Random values with the sign the user's lie in, over a range around theirs."""
+  if lo >= 0:
+    return rng.uniform(lo / 2, 2 * hi, shape)
+  if hi <= 0:
+    return rng.uniform(2 * lo, hi / 2, shape)
+  return rng.standard_normal(shape) * max(-lo, hi)
 
 
 def _pullback(site: RuleSite, fun, args, ct):
@@ -429,9 +527,11 @@ def _compiled(fn, example):
               if i in dyn]
     try:
       jitted = jitted or _constants_as_arguments(run, arrays)
-      return jitted(arrays)
+      return replay.run(jitted, arrays)
+    except replay.NotJudged:
+      raise
     except Exception:  # noqa: BLE001 - Python control flow on values: run it as written
-      return fn(x)
+      return replay.run(fn, x)
   return call
 
 
@@ -450,7 +550,7 @@ def _constants_as_arguments(run, arrays):
     leaves, tree = jax.tree_util.tree_flatten(run(x))   # would build user pytrees of
     out_tree.append(tree)                               # non-arrays (JAX 0.6's OutInfo)
     return leaves
-  closed = jax.make_jaxpr(flat)(arrays)
+  closed = replay.rewrite(jax.make_jaxpr(flat)(arrays))
   program = jax.jit(lambda consts, args: core.eval_jaxpr(
       closed.jaxpr, consts, *jax.tree_util.tree_leaves(args)))
   return lambda args: jax.tree_util.tree_unflatten(out_tree[0], program(closed.consts, args))
@@ -615,7 +715,7 @@ def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
     full = list(args)
     for i, d in zip(positions, jax.tree_util.tree_unflatten(tree, moved)):
       full[i] = d
-    out = fun(*full)
+    out = replay.run(fun, *full)
     return sum(float(np.real(np.vdot(np.asarray(c, np.float64), np.asarray(o, np.float64))))
                for c, o in zip(jax.tree_util.tree_leaves(draw.ct), jax.tree_util.tree_leaves(out))
                if getattr(c, "dtype", None) != jax.dtypes.float0)
@@ -793,7 +893,10 @@ class _suspended:
     records.state.suspended += 1
     self._eager = core.eval_context()
     self._eager.__enter__()
+    self._quiet = replay.quiet()
+    self._quiet.__enter__()
 
   def __exit__(self, *exc):
+    self._quiet.__exit__(*exc)
     self._eager.__exit__(*exc)
     records.state.suspended -= 1

@@ -15,6 +15,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .. import pipeline
+from ..analysis import replay
 from ..analysis.assemble import key
 from ..base import safety
 from ..capture.compat import capabilities, jax_flags
@@ -109,7 +110,9 @@ class VjpvizMagics(Magics):
   @argument("action", nargs="?", default="status",
             help="status (default) | on | off | clear | last | list | export PATH | "
                  "check [--values] EXPR | nans EXPR | grads EXPR | values on|off (each later VJP "
-                 "diagnosis's graph carries its cotangents' norms and NaN/Inf counts)")
+                 "diagnosis's graph carries its cotangents' norms and NaN/Inf counts) | "
+                 "budget [SECONDS] (time vjpviz may spend running your code again after "
+                 "each failing call)")
   @argument("target", nargs="*", help="export: the file to write; check: a call such as "
                                       "loss(params, batch)")
   @argument("--format", choices=sorted(_EXPORTS), default=None,
@@ -152,11 +155,23 @@ class VjpvizMagics(Magics):
     handler = {"status": lambda: print(status()), "on": pipeline.install,
                "off": pipeline.uninstall, "clear": pipeline.clear, "last": self._last,
                "list": self._list, "export": lambda: self._export(args),
-               "values": lambda: self._values_overlay(args)}.get(args.action)
+               "values": lambda: self._values_overlay(args),
+               "budget": lambda: self._budget(args)}.get(args.action)
     if handler is None:
       print(f"vjpviz: unknown action {args.action!r}; see %vjpviz?")
       return None
     return handler()
+
+  def _budget(self, args):
+    """``%vjpviz budget [SECONDS]``: set or show vjpviz's time per failing call."""
+    try:
+      if args.target:
+        replay.set_budget(float(args.target[0]))
+    except ValueError:
+      print("vjpviz: usage: %vjpviz budget [SECONDS]")
+      return
+    print(f"vjpviz: up to {replay.BUDGET:g} s after each failing call to judge fixes "
+          "by running your code again")
 
   def _values_overlay(self, args):
     """``%vjpviz values on|off``: later VJP diagnoses carry their backward pass's values."""

@@ -16,7 +16,7 @@ import functools
 import inspect
 import time
 
-from ..analysis import oracle
+from ..analysis import oracle, replay
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
 from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
@@ -50,6 +50,8 @@ class Judge:
     site = rule.d.site
     try:
       judge = verify.reference(site, rule.user_rules)
+    except replay.NotJudged as e:   # out of time, loops past their cap, effects it won't repeat
+      return cls(rule, None, str(e), deadline)
     except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
       return cls(rule, None, f"no oracle: {site.function} could not be run at random inputs "
                  f"({type(e).__name__})", deadline)

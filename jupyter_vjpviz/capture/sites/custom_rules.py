@@ -25,7 +25,7 @@ from jax._src import custom_derivatives as cd
 from jax._src.state.types import AbstractRef
 
 from ...base import kinds, safety, surrogates, trees
-from .. import records
+from .. import applied, records
 from ..compat import jax_flags
 from ..naming import (arguments, code_watch, frames, function_names, leaf_paths, library_wrappers,
                       user_calls)
@@ -219,6 +219,7 @@ def _tagged(cvjp, args, out_res, spelled):
   if function_names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
     site = safety.safely(_with_closed_rule, site, res, default=site)
   safety.safely(_defer_fwd_check, cvjp, args, out, site)
+  safety.safely(applied.remember, site, args)
   for observe in _site_observers.callbacks:
     safety.safely(observe, site, args)
   return type(out_res)((out, TaggedResiduals(res, site)))

@@ -1,0 +1,295 @@
+"""The user's code run on vjpviz's own account, within bounds.
+
+Every check that executes the user's functions after an error (the oracle's draws,
+fix verification, gradient checks) is vjpviz acting on its own, not the user. It
+goes through here, which keeps four promises:
+
+- a deadline per failing call (``account``): past it nothing more starts, and what
+  was not reached says "not judged: time budget". XLA computations cannot be
+  interrupted, so each is bounded by construction (below) and the deadline is checked
+  between them; nothing runs on a thread of ours after the budget;
+- loops capped: the program run is the user's jaxpr rewritten (``rewrite``) so that
+  each while loop (and a fori_loop with dynamic bounds, which is one) stops after
+  ``LOOP_CAP`` iterations; a run that hit the cap is reported (``LoopCapped``), and
+  its result is not used;
+- no repeated side effects: equations with effects whose results nothing uses
+  (``jax.debug.print``, ``jax.debug.callback``, an ``io_callback`` that logs) are
+  dropped; one whose result is used (an ordered or io effect that feeds the
+  program) is not run, and the check is not judged (``NotJudged``);
+  ``pure_callback`` has no effect and runs; Python printing while the user's code
+  is traced again is captured;
+- what the checks draw stays small: see ``analysis.oracle`` (``shrunk``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import threading
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core
+
+from .nonfinite_eval import bind
+
+BUDGET = 2.0
+"""Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``)."""
+
+LOOP_CAP = 500
+"""Iterations after which vjpviz stops a while loop of the user's it runs itself."""
+
+TIME_BUDGET = "not judged: time budget"
+
+
+class NotJudged(Exception):
+  """A run vjpviz would not (or could no longer) do; the message says why, as a verdict."""
+
+
+class LoopCapped(NotJudged):
+  """A while loop of the user's ran past ``LOOP_CAP`` iterations at this draw."""
+
+
+@dataclasses.dataclass
+class _Account:
+  deadline: float
+
+
+_local = threading.local()
+_capped = [0]                  # while loops that hit their cap (counted by XLA's host thread)
+_capped_lock = threading.Lock()
+
+
+def set_budget(seconds: float) -> None:
+  """Seconds vjpviz may spend after each failing call (0: it runs none of the user's code)."""
+  global BUDGET
+  BUDGET = max(0.0, float(seconds))
+
+
+@contextlib.contextmanager
+def account(seconds: float | None = None):
+  """The deadline of one failing call's analysis; nested, the outer one stands."""
+  if getattr(_local, "account", None) is not None:
+    yield _local.account
+    return
+  _local.account = _Account(time.monotonic() + (BUDGET if seconds is None else seconds))
+  try:
+    yield _local.account
+  finally:
+    _local.account = None
+
+
+def expired() -> bool:
+  current = getattr(_local, "account", None)
+  return current is not None and time.monotonic() >= current.deadline
+
+
+def check() -> None:
+  """Raise ``NotJudged`` once the deadline of the current failing call has passed."""
+  if expired():
+    raise NotJudged(TIME_BUDGET)
+
+
+def run(fn: Callable, *args):
+  """``fn(*args)`` as one bounded piece: started only within the deadline, its output
+  captured, finished before it returns (values read back, loops' reports in), and
+  ``LoopCapped`` if a capped loop of the user's stopped at its cap."""
+  check()
+  before = _capped[0]
+  with quiet():
+    out = fn(*args)
+    jax.block_until_ready(out)
+    jax.effects_barrier()
+  if _capped[0] != before:
+    raise LoopCapped(f"not judged: a while loop ran past {LOOP_CAP} iterations at this draw")
+  return out
+
+
+@contextlib.contextmanager
+def quiet():
+  """Python output of the user's code while vjpviz traces or runs it, captured."""
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    yield
+
+
+# ------------------------------------------------------------- the rewrite
+
+def rewrite(closed):
+  """``closed`` (a jaxpr with its constants, as ``jax.make_jaxpr`` gives it) with every
+  while loop capped and every unused effect dropped, at any depth (jit, scan, cond,
+  remat, custom rules' bodies); ``NotJudged`` where an effect's result is used.
+  Unchanged where there is nothing to rewrite."""
+  jaxpr, consts = _open(closed), getattr(closed, "consts", ())
+  if not _needs(jaxpr):
+    return closed
+  avals = [v.aval for v in jaxpr.invars]
+  return jax.make_jaxpr(lambda *a: _interpret(jaxpr, consts, a))(*avals)
+
+
+def _open(jaxpr) -> core.Jaxpr:
+  """The jaxpr itself: JAX 0.12 folded ClosedJaxpr into Jaxpr, older ones wrap it."""
+  inner = getattr(jaxpr, "jaxpr", jaxpr)
+  return inner if isinstance(inner, core.Jaxpr) else jaxpr
+
+
+def bounded(fn: Callable) -> Callable:
+  """``fn`` traced at its arguments' types and run as its ``rewrite``: arrays are the
+  program's inputs, every other leaf (callables, Python data) stays as given."""
+  def call(*args):
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    dyn = [i for i, l in enumerate(leaves) if _is_array(l)]
+
+    def flat(*arrays):
+      full = list(leaves)
+      for i, a in zip(dyn, arrays):
+        full[i] = a
+      out = fn(*jax.tree_util.tree_unflatten(tree, full))
+      flat_out, out_tree = jax.tree_util.tree_flatten(out)
+      shape.append(out_tree)
+      return flat_out
+    shape: list = []
+    arrays = [leaves[i] for i in dyn]
+    with quiet():
+      closed = jax.make_jaxpr(flat)(*arrays)
+    program = rewrite(closed)
+    outs = core.eval_jaxpr(program.jaxpr, program.consts, *arrays)
+    return jax.tree_util.tree_unflatten(shape[0], outs)
+  return call
+
+
+def _is_array(x) -> bool:
+  return isinstance(x, (jax.Array, np.ndarray, core.Tracer)) and \
+      getattr(x, "dtype", None) != jax.dtypes.float0
+
+
+def _needs(jaxpr: core.Jaxpr) -> bool:
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "while" or _side_effects(eqn):
+      return True
+    if any(_needs(_open(sub)) for sub in core.jaxprs_in_params(eqn.params)):
+      return True
+  return False
+
+
+def _side_effects(eqn) -> list:
+  """The equation's effects on the world (a Ref's reads and writes are the program's own)."""
+  input_effect = getattr(core, "JaxprInputEffect", ())
+  return [e for e in eqn.effects if not isinstance(e, input_effect)]
+
+
+def _interpret(jaxpr: core.Jaxpr, consts, args) -> list:
+  """``jaxpr`` bound equation by equation, rewritten as ``rewrite`` says (traced by it)."""
+  env = dict(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+  read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
+  used = _used(jaxpr)
+  for eqn in jaxpr.eqns:
+    ins = [read(v) for v in eqn.invars]
+    if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
+      if not any(v in used for v in eqn.outvars):
+        continue   # printing, logging: the user saw it once
+      raise NotJudged(f"not judged: the program uses the result of {eqn.primitive.name}, "
+                      "which vjpviz does not run again")
+    if eqn.primitive.name == "while":
+      outs = _capped_while(eqn, ins)
+    else:
+      outs = bind(eqn.replace(params=_rewritten_params(eqn.params)), ins)
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def _used(jaxpr: core.Jaxpr) -> set:
+  used = {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+  for eqn in jaxpr.eqns:
+    used.update(v for v in eqn.invars if isinstance(v, core.Var))
+  return used
+
+
+def _rewritten_params(params: dict) -> dict:
+  return {k: _rewritten_param(v) for k, v in params.items()}
+
+
+def _rewritten_param(value):
+  if type(value).__name__ == "ClosedJaxpr" or (isinstance(value, core.Jaxpr) and
+                                               not _needs(value)):
+    return rewrite(value)
+  if isinstance(value, core.Jaxpr):   # an open jaxpr (a remat's, a shard_map's body)
+    done = rewrite(value)
+    if type(done) is type(value):     # JAX 0.12: one type, its constants inside
+      return done
+    if done.consts:
+      raise NotJudged("not judged: a loop of the program could not be bounded")
+    return done.jaxpr
+  if isinstance(value, tuple) and value and all(_is_jaxpr(v) for v in value):
+    return tuple(_rewritten_param(v) for v in value)
+  return value
+
+
+def _is_jaxpr(value) -> bool:
+  return isinstance(value, core.Jaxpr) or type(value).__name__ == "ClosedJaxpr"
+
+
+def _capped_while(eqn, ins) -> list:
+  """The while loop of ``eqn`` with an iteration counter in its carry: it stops after
+  ``LOOP_CAP`` iterations, and says so through a callback of vjpviz's own."""
+  params = eqn.params
+  cond, body = rewrite(params["cond_jaxpr"]), rewrite(params["body_jaxpr"])
+  nc, nb = params["cond_nconsts"], params["body_nconsts"]
+  cond_consts, body_consts, carry = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+
+  def keep_going(state):
+    i, values = state
+    (more,) = core.eval_jaxpr(cond.jaxpr, cond.consts, *cond_consts, *values)
+    return jnp.logical_and(more, i < LOOP_CAP)
+
+  def step(state):
+    i, values = state
+    return i + 1, core.eval_jaxpr(body.jaxpr, body.consts, *body_consts, *values)
+  i, outs = jax.lax.while_loop(keep_going, step, (jnp.int32(0), list(carry)))
+  (more,) = core.eval_jaxpr(cond.jaxpr, cond.consts, *cond_consts, *outs)
+  jax.debug.callback(_report, jnp.logical_and(more, i >= LOOP_CAP))
+  return list(outs)
+
+
+def _report(hit) -> None:
+  if bool(hit):
+    with _capped_lock:
+      _capped[0] += 1
+
+
+# ------------------------------------------------------------- small draws
+
+DRAW_BYTES = 1 << 20
+"""Bytes of one draw's arrays above which vjpviz draws at smaller shapes: the analysis
+must not hold many copies of a large activation (an out-of-memory error of ours)."""
+
+SHRINK = 16
+"""Arrays drawn at most 1/SHRINK of the call's: a check holds a few draws, each with
+its output cotangent and a float64 reference, so all of them together stay within
+one copy of the call's arguments."""
+
+
+def smaller(shapes: list[tuple[tuple[int, ...], int]]) -> list[tuple[int, ...]] | None:
+  """Shapes of the same ranks whose arrays take at most 1/SHRINK of the bytes, for
+  arrays of ``(shape, itemsize)`` taking more than ``DRAW_BYTES``; None when they fit
+  as they are; ``NotJudged`` when they cannot be made to.
+
+  Every dimension divisible by a common power of two is divided by it, so sizes that
+  were equal stay equal and one that was twice another still is (a reshape, a
+  concatenation, a matmul's inner dimension still line up)."""
+  size = lambda dims: sum(int(np.prod(s)) * n for s, n in dims)
+  total = size(shapes)
+  if total <= DRAW_BYTES:
+    return None
+  factor = 2
+  while True:
+    new = [(tuple(d // factor if d % factor == 0 else d for d in s), n) for s, n in shapes]
+    if size(new) <= total // SHRINK:
+      return [s for s, _ in new]
+    if all(d % (2 * factor) for s, _ in shapes for d in s):
+      raise NotJudged(f"not judged: the arguments ({total >> 20} MiB) are too large to "
+                      "draw again, and their shapes cannot be made smaller")
+    factor *= 2

@@ -1,0 +1,63 @@
+"""The values of the latest custom rule applications, held weakly.
+
+The checks vjpviz runs after an error start where the user's program is known to
+run: the failing application's own arguments (``analysis.oracle``). They may be
+used only while that call is still on the stack, and none may outlive it (a
+diagnosis keeps avals only), so each is held by a weak reference: once the user's
+call lets go of an argument, it is gone here too. Traced applications (under
+``jax.jit``) have no values and are not held.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+
+import jax
+import numpy as np
+from jax._src import core
+
+KEPT = 8
+"""Applications remembered per thread, the latest first out of date."""
+
+
+class _Applied(threading.local):
+  def __init__(self):
+    self.values: collections.OrderedDict = collections.OrderedDict()
+
+
+_applied = _Applied()
+
+
+def remember(site, args) -> None:
+  """``args`` of the application at ``site``: a weak reference per array leaf, None for
+  the other leaves (the site keeps what a check needs of them)."""
+  if any(isinstance(a, core.Tracer) for a in args):
+    return
+  leaves, tree = jax.tree_util.tree_flatten(args)
+  if any(isinstance(l, core.Tracer) for l in leaves):
+    return
+  refs = [weakref.ref(l) if isinstance(l, (jax.Array, np.ndarray)) else None for l in leaves]
+  values = _applied.values
+  values.pop(site, None)
+  values[site] = (tree, refs)
+  while len(values) > KEPT:
+    values.popitem(last=False)
+
+
+def forget() -> None:
+  """The failing call has returned: its values are no longer ours to use."""
+  _applied.values.clear()
+
+
+def values(site) -> tuple | None:
+  """(tree, leaves) of the latest application at ``site`` while all its arrays are alive:
+  an array per array leaf, None for the rest; None when it is not known or gone."""
+  found = _applied.values.get(site)
+  if found is None:
+    return None
+  tree, refs = found
+  leaves = [r() if r is not None else None for r in refs]
+  if any(r is not None and l is None for r, l in zip(refs, leaves)):
+    return None
+  return tree, leaves
