@@ -1,9 +1,16 @@
 /**
- * Finding a rule's definition in cell source and replacing it: pure text
- * functions (the notebook side lives in panel.ts). The kernel says where the
- * definition is (the diagnosis's rule_source_text, rule_source_start and
- * rule_source_end, read from the file the cell ran as); nothing here parses Python.
+ * The notebook's cells, the one place the VJP debugger edits them: finding a
+ * rule's definition in a cell, writing a fix in its place (after the kernel
+ * took it), and revealing it. The kernel says where the definition is (the
+ * diagnosis's rule_source_text, rule_source_start and rule_source_end, read
+ * from the file the cell ran as); nothing here parses Python.
  */
+import type { Notebook } from '@jupyterlab/notebook';
+
+import type { IApplied } from './fixEditor';
+import type { ApplyResult } from './protocol';
+
+type Cell = Notebook['widgets'][number];
 
 export interface ISpan {
   readonly start: number;
@@ -78,4 +85,95 @@ function lineOffsets(lines: string[]): number[] {
     pos += line.length + 1;
   }
   return offsets;
+}
+
+/**
+ * The notebook followed, as the one handler of its cells.
+ */
+export class NotebookCells {
+  /**
+   * The notebook whose cells are edited (the active one), or null.
+   */
+  notebook: { readonly content: Notebook; activate?(): void } | null = null;
+
+  /**
+   * Put `code` in place of the rule's definition, in the cell that holds it
+   * as it ran, through the shared model (undoable); says what it did.
+   */
+  write(rule: IDefinition, code: string): string {
+    const cell = this._find(rule);
+    const source = cell?.model.sharedModel.getSource();
+    const edit = source === undefined ? null : definitionEdit(source, rule, code);
+    if (!cell || !edit) {
+      return 'No cell of this notebook holds the rule as it ran.';
+    }
+    const [start, end, text] = edit;
+    cell.model.sharedModel.updateSource(start, end, text);
+    this._reveal(cell);
+    return 'Applied to the cell that defines the rule.';
+  }
+
+  /**
+   * Make the cell that defines the rule active, scrolled to, and focus the notebook.
+   */
+  jumpTo(rule: IDefinition): void {
+    const cell = this._find(rule);
+    if (cell) {
+      this._reveal(cell);
+      this.notebook?.activate?.();
+    }
+  }
+
+  private _find(rule: IDefinition): Cell | null {
+    for (const cell of this.notebook?.content.widgets ?? []) {
+      if (
+        cell.model.type === 'code' &&
+        definitionSpan(cell.model.sharedModel.getSource(), rule)
+      ) {
+        return cell;
+      }
+    }
+    return null;
+  }
+
+  private _reveal(cell: Cell): void {
+    const notebook = this.notebook?.content;
+    const index = notebook ? notebook.widgets.indexOf(cell) : -1;
+    if (notebook && index >= 0) {
+      notebook.activeCellIndex = index;
+      void notebook.scrollToCell(cell);
+    }
+  }
+}
+
+/**
+ * Apply a fix: the kernel rebinds the rule (it verifies first), then the
+ * defining cell takes the same text. A kernel that cannot take it still gets
+ * the cell written (re-running the cell applies it); a fix that still fails
+ * is written nowhere.
+ */
+export async function applyFix(
+  kernelApply: (code: string) => Promise<ApplyResult>,
+  cells: NotebookCells,
+  rule: IDefinition,
+  code: string
+): Promise<IApplied> {
+  let result: ApplyResult;
+  try {
+    result = await kernelApply(code);
+  } catch (error) {
+    const note = ` The kernel could not apply it (${(error as Error).message}); re-run the cell.`;
+    return { message: cells.write(rule, code) + note };
+  }
+  if (!result.applied && result.problems?.length) {
+    const first = result.problems[0] as { headline?: string };
+    throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
+  }
+  const patch = result.applied ? null : (result.patch ?? null);
+  const kernelNote = result.applied
+    ? ' The kernel now uses the fixed rule.'
+    : patch
+      ? ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged: make this change there.`
+      : '';
+  return { message: cells.write(rule, code) + kernelNote, patch };
 }

@@ -1,3 +1,8 @@
+/**
+ * The channel to the kernels: their vjpviz comms, what they push and the
+ * replies to requests, every message validated against the protocol schema.
+ * It keeps nothing but the comms: the diagnoses live in the model (model.ts).
+ */
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { JSONObject, JSONValue, PromiseDelegate, UUID } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -5,36 +10,38 @@ import { ISignal, Signal } from '@lumino/signaling';
 import {
   COMM_TARGET,
   Diagnosis,
-  Fix,
+  DiagnosisMessage,
+  FixesMessage,
   KernelToPanelMessage,
   PROTOCOL_VERSION,
   RequestMessage,
   RequestOp,
   ResultOf,
-  View,
   parseDiagnosis,
   parseKernelMessage,
   parseResult
 } from './protocol';
 
 /**
- * A diagnosis received from one kernel.
+ * A push from one kernel: a new diagnosis, or the fixes of one judged after it.
  */
-export interface IDiagnosisEvent {
+export interface IPushEvent {
   readonly kernelId: string;
-  readonly diagnosis: Diagnosis;
+  readonly message: DiagnosisMessage | FixesMessage;
+}
+
+/**
+ * A kernel's history (after a page reload, or vjpviz loaded late).
+ */
+export interface IHistoryEvent {
+  readonly kernelId: string;
+  readonly diagnoses: readonly Diagnosis[];
 }
 
 /**
  * How long a request waits, unanswered, before an idle kernel gets it again.
  */
 const RESEND_AFTER_MS = 500;
-
-/**
- * Diagnoses kept per kernel, newest; the kernel keeps as many (runtime.HISTORY_LIMIT),
- * so a training loop that fails every step cannot grow the page without limit.
- */
-export const MAX_DIAGNOSES = 200;
 
 interface IPending {
   readonly op: RequestOp;
@@ -234,124 +241,30 @@ export class KernelChannel {
 }
 
 /**
- * The diagnoses of each kernel, oldest first, each id once, the newest
- * MAX_DIAGNOSES kept.
+ * The vjpviz comms of all kernels, one KernelChannel each. After a page reload
+ * (or once vjpviz says hello) the panel opens its own comm and asks for the
+ * history.
  */
-export class DiagnosisStore {
+export class VjpvizChannels {
   /**
-   * The diagnoses of a kernel, oldest first.
+   * Emitted for every valid push (a diagnosis, or fixes judged after one).
    */
-  list(kernelId: string): readonly Diagnosis[] {
-    return this._kernels.get(kernelId) ?? [];
+  get pushed(): ISignal<this, IPushEvent> {
+    return this._pushed;
   }
 
   /**
-   * Add a pushed diagnosis; false when its id is known already.
+   * Emitted with a kernel's history, each diagnosis validated on its own.
    */
-  add(kernelId: string, diagnosis: Diagnosis): boolean {
-    const list = this._list(kernelId);
-    if (list.some(d => d.id === diagnosis.id)) {
-      return false;
-    }
-    list.push(diagnosis);
-    dropOldest(list);
-    return true;
+  get historyLoaded(): ISignal<this, IHistoryEvent> {
+    return this._historyLoaded;
   }
 
   /**
-   * Replace the fixes of a diagnosis (judged after it was pushed); false when its
-   * id is unknown (dropped, or the kernel restarted).
+   * Emitted with a kernel id when it restarts: its comms and state are gone.
    */
-  setFixes(kernelId: string, id: string, fixes: Fix[]): boolean {
-    const list = this._list(kernelId);
-    const at = list.findIndex(d => d.id === id);
-    if (at < 0) {
-      return false;
-    }
-    list[at] = { ...list[at], fixes };
-    return true;
-  }
-
-  /**
-   * Keep the default view pushed with a diagnosis, drawn.
-   */
-  setView(kernelId: string, id: string, view: View): void {
-    const views = this._views.get(kernelId) ?? new Map<string, View>();
-    this._views.set(kernelId, views);
-    views.set(id, view);
-    for (const old of views.keys()) {
-      if (views.size <= MAX_DIAGNOSES) {
-        break;
-      }
-      views.delete(old);
-    }
-  }
-
-  /**
-   * The default view pushed with a diagnosis, if any.
-   */
-  view(kernelId: string, id: string): View | null {
-    return this._views.get(kernelId)?.get(id) ?? null;
-  }
-
-  /**
-   * Merge a history reply with what was pushed meanwhile, in the kernel's order.
-   */
-  merge(kernelId: string, diagnoses: readonly Diagnosis[]): void {
-    const list = this._list(kernelId);
-    const known = new Set(list.map(d => d.id));
-    list.push(...diagnoses.filter(d => !known.has(d.id)));
-    list.sort((a, b) => idNumber(a.id) - idNumber(b.id));
-    dropOldest(list);
-  }
-
-  /**
-   * Forget a kernel's diagnoses (it restarted).
-   */
-  clear(kernelId: string): void {
-    this._kernels.delete(kernelId);
-    this._views.delete(kernelId);
-  }
-
-  private _list(kernelId: string): Diagnosis[] {
-    let list = this._kernels.get(kernelId);
-    if (!list) {
-      list = [];
-      this._kernels.set(kernelId, list);
-    }
-    return list;
-  }
-
-  private _kernels = new Map<string, Diagnosis[]>();
-  private _views = new Map<string, Map<string, View>>();
-}
-
-/**
- * The vjpviz comms of all kernels: one KernelChannel per kernel feeding one
- * DiagnosisStore. After a page reload the panel opens its own comm and asks
- * for the history.
- */
-export class VjpvizComms {
-  /**
-   * Emitted for every new diagnosis a kernel pushes.
-   */
-  get diagnosisReceived(): ISignal<this, IDiagnosisEvent> {
-    return this._diagnosisReceived;
-  }
-
-  /**
-   * Emitted when a diagnosis already received gets its fixes (judged after the push).
-   */
-  get fixesReceived(): ISignal<this, IDiagnosisEvent> {
-    return this._fixesReceived;
-  }
-
-  /**
-   * Emitted with a kernel id when its list changed other than by a push
-   * (history loaded, kernel restarted).
-   */
-  get listChanged(): ISignal<this, string> {
-    return this._listChanged;
+  get kernelRestarted(): ISignal<this, string> {
+    return this._kernelRestarted;
   }
 
   /**
@@ -368,27 +281,12 @@ export class VjpvizComms {
     kernel.statusChanged.connect((_, status) => {
       if (status === 'restarting' || status === 'autorestarting') {
         channel.reset();
-        this._store.clear(kernel.id);
-        this._listChanged.emit(kernel.id);
+        this._kernelRestarted.emit(kernel.id);
       } else if (status === 'idle') {
         channel.resendUnanswered();
       }
     });
     void this._loadHistory(channel);
-  }
-
-  /**
-   * The diagnoses received from a kernel, oldest first.
-   */
-  diagnoses(kernelId: string): readonly Diagnosis[] {
-    return this._store.list(kernelId);
-  }
-
-  /**
-   * The default view a kernel pushed with a diagnosis, drawn; null if none came.
-   */
-  pushedView(kernelId: string, id: string): View | null {
-    return this._store.view(kernelId, id);
   }
 
   /**
@@ -402,31 +300,23 @@ export class VjpvizComms {
     const channel = this._channels.get(kernelId);
     return channel
       ? channel.request(op, args)
-      : Promise.reject(new Error(`no open ${COMM_TARGET} comm for kernel ${kernelId}`));
+      : Promise.reject(
+          new Error(`no open ${COMM_TARGET} comm for kernel ${kernelId}`)
+        );
   }
 
-  private _onMessage(channel: KernelChannel, message: KernelToPanelMessage): void {
-    const kernelId = channel.kernel.id;
+  private _onMessage(
+    channel: KernelChannel,
+    message: KernelToPanelMessage
+  ): void {
     if (message.type === 'hello') {
       // vjpviz was just loaded: open our own comm so the kernel knows we listen
       // (it pushes diagnoses only from then on).
       if (!channel.hasControl) {
         void this._loadHistory(channel);
       }
-    } else if (message.type === 'diagnosis' && this._store.add(kernelId, message.diagnosis)) {
-      mark('vjpviz:diagnosis-received');
-      if (message.view) {
-        this._store.setView(kernelId, message.diagnosis.id, message.view);
-      }
-      this._diagnosisReceived.emit({ kernelId, diagnosis: message.diagnosis });
-    } else if (
-      message.type === 'fixes' &&
-      this._store.setFixes(kernelId, message.diagnosis_id, message.fixes)
-    ) {
-      const diagnosis = this._store
-        .list(kernelId)
-        .find(d => d.id === message.diagnosis_id)!;
-      this._fixesReceived.emit({ kernelId, diagnosis });
+    } else if (message.type === 'diagnosis' || message.type === 'fixes') {
+      this._pushed.emit({ kernelId: channel.kernel.id, message });
     }
   }
 
@@ -441,41 +331,22 @@ export class VjpvizComms {
     } catch {
       return; // no vjpviz in this kernel (yet): pushes will bring a comm
     }
-    const valid: Diagnosis[] = [];
+    const diagnoses: Diagnosis[] = [];
     for (const d of history.diagnoses) {
       try {
-        valid.push(parseDiagnosis(d));
+        diagnoses.push(parseDiagnosis(d));
       } catch (error) {
-        console.warn('jupyter-vjpviz: skipped a diagnosis of the history:', error);
+        console.warn(
+          'jupyter-vjpviz: skipped a diagnosis of the history:',
+          error
+        );
       }
     }
-    this._store.merge(channel.kernel.id, valid);
-    this._listChanged.emit(channel.kernel.id);
+    this._historyLoaded.emit({ kernelId: channel.kernel.id, diagnoses });
   }
 
   private _channels = new Map<string, KernelChannel>();
-  private _store = new DiagnosisStore();
-  private _diagnosisReceived = new Signal<this, IDiagnosisEvent>(this);
-  private _fixesReceived = new Signal<this, IDiagnosisEvent>(this);
-  private _listChanged = new Signal<this, string>(this);
-}
-
-/**
- * A performance mark (the browser test reads them to time the panel).
- */
-export function mark(name: string): void {
-  if (typeof performance !== 'undefined' && performance.mark) {
-    performance.mark(name);
-  }
-}
-
-function idNumber(id: string): number {
-  const n = parseInt(id.replace(/^\D+/, ''), 10);
-  return isNaN(n) ? 0 : n;
-}
-
-function dropOldest(diagnoses: Diagnosis[]): void {
-  if (diagnoses.length > MAX_DIAGNOSES) {
-    diagnoses.splice(0, diagnoses.length - MAX_DIAGNOSES);
-  }
+  private _pushed = new Signal<this, IPushEvent>(this);
+  private _historyLoaded = new Signal<this, IHistoryEvent>(this);
+  private _kernelRestarted = new Signal<this, string>(this);
 }

@@ -6,7 +6,7 @@ import {
 } from '@jupyterlab/apputils';
 
 import { GraphView } from './graphView';
-import { vjpvizIcon } from './panel';
+import { VjpvizPanel, vjpvizIcon } from './panel';
 import { CommandIDs, IVjpviz } from './tokens';
 
 const CATEGORY = 'VJP Debugger';
@@ -14,12 +14,12 @@ const CATEGORY = 'VJP Debugger';
 /**
  * Register the VJP debugger's commands (and list them in the palette):
  * open the panel, open the shown graph in the main area, verify and apply
- * the fix, and step through the diagnoses.
+ * the fix in the panel's editor, and step through the diagnoses.
  */
 export function addCommands(
   app: JupyterFrontEnd,
   vjpviz: IVjpviz,
-  panelId: string,
+  panel: VjpvizPanel,
   palette: ICommandPalette | null
 ): void {
   const { commands, shell } = app;
@@ -33,7 +33,7 @@ export function addCommands(
     label: 'Open the VJP Debugger',
     caption: 'Show the diagnoses of the active notebook',
     icon: vjpvizIcon,
-    execute: () => shell.activateById(panelId)
+    execute: () => shell.activateById(panel.id)
   });
   commands.addCommand(CommandIDs.openGraph, {
     label: 'Open Graph in Main Area',
@@ -46,13 +46,13 @@ export function addCommands(
     label: 'Verify the Fix',
     caption: 'Check the code in the fix editor in the kernel',
     isEnabled: hasCurrent,
-    execute: () => vjpviz.verify()
+    execute: () => panel.verify()
   });
   commands.addCommand(CommandIDs.apply, {
     label: 'Apply the Fix to the Cell',
     caption: 'Rebind the rule in the kernel and write it into its cell',
     isEnabled: hasCurrent,
-    execute: () => vjpviz.apply()
+    execute: () => panel.apply()
   });
   commands.addCommand(CommandIDs.next, {
     label: 'Next Diagnosis',
@@ -65,6 +65,7 @@ export function addCommands(
     execute: () => vjpviz.selectNext(-1)
   });
   vjpviz.currentChanged.connect(() => commands.notifyCommandChanged());
+  vjpviz.diagnosesChanged.connect(() => commands.notifyCommandChanged());
 
   for (const command of Object.values(CommandIDs)) {
     palette?.addItem({ command, category: CATEGORY });

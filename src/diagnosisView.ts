@@ -1,11 +1,12 @@
 import { CodeEditor } from '@jupyterlab/codeeditor';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { mark } from './comm';
+import { mark } from './marks';
 import { leafRows } from './leafTable';
 import { FixEditor, IFixActions } from './fixEditor';
-import { GraphView, IGraphRequests } from './graphView';
+import { GraphView } from './graphView';
 import { Diagnosis } from './protocol';
+import { IGraphRequests } from './tokens';
 
 /**
  * What a diagnosis view asks of the panel.

@@ -1,30 +1,10 @@
 import { Widget } from '@lumino/widgets';
 import panzoom, { PanZoom } from 'panzoom';
 
-import { mark } from './comm';
+import { mark } from './marks';
 import { GraphNode, View } from './protocol';
 import { sanitizeSvg } from './sanitize';
-
-/**
- * What the graph view asks of its owner (kernel round trips).
- */
-export interface IGraphRequests {
-  view(state: IViewState): Promise<View>;
-  expand(node: string, state: IViewState): Promise<View>;
-  collapse(node: string, state: IViewState): Promise<View>;
-  search(
-    query: string,
-    state: IViewState
-  ): Promise<{ matches: string[]; view: View }>;
-}
-
-/**
- * What the user opened and closed; kept here, sent with every request.
- */
-export interface IViewState {
-  expanded: string[];
-  collapsed: string[];
-}
+import { IGraphRequests, IViewState } from './tokens';
 
 const MIN_SCALE = 0.02;
 const MAX_SCALE = 8;

@@ -7,8 +7,10 @@ import { IEditorServices } from '@jupyterlab/codeeditor';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
+import { NotebookCells } from './cells';
 import { addCommands } from './commands';
-import { VjpvizComms } from './comm';
+import { VjpvizChannels } from './comm';
+import { VjpvizModel } from './model';
 import { VjpvizPanel } from './panel';
 import { CommandIDs, IVjpviz } from './tokens';
 
@@ -38,24 +40,35 @@ function activate(
   settingRegistry: ISettingRegistry | null,
   palette: ICommandPalette | null
 ): IVjpviz {
-  const comms = new VjpvizComms();
+  const channels = new VjpvizChannels();
+  const model = new VjpvizModel(channels);
+  const cells = new NotebookCells();
   let autoOpen = true;
   const panel = new VjpvizPanel({
-    comms,
+    model,
+    cells,
     editorFactory: editorServices?.factoryService.newInlineEditor ?? null,
     copy: copyText,
     openGraph: () => void app.commands.execute(CommandIDs.openGraph)
   });
   app.shell.add(panel, 'right', { rank: 900 });
-  addCommands(app, panel, panel.id, palette);
+  addCommands(app, model, panel, palette);
 
-  const follow = () => panel.setNotebook(tracker.currentWidget);
+  const follow = () => {
+    const notebook = tracker.currentWidget;
+    cells.notebook = notebook;
+    model.follow(
+      notebook && {
+        kernelId: notebook.sessionContext.session?.kernel?.id ?? null
+      }
+    );
+  };
   const track = (notebook: NotebookPanel) => {
     const { sessionContext } = notebook;
     const attach = () => {
       const kernel = sessionContext.session?.kernel;
       if (kernel) {
-        comms.attach(kernel);
+        channels.attach(kernel);
       }
       if (notebook === tracker.currentWidget) {
         follow();
@@ -69,15 +82,11 @@ function activate(
   tracker.widgetAdded.connect((_, notebook) => track(notebook));
   tracker.currentChanged.connect(follow);
 
-  comms.diagnosisReceived.connect((_, { kernelId, diagnosis }) => {
-    void panel.onDiagnosis(kernelId, diagnosis);
-    if (autoOpen && kernelId === panel.kernelId) {
+  model.diagnosisReceived.connect((_, { kernelId }) => {
+    if (autoOpen && kernelId === model.kernelId) {
       app.shell.activateById(panel.id);
     }
   });
-  comms.fixesReceived.connect((_, { kernelId, diagnosis }) =>
-    panel.onFixes(kernelId, diagnosis)
-  );
 
   if (settingRegistry) {
     void settingRegistry
@@ -93,7 +102,7 @@ function activate(
         console.warn('jupyter-vjpviz: could not load settings', reason)
       );
   }
-  return panel;
+  return model;
 }
 
 async function copyText(text: string): Promise<void> {

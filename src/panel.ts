@@ -1,23 +1,12 @@
 import { CodeEditor } from '@jupyterlab/codeeditor';
-import { NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
-import { JSONObject } from '@lumino/coreutils';
-import { ISignal, Signal } from '@lumino/signaling';
+import { Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { IDefinition, definitionEdit, definitionSpan } from './cells';
-import { VjpvizComms, mark } from './comm';
+import { NotebookCells, applyFix } from './cells';
 import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
-import { IApplied } from './fixEditor';
-import { IGraphRequests } from './graphView';
-import {
-  Diagnosis,
-  ApplyResult,
-  VerifyResult,
-  View,
-  RequestOp
-} from './protocol';
+import { Diagnosis } from './protocol';
 import { IVjpviz } from './tokens';
 
 export const PANEL_ID = 'jp-vjpviz-panel';
@@ -33,22 +22,20 @@ export const vjpvizIcon = new LabIcon({
 });
 
 /**
- * The "VJP debugger" side panel: the diagnoses of the active notebook's kernel.
+ * The "VJP debugger" side panel: a view of the model (the active notebook's
+ * diagnoses, the one selected). It renders what the model holds and hands
+ * the user's picks back to it; the fix editor's Apply goes through the
+ * notebook's cells handler.
  */
-export class VjpvizPanel extends Panel implements IVjpviz {
-  constructor(options: {
-    comms: VjpvizComms;
-    editorFactory: CodeEditor.Factory | null;
-    copy: (text: string) => Promise<void>;
-    /** Opens the graph shown in the main area (the command of that name). */
-    openGraph: () => void;
-  }) {
+export class VjpvizPanel extends Panel {
+  constructor(options: VjpvizPanel.IOptions) {
     super();
     this.id = PANEL_ID;
     this.addClass('jp-Vjpviz-panel');
     this.title.icon = vjpvizIcon;
     this.title.caption = 'VJP debugger';
-    this._comms = options.comms;
+    this._model = options.model;
+    this._cells = options.cells;
     this._copy = options.copy;
 
     this._empty = new Widget();
@@ -58,134 +45,45 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     this.addWidget(this._list);
     this._view = new DiagnosisView(options.editorFactory, options.openGraph);
     this.addWidget(this._view);
-    this._list.selected.connect((_, id) => this.select(id));
-    this._comms.listChanged.connect((_, kernelId) => {
-      if (kernelId === this._kernelId) {
-        this._refresh();
-      }
-    });
-    this._refresh();
+    this._list.selected.connect((_, id) => this._model.select(id));
+    this._model.diagnosesChanged.connect(this._onDiagnosesChanged, this);
+    this._model.currentChanged.connect(this._onCurrentChanged, this);
+    this._onDiagnosesChanged();
+    this._onCurrentChanged();
   }
 
   /**
-   * The kernel whose diagnoses are shown.
+   * Resolves once the diagnosis shown last is drawn (its graph included).
    */
-  get kernelId(): string | null {
-    return this._kernelId;
-  }
-
-  get diagnoses(): readonly Diagnosis[] {
-    return this._kernelId ? this._comms.diagnoses(this._kernelId) : [];
-  }
-
-  get current(): Diagnosis | null {
-    return this.diagnoses.find(d => d.id === this._selectedId) ?? null;
-  }
-
-  get currentChanged(): ISignal<this, Diagnosis | null> {
-    return this._currentChanged;
+  get drawn(): Promise<void> {
+    return this._drawn;
   }
 
   /**
-   * Follow a notebook (the active one), or none.
+   * Verify the code in the fix editor (the command of that name).
    */
-  setNotebook(notebook: NotebookPanel | null): void {
-    const changed = notebook !== this._notebook;
-    this._notebook = notebook;
-    const kernelId = notebook?.sessionContext.session?.kernel?.id ?? null;
-    if (kernelId !== this._kernelId) {
-      this._kernelId = kernelId;
-      this._selectedId = null;
-      void this._refresh();
-    } else if (changed) {
-      this._renderEmpty();
-    }
-  }
-
-  /**
-   * A diagnosis arrived from `kernelId`; select it if it's ours.
-   * Resolves once its view (graph included) is drawn.
-   */
-  async onDiagnosis(kernelId: string, diagnosis: Diagnosis): Promise<void> {
-    this._updateCount();
-    if (kernelId !== this._kernelId) {
-      return;
-    }
-    this._selectedId = diagnosis.id;
-    await this._refresh();
-  }
-
-  /**
-   * A diagnosis of `kernelId` got its fixes (judged after it arrived): the list and,
-   * if it is shown, its fix editor take them; its graph stays as the user left it.
-   */
-  onFixes(kernelId: string, diagnosis: Diagnosis): void {
-    if (kernelId !== this._kernelId) {
-      return;
-    }
-    this._list.setItems(this.diagnoses, this._selectedId);
-    if (this._view.diagnosisId === diagnosis.id) {
-      this._view.showFixes(diagnosis, this._actions(diagnosis));
-      this._setShown(diagnosis);
-    }
-  }
-
-  /**
-   * Show one diagnosis of the current kernel.
-   */
-  select(id: string): Promise<void> {
-    this._selectedId = id;
-    return this._refresh();
-  }
-
-  selectNext(step: 1 | -1): Promise<void> {
-    // The list shows the newest first: down the list is back in time.
-    const ids = this.diagnoses.map(d => d.id).reverse();
-    if (!ids.length) {
-      return Promise.resolve();
-    }
-    const at = this._selectedId ? ids.indexOf(this._selectedId) : -1;
-    return this.select(ids[(at + step + ids.length) % ids.length]);
-  }
-
   verify(): Promise<void> {
     return this._view.verify();
   }
 
+  /**
+   * Apply the code in the fix editor to the kernel and the defining cell.
+   */
   apply(): Promise<void> {
     return this._view.apply();
   }
 
-  graphRequests(id: string): IGraphRequests | null {
-    const kernelId = this._kernelId;
-    if (!kernelId) {
-      return null;
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
     }
-    const ask = async <T>(op: RequestOp, args: JSONObject): Promise<T> =>
-      (await this._comms.request(kernelId, op, {
-        diagnosis_id: id,
-        ...args
-      })) as unknown as T;
-    const pushed = this._comms.pushedView(kernelId, id);
-    return {
-      // The default view came drawn with the diagnosis; any other is asked for.
-      view: state =>
-        pushed && !state.expanded.length && !state.collapsed.length
-          ? (mark('vjpviz:graph-from-push'), Promise.resolve(pushed))
-          : ask<View>('view', { ...state }),
-      expand: (node, state) => ask<View>('expand', { node, ...state }),
-      collapse: (node, state) =>
-        ask<View>('collapse', { node, ...state }),
-      search: (query, state) =>
-        ask<{ matches: string[]; view: View }>('search', {
-          query,
-          ...state
-        })
-    };
+    Signal.disconnectReceiver(this);
+    super.dispose();
   }
 
-  private _updateCount(): void {
-    const n = this.diagnoses.length;
+  private _onDiagnosesChanged(): void {
+    const diagnoses = this._model.diagnoses;
+    const n = diagnoses.length;
     this.title.label = n ? `VJP debugger (${n})` : 'VJP debugger';
     this.title.caption = n
       ? `VJP debugger: ${n} diagnos${n === 1 ? 'is' : 'es'}`
@@ -193,38 +91,32 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     this.title.className = n ? 'jp-Vjpviz-tab jp-mod-count' : 'jp-Vjpviz-tab';
     // The sidebar keeps the tab's data-id in the dataset: extend it.
     this.title.dataset = { ...this.title.dataset, vjpvizCount: String(n) };
-  }
-
-  private _refresh(): Promise<void> {
-    const diagnoses = this.diagnoses;
-    this._updateCount();
-    const has = diagnoses.length > 0;
     this._renderEmpty();
-    this._empty.setHidden(has);
-    this._list.setHidden(!has);
-    this._view.setHidden(!has);
-    if (!has) {
-      this._setShown(null);
-      return Promise.resolve();
-    }
-    const selected =
-      diagnoses.find(d => d.id === this._selectedId) ??
-      diagnoses[diagnoses.length - 1];
-    this._selectedId = selected.id;
-    this._list.setItems(diagnoses, this._selectedId);
-    if (this._view.diagnosisId === this._selectedId && this._shownKernel === this._kernelId) {
-      return Promise.resolve();
-    }
-    this._shownKernel = this._kernelId;
-    this._setShown(selected);
-    return this._view.showDiagnosis(selected, this._actions(selected));
+    this._empty.setHidden(n > 0);
+    this._list.setHidden(n === 0);
+    this._view.setHidden(n === 0);
+    this._list.setItems(diagnoses, this._model.current?.id ?? null);
   }
 
-  private _setShown(diagnosis: Diagnosis | null): void {
-    if (diagnosis !== this._shown) {
-      this._shown = diagnosis;
-      this._currentChanged.emit(diagnosis);
+  /**
+   * Another diagnosis is current: draw it. The same one with its fixes
+   * judged after the push: only the fix editor takes them, the graph stays
+   * as the user left it.
+   */
+  private _onCurrentChanged(): void {
+    const d = this._model.current;
+    const kernelId = this._model.kernelId;
+    this._list.setItems(this._model.diagnoses, d?.id ?? null);
+    const shown = this._shown;
+    this._shown = d && { id: d.id, kernelId };
+    if (!d) {
+      return;
     }
+    if (shown?.id === d.id && shown.kernelId === kernelId) {
+      this._view.showFixes(d, this._actions(d));
+      return;
+    }
+    this._drawn = this._view.showDiagnosis(d, this._actions(d));
   }
 
   private _renderEmpty(): void {
@@ -233,7 +125,7 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     const h = document.createElement('h3');
     h.textContent = 'VJP debugger';
     const p = document.createElement('p');
-    if (!this._notebook) {
+    if (!this._model.hasNotebook) {
       p.textContent = 'Open a notebook to see its gradient diagnoses here.';
     } else {
       p.append('Run ');
@@ -247,117 +139,47 @@ export class VjpvizPanel extends Panel implements IVjpviz {
     node.append(h, p);
   }
 
-  private _actions(diagnosis: Diagnosis): IDiagnosisActions {
-    const kernelId = this._kernelId;
-    const d = diagnosis;
-    if (!kernelId) {
+  private _actions(d: Diagnosis): IDiagnosisActions {
+    const model = this._model;
+    if (!model.kernelId) {
       return { graph: null, fix: null, jumpToSource: () => undefined };
     }
-    const request = async (op: RequestOp, args: JSONObject) =>
-      this._comms.request(kernelId, op, { diagnosis_id: d.id, ...args });
     return {
-      graph: this.graphRequests(d.id),
+      graph: model.graphRequests(d.id),
       fix: {
-        verify: async code =>
-          (await request('verify', { code })) as unknown as VerifyResult,
-        apply: code => this._apply(d, code, request),
+        verify: code => model.verify(d.id, code),
+        apply: code =>
+          applyFix(code => model.apply(d.id, code), this._cells, d, code),
         copy: text => this._copy(text)
       },
-      jumpToSource: () => this._jump(d)
+      jumpToSource: () => this._cells.jumpTo(d)
     };
   }
 
-  /**
-   * Tell the kernel to rebind the rule (it verifies first), then put the
-   * same text into the defining cell through its shared model (undoable).
-   */
-  private async _apply(
-    rule: IDefinition,
-    code: string,
-    request: (op: 'apply', args: JSONObject) => Promise<unknown>
-  ): Promise<IApplied> {
-    let result: ApplyResult;
-    try {
-      result = (await request('apply', { code })) as ApplyResult;
-    } catch (error) {
-      const note = ` The kernel could not apply it (${(error as Error).message}); re-run the cell.`;
-      return { message: this._applyToCell(code, rule) + note };
-    }
-    if (!result.applied && result.problems?.length) {
-      const first = result.problems[0] as { headline?: string };
-      throw new Error(`the fix still fails: ${first.headline ?? 'see Verify'}`);
-    }
-    const patch = result.applied ? null : result.patch ?? null;
-    const kernelNote = result.applied
-      ? ' The kernel now uses the fixed rule.'
-      : patch
-        ? ` The rule lives in ${result.path ?? 'a file'}; the kernel left it unchanged: make this change there.`
-        : '';
-    return { message: this._applyToCell(code, rule) + kernelNote, patch };
-  }
-
-  /**
-   * Put `code` in place of the rule's definition, in the cell that holds it as
-   * it ran, through the shared model (undoable).
-   */
-  private _applyToCell(code: string, rule: IDefinition): string {
-    const cell = this._findCell(rule);
-    const edit = cell && definitionEdit(cell.model.sharedModel.getSource(), rule, code);
-    if (!cell || !edit) {
-      return 'No cell of this notebook holds the rule as it ran.';
-    }
-    const [start, end, text] = edit;
-    cell.model.sharedModel.updateSource(start, end, text);
-    this._reveal(cell);
-    return 'Applied to the cell that defines the rule.';
-  }
-
-  private _findCell(rule: IDefinition) {
-    const notebook = this._notebook?.content;
-    if (!notebook) {
-      return null;
-    }
-    for (const cell of notebook.widgets) {
-      if (cell.model.type !== 'code') {
-        continue;
-      }
-      const source = cell.model.sharedModel.getSource();
-      if (definitionSpan(source, rule)) {
-        return cell;
-      }
-    }
-    return null;
-  }
-
-  private _reveal(cell: NonNullable<ReturnType<VjpvizPanel['_findCell']>>): void {
-    const notebook = this._notebook?.content;
-    if (!notebook) {
-      return;
-    }
-    const index = notebook.widgets.indexOf(cell);
-    if (index >= 0) {
-      notebook.activeCellIndex = index;
-      void notebook.scrollToCell(cell);
-    }
-  }
-
-  private _jump(rule: IDefinition): void {
-    const cell = this._findCell(rule);
-    if (cell) {
-      this._reveal(cell);
-      this._notebook?.activate?.();
-    }
-  }
-
-  private _comms: VjpvizComms;
+  private _model: IVjpviz;
+  private _cells: NotebookCells;
   private _copy: (text: string) => Promise<void>;
   private _empty: Widget;
   private _list: DiagnosisList;
   private _view: DiagnosisView;
-  private _notebook: NotebookPanel | null = null;
-  private _kernelId: string | null = null;
-  private _selectedId: string | null = null;
-  private _shownKernel: string | null = null;
-  private _shown: Diagnosis | null = null;
-  private _currentChanged = new Signal<this, Diagnosis | null>(this);
+  private _shown: { id: string; kernelId: string | null } | null = null;
+  private _drawn: Promise<void> = Promise.resolve();
+}
+
+/**
+ * The panel's statics.
+ */
+export namespace VjpvizPanel {
+  /**
+   * What the panel is made of.
+   */
+  export interface IOptions {
+    model: IVjpviz;
+    /** The notebook's cells, where Apply writes the fix. */
+    cells: NotebookCells;
+    editorFactory: CodeEditor.Factory | null;
+    copy: (text: string) => Promise<void>;
+    /** Opens the graph shown in the main area (the command of that name). */
+    openGraph: () => void;
+  }
 }

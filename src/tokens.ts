@@ -1,14 +1,48 @@
 import { Token } from '@lumino/coreutils';
 import { ISignal } from '@lumino/signaling';
 
-import { IGraphRequests } from './graphView';
-import { Diagnosis } from './protocol';
+import { ApplyResult, Diagnosis, VerifyResult, View } from './protocol';
 
 /**
- * The VJP debugger: the diagnoses of the active notebook's kernel and the one
- * shown, for other plugins and for the commands.
+ * The kernel round trips of a diagnosis's graph (what the graph view asks).
+ */
+export interface IGraphRequests {
+  view(state: IViewState): Promise<View>;
+  expand(node: string, state: IViewState): Promise<View>;
+  collapse(node: string, state: IViewState): Promise<View>;
+  search(
+    query: string,
+    state: IViewState
+  ): Promise<{ matches: string[]; view: View }>;
+}
+
+/**
+ * What the user opened and closed: the graph view keeps it and sends it with every request.
+ */
+export interface IViewState {
+  expanded: string[];
+  collapsed: string[];
+}
+
+/**
+ * A diagnosis received from one kernel.
+ */
+export interface IDiagnosisEvent {
+  readonly kernelId: string;
+  readonly diagnosis: Diagnosis;
+}
+
+/**
+ * The VJP debugger's model: the diagnoses of every kernel, the notebook
+ * followed (the active one), the diagnosis selected and the requests to its
+ * kernel. It holds no DOM: the panel and the commands render and drive it.
  */
 export interface IVjpviz {
+  /**
+   * Whether a notebook is followed (it may have no kernel yet).
+   */
+  readonly hasNotebook: boolean;
+
   /**
    * The kernel whose diagnoses are shown, or null.
    */
@@ -20,24 +54,42 @@ export interface IVjpviz {
   readonly diagnoses: readonly Diagnosis[];
 
   /**
-   * The diagnosis shown, or null.
+   * The diagnosis selected: the one picked, else the newest; null when none.
    */
   readonly current: Diagnosis | null;
 
   /**
-   * Emitted when another diagnosis is shown, or none.
+   * Emitted when the followed kernel's list changes (a push, its history, a
+   * restart) or another notebook is followed.
+   */
+  readonly diagnosesChanged: ISignal<IVjpviz, void>;
+
+  /**
+   * Emitted when the current diagnosis changes: another one, none, or the
+   * same one with the fixes judged after its push.
    */
   readonly currentChanged: ISignal<IVjpviz, Diagnosis | null>;
 
   /**
-   * Show a diagnosis of the current kernel.
+   * Emitted for every new diagnosis any kernel pushes (after it is selected,
+   * when it comes from the followed kernel).
    */
-  select(id: string): Promise<void>;
+  readonly diagnosisReceived: ISignal<IVjpviz, IDiagnosisEvent>;
 
   /**
-   * Show the diagnosis `step` places down the list (newest first); wraps around.
+   * Follow a notebook (the active one) and its kernel, or none.
    */
-  selectNext(step: 1 | -1): Promise<void>;
+  follow(notebook: { readonly kernelId: string | null } | null): void;
+
+  /**
+   * Select a diagnosis of the followed kernel.
+   */
+  select(id: string): void;
+
+  /**
+   * Select the diagnosis `step` places down the list (newest first); wraps around.
+   */
+  selectNext(step: 1 | -1): void;
 
   /**
    * The kernel round trips of a diagnosis's graph, or null without a kernel.
@@ -45,14 +97,14 @@ export interface IVjpviz {
   graphRequests(id: string): IGraphRequests | null;
 
   /**
-   * Verify the code in the fix editor of the diagnosis shown.
+   * Ask the followed kernel whether `code` fixes a diagnosis's rule.
    */
-  verify(): Promise<void>;
+  verify(id: string, code: string): Promise<VerifyResult>;
 
   /**
-   * Apply the code in the fix editor to the kernel and the defining cell.
+   * Ask the followed kernel to rebind a diagnosis's rule to `code` (it verifies first).
    */
-  apply(): Promise<void>;
+  apply(id: string, code: string): Promise<ApplyResult>;
 }
 
 /**

@@ -1,4 +1,12 @@
-import { definitionEdit, definitionSpan } from '../cells';
+import type { Notebook } from '@jupyterlab/notebook';
+
+import {
+  NotebookCells,
+  applyFix,
+  definitionEdit,
+  definitionSpan
+} from '../cells';
+import { ApplyResult } from '../protocol';
 
 const cell = `import jax
 
@@ -58,5 +66,102 @@ describe('cells', () => {
     expect(src.slice(0, start) + text + src.slice(end)).toBe(
       'def outer():\n    def bwd(res, g):\n        return -g\n    return bwd\n'
     );
+  });
+});
+
+/**
+ * A notebook of code and markdown cells holding `sources`, as far as the
+ * cells handler reads and edits it.
+ */
+function notebookOf(...sources: [string, string][]) {
+  const widgets = sources.map(([type, text]) => {
+    let source = text;
+    return {
+      model: {
+        type,
+        sharedModel: {
+          getSource: () => source,
+          updateSource: (start: number, end: number, value: string) => {
+            source = source.slice(0, start) + value + source.slice(end);
+          }
+        }
+      }
+    };
+  });
+  const content = {
+    widgets,
+    activeCellIndex: -1,
+    scrollToCell: jest.fn(async () => undefined)
+  };
+  const cells = new NotebookCells();
+  cells.notebook = { content: content as unknown as Notebook, activate: jest.fn() };
+  return { cells, content, source: (i: number) => widgets[i].model.sharedModel.getSource() };
+}
+
+describe('NotebookCells', () => {
+  const bwd = at(cell, 7, 9);
+  const fix = 'def softclip_bwd(res, g):\n    x, w = res\n    return g @ w.T,\n';
+
+  it('writes a fix into the code cell that holds the rule as it ran, and reveals it', () => {
+    const { cells, content, source } = notebookOf(['markdown', cell], ['code', 'x = 1'], ['code', cell]);
+    expect(cells.write(bwd, fix)).toBe('Applied to the cell that defines the rule.');
+    expect(source(2).split('\n').slice(6, 9).join('\n')).toBe(fix.replace(/\n$/, ''));
+    expect(source(0)).toBe(cell); // markdown is never edited
+    expect(content.activeCellIndex).toBe(2);
+    expect(content.scrollToCell).toHaveBeenCalledTimes(1);
+  });
+
+  it('says so when no cell holds it, and writes nothing', () => {
+    const { cells, source } = notebookOf(['code', 'x = 1']);
+    expect(cells.write(bwd, fix)).toBe('No cell of this notebook holds the rule as it ran.');
+    expect(source(0)).toBe('x = 1');
+    expect(new NotebookCells().write(bwd, fix)).toBe(
+      'No cell of this notebook holds the rule as it ran.'
+    );
+  });
+
+  it('jumps to the defining cell and focuses the notebook', () => {
+    const { cells, content } = notebookOf(['code', 'x = 1'], ['code', cell]);
+    cells.jumpTo(bwd);
+    expect(content.activeCellIndex).toBe(1);
+    expect(cells.notebook!.activate).toHaveBeenCalled();
+  });
+});
+
+describe('applyFix', () => {
+  const bwd = at(cell, 7, 9);
+  const fix = 'def softclip_bwd(res, g):\n    return g,\n';
+  const kernel = (result: ApplyResult | Error) => async () => {
+    if (result instanceof Error) {
+      throw result;
+    }
+    return result;
+  };
+
+  it('writes the cell once the kernel took the fix', async () => {
+    const { cells, source } = notebookOf(['code', cell]);
+    const applied = await applyFix(kernel({ applied: true, problems: [] }), cells, bwd, fix);
+    expect(applied.message).toBe(
+      'Applied to the cell that defines the rule. The kernel now uses the fixed rule.'
+    );
+    expect(source(0)).toContain('    return g,');
+  });
+
+  it('writes nothing when the fix still fails', async () => {
+    const { cells, source } = notebookOf(['code', cell]);
+    const stillFails = kernel({ applied: false, problems: [{ headline: 'still float16' }] } as ApplyResult);
+    await expect(applyFix(stillFails, cells, bwd, fix)).rejects.toThrow(
+      'the fix still fails: still float16'
+    );
+    expect(source(0)).toBe(cell);
+  });
+
+  it('still writes the cell when the kernel could not take it, saying to re-run it', async () => {
+    const { cells, source } = notebookOf(['code', cell]);
+    const applied = await applyFix(kernel(new Error('no open vjpviz comm')), cells, bwd, fix);
+    expect(applied.message).toBe(
+      'Applied to the cell that defines the rule. The kernel could not apply it (no open vjpviz comm); re-run the cell.'
+    );
+    expect(source(0)).toContain('    return g,');
   });
 });

@@ -2,6 +2,8 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 import { Signal } from '@lumino/signaling';
 
+import { VjpvizChannels } from '../comm';
+import { VjpvizModel } from '../model';
 import { COMM_TARGET } from '../protocol';
 
 type OpenHandler = (
@@ -10,7 +12,7 @@ type OpenHandler = (
 ) => void;
 
 /**
- * The parts of a kernel connection and its comms that VjpvizComms uses.
+ * The parts of a kernel connection and its comms that the channels use.
  */
 export class FakeKernel {
   readonly id = 'k1';
@@ -80,3 +82,19 @@ export const diagnosis = (n: number): JSONObject => ({
   type: 'diagnosis',
   diagnosis: body(n)
 });
+
+/**
+ * A fake kernel attached to the channels, and the model over them, following
+ * the kernel's notebook.
+ */
+export function modelOnKernel(kernel = new FakeKernel()): {
+  kernel: FakeKernel;
+  channels: VjpvizChannels;
+  model: VjpvizModel;
+} {
+  const channels = new VjpvizChannels();
+  const model = new VjpvizModel(channels);
+  channels.attach(kernel as unknown as Kernel.IKernelConnection);
+  model.follow({ kernelId: kernel.id });
+  return { kernel, channels, model };
+}

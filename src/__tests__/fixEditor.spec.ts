@@ -4,17 +4,15 @@ import {
   EditorExtensionRegistry,
   ybinding
 } from '@jupyterlab/codemirror';
-import { NotebookPanel } from '@jupyterlab/notebook';
-import { Kernel } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 import type { Text, UndoManager } from 'yjs';
 
-import { VjpvizComms } from '../comm';
+import { NotebookCells } from '../cells';
 import { FixEditor, IFixActions } from '../fixEditor';
 import { VjpvizPanel } from '../panel';
-import { Diagnosis, VerifyResult } from '../protocol';
-import { FakeComm, FakeKernel, body } from './fakes';
+import { VerifyResult } from '../protocol';
+import { FakeComm, body, modelOnKernel } from './fakes';
 
 /**
  * A fix whose text would have a side effect if the kernel ever ran it: the
@@ -195,29 +193,23 @@ describe('the panel', () => {
   }
 
   /**
-   * A panel attached to the page, showing the notebook of a fake kernel.
+   * A panel attached to the page, showing the model of a fake kernel's notebook.
    */
   function attachedPanel() {
-    const kernel = new FakeKernel();
-    const comms = new VjpvizComms();
-    comms.attach(kernel as unknown as Kernel.IKernelConnection);
+    const { kernel, model } = modelOnKernel();
     const panel = new VjpvizPanel({
-      comms,
+      model,
+      cells: new NotebookCells(),
       editorFactory: factory,
       copy: async () => undefined,
       openGraph: () => undefined
     });
     Widget.attach(panel, document.body);
-    const notebook = {
-      sessionContext: { session: { kernel: { id: kernel.id } } },
-      content: { widgets: [] }
-    };
-    panel.setNotebook(notebook as unknown as NotebookPanel);
-    return { kernel, comms, panel };
+    return { kernel, model, panel };
   }
 
   it('sends verify or apply for a pushed diagnosis only when clicked', async () => {
-    const { kernel, panel } = attachedPanel();
+    const { kernel, model, panel } = attachedPanel();
 
     const d = {
       ...body(1),
@@ -227,12 +219,11 @@ describe('the panel', () => {
       fixes: [{ title: 'side effect', code: FIX }]
     };
     const comm = kernel.open({ v: 1, type: 'diagnosis', diagnosis: d });
-    const shown = panel.onDiagnosis(kernel.id, d as unknown as Diagnosis);
     await settle();
     expect(ops(comm)).toEqual(['view']); // the graph, and nothing else
     reply(comm, 'view', { svg: '<svg xmlns="http://www.w3.org/2000/svg"/>', expanded: [] });
-    await shown;
-    await panel.select('d1');
+    await panel.drawn;
+    model.select('d1');
     await settle();
     const view = codeView(panel.node);
     expect(view.state.doc.toString()).toBe(FIX);
@@ -265,10 +256,7 @@ describe('the panel', () => {
     panel.dispose();
   });
   it('puts fixes judged after the push in the fix editor, the pushed graph left as drawn', async () => {
-    // As the plugin wires them (index.ts): pushes and late fixes reach the panel.
-    const { kernel, comms, panel } = attachedPanel();
-    comms.diagnosisReceived.connect((_, e) => void panel.onDiagnosis(e.kernelId, e.diagnosis));
-    comms.fixesReceived.connect((_, e) => panel.onFixes(e.kernelId, e.diagnosis));
+    const { kernel, panel } = attachedPanel();
     const d = { ...body(1), rule: 'rule_bwd', rule_source_text: OTHER, rule_source_start: 1 };
     const svg = '<svg xmlns="http://www.w3.org/2000/svg"><g id="pushed"/></svg>';
     const comm = kernel.open({

@@ -1,4 +1,5 @@
-import { GraphView, IGraphRequests } from '../graphView';
+import { GraphView } from '../graphView';
+import { IGraphRequests } from '../tokens';
 import { View } from '../protocol';
 
 /** A graphviz SVG as render/dot.py draws it: a box in a cluster, and the graph's caption. */

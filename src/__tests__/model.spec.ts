@@ -1,0 +1,197 @@
+// The model is driven here as the panel and the commands drive it, fed by a
+// fake kernel through the real channels; it never makes a DOM node.
+import { Kernel } from '@jupyterlab/services';
+import { JSONObject } from '@lumino/coreutils';
+
+import { MAX_DIAGNOSES } from '../model';
+import { Diagnosis } from '../protocol';
+import { IDiagnosisEvent } from '../tokens';
+import { FakeComm, FakeKernel, body, diagnosis, modelOnKernel } from './fakes';
+
+const ids = (diagnoses: readonly Diagnosis[]) => diagnoses.map(d => d.id);
+
+function reply(comm: FakeComm, result: JSONObject): void {
+  comm.receive({
+    v: 1,
+    type: 'reply',
+    request_id: comm.sent[comm.sent.length - 1].request_id,
+    ok: true,
+    result
+  });
+}
+
+describe('VjpvizModel', () => {
+  beforeEach(() => {
+    jest.spyOn(document, 'createElement').mockImplementation(() => {
+      throw new Error('the model made a DOM node');
+    });
+  });
+
+  afterEach(() => jest.restoreAllMocks());
+
+  it('keeps and signals the diagnoses pushed, each id once', () => {
+    const { kernel, model } = modelOnKernel();
+    const events: IDiagnosisEvent[] = [];
+    let changes = 0;
+    model.diagnosisReceived.connect((_, event) => events.push(event));
+    model.diagnosesChanged.connect(() => changes++);
+    kernel.open(diagnosis(1)).receive(diagnosis(2));
+    expect(model.diagnoses).toEqual([body(1), body(2)]);
+    expect(events).toEqual([
+      { kernelId: 'k1', diagnosis: body(1) },
+      { kernelId: 'k1', diagnosis: body(2) }
+    ]);
+    expect(changes).toBe(2);
+    // A repeated push (same id) is not a new diagnosis.
+    kernel.open(diagnosis(2));
+    expect(model.diagnoses).toHaveLength(2);
+    expect(events).toHaveLength(2);
+  });
+
+  it('selects the newest push of the followed kernel; the others only count', () => {
+    const { kernel, channels, model } = modelOnKernel();
+    const current: (string | null)[] = [];
+    model.currentChanged.connect((_, d) => current.push(d?.id ?? null));
+    kernel.open(diagnosis(1));
+    kernel.open(diagnosis(2));
+    model.select('d1');
+    const other = Object.assign(new FakeKernel(), { id: 'k2' });
+    channels.attach(other as unknown as Kernel.IKernelConnection);
+    other.open(diagnosis(7));
+    expect(current).toEqual(['d1', 'd2', 'd1']);
+    expect(model.current?.id).toBe('d1');
+    expect(ids(model.diagnoses)).toEqual(['d1', 'd2']);
+
+    model.follow({ kernelId: 'k2' });
+    expect(model.kernelId).toBe('k2');
+    expect(ids(model.diagnoses)).toEqual(['d7']);
+    expect(model.current?.id).toBe('d7');
+    // Back: the selection starts again from the newest.
+    model.follow({ kernelId: 'k1' });
+    expect(model.current?.id).toBe('d2');
+  });
+
+  it('steps through the diagnoses newest first, wrapping around', () => {
+    const { kernel, model } = modelOnKernel();
+    for (const n of [1, 2, 3]) {
+      kernel.open(diagnosis(n));
+    }
+    const seen = [1, 1, 1, -1].map(step => {
+      model.selectNext(step as 1 | -1);
+      return model.current?.id;
+    });
+    expect(seen).toEqual(['d2', 'd1', 'd3', 'd1']);
+    model.select('d9'); // unknown: the newest
+    expect(model.current?.id).toBe('d3');
+  });
+
+  it('follows no notebook, or one without a kernel, with nothing selected', () => {
+    const { kernel, model } = modelOnKernel();
+    kernel.open(diagnosis(1));
+    model.follow({ kernelId: null });
+    expect([model.hasNotebook, model.kernelId, model.current]).toEqual([
+      true,
+      null,
+      null
+    ]);
+    model.follow(null);
+    expect(model.hasNotebook).toBe(false);
+    expect(model.graphRequests('d1')).toBeNull();
+    return expect(model.verify('d1', 'x')).rejects.toThrow(
+      'no notebook kernel is followed'
+    );
+  });
+
+  it('gives a diagnosis the fixes judged after its push: the same one, current again', () => {
+    const { kernel, model } = modelOnKernel();
+    kernel.open(diagnosis(1)).receive(diagnosis(2));
+    model.select('d1');
+    const current: Diagnosis[] = [];
+    model.currentChanged.connect((_, d) => current.push(d!));
+    const fixes = [{ title: 'cast back', code: 'return (g.astype(x.dtype),)' }];
+    kernel.open({ v: 1, type: 'fixes', diagnosis_id: 'd1', fixes });
+    expect(model.diagnoses).toEqual([{ ...body(1), fixes }, body(2)]);
+    expect(current).toEqual([{ ...body(1), fixes }]);
+    // Fixes of a diagnosis this panel never had (dropped, kernel restarted): ignored.
+    kernel.open({ v: 1, type: 'fixes', diagnosis_id: 'd9', fixes });
+    expect(current).toHaveLength(1);
+  });
+
+  it('keeps the newest MAX_DIAGNOSES of a kernel that fails every step', () => {
+    const { kernel, model } = modelOnKernel();
+    for (let n = 1; n <= MAX_DIAGNOSES + 25; n++) {
+      kernel.open(diagnosis(n));
+    }
+    const kept = model.diagnoses;
+    expect(kept).toHaveLength(MAX_DIAGNOSES);
+    expect(kept[0]).toEqual(body(26));
+    expect(kept[kept.length - 1]).toEqual(body(MAX_DIAGNOSES + 25));
+  });
+
+  it("forgets a kernel's diagnoses and the views pushed with them when it restarts", () => {
+    const { kernel, model } = modelOnKernel();
+    const view = { svg: '<svg/>', expanded: [], collapsed: [] };
+    kernel.open({ ...diagnosis(1), view });
+    kernel.statusChanged.emit('restarting');
+    expect(model.diagnoses).toEqual([]);
+    expect(model.current).toBeNull();
+    // The same id again after the restart: a new diagnosis, without the old view.
+    const comm = kernel.open(diagnosis(1));
+    void model.graphRequests('d1')!.view({ expanded: [], collapsed: [] });
+    expect(comm.sent.map(m => m.op)).toEqual(['view']);
+  });
+
+  it('merges a history with what was pushed meanwhile, in the kernel order', async () => {
+    const kernel = new FakeKernel();
+    const control = new FakeComm();
+    const opened: JSONObject[] = [];
+    (control as unknown as { open: (d: JSONObject) => void }).open = d => {
+      opened.push(d);
+    };
+    (kernel as unknown as { createComm: () => FakeComm }).createComm = () =>
+      control;
+    const { model } = modelOnKernel(kernel);
+    kernel.open(diagnosis(3));
+    control.receive({
+      v: 1,
+      type: 'reply',
+      request_id: opened[0].request_id as string,
+      ok: true,
+      result: { diagnoses: [body(2), body(1), body(3)] }
+    });
+    await new Promise(r => setTimeout(r, 0));
+    expect(ids(model.diagnoses)).toEqual(['d1', 'd2', 'd3']);
+    expect(model.current?.id).toBe('d3');
+  });
+
+  it("serves the default view pushed with a diagnosis, asks the kernel for any other", async () => {
+    const { kernel, model } = modelOnKernel();
+    const view = { svg: '<svg/>', expanded: [], collapsed: [] };
+    const comm = kernel.open({ ...diagnosis(1), view });
+    const graph = model.graphRequests('d1')!;
+    await expect(graph.view({ expanded: [], collapsed: [] })).resolves.toEqual(view);
+    expect(comm.sent).toEqual([]);
+    const expanded = graph.expand('n3', { expanded: [], collapsed: [] });
+    expect(comm.sent.map(m => [m.op, m.args])).toEqual([
+      ['expand', { diagnosis_id: 'd1', node: 'n3', expanded: [], collapsed: [] }]
+    ]);
+    reply(comm, { svg: '<svg id="n3"/>', expanded: ['n3'] });
+    await expect(expanded).resolves.toEqual({ svg: '<svg id="n3"/>', expanded: ['n3'] });
+  });
+
+  it('asks the followed kernel to verify and apply a fix of a diagnosis', async () => {
+    const { kernel, model } = modelOnKernel();
+    const comm = kernel.open(diagnosis(1));
+    const verified = model.verify('d1', 'def f(): pass');
+    expect(comm.sent[0]).toMatchObject({
+      op: 'verify',
+      args: { diagnosis_id: 'd1', code: 'def f(): pass' }
+    });
+    reply(comm, { pass: true, verdict: 'verified' });
+    await expect(verified).resolves.toEqual({ pass: true, verdict: 'verified' });
+    const applied = model.apply('d1', 'def f(): pass');
+    expect(comm.sent[1]).toMatchObject({ op: 'apply' });
+    reply(comm, { applied: true, problems: [] });
+    await expect(applied).resolves.toEqual({ applied: true, problems: [] });
+  });
+});

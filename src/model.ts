@@ -1,0 +1,318 @@
+/**
+ * The VJP debugger's state, apart from its views (as JupyterLab's debugger
+ * keeps its model): the diagnoses of every kernel, the notebook followed, the
+ * selection, and the requests to the followed kernel. No DOM here: the panel
+ * renders it, the commands drive it, the tests drive it directly.
+ */
+import { JSONObject } from '@lumino/coreutils';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { IHistoryEvent, IPushEvent, VjpvizChannels } from './comm';
+import { mark } from './marks';
+import {
+  ApplyResult,
+  Diagnosis,
+  Fix,
+  RequestOp,
+  VerifyResult,
+  View
+} from './protocol';
+import { IDiagnosisEvent, IGraphRequests, IVjpviz } from './tokens';
+
+/**
+ * Diagnoses kept per kernel, newest; the kernel keeps as many (HISTORY_LIMIT),
+ * so a training loop that fails every step cannot grow the page without limit.
+ */
+export const MAX_DIAGNOSES = 200;
+
+/**
+ * The diagnoses of each kernel, oldest first, each id once, the newest
+ * MAX_DIAGNOSES kept.
+ */
+export class DiagnosisStore {
+  /**
+   * The diagnoses of a kernel, oldest first.
+   */
+  list(kernelId: string): readonly Diagnosis[] {
+    return this._kernels.get(kernelId) ?? [];
+  }
+
+  /**
+   * Add a pushed diagnosis; false when its id is known already.
+   */
+  add(kernelId: string, diagnosis: Diagnosis): boolean {
+    const list = this._list(kernelId);
+    if (list.some(d => d.id === diagnosis.id)) {
+      return false;
+    }
+    list.push(diagnosis);
+    dropOldest(list);
+    return true;
+  }
+
+  /**
+   * Replace the fixes of a diagnosis (judged after it was pushed); false when its
+   * id is unknown (dropped, or the kernel restarted).
+   */
+  setFixes(kernelId: string, id: string, fixes: Fix[]): boolean {
+    const list = this._list(kernelId);
+    const at = list.findIndex(d => d.id === id);
+    if (at < 0) {
+      return false;
+    }
+    list[at] = { ...list[at], fixes };
+    return true;
+  }
+
+  /**
+   * Keep the default view pushed with a diagnosis, drawn.
+   */
+  setView(kernelId: string, id: string, view: View): void {
+    const views = this._views.get(kernelId) ?? new Map<string, View>();
+    this._views.set(kernelId, views);
+    views.set(id, view);
+    for (const old of views.keys()) {
+      if (views.size <= MAX_DIAGNOSES) {
+        break;
+      }
+      views.delete(old);
+    }
+  }
+
+  /**
+   * The default view pushed with a diagnosis, if any.
+   */
+  view(kernelId: string, id: string): View | null {
+    return this._views.get(kernelId)?.get(id) ?? null;
+  }
+
+  /**
+   * Merge a history reply with what was pushed meanwhile, in the kernel's order.
+   */
+  merge(kernelId: string, diagnoses: readonly Diagnosis[]): void {
+    const list = this._list(kernelId);
+    const known = new Set(list.map(d => d.id));
+    list.push(...diagnoses.filter(d => !known.has(d.id)));
+    list.sort((a, b) => idNumber(a.id) - idNumber(b.id));
+    dropOldest(list);
+  }
+
+  /**
+   * Forget a kernel's diagnoses (it restarted).
+   */
+  clear(kernelId: string): void {
+    this._kernels.delete(kernelId);
+    this._views.delete(kernelId);
+  }
+
+  private _list(kernelId: string): Diagnosis[] {
+    let list = this._kernels.get(kernelId);
+    if (!list) {
+      list = [];
+      this._kernels.set(kernelId, list);
+    }
+    return list;
+  }
+
+  private _kernels = new Map<string, Diagnosis[]>();
+  private _views = new Map<string, Map<string, View>>();
+}
+
+/**
+ * The model of the VJP debugger: what the channels bring, kept per kernel in
+ * a DiagnosisStore, and the followed kernel's selection.
+ */
+export class VjpvizModel implements IVjpviz {
+  constructor(channels: VjpvizChannels) {
+    this._channels = channels;
+    channels.pushed.connect((_, event) => this._onPush(event));
+    channels.historyLoaded.connect((_, event) => this._onHistory(event));
+    channels.kernelRestarted.connect((_, kernelId) => {
+      this._store.clear(kernelId);
+      this._changed(kernelId);
+    });
+  }
+
+  get hasNotebook(): boolean {
+    return this._hasNotebook;
+  }
+
+  get kernelId(): string | null {
+    return this._kernelId;
+  }
+
+  get diagnoses(): readonly Diagnosis[] {
+    return this._kernelId ? this._store.list(this._kernelId) : [];
+  }
+
+  get current(): Diagnosis | null {
+    return this._current;
+  }
+
+  get diagnosesChanged(): ISignal<this, void> {
+    return this._diagnosesChanged;
+  }
+
+  get currentChanged(): ISignal<this, Diagnosis | null> {
+    return this._currentChanged;
+  }
+
+  get diagnosisReceived(): ISignal<this, IDiagnosisEvent> {
+    return this._diagnosisReceived;
+  }
+
+  follow(notebook: { readonly kernelId: string | null } | null): void {
+    const kernelId = notebook?.kernelId ?? null;
+    const hasNotebook = notebook !== null;
+    if (kernelId === this._kernelId && hasNotebook === this._hasNotebook) {
+      return;
+    }
+    if (kernelId !== this._kernelId) {
+      this._selectedId = null;
+    }
+    this._kernelId = kernelId;
+    this._hasNotebook = hasNotebook;
+    this._changed(kernelId, true);
+  }
+
+  select(id: string): void {
+    this._selectedId = id;
+    this._updateCurrent();
+  }
+
+  selectNext(step: 1 | -1): void {
+    // The list shows the newest first: down the list is back in time.
+    const ids = this.diagnoses.map(d => d.id).reverse();
+    if (!ids.length) {
+      return;
+    }
+    const at = this._current ? ids.indexOf(this._current.id) : -1;
+    this.select(ids[(at + step + ids.length) % ids.length]);
+  }
+
+  graphRequests(id: string): IGraphRequests | null {
+    const kernelId = this._kernelId;
+    if (!kernelId) {
+      return null;
+    }
+    const ask = (op: RequestOp, args: JSONObject) =>
+      this._channels.request(kernelId, op, { diagnosis_id: id, ...args });
+    const pushed = this._store.view(kernelId, id);
+    return {
+      // The default view came drawn with the diagnosis; any other is asked for.
+      view: state =>
+        pushed && !state.expanded.length && !state.collapsed.length
+          ? (mark('vjpviz:graph-from-push'), Promise.resolve(pushed))
+          : (ask('view', { ...state }) as Promise<View>),
+      expand: (node, state) => ask('expand', { node, ...state }) as Promise<View>,
+      collapse: (node, state) =>
+        ask('collapse', { node, ...state }) as Promise<View>,
+      search: (query, state) =>
+        ask('search', { query, ...state }) as Promise<{
+          matches: string[];
+          view: View;
+        }>
+    };
+  }
+
+  verify(id: string, code: string): Promise<VerifyResult> {
+    return this._request('verify', { diagnosis_id: id, code });
+  }
+
+  apply(id: string, code: string): Promise<ApplyResult> {
+    return this._request('apply', { diagnosis_id: id, code });
+  }
+
+  private _request<Op extends 'verify' | 'apply'>(
+    op: Op,
+    args: JSONObject
+  ): Promise<Op extends 'verify' ? VerifyResult : ApplyResult> {
+    return this._kernelId
+      ? (this._channels.request(this._kernelId, op, args) as Promise<never>)
+      : Promise.reject(new Error('no notebook kernel is followed'));
+  }
+
+  private _onPush({ kernelId, message }: IPushEvent): void {
+    if (message.type === 'diagnosis') {
+      const { diagnosis, view } = message;
+      if (!this._store.add(kernelId, diagnosis)) {
+        return;
+      }
+      mark('vjpviz:diagnosis-received');
+      if (view) {
+        this._store.setView(kernelId, diagnosis.id, view);
+      }
+      if (kernelId === this._kernelId) {
+        this._selectedId = diagnosis.id;
+      }
+      this._changed(kernelId);
+      this._diagnosisReceived.emit({ kernelId, diagnosis });
+    } else if (
+      this._store.setFixes(kernelId, message.diagnosis_id, message.fixes)
+    ) {
+      this._changed(kernelId);
+    }
+  }
+
+  private _onHistory({ kernelId, diagnoses }: IHistoryEvent): void {
+    this._store.merge(kernelId, diagnoses);
+    this._changed(kernelId);
+  }
+
+  /**
+   * A kernel's list changed: if it is the followed one, say so and update
+   * the selection.
+   */
+  private _changed(kernelId: string | null, followed = false): void {
+    if (!followed && kernelId !== this._kernelId) {
+      return;
+    }
+    const previous = this._current;
+    this._current = this._selected();
+    this._diagnosesChanged.emit();
+    if (this._current !== previous) {
+      this._currentChanged.emit(this._current);
+    }
+  }
+
+  private _updateCurrent(): void {
+    const current = this._selected();
+    if (current !== this._current) {
+      this._current = current;
+      this._currentChanged.emit(current);
+    }
+  }
+
+  /**
+   * The diagnosis picked, else the newest, else null.
+   */
+  private _selected(): Diagnosis | null {
+    const diagnoses = this.diagnoses;
+    return (
+      diagnoses.find(d => d.id === this._selectedId) ??
+      diagnoses[diagnoses.length - 1] ??
+      null
+    );
+  }
+
+  private _channels: VjpvizChannels;
+  private _store = new DiagnosisStore();
+  private _hasNotebook = false;
+  private _kernelId: string | null = null;
+  private _selectedId: string | null = null;
+  private _current: Diagnosis | null = null;
+  private _diagnosesChanged = new Signal<this, void>(this);
+  private _currentChanged = new Signal<this, Diagnosis | null>(this);
+  private _diagnosisReceived = new Signal<this, IDiagnosisEvent>(this);
+}
+
+function idNumber(id: string): number {
+  const n = parseInt(id.replace(/^\D+/, ''), 10);
+  return isNaN(n) ? 0 : n;
+}
+
+function dropOldest(diagnoses: Diagnosis[]): void {
+  if (diagnoses.length > MAX_DIAGNOSES) {
+    diagnoses.splice(0, diagnoses.length - MAX_DIAGNOSES);
+  }
+}
