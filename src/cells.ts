@@ -103,7 +103,8 @@ export class NotebookCells {
   write(rule: IDefinition, code: string): string {
     const cell = this._find(rule);
     const source = cell?.model.sharedModel.getSource();
-    const edit = source === undefined ? null : definitionEdit(source, rule, code);
+    const edit =
+      source === undefined ? null : definitionEdit(source, rule, code);
     if (!cell || !edit) {
       return 'No cell of this notebook holds the rule as it ran.';
     }

@@ -4,7 +4,12 @@
  * It keeps nothing but the comms: the diagnoses live in the model (model.ts).
  */
 import { Kernel, KernelMessage } from '@jupyterlab/services';
-import { JSONObject, JSONValue, PromiseDelegate, UUID } from '@lumino/coreutils';
+import {
+  JSONObject,
+  JSONValue,
+  PromiseDelegate,
+  UUID
+} from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import {
@@ -174,7 +179,10 @@ export class KernelChannel {
     return pending?.reply;
   }
 
-  private _onCommOpen(comm: Kernel.IComm, msg: KernelMessage.ICommOpenMsg): void {
+  private _onCommOpen(
+    comm: Kernel.IComm,
+    msg: KernelMessage.ICommOpenMsg
+  ): void {
     this._comm = comm;
     comm.onMsg = commMsg => this._onData(commMsg.content.data);
     comm.onClose = () => {
@@ -222,7 +230,9 @@ export class KernelChannel {
     const reply =
       typeof requestId === 'string' ? this._settle(requestId) : undefined;
     if (reply) {
-      reply.reject(new Error(`the kernel's reply could not be read: ${error.message}`));
+      reply.reject(
+        new Error(`the kernel's reply could not be read: ${error.message}`)
+      );
     } else {
       console.warn(
         `jupyter-vjpviz: dropped a message from kernel ${this.kernel.id}:`,

@@ -102,5 +102,9 @@ function openGraph(
   widget.title.closable = true;
   void graphs.add(widget);
   shell.add(widget, 'main', { mode: 'split-right' });
-  void content.load(d.graph?.nodes ?? [], d.node ?? null, vjpviz.graphRequests(d.id));
+  void content.load(
+    d.graph?.nodes ?? [],
+    d.node ?? null,
+    vjpviz.graphRequests(d.id)
+  );
 }

@@ -85,7 +85,10 @@ export function renderRuleSource(d: Diagnosis): HTMLElement | null {
  * One diagnosis: headline, expected vs got, rule source, JAX's message, graph, fix.
  */
 export class DiagnosisView extends Panel {
-  constructor(editorFactory: CodeEditor.Factory | null, openInMain: () => void) {
+  constructor(
+    editorFactory: CodeEditor.Factory | null,
+    openInMain: () => void
+  ) {
     super();
     this.addClass('jp-Vjpviz-view');
     this._summary = new Widget();
@@ -155,7 +158,11 @@ export class DiagnosisView extends Panel {
     if (this._fix) {
       this._fix.setFixes(d.fixes ?? [], fixFallback(d), actions.fix);
     }
-    return this._graph.load(d.graph?.nodes ?? [], d.node ?? null, actions.graph);
+    return this._graph.load(
+      d.graph?.nodes ?? [],
+      d.node ?? null,
+      actions.graph
+    );
   }
 
   get diagnosisId(): string | null {
@@ -167,7 +174,11 @@ export class DiagnosisView extends Panel {
    */
   showFixes(diagnosis: Diagnosis, actions: IDiagnosisActions): void {
     if (diagnosis.id === this._diagnosisId && this._fix) {
-      this._fix.setFixes(diagnosis.fixes ?? [], fixFallback(diagnosis), actions.fix);
+      this._fix.setFixes(
+        diagnosis.fixes ?? [],
+        fixFallback(diagnosis),
+        actions.fix
+      );
     }
   }
 
@@ -208,7 +219,9 @@ function fixFallback(d: Diagnosis): string | null {
   }
   const lines = text.replace(/\n$/, '').split('\n');
   const indent = Math.min(
-    ...lines.filter(l => l.trim()).map(l => l.length - l.replace(/^\s+/, '').length)
+    ...lines
+      .filter(l => l.trim())
+      .map(l => l.length - l.replace(/^\s+/, '').length)
   );
   return lines.map(l => l.slice(indent)).join('\n') + '\n';
 }

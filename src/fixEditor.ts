@@ -7,7 +7,10 @@ import { FixVerdict, Fix, LeafError, VerifyResult } from './protocol';
  * How each verdict reads in the picker and above the editor.
  */
 const VERDICTS: Record<string, { mark: string; label: string }> = {
-  verified: { mark: '✓ ', label: "Verified: equal to the primal's own derivative" },
+  verified: {
+    mark: '✓ ',
+    label: "Verified: equal to the primal's own derivative"
+  },
   'type-only': { mark: '✗ ', label: 'Type-only' },
   unverifiable: { mark: '? ', label: 'Unverifiable' }
 };
@@ -16,18 +19,25 @@ const VERDICTS: Record<string, { mark: string; label: string }> = {
  * One line saying what a verdict means for this fix (the note says what it
  * breaks, or why it could not be judged).
  */
-export function verdictText(verdict: FixVerdict | undefined, note?: string): string {
+export function verdictText(
+  verdict: FixVerdict | undefined,
+  note?: string
+): string {
   const known = verdict ? VERDICTS[verdict] : undefined;
   if (!known) {
     return '';
   }
-  return verdict === 'verified' || !note ? known.label : `${known.label}: ${note}`;
+  return verdict === 'verified' || !note
+    ? known.label
+    : `${known.label}: ${note}`;
 }
 
 /**
  * The per-leaf errors of a fix whose values differ from the primal's derivative.
  */
-export function renderLeafErrors(leaves: readonly LeafError[]): HTMLTableElement {
+export function renderLeafErrors(
+  leaves: readonly LeafError[]
+): HTMLTableElement {
   const table = document.createElement('table');
   table.className = 'jp-Vjpviz-leafErrors';
   const head = table.createTHead().insertRow();
@@ -177,7 +187,7 @@ export class FixEditor extends Panel {
     this._verdict.className = `jp-Vjpviz-fixVerdict${fix?.verdict ? ` jp-mod-${fix.verdict}` : ''}`;
     this._verdict.dataset.vjpvizVerdict = fix?.verdict ?? '';
     this._reason.textContent = fix
-      ? fix.reason ?? ''
+      ? (fix.reason ?? '')
       : 'No suggestion for this diagnosis.';
     this._clearResult();
   }
@@ -290,4 +300,3 @@ export class FixEditor extends Panel {
   private _fixes: Fix[] = [];
   private _actions: IFixActions | null = null;
 }
-

@@ -44,13 +44,17 @@ export class GraphView extends Widget {
     bar.appendChild(
       this._button('Centre on failure', 'centre', () => this.centreOnFailure())
     );
-    this._expandButton = this._button('Expand', 'expand', () => this._expandSelected());
+    this._expandButton = this._button('Expand', 'expand', () =>
+      this._expandSelected()
+    );
     this._collapseButton = this._button('Collapse', 'collapse', () =>
       this._collapseSelected()
     );
     bar.append(this._expandButton, this._collapseButton);
     if (options.openInMain) {
-      bar.appendChild(this._button('Open in main area', 'open-main', options.openInMain));
+      bar.appendChild(
+        this._button('Open in main area', 'open-main', options.openInMain)
+      );
     }
     this._status = document.createElement('span');
     this._status.className = 'jp-Vjpviz-graphStatus';
@@ -78,7 +82,9 @@ export class GraphView extends Widget {
       onDoubleClick: () => false
     });
     this._panzoom.on('panstart', () => (this._dragged = true));
-    this._panzoom.on('panend', () => setTimeout(() => (this._dragged = false), 0));
+    this._panzoom.on('panend', () =>
+      setTimeout(() => (this._dragged = false), 0)
+    );
 
     this._details = document.createElement('div');
     this._details.className = 'jp-Vjpviz-nodeDetails';
@@ -159,7 +165,10 @@ export class GraphView extends Widget {
   centreOnFailure(): void {
     const el = this._canvas.querySelector('.vjpviz-node-failed');
     if (el) {
-      this._centreOn(el, this.scale < LEGIBLE_SCALE ? READABLE_SCALE : this.scale);
+      this._centreOn(
+        el,
+        this.scale < LEGIBLE_SCALE ? READABLE_SCALE : this.scale
+      );
     }
   }
 
@@ -259,7 +268,10 @@ export class GraphView extends Widget {
     };
     const failed = view.failed_node ?? this._failed;
     // Size in CSS px from the viewBox; transforms do the zooming.
-    const vb = svg.getAttribute('viewBox')?.split(/[\s,]+/).map(Number);
+    const vb = svg
+      .getAttribute('viewBox')
+      ?.split(/[\s,]+/)
+      .map(Number);
     if (vb && vb.length === 4 && vb.every(n => isFinite(n))) {
       this._natural = { w: vb[2], h: vb[3] };
     } else {
@@ -311,7 +323,9 @@ export class GraphView extends Widget {
           (view.boxes !== undefined ? ` in ${view.boxes} boxes` : '')
       );
     }
-    parts.push('double-click ▸ to expand, a dashed frame to collapse; drag to pan, wheel to zoom');
+    parts.push(
+      'double-click ▸ to expand, a dashed frame to collapse; drag to pan, wheel to zoom'
+    );
     this._setStatus(parts.join(' · '));
   }
 
@@ -365,7 +379,12 @@ export class GraphView extends Widget {
     const box = this._viewport.getBoundingClientRect();
     const s = Math.min(MAX_SCALE, Math.max(MIN_SCALE, scale));
     const [w, h] = [box.width / s / 2, box.height / s / 2];
-    this._panzoom.showRectangle({ left: x - w, right: x + w, top: y - h, bottom: y + h } as DOMRect);
+    this._panzoom.showRectangle({
+      left: x - w,
+      right: x + w,
+      top: y - h,
+      bottom: y + h
+    } as DOMRect);
     this._panzoom.moveBy(0, 0, false); // draws the new transform
   }
 
@@ -546,7 +565,9 @@ export class GraphView extends Widget {
  * vjpviz-legend-mismatch), so the theme colours them as the real ones.
  */
 function markLegend(svg: SVGSVGElement): void {
-  for (const g of Array.from(svg.querySelectorAll('g.cluster, g.node, g.edge'))) {
+  for (const g of Array.from(
+    svg.querySelectorAll('g.cluster, g.node, g.edge')
+  )) {
     const title = Array.from(g.children).find(c => c.localName === 'title');
     const name = title?.textContent?.trim() ?? '';
     if (
@@ -570,11 +591,16 @@ function markLegend(svg: SVGSVGElement): void {
  */
 function takeCaption(svg: SVGSVGElement): string {
   const root = svg.querySelector('g.graph');
-  const lines = Array.from(root?.children ?? []).filter(c => c.localName === 'text');
+  const lines = Array.from(root?.children ?? []).filter(
+    c => c.localName === 'text'
+  );
   for (const line of lines) {
     line.remove();
   }
-  return lines.map(line => line.textContent?.trim() ?? '').filter(Boolean).join(' ');
+  return lines
+    .map(line => line.textContent?.trim() ?? '')
+    .filter(Boolean)
+    .join(' ');
 }
 
 /**

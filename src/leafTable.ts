@@ -14,7 +14,11 @@ export interface ILeafRow {
   readonly status: RowStatus;
 }
 
-const ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+const ESCAPES: Record<string, string> = {
+  '\n': '\\n',
+  '\r': '\\r',
+  '\t': '\\t'
+};
 
 /**
  * A Python string literal as `repr` writes it (how `keystr` spells a dict key).
@@ -46,7 +50,9 @@ export function keyPath(path: readonly KeyEntry[]): string {
         case 'index':
           return `[${k.key}]`;
         case 'key':
-          return typeof k.key === 'number' ? `[${k.key}]` : `[${pyRepr(k.key)}]`;
+          return typeof k.key === 'number'
+            ? `[${k.key}]`
+            : `[${pyRepr(k.key)}]`;
         case 'attr':
           return `.${k.key}`;
         case 'flat':
@@ -116,7 +122,11 @@ export function leafRows(d: {
   leaf_errors?: readonly LeafError[] | null;
   leaves?: readonly DiagnosisLeaf[] | null;
 }): ILeafRow[] {
-  if (d.kind === 'bwd_value' && Array.isArray(d.leaf_errors) && d.leaf_errors.length) {
+  if (
+    d.kind === 'bwd_value' &&
+    Array.isArray(d.leaf_errors) &&
+    d.leaf_errors.length
+  ) {
     return d.leaf_errors.map(valueRow);
   }
   const expected = d.expected ?? '';
@@ -125,7 +135,12 @@ export function leafRows(d: {
     const rows = d.leaves.map(rowOfLeaf);
     if (d.kind.endsWith('_structure') && rows.every(r => r.status === 'same')) {
       // Same leaves, different containers: the two trees, as the kernel wrote them.
-      rows.push({ path: d.path || '(root)', expected, got, status: 'mismatch' });
+      rows.push({
+        path: d.path || '(root)',
+        expected,
+        got,
+        status: 'mismatch'
+      });
     }
     return rows;
   }

@@ -204,7 +204,8 @@ export class VjpvizModel implements IVjpviz {
         pushed && !state.expanded.length && !state.collapsed.length
           ? (mark('vjpviz:graph-from-push'), Promise.resolve(pushed))
           : (ask('view', { ...state }) as Promise<View>),
-      expand: (node, state) => ask('expand', { node, ...state }) as Promise<View>,
+      expand: (node, state) =>
+        ask('expand', { node, ...state }) as Promise<View>,
       collapse: (node, state) =>
         ask('collapse', { node, ...state }) as Promise<View>,
       search: (query, state) =>

@@ -34,10 +34,7 @@ export const PROTOCOL_VERSION: Version = 1;
  * A message sent by the kernel to the panel.
  */
 export type KernelToPanelMessage =
-  | HelloMessage
-  | DiagnosisMessage
-  | FixesMessage
-  | ReplyMessage;
+  HelloMessage | DiagnosisMessage | FixesMessage | ReplyMessage;
 
 interface IValidator {
   (data: unknown): boolean;
@@ -63,7 +60,9 @@ function checked<T>(data: unknown, validate: IValidator, what: string): T {
   }
   const error = validate.errors?.[0];
   const where = error?.instancePath ? ` at ${error.instancePath}` : '';
-  throw new Error(`${what} is malformed${where}: ${error?.message ?? 'invalid'}`);
+  throw new Error(
+    `${what} is malformed${where}: ${error?.message ?? 'invalid'}`
+  );
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

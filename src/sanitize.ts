@@ -35,7 +35,12 @@ const SVG_NS = 'http://www.w3.org/2000/svg';
 export function sanitizeSvg(text: string): SVGSVGElement | null {
   const fragment = DOMPurify.sanitize(text, CONFIG);
   const [root, ...rest] = Array.from(fragment.children);
-  if (!root || rest.length || root.namespaceURI !== SVG_NS || root.localName !== 'svg') {
+  if (
+    !root ||
+    rest.length ||
+    root.namespaceURI !== SVG_NS ||
+    root.localName !== 'svg'
+  ) {
     return null;
   }
   return root as SVGSVGElement;

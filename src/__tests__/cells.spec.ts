@@ -27,7 +27,11 @@ softclip.defvjp(softclip_fwd, softclip_bwd)
 
 /** The kernel's fields for the definition at 1-based lines first..last of `source`. */
 const at = (source: string, first: number, last: number) => ({
-  rule_source_text: source.split('\n').slice(first - 1, last).join('\n') + '\n',
+  rule_source_text:
+    source
+      .split('\n')
+      .slice(first - 1, last)
+      .join('\n') + '\n',
   rule_source_start: first,
   rule_source_end: last
 });
@@ -45,24 +49,36 @@ describe('cells', () => {
     const bwd = at(cell, 7, 9);
     const moved = '# a line added since it ran\n' + cell;
     const span = definitionSpan(moved, bwd)!;
-    expect(moved.slice(span.start, span.end)).toBe(cell.split('\n').slice(6, 9).join('\n'));
-    expect(definitionSpan(cell.split('x, w = res').join('w, x = res'), bwd)).toBeNull();
+    expect(moved.slice(span.start, span.end)).toBe(
+      cell.split('\n').slice(6, 9).join('\n')
+    );
+    expect(
+      definitionSpan(cell.split('x, w = res').join('w, x = res'), bwd)
+    ).toBeNull();
     expect(definitionSpan(cell, { rule_source_text: null })).toBeNull();
   });
 
   it('replaces the definition that ran, not another of the same text', () => {
     // Two identical bodies: the kernel's lines (11..13) pick the second.
     const second = { ...at(cell, 11, 13) };
-    const fix = 'def softclip_bwd(res, g):\n    x, w = res\n    return g @ w.T,\n';
+    const fix =
+      'def softclip_bwd(res, g):\n    x, w = res\n    return g @ w.T,\n';
     const [start, end, text] = definitionEdit(cell, second, fix)!;
     const out = cell.slice(0, start) + text + cell.slice(end);
-    expect(out.split('\n').slice(10, 13).join('\n')).toBe(fix.replace(/\n$/, ''));
+    expect(out.split('\n').slice(10, 13).join('\n')).toBe(
+      fix.replace(/\n$/, '')
+    );
     expect(out.split('\n').slice(6, 9)).toEqual(cell.split('\n').slice(6, 9));
   });
 
   it('re-indents a fix for a nested def', () => {
-    const src = 'def outer():\n    def bwd(res, g):\n        return g\n    return bwd\n';
-    const [start, end, text] = definitionEdit(src, at(src, 2, 3), 'def bwd(res, g):\n    return -g\n')!;
+    const src =
+      'def outer():\n    def bwd(res, g):\n        return g\n    return bwd\n';
+    const [start, end, text] = definitionEdit(
+      src,
+      at(src, 2, 3),
+      'def bwd(res, g):\n    return -g\n'
+    )!;
     expect(src.slice(0, start) + text + src.slice(end)).toBe(
       'def outer():\n    def bwd(res, g):\n        return -g\n    return bwd\n'
     );
@@ -94,18 +110,34 @@ function notebookOf(...sources: [string, string][]) {
     scrollToCell: jest.fn(async () => undefined)
   };
   const cells = new NotebookCells();
-  cells.notebook = { content: content as unknown as Notebook, activate: jest.fn() };
-  return { cells, content, source: (i: number) => widgets[i].model.sharedModel.getSource() };
+  cells.notebook = {
+    content: content as unknown as Notebook,
+    activate: jest.fn()
+  };
+  return {
+    cells,
+    content,
+    source: (i: number) => widgets[i].model.sharedModel.getSource()
+  };
 }
 
 describe('NotebookCells', () => {
   const bwd = at(cell, 7, 9);
-  const fix = 'def softclip_bwd(res, g):\n    x, w = res\n    return g @ w.T,\n';
+  const fix =
+    'def softclip_bwd(res, g):\n    x, w = res\n    return g @ w.T,\n';
 
   it('writes a fix into the code cell that holds the rule as it ran, and reveals it', () => {
-    const { cells, content, source } = notebookOf(['markdown', cell], ['code', 'x = 1'], ['code', cell]);
-    expect(cells.write(bwd, fix)).toBe('Applied to the cell that defines the rule.');
-    expect(source(2).split('\n').slice(6, 9).join('\n')).toBe(fix.replace(/\n$/, ''));
+    const { cells, content, source } = notebookOf(
+      ['markdown', cell],
+      ['code', 'x = 1'],
+      ['code', cell]
+    );
+    expect(cells.write(bwd, fix)).toBe(
+      'Applied to the cell that defines the rule.'
+    );
+    expect(source(2).split('\n').slice(6, 9).join('\n')).toBe(
+      fix.replace(/\n$/, '')
+    );
     expect(source(0)).toBe(cell); // markdown is never edited
     expect(content.activeCellIndex).toBe(2);
     expect(content.scrollToCell).toHaveBeenCalledTimes(1);
@@ -113,7 +145,9 @@ describe('NotebookCells', () => {
 
   it('says so when no cell holds it, and writes nothing', () => {
     const { cells, source } = notebookOf(['code', 'x = 1']);
-    expect(cells.write(bwd, fix)).toBe('No cell of this notebook holds the rule as it ran.');
+    expect(cells.write(bwd, fix)).toBe(
+      'No cell of this notebook holds the rule as it ran.'
+    );
     expect(source(0)).toBe('x = 1');
     expect(new NotebookCells().write(bwd, fix)).toBe(
       'No cell of this notebook holds the rule as it ran.'
@@ -140,7 +174,12 @@ describe('applyFix', () => {
 
   it('writes the cell once the kernel took the fix', async () => {
     const { cells, source } = notebookOf(['code', cell]);
-    const applied = await applyFix(kernel({ applied: true, problems: [] }), cells, bwd, fix);
+    const applied = await applyFix(
+      kernel({ applied: true, problems: [] }),
+      cells,
+      bwd,
+      fix
+    );
     expect(applied.message).toBe(
       'Applied to the cell that defines the rule. The kernel now uses the fixed rule.'
     );
@@ -149,7 +188,10 @@ describe('applyFix', () => {
 
   it('writes nothing when the fix still fails', async () => {
     const { cells, source } = notebookOf(['code', cell]);
-    const stillFails = kernel({ applied: false, problems: [{ headline: 'still float16' }] } as ApplyResult);
+    const stillFails = kernel({
+      applied: false,
+      problems: [{ headline: 'still float16' }]
+    } as ApplyResult);
     await expect(applyFix(stillFails, cells, bwd, fix)).rejects.toThrow(
       'the fix still fails: still float16'
     );
@@ -158,7 +200,12 @@ describe('applyFix', () => {
 
   it('still writes the cell when the kernel could not take it, saying to re-run it', async () => {
     const { cells, source } = notebookOf(['code', cell]);
-    const applied = await applyFix(kernel(new Error('no open vjpviz comm')), cells, bwd, fix);
+    const applied = await applyFix(
+      kernel(new Error('no open vjpviz comm')),
+      cells,
+      bwd,
+      fix
+    );
     expect(applied.message).toBe(
       'Applied to the cell that defines the rule. The kernel could not apply it (no open vjpviz comm); re-run the cell.'
     );

@@ -57,14 +57,16 @@ function button(root: HTMLElement, action: string): HTMLButtonElement {
  * The CodeMirror view of the (one) fix editor under `root`.
  */
 function codeView(root: HTMLElement): EditorView {
-  return EditorView.findFromDOM(root.querySelector<HTMLElement>('.cm-editor')!)!;
+  return EditorView.findFromDOM(
+    root.querySelector<HTMLElement>('.cm-editor')!
+  )!;
 }
 
 function spyActions() {
   return {
-    verify: jest.fn(
-      async (code: string): Promise<VerifyResult> => ({ pass: true })
-    ),
+    verify: jest.fn(async (code: string): Promise<VerifyResult> => ({
+      pass: true
+    })),
     apply: jest.fn(async (code: string) => ({ message: 'applied' })),
     copy: jest.fn(async (code: string) => undefined)
   } satisfies IFixActions;
@@ -125,7 +127,12 @@ describe('FixEditor verdicts', () => {
           verdict: 'type-only',
           note: 'the gradient of `w` becomes zero'
         },
-        { title: 'Cast', code: OTHER, verdict: 'unverifiable', note: 'no oracle: round' }
+        {
+          title: 'Cast',
+          code: OTHER,
+          verdict: 'unverifiable',
+          note: 'no oracle: round'
+        }
       ],
       null,
       actions
@@ -138,12 +145,15 @@ describe('FixEditor verdicts', () => {
     ]);
     expect(options[0].textContent?.startsWith('✓ ')).toBe(true);
     expect(options[1].textContent?.startsWith('✗ ')).toBe(true);
-    const verdict = () => editor.node.querySelector<HTMLElement>('.jp-Vjpviz-fixVerdict')!;
+    const verdict = () =>
+      editor.node.querySelector<HTMLElement>('.jp-Vjpviz-fixVerdict')!;
     expect(verdict().dataset.vjpvizVerdict).toBe('verified');
     const picker = editor.node.querySelector('select')!;
     picker.value = '1';
     picker.dispatchEvent(new Event('change'));
-    expect(verdict().textContent).toBe('Type-only: the gradient of `w` becomes zero');
+    expect(verdict().textContent).toBe(
+      'Type-only: the gradient of `w` becomes zero'
+    );
     picker.value = '2';
     picker.dispatchEvent(new Event('change'));
     expect(verdict().textContent).toBe('Unverifiable: no oracle: round');
@@ -158,7 +168,13 @@ describe('FixEditor verdicts', () => {
           headline: 'values differ',
           kind: 'bwd_value',
           leaf_errors: [
-            { name: '<img src=x onerror=alert(1)>', max_abs: 0.5, max_rel: 0.25, where: [1, 2], ok: false },
+            {
+              name: '<img src=x onerror=alert(1)>',
+              max_abs: 0.5,
+              max_rel: 0.25,
+              where: [1, 2],
+              ok: false
+            },
             { name: 'b', max_abs: 2, max_rel: null, got_zero: true, ok: false }
           ]
         }
@@ -169,7 +185,11 @@ describe('FixEditor verdicts', () => {
     const result = editor.node.querySelector('.jp-Vjpviz-verifyResult')!;
     expect(result.getAttribute('data-vjpviz-verdict')).toBe('type-only');
     const rows = Array.from(result.querySelectorAll('tr.jp-Vjpviz-leafError'));
-    expect(rows.map(r => Array.from(r.querySelectorAll('td')).map(td => td.textContent))).toEqual([
+    expect(
+      rows.map(r =>
+        Array.from(r.querySelectorAll('td')).map(td => td.textContent)
+      )
+    ).toEqual([
       ['<img src=x onerror=alert(1)>', '0.500', '0.25', '[1, 2]'],
       ['b', '2.00', 'zero, but the reference is not', '[]']
     ]);
@@ -221,7 +241,10 @@ describe('the panel', () => {
     const comm = kernel.open({ v: 1, type: 'diagnosis', diagnosis: d });
     await settle();
     expect(ops(comm)).toEqual(['view']); // the graph, and nothing else
-    reply(comm, 'view', { svg: '<svg xmlns="http://www.w3.org/2000/svg"/>', expanded: [] });
+    reply(comm, 'view', {
+      svg: '<svg xmlns="http://www.w3.org/2000/svg"/>',
+      expanded: []
+    });
     await panel.drawn;
     model.select('d1');
     await settle();
@@ -234,7 +257,10 @@ describe('the panel', () => {
     button(panel.node, 'verify').click();
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify']);
-    expect(comm.sent[1].args).toEqual({ diagnosis_id: 'd1', code: `# edited\n${FIX}` });
+    expect(comm.sent[1].args).toEqual({
+      diagnosis_id: 'd1',
+      code: `# edited\n${FIX}`
+    });
     reply(comm, 'verify', { pass: true, summary: 'ok', problems: [] });
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify']);
@@ -244,21 +270,33 @@ describe('the panel', () => {
     expect(ops(comm)).toEqual(['view', 'verify', 'apply']);
 
     // A rule from a .py file: the kernel leaves the file alone and sends the patch to make.
-    const patch = '--- rules.py\n+++ rules.py\n-    return <img src=x onerror=alert(1)>\n+    return g\n';
-    reply(comm, 'apply', { applied: false, problems: [], patch, path: 'rules.py' });
+    const patch =
+      '--- rules.py\n+++ rules.py\n-    return <img src=x onerror=alert(1)>\n+    return g\n';
+    reply(comm, 'apply', {
+      applied: false,
+      problems: [],
+      patch,
+      path: 'rules.py'
+    });
     await settle();
     const shownPatch = panel.node.querySelector('.jp-Vjpviz-applyPatch');
     expect(shownPatch?.textContent).toBe(patch);
     expect(shownPatch?.querySelector('img')).toBeNull();
-    expect(panel.node.querySelector('.jp-Vjpviz-verifyResult')?.textContent).toContain(
-      'The rule lives in rules.py; the kernel left it unchanged'
-    );
+    expect(
+      panel.node.querySelector('.jp-Vjpviz-verifyResult')?.textContent
+    ).toContain('The rule lives in rules.py; the kernel left it unchanged');
     panel.dispose();
   });
   it('puts fixes judged after the push in the fix editor, the pushed graph left as drawn', async () => {
     const { kernel, panel } = attachedPanel();
-    const d = { ...body(1), rule: 'rule_bwd', rule_source_text: OTHER, rule_source_start: 1 };
-    const svg = '<svg xmlns="http://www.w3.org/2000/svg"><g id="pushed"/></svg>';
+    const d = {
+      ...body(1),
+      rule: 'rule_bwd',
+      rule_source_text: OTHER,
+      rule_source_start: 1
+    };
+    const svg =
+      '<svg xmlns="http://www.w3.org/2000/svg"><g id="pushed"/></svg>';
     const comm = kernel.open({
       v: 1,
       type: 'diagnosis',
@@ -277,7 +315,8 @@ describe('the panel', () => {
     comm.receive({ v: 1, type: 'fixes', diagnosis_id: 'd1', fixes });
     await settle();
     expect(codeView(panel.node).state.doc.toString()).toBe(FIX);
-    const picker = panel.node.querySelector<HTMLSelectElement>('.jp-Vjpviz-picker')!;
+    const picker =
+      panel.node.querySelector<HTMLSelectElement>('.jp-Vjpviz-picker')!;
     expect(Array.from(picker.options).map(o => o.textContent)).toEqual([
       'side effect',
       'transpose'

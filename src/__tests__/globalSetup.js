@@ -4,7 +4,11 @@ const { execFileSync } = require('child_process');
 const path = require('path');
 
 module.exports = () => {
-  execFileSync('node', [path.resolve(__dirname, '../../scripts/protocol-codegen.js')], {
-    stdio: 'inherit'
-  });
+  execFileSync(
+    'node',
+    [path.resolve(__dirname, '../../scripts/protocol-codegen.js')],
+    {
+      stdio: 'inherit'
+    }
+  );
 };

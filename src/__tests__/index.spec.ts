@@ -53,7 +53,9 @@ async function withDiagnoses(n: number) {
   started.tracker.currentWidget = nb;
   started.tracker.widgetAdded.emit(nb);
   await nb.sessionContext.ready;
-  const comms = Array.from({ length: n }, (_, i) => kernel.open(diagnosis(i + 1)));
+  const comms = Array.from({ length: n }, (_, i) =>
+    kernel.open(diagnosis(i + 1))
+  );
   return { ...started, comm: comms[n - 1] };
 }
 
@@ -89,7 +91,9 @@ describe('jupyter-vjpviz:plugin', () => {
 
   it('shows the empty state without a notebook', () => {
     const { shell, vjpviz } = start();
-    expect(shell.add.mock.calls[0][0].node.textContent).toContain('Open a notebook');
+    expect(shell.add.mock.calls[0][0].node.textContent).toContain(
+      'Open a notebook'
+    );
     expect(vjpviz.current).toBeNull();
   });
 });
@@ -99,7 +103,10 @@ describe('the commands', () => {
     const { commands, palette } = start();
     for (const id of Object.values(CommandIDs)) {
       expect(commands.hasCommand(id)).toBe(true);
-      expect(palette.addItem).toHaveBeenCalledWith({ command: id, category: 'VJP Debugger' });
+      expect(palette.addItem).toHaveBeenCalledWith({
+        command: id,
+        category: 'VJP Debugger'
+      });
     }
   });
 
@@ -159,6 +166,8 @@ describe('the commands', () => {
 
     await commands.execute(CommandIDs.openGraph);
     expect(shell.add).toHaveBeenCalledTimes(2);
-    expect(shell.activateById).toHaveBeenLastCalledWith('jp-vjpviz-graph-k1-d1');
+    expect(shell.activateById).toHaveBeenLastCalledWith(
+      'jp-vjpviz-graph-k1-d1'
+    );
   });
 });

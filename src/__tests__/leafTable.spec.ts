@@ -63,26 +63,69 @@ describe('leafRows', () => {
       expected: 'a tree the panel never parses',
       got: 'another one',
       leaves: [
-        { path: [{ kind: 'index', key: 0 }], argument: 'x', expected: 'float32[3]', got: 'float32[3]' },
-        { path: [{ kind: 'index', key: 1 }, { kind: 'key', key: 'w' }], argument: "p['w']",
-          expected: 'float32[2]', got: 'float32[3]' },
-        { path: [{ kind: 'index', key: 1 }, { kind: 'key', key: 'b' }], argument: "p['b']",
-          expected: 'float32[2]', got: 'missing' },
-        { path: [{ kind: 'index', key: 1 }, { kind: 'key', key: 'scale' }], argument: null,
-          expected: 'missing', got: 'float32[]' }
+        {
+          path: [{ kind: 'index', key: 0 }],
+          argument: 'x',
+          expected: 'float32[3]',
+          got: 'float32[3]'
+        },
+        {
+          path: [
+            { kind: 'index', key: 1 },
+            { kind: 'key', key: 'w' }
+          ],
+          argument: "p['w']",
+          expected: 'float32[2]',
+          got: 'float32[3]'
+        },
+        {
+          path: [
+            { kind: 'index', key: 1 },
+            { kind: 'key', key: 'b' }
+          ],
+          argument: "p['b']",
+          expected: 'float32[2]',
+          got: 'missing'
+        },
+        {
+          path: [
+            { kind: 'index', key: 1 },
+            { kind: 'key', key: 'scale' }
+          ],
+          argument: null,
+          expected: 'missing',
+          got: 'float32[]'
+        }
       ]
     });
     expect(rows).toEqual([
       { path: 'x', expected: 'float32[3]', got: 'float32[3]', status: 'same' },
-      { path: "p['w']", expected: 'float32[2]', got: 'float32[3]', status: 'mismatch' },
-      { path: "p['b']", expected: 'float32[2]', got: '(missing)', status: 'missing' },
-      { path: "[1]['scale']", expected: '(absent)', got: 'float32[]', status: 'extra' }
+      {
+        path: "p['w']",
+        expected: 'float32[2]',
+        got: 'float32[3]',
+        status: 'mismatch'
+      },
+      {
+        path: "p['b']",
+        expected: 'float32[2]',
+        got: '(missing)',
+        status: 'missing'
+      },
+      {
+        path: "[1]['scale']",
+        expected: '(absent)',
+        got: 'float32[]',
+        status: 'extra'
+      }
     ]);
   });
 
   it('adds the two trees as text when only the containers differ', () => {
     const leaf = (i: number) => ({
-      path: [{ kind: 'index' as const, key: i }], expected: 'float32[]', got: 'float32[]'
+      path: [{ kind: 'index' as const, key: i }],
+      expected: 'float32[]',
+      got: 'float32[]'
     });
     const rows = leafRows({
       kind: 'fwd_structure',
@@ -91,21 +134,39 @@ describe('leafRows', () => {
       leaves: [leaf(0), leaf(1)]
     });
     expect(rows.map(r => r.status)).toEqual(['same', 'same', 'mismatch']);
-    expect(rows[2]).toMatchObject({ expected: 'PyTreeDef((*, *))', got: 'PyTreeDef([*, *])' });
+    expect(rows[2]).toMatchObject({
+      expected: 'PyTreeDef((*, *))',
+      got: 'PyTreeDef([*, *])'
+    });
   });
 
   it('names the one row by the input as the user would type it', () => {
     expect(
-      leafRows({ kind: 'accumulator_type', path: 'args[0]', argument: 'x', expected: 'float32[3]',
-        got: 'float32[4]' })[0].path
+      leafRows({
+        kind: 'accumulator_type',
+        path: 'args[0]',
+        argument: 'x',
+        expected: 'float32[3]',
+        got: 'float32[4]'
+      })[0].path
     ).toBe('x');
   });
 
   it('shows a diagnosis read from the message as its text, in one row', () => {
     expect(
-      leafRows({ kind: 'bwd_structure', path: '', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)' })
+      leafRows({
+        kind: 'bwd_structure',
+        path: '',
+        expected: 'PyTreeDef((*, *))',
+        got: 'PyTreeDef(*)'
+      })
     ).toEqual([
-      { path: '(output)', expected: 'PyTreeDef((*, *))', got: 'PyTreeDef(*)', status: 'mismatch' }
+      {
+        path: '(output)',
+        expected: 'PyTreeDef((*, *))',
+        got: 'PyTreeDef(*)',
+        status: 'mismatch'
+      }
     ]);
   });
 });
@@ -127,7 +188,9 @@ describe('renderLeafTable', () => {
       '<img src=x onerror=alert(1)>'
     );
     expect(table.querySelector('img, b')).toBeNull();
-    expect(row.lastElementChild!.textContent).toBe('<img src=x onerror=alert(1)>');
+    expect(row.lastElementChild!.textContent).toBe(
+      '<img src=x onerror=alert(1)>'
+    );
   });
 });
 
@@ -155,7 +218,8 @@ describe('renderRuleSource', () => {
     const pre = renderRuleSource({
       ...base,
       kind: 'bwd_type',
-      rule_source_text: "def bwd(res, g):\n  m_g['w'][...] = g.T\n  return m_g,\n",
+      rule_source_text:
+        "def bwd(res, g):\n  m_g['w'][...] = g.T\n  return m_g,\n",
       rule_source_start: 10,
       rule_source_bad_line: 11,
       raised_at: 'cell.py:11'
@@ -174,17 +238,43 @@ describe('leafRows of a bwd_value', () => {
       expected: "the primal's derivative (autodiff)",
       got: 'the gradient of `x` differs',
       leaf_errors: [
-        { name: 'x', ok: false, max_abs: 0.84, max_rel: 0.31, where: [2, 1], got_zero: false,
-          reference_at: 0.84, got_at: 1.68, scale: 2.7 },
-        { name: "p['w']", ok: false, max_abs: 1.5, max_rel: 1, where: [0], got_zero: true,
-          reference_at: 1.5, got_at: 0, scale: 1.5 }
+        {
+          name: 'x',
+          ok: false,
+          max_abs: 0.84,
+          max_rel: 0.31,
+          where: [2, 1],
+          got_zero: false,
+          reference_at: 0.84,
+          got_at: 1.68,
+          scale: 2.7
+        },
+        {
+          name: "p['w']",
+          ok: false,
+          max_abs: 1.5,
+          max_rel: 1,
+          where: [0],
+          got_zero: true,
+          reference_at: 1.5,
+          got_at: 0,
+          scale: 1.5
+        }
       ]
     });
     expect(rows).toEqual([
-      { path: 'x', expected: 'reference 0.84 at [2, 1]',
-        got: 'rule 1.68 at [2, 1]; max abs error 0.84, rel 0.31', status: 'mismatch' },
-      { path: "p['w']", expected: 'reference 1.5 at [0]',
-        got: 'zero (the reference reaches 1.5)', status: 'mismatch' }
+      {
+        path: 'x',
+        expected: 'reference 0.84 at [2, 1]',
+        got: 'rule 1.68 at [2, 1]; max abs error 0.84, rel 0.31',
+        status: 'mismatch'
+      },
+      {
+        path: "p['w']",
+        expected: 'reference 1.5 at [0]',
+        got: 'zero (the reference reaches 1.5)',
+        status: 'mismatch'
+      }
     ]);
   });
 });

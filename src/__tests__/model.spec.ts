@@ -164,19 +164,27 @@ describe('VjpvizModel', () => {
     expect(model.current?.id).toBe('d3');
   });
 
-  it("serves the default view pushed with a diagnosis, asks the kernel for any other", async () => {
+  it('serves the default view pushed with a diagnosis, asks the kernel for any other', async () => {
     const { kernel, model } = modelOnKernel();
     const view = { svg: '<svg/>', expanded: [], collapsed: [] };
     const comm = kernel.open({ ...diagnosis(1), view });
     const graph = model.graphRequests('d1')!;
-    await expect(graph.view({ expanded: [], collapsed: [] })).resolves.toEqual(view);
+    await expect(graph.view({ expanded: [], collapsed: [] })).resolves.toEqual(
+      view
+    );
     expect(comm.sent).toEqual([]);
     const expanded = graph.expand('n3', { expanded: [], collapsed: [] });
     expect(comm.sent.map(m => [m.op, m.args])).toEqual([
-      ['expand', { diagnosis_id: 'd1', node: 'n3', expanded: [], collapsed: [] }]
+      [
+        'expand',
+        { diagnosis_id: 'd1', node: 'n3', expanded: [], collapsed: [] }
+      ]
     ]);
     reply(comm, { svg: '<svg id="n3"/>', expanded: ['n3'] });
-    await expect(expanded).resolves.toEqual({ svg: '<svg id="n3"/>', expanded: ['n3'] });
+    await expect(expanded).resolves.toEqual({
+      svg: '<svg id="n3"/>',
+      expanded: ['n3']
+    });
   });
 
   it('asks the followed kernel to verify and apply a fix of a diagnosis', async () => {
@@ -188,7 +196,10 @@ describe('VjpvizModel', () => {
       args: { diagnosis_id: 'd1', code: 'def f(): pass' }
     });
     reply(comm, { pass: true, verdict: 'verified' });
-    await expect(verified).resolves.toEqual({ pass: true, verdict: 'verified' });
+    await expect(verified).resolves.toEqual({
+      pass: true,
+      verdict: 'verified'
+    });
     const applied = model.apply('d1', 'def f(): pass');
     expect(comm.sent[1]).toMatchObject({ op: 'apply' });
     reply(comm, { applied: true, problems: [] });

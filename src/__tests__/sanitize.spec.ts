@@ -70,21 +70,31 @@ describe('sanitizeSvg', () => {
       null,
       'https://example.org/'
     ]);
-    expect(links[1].getAttributeNS('http://www.w3.org/1999/xlink', 'href')).toBeNull();
+    expect(
+      links[1].getAttributeNS('http://www.w3.org/1999/xlink', 'href')
+    ).toBeNull();
     expect(svg.querySelector('g[style]')).toBeNull();
   });
 
   it('keeps titles and other text that is not a URL', () => {
     const svg = sanitizeSvg(
-      wrap('<g><a xlink:title="softclip: bwd rule"><text font-family="Times,serif">x</text></a></g>')
+      wrap(
+        '<g><a xlink:title="softclip: bwd rule"><text font-family="Times,serif">x</text></a></g>'
+      )
     )!;
-    expect(svg.querySelector('a')!.getAttribute('xlink:title')).toBe('softclip: bwd rule');
-    expect(svg.querySelector('text')!.getAttribute('font-family')).toBe('Times,serif');
+    expect(svg.querySelector('a')!.getAttribute('xlink:title')).toBe(
+      'softclip: bwd rule'
+    );
+    expect(svg.querySelector('text')!.getAttribute('font-family')).toBe(
+      'Times,serif'
+    );
   });
 
   it('drops data and style attributes and what the policy does not list', () => {
     const svg = sanitizeSvg(
-      wrap('<g data-x="1" style="fill:red" filter="url(#f)"><marker id="m"/><text>t</text></g>')
+      wrap(
+        '<g data-x="1" style="fill:red" filter="url(#f)"><marker id="m"/><text>t</text></g>'
+      )
     )!;
     const g = svg.querySelector('g')!;
     expect(g.getAttributeNames()).toEqual([]);
@@ -103,7 +113,9 @@ describe('sanitizeSvg', () => {
 
   it('rejects what is not SVG', () => {
     expect(sanitizeSvg('<img src=x onerror=alert(1)>')).toBeNull();
-    expect(sanitizeSvg('<svg xmlns="http://www.w3.org/2000/svg"/><svg/>')).toBeNull();
+    expect(
+      sanitizeSvg('<svg xmlns="http://www.w3.org/2000/svg"/><svg/>')
+    ).toBeNull();
     expect(sanitizeSvg('not xml at all')).toBeNull();
     expect(sanitizeSvg('')).toBeNull();
   });

@@ -7,12 +7,18 @@ const path = require('path');
 const base = require('@jupyterlab/galata/lib/playwright-config');
 
 const output = project =>
-  path.join(process.env.VJPVIZ_SCREENSHOTS || path.join(__dirname, '..', 'screenshots'), `galata-${project}`);
+  path.join(
+    process.env.VJPVIZ_SCREENSHOTS || path.join(__dirname, '..', 'screenshots'),
+    `galata-${project}`
+  );
 
 module.exports = {
   ...base,
   testDir: __dirname,
-  reporter: [['list'], ['json', { outputFile: process.env.VJPVIZ_GALATA_REPORT || 'galata.json' }]],
+  reporter: [
+    ['list'],
+    ['json', { outputFile: process.env.VJPVIZ_GALATA_REPORT || 'galata.json' }]
+  ],
   workers: 1,
   retries: 0,
   timeout: 180000,
@@ -24,15 +30,30 @@ module.exports = {
     trace: 'off',
     launchOptions: {
       executablePath: process.env.VJPVIZ_CHROMIUM || '/usr/bin/chromium',
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync']
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync'
+      ]
     }
   },
   // Each project its own output directory: a run empties its own.
   projects: [
-    { name: 'lab', testIgnore: /notebook7\.spec/, outputDir: output('lab'),
-      use: { baseURL: process.env.VJPVIZ_GALATA_URL } },
-    { name: 'notebook7', testMatch: /notebook7\.spec/, outputDir: output('notebook7'),
-      use: { baseURL: process.env.VJPVIZ_NB7_URL } }
+    {
+      name: 'lab',
+      testIgnore: /notebook7\.spec/,
+      outputDir: output('lab'),
+      use: { baseURL: process.env.VJPVIZ_GALATA_URL }
+    },
+    {
+      name: 'notebook7',
+      testMatch: /notebook7\.spec/,
+      outputDir: output('notebook7'),
+      use: { baseURL: process.env.VJPVIZ_NB7_URL }
+    }
   ]
 };
