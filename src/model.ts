@@ -20,7 +20,7 @@ import {
 import { IDiagnosisEvent, IGraphRequests, IVjpviz } from './tokens';
 
 /**
- * Diagnoses kept per kernel, newest; the kernel keeps as many (HISTORY_LIMIT),
+ * Diagnoses kept per kernel, newest; the kernel keeps as many (pipeline.HISTORY_LIMIT),
  * so a training loop that fails every step cannot grow the page without limit.
  */
 export const MAX_DIAGNOSES = 200;
