@@ -16,28 +16,45 @@ export PATH="$PWD/.venv/bin:$PATH"
 # OLDEST_JAX_TESTS on the oldest);
 # UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
 # (this checkout on PYTHONPATH, only the runtime dependencies installed).
-OLD_JAX=(0.6.2 0.7.2 0.8.3 0.9.2 0.10.2)
+# Older JAX releases, each in a venv of its own on the oldest Python they run on: a
+# user's environment with that JAX, into which the checkout is pip-installed as a user
+# would (a wheel: the labextension is already built, so no npm runs); the install must
+# leave JAX as it was (suite "install", counted). OLD_JAX is tested (OLD_JAX_TESTS, and
+# OLDEST_JAX_TESTS on the oldest);
+# UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
+# (this checkout on PYTHONPATH, only the runtime dependencies installed).
+OLD_JAX=(0.6.2 0.7.2 0.8.3 0.9.2 0.10.2 0.11.2)
 # On each older JAX the suites whose outcome depends on it: capture, diagnoses, fixes and
 # their verification, JAX's errors unchanged, vjpviz's own faults, threads and uninstall.
 # Each test file imports there; what a JAX lacks is skipped by feature (tests/jax_features.py).
 # Rendering, panel and library suites do not depend on the JAX (or need libraries not
-# installed with an older one): they run on 0.12, and the kernel's comm and magics on the
-# oldest (OLDEST_JAX_TESTS). A test of vjpviz's own bookkeeping is not run again per JAX.
+# installed with an older one): they run on the newest, and the kernel's comm and magics on
+# the oldest (OLDEST_JAX_TESTS). A test of vjpviz's own bookkeeping is not run again per JAX.
 OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes.py
                tests/test_fix_verdicts.py tests/test_fix_candidates.py tests/test_oracle.py
                tests/test_hook_properties.py tests/test_reliability.py tests/test_user_pytrees.py
                tests/test_gradcheck.py tests/test_jax_suite_findings.py tests/test_apply_safety.py
-               tests/test_factory_rules.py tests/test_late_fixes.py
+               tests/test_factory_rules.py tests/test_late_fixes.py tests/test_upgrade_flags.py
                --deselect tests/test_reliability.py::test_history_is_bounded_and_drops_the_oldest)
 OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.py)
+# JAX's AD upgrade flags (jax_custom_jvp3, jax_custom_vjp3, jax_remat3, ...: the code paths
+# it means to make the default) all on, through VJPVIZ_JAX_FLAGS=all (tests/conftest.py sets
+# every one this JAX has): the capture suites again, on every JAX that has a flag. Every
+# diagnosis kind, NaN localisation and gradcheck with the flags off and on, compared in one
+# process, is tests/test_upgrade_flags.py, which runs on every JAX.
+FLAG_TESTS=(tests/test_capture.py tests/test_hijax_rules.py)
 UNSUPPORTED_JAX=0.5.3
 OLD_PYTHON=$(bash scripts/find-python.sh 3.11)
+NEW_PYTHON=$(bash scripts/find-python.sh 3.12)
 pip_q() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }
+
+# The oldest Python a JAX release runs on: 3.12 from JAX 0.11.
+python_for() { if [[ $1 == 0.[6-9].* || $1 == 0.10.* ]]; then echo "$OLD_PYTHON"; else echo "$NEW_PYTHON"; fi; }
 
 jax_venv() {
   local venv=.venv-jax-$1
   if [[ ! -x $venv/bin/python ]]; then
-    "$OLD_PYTHON" -m venv "$venv"
+    "$(python_for "$1")" -m venv "$venv"
     pip_q "$venv/bin/pip" install "jax==$1" "jaxlib==$1"
   fi
 }
@@ -74,44 +91,70 @@ if [[ ! -x .venv-jax-old/bin/python ]] || ! grep -q "^jax==$UNSUPPORTED_JAX$" <(
 fi
 
 logs=$(mktemp -d)
-status=0
-passed=0
-failed=0
 
-# suite NAME SUMMARY-LINE-REGEX COMMAND...: run it, keep its log, add up its counts.
+# suite NAME SUMMARY-LINE-REGEX COMMAND...: run it, keep its log ($logs/NAME.log) and its
+# counts ($logs/NAME.count: "passed failed", or "- -" when no count line was found).
 suite() {
   local name=$1 summary=$2
   shift 2
   echo "== $name"
-  "$@" 2>&1 | tee "$logs/$name.log" || status=1
-  local line p n
+  local ok=1
+  "$@" >"$logs/$name.log" 2>&1 || ok=0
+  if ((ok)); then tail -n 15 "$logs/$name.log"; else tail -n 300 "$logs/$name.log"; fi
+  local line p f=0 n
   line=$(grep -E "$summary" "$logs/$name.log" | tail -1 || true)
   p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || true)
+  for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | grep -oE '[0-9]+'); do
+    f=$((f + n))
+  done
   if [[ -z $p ]]; then
     echo "== $name: no test count found" >&2
-    status=1
+    ok=0
   fi
-  passed=$((passed + ${p:-0}))
-  for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | grep -oE '[0-9]+'); do
-    failed=$((failed + n))
-  done
+  echo "${p:-0} $f $ok" >"$logs/$name.count"
+}
+
+# One JAX release's suites: as they are, then with the upgrade flags on (where it has one).
+jax_suites() {
+  local version=$1 py=.venv-jax-$1/bin/python oldest=()
+  if grep -qx "$version" "$logs/jax-changed" 2>/dev/null; then
+    echo "== jax-$version: not run, installing vjpviz changed its JAX"
+    echo "0 0 0" >"$logs/jax-$version.count"
+    return
+  fi
+  [[ $version == "${OLD_JAX[0]}" ]] && oldest=("${OLDEST_JAX_TESTS[@]}")
+  suite "jax-$version" "$pytest_summary" "$py" -m pytest -q -p no:cacheprovider \
+    "${OLD_JAX_TESTS[@]}" "${oldest[@]}"
+  flag_suite "jax-$version+flags" "$py"
+}
+
+flag_suite() {
+  local name=$1 py=$2
+  if [[ $("$py" -c 'import sys; sys.path.insert(0, "tests"); import jax_features as f; print(bool(f.upgrade_flags("all")))') == True ]]; then
+    VJPVIZ_JAX_FLAGS=all suite "$name" "$pytest_summary" "$py" -m pytest -q -p no:cacheprovider "${FLAG_TESTS[@]}"
+  else
+    echo "== $name: this JAX has none of the upgrade flags"
+  fi
 }
 
 export VJPVIZ_CAPABILITIES=$logs/capabilities   # each JAX's kinds, for the README's table
 pytest_summary='[0-9]+ (passed|failed).* in [0-9.]+s'
-suite install '^[0-9]+ passed, [0-9]+ failed$' install_into_old_jax
+
+# Two lanes, one per core: the older JAX releases (install, then each release's suites) in
+# the background; the newest JAX, the frontend and the browsers in the foreground.
+older_lane() {
+  suite install '^[0-9]+ passed, [0-9]+ failed$' install_into_old_jax
+  for version in "${OLD_JAX[@]}"; do
+    jax_suites "$version"
+  done
+}
+older_lane >"$logs/older-lane.out" 2>&1 &
+older=$!
+
 suite pytest "$pytest_summary" python -m pytest -q -p no:cacheprovider tests
-for version in "${OLD_JAX[@]}"; do
-  if grep -qx "$version" "$logs/jax-changed" 2>/dev/null; then
-    echo "== jax-$version: not run, installing vjpviz changed its JAX"
-    continue
-  fi
-  oldest=()
-  [[ $version == "${OLD_JAX[0]}" ]] && oldest=("${OLDEST_JAX_TESTS[@]}")
-  suite "jax-$version" "$pytest_summary" ".venv-jax-$version/bin/python" -m pytest -q \
-    -p no:cacheprovider "${OLD_JAX_TESTS[@]}" "${oldest[@]}"
-done
-python scripts/capability_table.py --check README.md "$VJPVIZ_CAPABILITIES"/*.json || true
+flag_suite "pytest+flags" python
+suite lint '^[0-9]+ passed, [0-9]+ failed$' bash -c \
+  'if jlpm -s lint:check; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; exit 1; fi'
 suite jest '^Tests:' jlpm test
 suite browser '^[0-9]+ passed, [0-9]+ failed$' bash ui-tests/run.sh
 # The wheel installed without node into a fresh venv that already has the oldest JAX
@@ -119,5 +162,20 @@ suite browser '^[0-9]+ passed, [0-9]+ failed$' bash ui-tests/run.sh
 # JupyterLab served from that venv (its kernel on that JAX).
 suite wheel '^[0-9]+ passed, [0-9]+ failed$' env VJPVIZ_WHEEL_JAX="${OLD_JAX[0]}" bash ui-tests/wheel.sh
 
+wait "$older" || true
+echo "== older JAX lane"
+cat "$logs/older-lane.out"
+python scripts/capability_table.py --check README.md "$VJPVIZ_CAPABILITIES"/*.json || true
+
+passed=0
+failed=0
+status=0
+for count in "$logs"/*.count; do
+  read -r p f ok <"$count"
+  printf '%-22s %5s passed, %s failed\n' "$(basename "$count" .count)" "$p" "$f"
+  passed=$((passed + p))
+  failed=$((failed + f))
+  ((ok)) || status=1
+done
 echo "total: $passed passed, $failed failed"
 exit $status
