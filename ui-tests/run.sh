@@ -186,6 +186,15 @@ if has_tests notebook7; then
     STATUS=1
   fi
 fi
+# The README's two pictures are screenshots this run took (the panel on a failing rule,
+# the graph opened in the main area), so they show what the tests saw: copied into
+# docs/images when the full run took them (commit them with the change that altered them).
+if [ -z "${VJPVIZ_TESTS:-}" ] && [ -z "${VJPVIZ_VENV:-}" ] && [ -f "$SHOTS/02-diagnosis.png" ] \
+    && [ -f "$SHOTS/14-unscoped-main.png" ]; then
+  mkdir -p "$ROOT/docs/images"
+  cp "$SHOTS/02-diagnosis.png" "$ROOT/docs/images/panel.png"
+  cp "$SHOTS/14-unscoped-main.png" "$ROOT/docs/images/graph.png"
+fi
 if [ -n "${VJPVIZ_MASK_NODE:-}" ]; then
   # JupyterLab's server probes for node (build status, yarn config, npm prefix);
   # the shims answer 127 like a missing command and it carries on ("Could not
