@@ -19,7 +19,8 @@ from .analysis.flows import mark_flows, program_inputs
 from .analysis.graph import Graph
 from .analysis.nonfinite_eval import inexact
 from .capture.hook import hook_aside
-from .capture.naming import user_calls
+from .capture.naming import function_names as names
+from .capture.records import Origin
 from .render import grads_view
 
 CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
@@ -93,8 +94,8 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
   Its floating leaves are differentiated (an equinox module's functions and integers are not)."""
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(_as_array, a) if i in nums else a for i, a in enumerate(args))
-  paths, leaves = _float_leaves(args, nums)
-  if not leaves:
+  paths, positions = _float_leaves(args, kwargs, nums)
+  if not positions:
     raise TypeError(f"vv.grads: argument{'s' * (len(nums) > 1)} {list(nums)} of "
                     f"{getattr(fn, '__name__', 'fn')} hold no floating-point array to "
                     "differentiate")
@@ -103,15 +104,17 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
           and np.issubdtype(out.dtype, np.floating)):
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
-  values = [np.asarray(g) for g in _gradient(fn, args, kwargs, nums, leaves)]
+  values = [np.asarray(g) for g in _gradient(fn, args, kwargs, positions)]
   with hook_aside(), jax.debug_nans(False):
-    return _report(fn, args, kwargs, paths, leaves, values)
+    return _report(fn, args, kwargs, paths, positions, values)
 
 
-def _report(fn, args, kwargs, paths, leaves, values) -> GradReport:
-  origin = user_calls.user_origin(fn, args, kwargs, tuple(leaves))
+def _report(fn, args, kwargs, paths, positions, values) -> GradReport:
+  origin = _origin(fn, args, kwargs, positions)
   jaxpr, invals, active, out_cts = program_inputs(origin, (args, kwargs))
-  position = _invar_positions(origin, leaves, args, kwargs)
+  flat = jax.tree_util.tree_leaves((args, kwargs))
+  leaves = [flat[j] for j in positions]
+  position = _invar_positions(origin, positions)
   struct = grad_paths.structural(jaxpr)
   edges, _, complete = nonfinite.measure(jaxpr, invals, active, out_cts)
   zeros = [k for k, g in enumerate(values) if not np.any(g)]
@@ -151,37 +154,50 @@ def _aval(x) -> str:
   return f"{x.dtype}{list(x.shape)}" if hasattr(x, "shape") else type(x).__name__
 
 
-def _float_leaves(args, nums) -> tuple[list[str], list]:
-  """(path, leaf) of every floating array in the differentiated arguments, in flat order:
-  ``keystr`` of the leaf in its argument (``args[i]`` before it when several are)."""
-  paths, leaves = [], []
-  for i in nums:
-    for kp, x in jax.tree_util.tree_flatten_with_path(args[i])[0]:
-      if isinstance(x, jax.Array) and inexact(x):
+def _float_leaves(args, kwargs, nums) -> tuple[list[str], list[int]]:
+  """(path, position in the flattened ``(args, kwargs)``) of every floating array in the
+  differentiated arguments: ``keystr`` of the leaf in its argument (``args[i]`` before it
+  when several are). By position, not identity: a model may hold one array twice."""
+  paths, positions = [], []
+  start = 0
+  for i, a in enumerate(args):
+    flat = jax.tree_util.tree_flatten_with_path(a)[0]
+    for k, (kp, x) in enumerate(flat):
+      if i in nums and isinstance(x, jax.Array) and inexact(x):
         paths.append((f"args[{i}]" if len(nums) > 1 else "") + jax.tree_util.keystr(kp))
-        leaves.append(x)
-  return paths, leaves
+        positions.append(start + k)
+    start += len(flat)
+  return paths, positions
 
 
-def _gradient(fn, args, kwargs, nums, leaves) -> list:
-  """``jax.grad`` of ``fn`` in ``leaves`` (the floating leaves of ``args[nums]``), compiled
+def _gradient(fn, args, kwargs, positions) -> list:
+  """``jax.grad`` of ``fn`` in the leaves at ``positions`` of the flattened call, compiled
   as the user's own gradient would be."""
-  ids = {id(x): k for k, x in enumerate(leaves)}
+  flat, tree = jax.tree_util.tree_flatten((args, kwargs))
 
   def loss(picked):
-    full = [jax.tree_util.tree_map(lambda x: picked[ids[id(x)]] if id(x) in ids else x, a)
-            if i in nums else a for i, a in enumerate(args)]
-    return fn(*full, **kwargs)
-  return jax.grad(loss)(list(leaves))
+    full = list(flat)
+    for j, x in zip(positions, picked):
+      full[j] = x
+    a, k = jax.tree_util.tree_unflatten(tree, full)
+    return fn(*a, **k)
+  return jax.grad(loss)([flat[j] for j in positions])
 
 
-def _invar_positions(origin, leaves, args, kwargs) -> list[int]:
+def _origin(fn, args, kwargs, positions) -> Origin:
+  """The call as the graph builder reads it: avals for arrays, the leaves at
+  ``positions`` differentiated (``user_calls.user_origin`` matches them by identity)."""
+  flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+  leaves = tuple(core.typeof(x) if isinstance(x, (jax.Array, np.ndarray)) else x for x in flat)
+  return Origin(fun=fn, leaves=leaves, tree=tree, differentiated_leaves=tuple(positions),
+                name=names.function_name(fn), source=names.function_source(fn))
+
+
+def _invar_positions(origin, positions) -> list[int]:
   """The jaxpr input each differentiated leaf is."""
-  flat = jax.tree_util.tree_leaves((args, kwargs))
   arrays = {j: k for k, j in enumerate(
       j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue))}
-  where = {id(x): j for j, x in enumerate(flat)}
-  return [arrays[where[id(x)]] for x in leaves]
+  return [arrays[j] for j in positions]
 
 
 def _zero_leaf(path: str, cut) -> ZeroLeaf:

@@ -264,3 +264,9 @@ def test_public_names_and_the_line_magic():
                        p={"used": jnp.ones(2), "spare": jnp.ones(2)})
   report = VjpvizMagics(shell=shell).vjpviz("grads loss(p, x)")
   assert [(z.path, z.reason) for z in report.zero] == [("['spare']", "unused")]
+
+
+def test_one_array_held_twice_is_two_leaves_each_with_its_gradient():
+  w = jnp.ones((2, 2))
+  r = grads(lambda ws, x: jnp.tanh(x @ ws[0] @ ws[1]).sum(), [w, w], jnp.ones(2))
+  assert r.healthy and [p for p, g, _ in r.leaves if g > 0] == ["[0]", "[1]"]
