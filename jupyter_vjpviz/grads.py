@@ -1,9 +1,10 @@
 """``vv.grads``: gradient health of a program that runs.
 
-One compiled gradient says which leaves get none; the structural walk over the forward
-jaxpr says why for those no cotangent can reach (``analysis.grad_paths``); the one
-measured backward pass (``nonfinite.measure``: every edge's cotangent norm, which the
-graph shows) says why for the rest, by the equation whose pullback made the zero.
+One backward pass, eager and measured edge by edge (``nonfinite.measured``: every edge's
+cotangent norm, which the graph shows), gives the gradient; the structural walk over the
+forward jaxpr says why a leaf gets none where no cotangent can reach it
+(``analysis.grad_paths``), the measured pass why for the rest: the equation whose
+pullback made the zero.
 """
 from __future__ import annotations
 
@@ -104,22 +105,26 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
           and np.issubdtype(out.dtype, np.floating)):
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
-  values = [np.asarray(g) for g in _gradient(fn, args, kwargs, positions)]
   with hook_aside(), jax.debug_nans(False):
-    return _report(fn, args, kwargs, paths, positions, values)
+    return _report(fn, args, kwargs, paths, positions)
 
 
-def _report(fn, args, kwargs, paths, positions, values) -> GradReport:
+def _report(fn, args, kwargs, paths, positions) -> GradReport:
+  """One forward run and one backward pass, eager and measured edge by edge (``vv.nans``'s):
+  its inputs' cotangents are the gradient."""
   origin = _origin(fn, args, kwargs, positions)
   jaxpr, invals, active, out_cts = program_inputs(origin, (args, kwargs))
   flat = jax.tree_util.tree_leaves((args, kwargs))
   leaves = [flat[j] for j in positions]
   position = _invar_positions(origin, positions)
   struct = grad_paths.structural(jaxpr)
-  edges, _, complete = nonfinite.measure(jaxpr, invals, active, out_cts)
+  env = nonfinite.forward(jaxpr, invals)
+  edges, got, complete = nonfinite.measured(jaxpr, invals, active, out_cts, env)
+  values = [np.zeros(np.shape(x), np.result_type(x)) if got[i] is None else np.asarray(got[i])
+            for x, i in zip(leaves, position)]
+  del got
   zeros = [k for k, g in enumerate(values) if not np.any(g)]
   live = [position[k] for k in zeros if struct[position[k]] == grad_paths.LIVE]
-  env = nonfinite.forward(jaxpr, invals)
   cuts = grad_paths.value_cuts(jaxpr, env, edges, live) if live else {}
   primals = grad_paths.primal_norms(jaxpr, env)
   del env, invals
@@ -168,20 +173,6 @@ def _float_leaves(args, kwargs, nums) -> tuple[list[str], list[int]]:
         positions.append(start + k)
     start += len(flat)
   return paths, positions
-
-
-def _gradient(fn, args, kwargs, positions) -> list:
-  """``jax.grad`` of ``fn`` in the leaves at ``positions`` of the flattened call, compiled
-  as the user's own gradient would be."""
-  flat, tree = jax.tree_util.tree_flatten((args, kwargs))
-
-  def loss(picked):
-    full = list(flat)
-    for j, x in zip(positions, picked):
-      full[j] = x
-    a, k = jax.tree_util.tree_unflatten(tree, full)
-    return fn(*a, **k)
-  return jax.grad(loss)([flat[j] for j in positions])
 
 
 def _origin(fn, args, kwargs, positions) -> Origin:

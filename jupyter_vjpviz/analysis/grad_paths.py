@@ -16,6 +16,7 @@ low precision) names the reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ from jax._src import core
 
 from . import program
 from .nonfinite import _source
-from .nonfinite_eval import CALLS, bind, inexact, pullback
+from .nonfinite_eval import CALLS, bind, flow, inexact, pullback
 from .program import _body_prefix, _eqn_id, scan_groups, sub_jaxprs
 
 LIVE = "live"
@@ -211,12 +212,15 @@ def primal_norms(jaxpr: core.Jaxpr, env: dict, prefix: str | None = None) -> dic
   """``"node#operand"`` -> the norm of that operand's value in ``env`` (the forward run's:
   a call's body by the values kept under its index), for the graph's edges."""
   found: dict[str, float] = {}
+  norms: dict = {}    # per variable: a layer's activations feed several equations
   for k, eqn in enumerate(jaxpr.eqns):
     nid = _eqn_id(prefix, k)
     for j, v in enumerate(eqn.invars):
       x = env.get(v) if isinstance(v, core.Var) else None
       if x is not None and inexact(v):
-        found[f"{nid}#{j}"] = float(np.linalg.norm(np.asarray(x, np.float64).ravel()))
+        if v not in norms:
+          norms[v] = math.sqrt(flow(x)[2])
+        found[f"{nid}#{j}"] = norms[v]
     if eqn.primitive.name in CALLS and isinstance(env.get(k), dict):
       found.update(primal_norms(next(sub_jaxprs(eqn)), env[k], nid))
   return found

@@ -168,11 +168,19 @@ def measure(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list) ->
   culprit, as far as it runs (a rule that raises, the error being diagnosed, ends it);
   the ``Flow`` of each input's cotangent (None: not reached, or not differentiated), and
   whether the pass ran to its end (else those are what reached the inputs by then)."""
-  search = _Search(stop=False)
-  _, got = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "")
+  edges, got, complete = measured(jaxpr, args, active, out_cts)
   flows = [None if c is None else flow(c) for c in got]
-  return search.edges, [None if f is None else Flow.of(f, int(np.size(x)))
-                        for f, x in zip(flows, args)], not search.failed
+  return edges, [None if f is None else Flow.of(f, int(np.size(x)))
+                 for f, x in zip(flows, args)], complete
+
+
+def measured(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list,
+             env: dict | None = None) -> tuple:
+  """``measure``'s pass keeping the inputs' cotangents themselves (None: zero); ``env``:
+  the forward values already computed (``forward``), else it runs the forward itself."""
+  search = _Search(stop=False)
+  _, got = search.level(jaxpr, None, (), list(args), list(active), list(out_cts), "", env=env)
+  return search.edges, got, not search.failed
 
 
 def gradient(jaxpr: core.Jaxpr, args: list, active: list[bool], out_cts: list,
