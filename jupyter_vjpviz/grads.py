@@ -120,7 +120,7 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   struct = grad_paths.structural(jaxpr)
   env = nonfinite.forward(jaxpr, invals)
   edges, got, complete = nonfinite.measured(jaxpr, invals, active, out_cts, env)
-  values = [np.zeros(np.shape(x), np.result_type(x)) if got[i] is None else np.asarray(got[i])
+  values = [np.zeros(x.shape, x.dtype) if got[i] is None else np.asarray(got[i])
             for x, i in zip(leaves, position)]
   del got
   zeros = [k for k, g in enumerate(values) if not np.any(g)]
