@@ -177,7 +177,7 @@ def _float_leaves(args, kwargs, nums) -> tuple[list[str], list[int]]:
 
 def _origin(fn, args, kwargs, positions) -> Origin:
   """The call as the graph builder reads it: avals for arrays, the leaves at
-  ``positions`` differentiated (``user_calls.user_origin`` matches them by identity)."""
+  ``positions`` differentiated (``user_origin`` matches them by identity)."""
   flat, tree = jax.tree_util.tree_flatten((args, kwargs))
   leaves = tuple(core.typeof(x) if isinstance(x, (jax.Array, np.ndarray)) else x for x in flat)
   return Origin(fun=fn, leaves=leaves, tree=tree, differentiated_leaves=tuple(positions),
