@@ -293,3 +293,15 @@ def test_pip_installing_vjpviz_here_leaves_jax_as_it_is(tmp_path):
   names = {i["metadata"]["name"].lower().replace("_", "-")
            for i in json.loads(report.read_text())["install"]}
   assert "jupyter-vjpviz" in names and not names & {"jax", "jaxlib"}, names
+
+
+def test_a_vanished_dtype_exemption_exempts_nothing(monkeypatch):
+  """JAX 0.12 marks ``_temporary_dtype_exception`` for removal: without it nothing is exempt
+  (JAX then checks dtypes strictly), and asking is no error."""
+  from jax._src import core
+  from jax._src import custom_derivatives as cd
+  from jupyter_vjpviz.capture.compat import dtype_exemption
+  expected, got = core.ShapedArray((3,), jnp.float32), core.ShapedArray((3,), jnp.bfloat16)
+  assert dtype_exemption.exempt(cd, expected, got) is True   # JAX lets a bf16 rule through
+  monkeypatch.delattr(cd, dtype_exemption.NAME)
+  assert dtype_exemption.exempt(cd, expected, got) is False

@@ -20,7 +20,7 @@ from jax._src.interpreters import partial_eval as pe
 from ...base import safety, trees
 from .. import records
 from ..code_events import CodeEvents
-from ..compat import jax_flags
+from ..compat import dtype_exemption, jax_flags
 from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
@@ -93,7 +93,7 @@ def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
     expected, got = custom_rules.ct_aval(aval), core.typeof(ct)
     if custom_rules.same_type(expected, got) is not False:
       continue
-    accepted = core.typecompat(got, expected) or api._temporary_dtype_exception(got, expected)
+    accepted = core.typecompat(got, expected) or dtype_exemption.exempt(api, got, expected)
     found.append(Record(
         kind="vjp_cotangent_type", severity=WARNING if accepted else ERROR,
         path=f"out{jax.tree_util.keystr(path)}", expected=expected.str_short(),

@@ -26,7 +26,7 @@ from jax._src.state.types import AbstractRef
 
 from ...base import kinds, safety, surrogates, trees
 from .. import applied, records
-from ..compat import jax_flags
+from ..compat import dtype_exemption, jax_flags
 from ..naming import (arguments, code_watch, frames, function_names, leaf_paths, library_wrappers,
                       user_calls)
 from ..records import ERROR, WARNING, Record, RuleSite
@@ -624,7 +624,7 @@ def _jax_accepts(site, expected, got, ct) -> bool:
   """JAX's own predicate for this path: does it let ``got`` through?"""
   if jax_flags.on("jax_disable_bwd_checks"):
     return True
-  exception = getattr(cd, "_temporary_dtype_exception", lambda a, b: False)
+  exception = lambda a, b: dtype_exemption.exempt(cd, a, b)
   if site.hijax:
     return core.typematch(expected, got) or exception(expected, got)
   return core.typecompat(expected, got) or exception(expected, got)
