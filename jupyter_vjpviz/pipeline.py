@@ -2,6 +2,13 @@
 
 The capture hook hands each finished session here. Everything below runs on
 the error (or first-warning) path only; the hot path is the hook's.
+
+The exception first: a failing call's exception is raised as soon as its diagnosis
+exists (the note and the history have it); what is not needed for the headline
+(the listeners' views and SVG, judging fixes) follows, in ``follow``: where the
+error has been shown (IPython's post_run_cell, the console's excepthook) or when
+the history is read. What waits there holds diagnoses (avals), never the exception
+or the user's arrays.
 """
 from __future__ import annotations
 
@@ -36,6 +43,10 @@ _warned: dict = {}                   # warnings show once per (kind, rule, path,
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
 _listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc)
 _fixes_listeners: list = []          # the same, called again once fixes are attached
+_following: collections.deque[list[Diagnosis]] = collections.deque(maxlen=HISTORY_LIMIT)
+"""Raised deliveries whose listeners and fixes follow (the oldest dropped past the limit)."""
+RAISED = Exception("an error vjpviz no longer holds")
+"""What listeners get for ``exc`` when the error that was raised is not at hand."""
 _collecting = threading.local()      # while vjpviz.check runs: where its findings go (per thread)
 decorators: list = []                # f(diagnosis, session) -> diagnosis, before delivery
                                      # (%vjpviz values on puts the backward pass's values on it)
@@ -60,6 +71,7 @@ def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
 
 
 def history() -> list[Diagnosis]:
+  follow()
   with _lock:
     return list(_history)
 
@@ -67,6 +79,7 @@ def history() -> list[Diagnosis]:
 def latest() -> Diagnosis | None:
   """The lead of the latest delivery, as the error's note names it: of one call's
   diagnoses its first error (the one JAX raised for), else its first."""
+  follow()
   with _lock:
     batch = [d for d in _history if d.id in _latest]
   return next((d for d in batch if d.severity == ERROR), batch[0] if batch else None)
@@ -74,6 +87,7 @@ def latest() -> Diagnosis | None:
 
 def clear() -> None:
   with _lock:
+    _following.clear()
     _history.clear()
     _latest.clear()
     _warned.clear()
@@ -83,7 +97,8 @@ def clear() -> None:
 def add_listener(listener, with_fixes: bool = False) -> None:
   """Call ``listener(found, exc)`` on each delivery: as soon as the diagnoses (and their
   graphs) exist, or with ``with_fixes`` once fixes are attached (judging them takes up
-  to ``fixes.rank.BUDGET``); the diagnoses keep their ids."""
+  to ``fixes.rank.BUDGET``); the diagnoses keep their ids. For a raised error both
+  come in ``follow``, after the exception."""
   listeners = _fixes_listeners if with_fixes else _listeners
   if listener not in listeners:
     listeners.append(listener)
@@ -152,10 +167,26 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
       _mark(exc, found)
     collector.extend(found)
     return
-  if exc is None:
-    _remember_warnings(found)
-  else:
+  if exc is not None:
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
+    _publish(found, exc, [])   # into the history and onto the exception; the rest follows
+    _following.append(found)
+    return
+  _remember_warnings(found)
+  _finish(found, None)
+
+
+def follow(exc: BaseException | None = None) -> None:
+  """Finish the deliveries raised before: listeners, then fixes judged. ``exc``, the
+  error just shown, if at hand: its diagnoses are marked on it again, with fixes."""
+  while _following:
+    found = _following.popleft()
+    ids = {d.id for d in found}
+    raised = exc if ids & {d.id for d in getattr(exc, "__vjpviz__", ())} else RAISED
+    _finish(found, raised)
+
+
+def _finish(found: list[Diagnosis], exc: BaseException | None) -> None:
   _publish(found, exc, _listeners)   # the diagnosis first, then its fixes
   _publish([with_fixes(d) for d in found], exc, _fixes_listeners)
 
@@ -168,7 +199,7 @@ def _decorated(d: Diagnosis, session: Session) -> Diagnosis:
 
 def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list) -> None:
   """Into the history (replacing the same ids), onto the exception, to ``listeners``."""
-  if exc is not None:
+  if exc is not None and exc is not RAISED:
     _mark(exc, found)
   ids = {d.id for d in found}
   with _lock:

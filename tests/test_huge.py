@@ -98,3 +98,26 @@ def test_out_of_time_the_diagnosis_stands_without_its_graph(hook, monkeypatch):
   assert d.graph.nodes == () and d.node is None
   assert d.graph.note == "no graph: building it took over 0 s"
   assert d.graph.note in d.to_text() and d.fixes
+
+
+def test_a_4k_equation_model_without_named_scopes_has_a_small_default_view(hook):
+  """Issue 27: a plain-Python stack (no named scopes) of 4k equations shows at most 60 boxes
+  and 100 edges by default, the failing node among them."""
+  import pathlib
+  import sys
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+  import graph_scale
+
+  layers, bad = 65, 32
+  loss = graph_scale.plain_model(layers, bad, heads=2)
+  args = graph_scale.plain_inputs(layers, batch=2, seq=4, d_model=16, ffn=32)
+  assert len(jax.make_jaxpr(loss)(*args).jaxpr.eqns) >= 4000
+  try:
+    jax.grad(graph_scale.plain_model(layers, bad, heads=2))(*args)
+  except (TypeError, ValueError):   # gelu_bad's bwd returns g.T: JAX raises, vjpviz diagnoses
+    pass
+  d = hook.last()
+  assert d.function == "gelu_bad"
+  view = views.default_view(d.graph, d.node)
+  assert view.size <= 60 and len(view.edges) <= 100, (view.size, len(view.edges))
+  assert d.node in view.nodes

@@ -162,8 +162,9 @@ def test_html_export_opens_in_headless_chromium(d, tmp_path):
   assert "✖ &lt;img/src=x/onerror=alert(1)&gt;" in dom
 
 
-def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
-  """Judging fixes takes up to a second: a displayable diagnosis must not wait for it."""
+def test_the_exception_comes_first_then_the_diagnosis_then_its_fixes(hook):
+  """The exception (with its note) waits neither on listeners (views, SVG) nor on judging
+  fixes (up to a second): they follow it, where it has been shown (``pipeline.follow``)."""
   from jupyter_vjpviz import pipeline
   seen = []
   first = lambda found, exc: seen.append(("delivered", found, exc))   # noqa: E731
@@ -175,6 +176,10 @@ def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
   try:
     with pytest.raises(ValueError) as raised:
       jax.grad(lambda x: bad(x).sum())(jnp.ones((2, 3)))
+    assert seen == []   # raised before any listener ran or any fix was judged
+    (headline,) = raised.value.__vjpviz__
+    assert not headline.fixes and f"vjpviz: {headline.headline}" in "".join(raised.value.__notes__)
+    pipeline.follow(raised.value)
   finally:
     pipeline.remove_listener(first)
     pipeline.remove_listener(late)
@@ -183,6 +188,27 @@ def test_the_diagnosis_is_delivered_before_its_fixes_are_judged(hook):
   assert shown[0].graph.nodes and svg.of_view(views.default_view(shown[0].graph, shown[0].node))
   assert not shown[0].fixes and fixed[0].fixes and fixed[0].id == shown[0].id
   assert vv.last() is fixed[0] and raised.value.__vjpviz__ == fixed
+
+
+def test_reading_the_history_finishes_what_followed_a_caught_error(hook):
+  """A script that catches the error: ``vjpviz.last()`` judges the fixes then, and the
+  listeners that follow get a stand-in, never an exception vjpviz kept."""
+  from jupyter_vjpviz import pipeline
+  seen = []
+  listener = lambda found, exc: seen.append(exc)   # noqa: E731
+  pipeline.add_listener(listener)
+  bad = jax.custom_vjp(lambda x: x * 2.0)
+  bad.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g[:1],))
+  try:
+    try:
+      jax.grad(lambda x: bad(x).sum())(jnp.ones(3))
+    except ValueError:
+      pass
+    assert seen == []
+    d = vv.last()
+  finally:
+    pipeline.remove_listener(listener)
+  assert seen == [pipeline.RAISED] and d.fixes and vv.diagnoses() == [d]
 
 
 def test_a_view_is_laid_out_once_for_the_push_the_output_and_the_first_request(d, monkeypatch):

@@ -43,5 +43,6 @@ def _on_diagnoses(found: list[Diagnosis], exc) -> None:
 
 def _excepthook(typ, exc, tb):
   (_original_excepthook or sys.__excepthook__)(typ, exc, tb)
+  safely(pipeline.follow, exc)   # the error is shown: its diagnoses' fixes now
   for d in getattr(exc, "__vjpviz__", ()):
     print(report(d), file=sys.stderr)

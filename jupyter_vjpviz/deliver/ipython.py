@@ -1,9 +1,11 @@
 """``%load_ext vjpviz``: the hook, plus rich output after each failing cell.
 
-Diagnoses made while a cell runs are pushed to the panel at once (so it shows
-them before the traceback) and queued for ``post_run_cell``, i.e. shown after
-IPython has printed the traceback, so the user's error comes first and stays
-exactly as JAX wrote it. A cell shows and pushes at most SHOWN_PER_CELL.
+Warnings made while a cell runs are pushed to the panel at once; an error's
+diagnoses once IPython has printed its traceback (``post_run_cell`` finishes the
+deliveries the pipeline held back, so the exception never waits on a view's SVG).
+Both are queued for ``post_run_cell``, i.e. shown after the traceback, so the
+user's error comes first and stays exactly as JAX wrote it. A cell shows and
+pushes at most SHOWN_PER_CELL.
 
 Fixes are judged after a diagnosis is delivered (up to ``fixes.rank.BUDGET``):
 they follow it wherever it went, to the panel as a fixes message, into the
@@ -100,6 +102,7 @@ def _went(d: Diagnosis, where: str) -> None:
 
 def _show(result=None) -> None:
   global _not_shown
+  safely(pipeline.follow, getattr(result, "error_in_exec", None))
   found, _pending[:] = list(_pending), []
   if _not_shown:
     print(f"vjpviz: {_not_shown} more diagnoses in this cell not shown (vjpviz.diagnoses() "
