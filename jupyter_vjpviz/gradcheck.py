@@ -36,9 +36,6 @@ from .capture.records import WARNING, Record, Session
 from .capture.sites import custom_rules
 from .check import as_shape_struct, run
 
-KIND = "bwd_value"
-
-
 @dataclasses.dataclass(frozen=True)
 class RuleCheck:
   """The verdict on one rule at one set of input types: words, no arrays."""
@@ -156,7 +153,7 @@ def _verdict(site, cvjp, seed: int) -> oracle.Verdict:
 
 def _record(site, verdict: oracle.Verdict) -> Record:
   bad = [l for l in verdict.leaves if l.judged and not l.ok]
-  return Record(kind=KIND, severity=WARNING, function=site.function, source=site.source,
+  return Record(kind="bwd_value", severity=WARNING, function=site.function, source=site.source,
                 path=site.in_paths[bad[0].index], expected=f"the primal's derivative "
                 f"({verdict.judge})", got=verdict.breaks(), rule=site.rule, site=site,
                 flat_index=bad[0].index, detail=verdict.reason)

@@ -29,9 +29,6 @@ from .capture.records import ERROR, WARNING
 from .capture.sites import entry_points, jit_calls
 from .fixes import nonfinite as nonfinite_fixes
 
-NONFINITE = "nonfinite_cotangent"
-
-
 def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
   """Differentiate ``fun`` w.r.t. ``argnums``; if a gradient leaf is NaN or Inf, the
   ``nonfinite_cotangent`` Diagnosis: the equation whose backward rule first turned a
@@ -102,7 +99,7 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
                                for n, t, norm, ok in found.iterations]}
   where = f"the gradient of {name} has {grad.bad()}"
   if c is None:
-    return Diagnosis(kind=NONFINITE, severity=ERROR if raised else WARNING, function=origin.name,
+    return Diagnosis(kind="nonfinite_cotangent", severity=ERROR if raised else WARNING, function=origin.name,
                      rule=None, source=origin.source, path=name, expected="a finite gradient",
                      got=where, message=None, graph=graph, argument=name, cotangents=cotangents,
                      detail="no single equation made it non-finite: the forward pass may be "
@@ -113,7 +110,7 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
   if c.inner and c.inner[4] and primal and frames.library_file(primal.rpartition(":")[0]):
     function = c.inner[4]       # a library's rule (diffrax's loop): name the user's function
   return Diagnosis(
-      kind=NONFINITE, severity=ERROR if raised else WARNING, function=function, rule=rule,
+      kind="nonfinite_cotangent", severity=ERROR if raised else WARNING, function=function, rule=rule,
       source=inner or c.source, path=name, argument=name,
       expected=f"a finite cotangent out of {function}, given a finite one in (max |ct| "
                f"{c.ct_in.max_abs:.3g})",

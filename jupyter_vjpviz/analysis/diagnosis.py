@@ -110,6 +110,7 @@ class Diagnosis:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
          if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves")}
     d["headline"] = self.headline
+    d["traits"] = kinds.of(self.kind).traits()
     d["graph"] = self.graph.to_dict()
     d["fixes"] = [f.to_dict() for f in self.fixes]
     d["leaf_errors"] = [l.to_dict() for l in self.leaf_errors]

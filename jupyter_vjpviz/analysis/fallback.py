@@ -13,6 +13,7 @@ type is never cut in half.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from ..capture.records import ERROR, Record
 
@@ -25,26 +26,31 @@ def _type(name: str) -> str:
   return f"(?P<{name}>{_TYPE})"
 
 
+class _Pattern(NamedTuple):
+  kind: str
+  regex: re.Pattern
+
+
 _PATTERNS = (
-    ("bwd_type", re.compile(
+    _Pattern(kind="bwd_type", regex=re.compile(
         r"(?:attached to (?P<function>\S+) at (?P<source>\S+) )?must produce an output with the "
         rf"same (?:type|shape/dtypes).*?at output(?P<path>\S*) the bwd rule produced an output of "
         rf"(?:type|shape/dtype) {_type('got')} corresponding to an input of (?:type|shape/dtype) "
         rf"{_type('expected')}{_END}", re.S)),
-    ("bwd_type", re.compile(
+    _Pattern(kind="bwd_type", regex=re.compile(
         r"(?:at output(?P<path>\S*) )?the bwd rule (?:attached to (?P<function>\S+) at "
         rf"(?P<source>\S+) )?produced an output of type {_type('got')} which doesn't match "
         rf"expected type {_type('expected')}{_END}")),
-    ("accumulator_type", re.compile(
+    _Pattern(kind="accumulator_type", regex=re.compile(
         rf"Accumulator aval mismatch: expected {_type('expected')}, got {_type('got')}{_END}")),
-    ("accumulator_type", re.compile(
+    _Pattern(kind="accumulator_type", regex=re.compile(
         rf"Expected cotangent type {_type('expected')} but got {_type('got')}{_END}")),
-    ("grad_ref_type", re.compile(
+    _Pattern(kind="grad_ref_type", regex=re.compile(
         r"for the argument at position (?P<path>\S+) of the differentiated function "
         rf"(?P<function>\S+) at (?P<source>\S+?): the given ref has type {_type('got')}, but "
         rf"accumulating this argument's gradient requires a ref of type {_type('expected')}"
         rf"{_END}")),
-    ("vjp_cotangent_type", re.compile(
+    _Pattern(kind="vjp_cotangent_type", regex=re.compile(
         rf"for argument to (?:VJP|vjp) function: got {_type('got')}, but expected {_type('expected')}"
         rf"{_END}")),
 )

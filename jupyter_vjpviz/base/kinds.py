@@ -25,6 +25,13 @@ RETURNED = "returned"          # the rule's return value
 ACCUMULATED = "accumulated"    # pushed into a gradient accumulator (hijax ``vjp_bwd``, Refs)
 PASSED = "passed"              # handed by the user to a VJP function
 
+# The JAX objects a kind is recorded at, named as in a hook point's label
+# (``jax._src.api._vjp3_bwd``, ``custom_vjp.fwd``); ``a|b``: either one, where JAX versions differ.
+RULES = "custom_vjp"                                  # its __call__, or its fwd and bwd
+F_VJP = "_vjp3_bwd|_vjp_pullback_wrapper"             # before JAX 0.8, the pullback wrapper
+WITH_REFS = "_vjp_accum"
+ACCUMULATE = "ct_check"
+
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
@@ -45,6 +52,8 @@ class Kind:
   silent: bool = False              # JAX lets it through: a warning unless JAX fails further on
   rule_fixers: tuple[str, ...] = ()
   call_fixers: tuple[str, ...] = ()
+  needs: tuple[str, ...] = ()       # the hook points it is recorded at, all hooked (capabilities);
+                                    # none: found by vjpviz's own checks (gradcheck, nans)
 
   @property
   def structural(self) -> bool:
@@ -62,6 +71,11 @@ class Kind:
     """The primal's own derivative can stand in for the rule's output (and zeros
     where it is zero): a rule whose cotangents are wrong in type or structure."""
     return self.rewrites_returns and self.wrong != VALUE
+
+  def traits(self) -> dict:
+    """What the panel branches on (the protocol's ``traits``): it never compares kind names."""
+    return {"role": self.role, "subject": self.subject, "wrong": self.wrong,
+            "channel": self.channel, "silent": self.silent, "structural": self.structural}
 
 
 def _who(d) -> str:
@@ -114,41 +128,43 @@ def _accumulator(d) -> str:
 
 _ENTRIES = (
     Kind("bwd_type", lambda d: f"{_who(d)} {_made(d)} {d.got}{_where(d)}; the cotangent must be "
-         f"{d.expected}", role="bwd", rule_fixers=("types",)),
+         f"{d.expected}", role="bwd", rule_fixers=("types",), needs=(RULES,)),
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
-         rule_fixers=("types",)),
+         rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"
          f"{' at ' + _input(d) if d.path else ''}", role="bwd", wrong=STRUCTURE,
-         rule_fixers=("structure",)),
+         rule_fixers=("structure",), needs=(RULES,)),
     Kind("bwd_value", lambda d: f"{d.function}'s bwd rule returns well-typed cotangents that are "
          f"not {d.function}'s derivative: {d.got}", role="bwd", wrong=VALUE, silent=True),
     Kind("fwd_type", lambda d: f"{_who(d)} produced primal output {d.got} at {d.path or 'the top'}, "
-         f"but {d.function} produces {d.expected}", role="fwd", rule_fixers=("fwd",)),
+         f"but {d.function} produces {d.expected}", role="fwd", rule_fixers=("fwd",),
+         needs=(RULES,)),
     Kind("fwd_structure", lambda d: f"{_who(d)} returned the wrong structure", role="fwd",
-         wrong=STRUCTURE, rule_fixers=("fwd",)),
+         wrong=STRUCTURE, rule_fixers=("fwd",), needs=(RULES,)),
     Kind("accumulator_type", _accumulator, role="bwd", subject=INPUT, channel=ACCUMULATED,
-         rule_fixers=("types",), call_fixers=("accumulator",)),
+         rule_fixers=("types",), call_fixers=("accumulator",), needs=(ACCUMULATE, WITH_REFS)),
     Kind("ref_grad_unbound", lambda d: f"{_input(d)} of {d.function} is a Ref: its gradient needs a "
          "gradient ref bound with with_refs", role=None, subject=INPUT, wrong=BINDING,
-         channel=ACCUMULATED, call_fixers=("refs",)),
+         channel=ACCUMULATED, call_fixers=("refs",), needs=(WITH_REFS,)),
     Kind("ref_grad_as_value", lambda d: f"{_input(d)} of {d.function} is a Ref: its gradient can't be "
          "returned as a value", role=None, subject=INPUT, wrong=BINDING, channel=ACCUMULATED,
-         call_fixers=("refs",)),
+         call_fixers=("refs",), needs=(WITH_REFS,)),
     Kind("grad_ref_type", lambda d: f"the gradient ref for {_input(d)} of {d.function} is {d.got}, but "
          f"must be {d.expected}", role=None, subject=INPUT, channel=ACCUMULATED,
-         call_fixers=("refs",)),
+         call_fixers=("refs",), needs=(WITH_REFS,)),
     Kind("vjp_cotangent_type", lambda d: f"the cotangent passed to {d.function}'s VJP function at "
          f"{d.path} is {d.got}, but must be {d.expected}", role=None, subject=OUTPUT,
-         channel=PASSED, call_fixers=("cotangent",)),
+         channel=PASSED, call_fixers=("cotangent",), needs=(F_VJP,)),
     Kind("vjp_cotangent_structure", lambda d: f"the cotangent passed to {d.function}'s VJP function "
          "has the wrong tree structure", role=None, subject=OUTPUT, wrong=STRUCTURE,
-         channel=PASSED, call_fixers=("cotangent_tree",)),
+         channel=PASSED, call_fixers=("cotangent_tree",), needs=(F_VJP,)),
     Kind("nonfinite_cotangent", lambda d: f"the gradient goes non-finite at {d.function}"
          f"{' (' + d.source + ')' if d.source else ''}: {d.detail}", role=None, wrong=VALUE,
          silent=True),
     Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
-         f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp"),
-    Kind("solve_type", _solve, role="solve"),
+         f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp",
+         needs=("_flatten_jvp",)),
+    Kind("solve_type", _solve, role="solve", needs=("transposed_fun|_check_shapes",)),
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in _ENTRIES}

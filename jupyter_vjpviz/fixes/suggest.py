@@ -82,7 +82,8 @@ class Rule:
   @property
   def keys(self) -> list:
     keys = source.path_keys(self.d.path)
-    if self.d.kind == "bwd_structure":   # a type's path is the user's return's already
+    kind = kinds.of(self.d.kind)
+    if kind.structural and kind.role == "bwd":   # a type's path is the user's return's already
       keys = source.users_return_keys(self.d.site, self.user_rules.bwd, keys)
     if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(
         isinstance(r.value, (ast.Tuple, ast.List)) for r in self.src.returns()):

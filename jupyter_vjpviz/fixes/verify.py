@@ -290,7 +290,7 @@ def in_notebook(path: str) -> bool:
           or os.path.basename(os.path.dirname(path)).startswith("ipykernel_"))
 
 
-def file_patch(user_rules, code: str, kind: str = "bwd_type") -> str:
+def file_patch(user_rules, code: str, kind: str) -> str:
   """A unified diff replacing each rule ``code`` redefines in its source file."""
   path = home(user_rules).__code__.co_filename
   with open(path, encoding="utf-8") as f:

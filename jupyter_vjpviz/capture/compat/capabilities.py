@@ -14,33 +14,14 @@ import sys
 
 import jax
 
+from ...base import kinds
 from ..sites import vjp3_rules
 
 TESTED = ("0.6", "0.12")   # the oldest and newest JAX minor versions the test script runs
-_RULES = "custom_vjp"          # its __call__, or its fwd and bwd
-_F_VJP = "_vjp3_bwd|_vjp_pullback_wrapper"   # before JAX 0.8, the pullback wrapper
-_WITH_REFS = "_vjp_accum"
-_ACCUMULATE = "ct_check"
 _HIJAX_BWD = "_accum_args_grad|HiPrim|VJPHiPrimitive"   # before JAX 0.12, the base vjp_bwd
 
-NEEDS: dict[str, tuple[str, ...]] = {
-    "bwd_type": (_RULES,),
-    "bwd_structure": (_RULES,),
-    "fwd_type": (_RULES,),
-    "fwd_structure": (_RULES,),
-    "silent_dtype": (_RULES,),
-    "vjp_cotangent_type": (_F_VJP,),
-    "vjp_cotangent_structure": (_F_VJP,),
-    "accumulator_type": (_ACCUMULATE, _WITH_REFS),
-    "ref_grad_unbound": (_WITH_REFS,),
-    "ref_grad_as_value": (_WITH_REFS,),
-    "grad_ref_type": (_WITH_REFS,),
-    "jvp_tangent_type": ("_flatten_jvp",),
-    "solve_type": ("transposed_fun|_check_shapes",),
-}
-"""The JAX objects each kind is recorded at: all must be hooked (wrapped or watched),
-named as in a hook point's label (``jax._src.api._vjp3_bwd``, ``custom_vjp.fwd``);
-``a|b``: either one, where JAX versions differ."""
+NEEDS: dict[str, tuple[str, ...]] = {k.name: k.needs for k in kinds.KINDS.values() if k.needs}
+"""The hook points each kind is recorded at (``Kind.needs``): all must be hooked."""
 
 SOURCES: dict[str, tuple[str, ...]] = {
     "hijax primitives": (_HIJAX_BWD,),
@@ -94,7 +75,7 @@ def _hijax_path_watched(has) -> bool:
   if "jax_custom_vjp3" not in jax.config.values:
     return False
   other = vjp3_rules.separate_class()
-  return has((_RULES,)) if other is None else has((other.__name__,))
+  return has((kinds.RULES,)) if other is None else has((other.__name__,))
 
 
 def _tested() -> bool:

@@ -27,7 +27,7 @@ import jax
 from jax._src import api, core
 from jax._src.interpreters import partial_eval as pe
 
-from ...base import safety, trees
+from ...base import kinds, safety, trees
 from .. import records
 from ..code_events import CodeEvents
 from ..compat.patches import PatchSet
@@ -112,7 +112,7 @@ def transposed_records(frame) -> list[Record]:
     return found
   # JAX's cotangent has the primitive's output type: the map's output is what is wrong.
   # (A wrong tree is caught where JAX traces the user's function, before this.)
-  return [_map_output(jaxpr, rec) for rec in found if rec.kind == "vjp_cotangent_type"]
+  return [_map_output(jaxpr, rec) for rec in found if not kinds.of(rec.kind).structural]
 
 
 def _handed_by_jax(frame) -> bool:
