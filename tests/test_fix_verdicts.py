@@ -331,14 +331,18 @@ def loss(x): return (clip_gradient(x) * 3.).sum()
 """
 
 
-def test_a_cast_of_a_clipped_gradient_says_it_keeps_the_rules_values():
-  """The rule clips on purpose and returns bfloat16 by mistake: casting is right for its
-  type and keeps its values, and says so; the primal calls every clipping fix wrong."""
+def test_a_cast_of_a_clipped_gradient_keeps_the_rules_values_first():
+  """The rule clips on purpose and returns bfloat16 by mistake. Its primal hands its input
+  back unchanged, so the rule exists to change the gradient: a surrogate, judged by its
+  own values. Before: the cast was type-only, behind fixes replacing the clipping."""
   ns = cell(CLIPPED)
   d = diagnosis(ns["loss"], jnp.linspace(-1., 1., 3))
-  cast = next(f for f in d.fixes if f.title.startswith("Cast to float32"))
-  assert cast.verdict == "type-only" and "keeps your rule's values" in cast.title
-  assert "mark the rule with vjpviz.surrogate" in cast.note
+  cast = d.fixes[0]
+  assert cast.title.startswith("Cast to") and cast.verdict == "verified", \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "returns its input unchanged" in cast.note and "vjpviz.surrogate" in cast.note
+  primal = next(f for f in d.fixes if "differentiating clip_gradient" in f.title)
+  assert primal.verdict == "type-only" and "changes your surrogate's values" in primal.title
 
 
 def test_a_surrogate_rule_is_judged_by_its_own_values():

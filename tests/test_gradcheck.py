@@ -234,3 +234,56 @@ def test_the_result_keeps_no_array_of_the_checked_function_alive():
   del big, loss
   gc.collect()
   assert alive() is None and len(result) == 1 and result[0].leaf_errors
+
+
+def _softplus_rule(scale):
+  """softplus whose bwd computes in float16 and casts back to float32 (``scale`` x the
+  right gradient)."""
+  @jax.custom_vjp
+  def softplus(x):
+    return jnp.logaddexp(x, 0.)
+
+  def softplus_bwd(x, g):
+    s = jax.nn.sigmoid(x.astype(jnp.float16))
+    return ((scale * g.astype(jnp.float16) * s).astype(jnp.float32),)
+  softplus.defvjp(lambda x: (softplus(x), x), softplus_bwd)
+  return softplus
+
+
+def test_a_rule_computing_in_float16_is_judged_at_float16_tolerance():
+  """Before: 'rel 0.00077' at float32 tolerance called the right rule wrong."""
+  x = jnp.linspace(-3., 3., 12)
+  right = _softplus_rule(1.)
+  assert list(vv.gradcheck(lambda x: jnp.sin(right(x)).sum(), x)) == []
+  off = _softplus_rule(1.05)
+  (d,) = vv.gradcheck(lambda x: jnp.sin(off(x)).sum(), x)
+  assert d.kind == "bwd_value", "5% off is wrong at float16 tolerance too"
+
+
+def _host_log(bwd):
+  """log(x) computed on the host (pure_callback): NaN at negative x, outside its domain."""
+  import numpy as np
+
+  def host(x):
+    return jax.pure_callback(lambda v: np.log(v).astype(v.dtype),
+                             jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="expand_dims")
+
+  @jax.custom_vjp
+  def log_host(x):
+    return host(x)
+  log_host.defvjp(lambda x: (log_host(x), x), bwd)
+  return log_host
+
+
+def test_a_reference_that_is_not_finite_cannot_judge_and_never_calls_a_rule_wrong():
+  """Before: finite differences at negative draws were NaN ('rel nan'): the right rule of
+  a host callback was a bwd_value warning. A NaN reference says nothing; the positive
+  draws still judge, and find a wrong rule."""
+  import numpy as np
+  with np.errstate(invalid="ignore"):
+    right = _host_log(lambda x, g: (g / x,))
+    result = vv.gradcheck(lambda x: right(x).sum(), jnp.linspace(.5, 2., 4))
+    assert list(result) == [], result
+    wrong = _host_log(lambda x, g: (-g / x,))
+    (d,) = vv.gradcheck(lambda x: wrong(x).sum(), jnp.linspace(.5, 2., 4))
+  assert d.kind == "bwd_value" and "finite differences" in d.expected

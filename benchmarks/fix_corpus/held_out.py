@@ -25,7 +25,7 @@ import numpy as np
 from .rules import Base, Mutation, normal, positive
 
 KINDS = ("transposed", "reduction", "dtype", "swapped", "missing_tuple", "extra_output",
-         "structure", "sign_scale", "wrong_axis", "scatter")
+         "structure", "sign_scale", "wrong_axis", "scatter", "surrogate")
 VALUE_KINDS = ("sign_scale", "wrong_axis")   # always well-typed (others may be too)
 
 
@@ -860,6 +860,212 @@ hypot.defvjp(hypot_fwd, hypot_bwd)
 """
 
 
+# Written for issue 30 (surrogates: gradients that differ from the primal's on purpose,
+# none marked vv.surrogate; opaque primals), before any change for it. Each surrogate
+# cell defines ``reference``: the gradient the user means, which the benchmark judges by.
+
+BINARY_STE = """
+@jax.custom_vjp
+def binarize(w):
+  # binarised weights: sign forward, straight through inside [-1, 1] backward
+  return jnp.where(w >= 0, 1., -1.)
+
+def reference(w):
+  c = jnp.clip(w, -1., 1.)
+  return c + jax.lax.stop_gradient(jnp.where(w >= 0, 1., -1.) - c)
+
+def binarize_fwd(w):
+  return binarize(w), jnp.abs(w) <= 1.
+
+def binarize_bwd(inside, g):
+  return (g * inside,)
+
+binarize.defvjp(binarize_fwd, binarize_bwd)
+"""
+
+ROUND_BF16 = """
+@jax.custom_vjp
+def fake_quant(x):
+  # 3-bit fractional fake quantisation, straight-through
+  return jnp.floor(x * 8. + 0.5) / 8.
+
+def reference(x):
+  return x + jax.lax.stop_gradient(jnp.floor(x * 8. + 0.5) / 8. - x)
+
+def fake_quant_fwd(x):
+  return fake_quant(x), None
+
+def fake_quant_bwd(_, g):
+  return (g,)
+
+fake_quant.defvjp(fake_quant_fwd, fake_quant_bwd)
+"""
+
+REVERSAL = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def flip_grad(x, lam):
+  # domain-adversarial training: identity forward, reversed and scaled gradient
+  return x
+
+def reference(x, lam):
+  return jax.lax.stop_gradient((1. + lam) * x) - lam * x
+
+def flip_grad_fwd(x, lam):
+  return x, None
+
+def flip_grad_bwd(lam, _, g):
+  return (-lam * g,)
+
+flip_grad.defvjp(flip_grad_fwd, flip_grad_bwd)
+"""
+
+CLIP_GRAD = """
+@jax.custom_vjp
+def clip_grad(x):
+  # gradient clipping in the backward pass only
+  return x
+
+@jax.custom_vjp
+def reference(x):   # what the user means, written apart: the cotangent clipped
+  return x
+reference.defvjp(lambda x: (x, None), lambda _, g: (jnp.clip(g, -0.5, 0.5),))
+
+def clip_grad_fwd(x):
+  return x, None
+
+def clip_grad_bwd(_, g):
+  return (jnp.clip(g, -0.5, 0.5),)
+
+clip_grad.defvjp(clip_grad_fwd, clip_grad_bwd)
+"""
+
+LSQ = """
+@jax.custom_vjp
+def lsq(x, step):
+  # learned-step quantiser, straight through for x; the step is trained elsewhere
+  return jnp.round(x / step) * step
+
+def reference(x, step):
+  return x + jax.lax.stop_gradient(jnp.round(x / step) * step - x) + 0. * jax.lax.stop_gradient(step)
+
+def lsq_fwd(x, step):
+  return lsq(x, step), None
+
+def lsq_bwd(_, g):
+  return g, None
+
+lsq.defvjp(lsq_fwd, lsq_bwd)
+"""
+
+SMOOTH_STEP = """
+@jax.custom_vjp
+def spike(v):
+  # spiking neuron: a hard threshold forward, a sigmoid's slope backward
+  return (v > 0.).astype(v.dtype)
+
+def reference(v):
+  s = jax.nn.sigmoid(4. * v)
+  return s + jax.lax.stop_gradient((v > 0.).astype(v.dtype) - s)
+
+def spike_fwd(v):
+  return spike(v), v
+
+def spike_bwd(v, g):
+  s = jax.nn.sigmoid(4. * v)
+  return (g * 4. * s * (1. - s),)
+
+spike.defvjp(spike_fwd, spike_bwd)
+"""
+
+HARD_ONEHOT = """
+@jax.custom_vjp
+def hard_choice(logits):
+  # straight-through one-hot: argmax forward, softmax's gradient backward
+  return jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1])
+
+def reference(logits):
+  y = jax.nn.softmax(logits)
+  return y + jax.lax.stop_gradient(jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1]) - y)
+
+def hard_choice_fwd(logits):
+  return hard_choice(logits), jax.nn.softmax(logits)
+
+def hard_choice_bwd(y, g):
+  return (y * (g - (g * y).sum(-1, keepdims=True)),)
+
+hard_choice.defvjp(hard_choice_fwd, hard_choice_bwd)
+"""
+
+BUCKETS = """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def bucketize(x, n):
+  # n uniform buckets on [0, 1), straight through
+  return jnp.floor(jnp.clip(x, 0., 0.999) * n) / n
+
+def reference(x, n):
+  c = jnp.clip(x, 0., 0.999)
+  return c + jax.lax.stop_gradient(jnp.floor(c * n) / n - c)
+
+def bucketize_fwd(x, n):
+  return bucketize(x, n), (x >= 0.) & (x <= 0.999)
+
+def bucketize_bwd(n, inside, g):
+  return (g * inside,)
+
+bucketize.defvjp(bucketize_fwd, bucketize_bwd)
+"""
+
+TREE_CLIP = """
+@jax.custom_vjp
+def clip_tree(p):
+  # per-leaf gradient clipping of a parameter dict, identity forward
+  return p
+
+@jax.custom_vjp
+def reference(p):   # what the user means, written apart: every leaf's cotangent clipped
+  return p
+reference.defvjp(lambda p: (p, None),
+                 lambda _, g: (jax.tree_util.tree_map(lambda t: jnp.clip(t, -0.5, 0.5), g),))
+
+def clip_tree_fwd(p):
+  return p, None
+
+def clip_tree_bwd(_, g):
+  return (jax.tree.map(lambda t: jnp.clip(t, -0.5, 0.5), g),)
+
+clip_tree.defvjp(clip_tree_fwd, clip_tree_bwd)
+"""
+
+CALLBACK = """
+import scipy.special
+
+def _log_i0e(k):
+  # log of the exponentially scaled Bessel I0, on the host
+  return jax.pure_callback(lambda k: np.log(scipy.special.i0e(k)).astype(k.dtype),
+                           jax.ShapeDtypeStruct(k.shape, k.dtype), k, vmap_method="expand_dims")
+
+def _ratio(k):
+  return jax.pure_callback(lambda k: (scipy.special.i1e(k) / scipy.special.i0e(k)).astype(k.dtype),
+                           jax.ShapeDtypeStruct(k.shape, k.dtype), k, vmap_method="expand_dims")
+
+@jax.custom_vjp
+def vmf_log_norm(kappa):
+  # log I0(kappa) - 0.5 log(kappa), for kappa > 0 (NaN below: outside the domain)
+  return _log_i0e(kappa) + kappa - 0.5 * jnp.log(kappa)
+
+def vmf_fwd(kappa):
+  return vmf_log_norm(kappa), kappa
+
+def vmf_bwd(kappa, g):
+  return (g * (_ratio(kappa) - 0.5 / kappa),)
+
+vmf_log_norm.defvjp(vmf_fwd, vmf_bwd)
+
+def reference(kappa):   # the same function in JAX's own terms, for the benchmark's judge
+  return jnp.log(jax.scipy.special.i0e(kappa)) + kappa - 0.5 * jnp.log(kappa)
+"""
+
+
 CASES = (
     c("ln_channels", "reduction", "gamma's gradient summed over the batch axis only",
       LAYER_NORM_CH, ("dgamma = (dy * xhat).sum(axis=(0, 2))", "dgamma = (dy * xhat).sum(0)"),
@@ -1038,6 +1244,39 @@ CASES = (
     c("hypot", "swapped", "a's and b's cotangents exchanged",
       LIST_RET, ("return (g * a / h, g * b / h)", "return (g * b / h, g * a / h)"),
       lambda r: (positive(r, 5), positive(r, 5))),
+    # Written for issue 30, measured before any change for it (surrogates unmarked).
+    c("binarize", "surrogate", "the straight-through sign returns a bare array",
+      BINARY_STE, ("return (g * inside,)", "return g * inside"),
+      lambda r: (1.5 * normal(r, 4, 3),)),
+    c("fake_quant", "surrogate", "the straight-through cotangent returned in bfloat16",
+      ROUND_BF16, ("return (g,)", "return (g.astype(jnp.bfloat16),)"),
+      lambda r: (normal(r, 3, 5),)),
+    c("flip_grad", "surrogate", "the reversed gradient not in a tuple",
+      REVERSAL, ("return (-lam * g,)", "return -lam * g"),
+      lambda r: (normal(r, 4, 3), 0.5)),
+    c("clip_grad", "surrogate", "a cotangent for nothing appended",
+      CLIP_GRAD, ("return (jnp.clip(g, -0.5, 0.5),)", "return (jnp.clip(g, -0.5, 0.5), None)"),
+      lambda r: (normal(r, 6),)),
+    c("lsq", "surrogate", "the step's None forgotten",
+      LSQ, ("return g, None", "return g"),
+      lambda r: (normal(r, 3, 4), positive(r, 1))),
+    c("spike", "surrogate", "the surrogate slope transposed",
+      SMOOTH_STEP, ("return (g * 4. * s * (1. - s),)", "return ((g * 4. * s * (1. - s)).T,)"),
+      lambda r: (normal(r, 3, 5),)),
+    c("hard_choice", "surrogate", "the straight-through softmax gradient as a bare array",
+      HARD_ONEHOT, ("return (y * (g - (g * y).sum(-1, keepdims=True)),)",
+                    "return y * (g - (g * y).sum(-1, keepdims=True))"),
+      lambda r: (normal(r, 4, 6),)),
+    c("bucketize", "surrogate", "a cotangent for the static bucket count",
+      BUCKETS, ("return (g * inside,)", "return (g * inside, None)"),
+      lambda r: (r.uniform(-0.2, 1.2, (3, 4)).astype(np.float32), 8)),
+    c("clip_tree", "surrogate", "the clipped dict returned without its tuple",
+      TREE_CLIP, ("return (jax.tree.map(lambda t: jnp.clip(t, -0.5, 0.5), g),)",
+                  "return jax.tree.map(lambda t: jnp.clip(t, -0.5, 0.5), g)"),
+      lambda r: ({"w": normal(r, 3, 2), "b": normal(r, 2)},)),
+    c("vmf_log_norm", "sign_scale", "the 0.5/kappa term with the wrong sign (a host callback)",
+      CALLBACK, ("(_ratio(kappa) - 0.5 / kappa)", "(_ratio(kappa) + 0.5 / kappa)"),
+      lambda r: (positive(r, 5),)),
 )
 
 

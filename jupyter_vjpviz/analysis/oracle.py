@@ -162,6 +162,14 @@ class Oracle:
   def available(self) -> bool:
     return bool(self.judge) and len(self.unjudged) < len(self.site.in_paths)
 
+  def identity(self) -> bool:
+    """The primal hands inputs back unchanged as all its outputs: a custom rule on it exists
+    only to shape the gradient (clipping, reversal, scaling), so it differs on purpose."""
+    traced = _Traced(self.fun, abstract_call_args(self.site))
+    if traced.jaxpr is None or not traced.jaxpr.outvars:
+      return False
+    return len(_passed_through(traced.jaxpr)) == len(traced.jaxpr.outvars)
+
   def reference_zero(self, index: int) -> bool:
     """Whether the reference cotangent of input leaf ``index`` is zero at every draw."""
     refs = [d.reference[index] for d in self.draws if d.reference is not None]

@@ -126,7 +126,15 @@ class Judge:
     if surrogates.is_surrogate(getattr(rules, "custom_vjp", rules)):
       return (f"the rule is marked vjpviz.surrogate (its gradient differs from "
               f"{self.rule.d.function}'s on purpose)")
-    flat = self.oracle.unjudged if self.oracle is not None else frozenset()
+    if self.oracle is None:
+      return None
+    flat = self.oracle.unjudged
+    if not flat and self.oracle.identity():
+      own = self.rule_values
+      return None if own is None or own.differs is None else (
+          f"your rule is a surrogate gradient: {self.rule.d.function} returns its input "
+          f"unchanged, so a rule for it exists to change the gradient ({own.differs}); "
+          "mark it with vjpviz.surrogate to say so")
     own = self.rule_values if flat else None
     given = [i for i in sorted(flat) if own is not None and not own.oracle.reference_zero(i)]
     if not given:
