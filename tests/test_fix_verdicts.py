@@ -681,3 +681,14 @@ def test_an_unmarked_straight_through_estimator_keeps_its_values_first():
   got = jax.grad(ns["loss"])(w, x)
   want = jax.grad(lambda w, x: jnp.tanh(x @ (w + jax.lax.stop_gradient(jnp.sign(w) - w))).sum())(w, x)
   np.testing.assert_allclose(got, want * (jnp.abs(w) <= 1.), rtol=1e-5)
+
+
+def test_an_extra_none_of_a_clipping_rule_is_dropped_keeping_its_values():
+  """Before: no fix kept the clipping; the first was differentiating the identity."""
+  ns = cell(CLIPPED.replace("return (jnp.clip(g, -1., 1.).astype(jnp.bfloat16),)",
+                            "return (jnp.clip(g, -1., 1.), None)"))
+  d = diagnosis(ns["loss"], jnp.linspace(-1., 1., 3))
+  first = d.fixes[0]
+  assert first.title == "Drop the extra cotangents" and first.verdict == "verified", \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "return (jnp.clip(g, -1., 1.),)" in first.code

@@ -332,9 +332,10 @@ def _realigned(rule: Rule, value: ast.expr, out, wanted, elts: list[str] | None 
       m += 1
     else:
       picked.append("None")
-  if m != len(out):
+  if m != len(out) and any(o is not None for o in out[m:]):   # extra Nones are dropped
     return []
-  return [rule.fix("Add None for the missing inputs", [(value, _tuple(picked))],
+  return [rule.fix("Add None for the missing inputs" if m == len(out) else
+                   "Drop the extra cotangents", [(value, _tuple(picked))],
                    "None is a zero cotangent for an input the rule does not differentiate",
                    False)]
 
