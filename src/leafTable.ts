@@ -3,7 +3,7 @@
  * sends as data (key paths, each side's type or `missing`): no tree's text is
  * parsed here.
  */
-import type { DiagnosisLeaf, KeyEntry, LeafError } from './protocol';
+import type { Diagnosis, DiagnosisLeaf, KeyEntry, LeafError } from './protocol';
 
 export type RowStatus = 'mismatch' | 'same' | 'missing' | 'extra';
 
@@ -111,10 +111,12 @@ function valueRow(l: LeafError): ILeafRow {
 }
 
 /**
- * The expected-vs-got rows of a diagnosis.
+ * The expected-vs-got rows of a diagnosis. Its kind's traits say how to read
+ * it (a kind is never named here): values compared leaf by leaf, or two
+ * pytree structures.
  */
 export function leafRows(d: {
-  kind: string;
+  traits?: Diagnosis['traits'];
   path?: string | null;
   argument?: string | null;
   expected?: string | null;
@@ -123,7 +125,7 @@ export function leafRows(d: {
   leaves?: readonly DiagnosisLeaf[] | null;
 }): ILeafRow[] {
   if (
-    d.kind === 'bwd_value' &&
+    d.traits?.wrong === 'value' &&
     Array.isArray(d.leaf_errors) &&
     d.leaf_errors.length
   ) {
@@ -133,7 +135,7 @@ export function leafRows(d: {
   const got = d.got ?? '';
   if (Array.isArray(d.leaves) && d.leaves.length) {
     const rows = d.leaves.map(rowOfLeaf);
-    if (d.kind.endsWith('_structure') && rows.every(r => r.status === 'same')) {
+    if (d.traits?.structural && rows.every(r => r.status === 'same')) {
       // Same leaves, different containers: the two trees, as the kernel wrote them.
       rows.push({
         path: d.path || '(root)',

@@ -10,6 +10,24 @@ const base = {
   fixes: []
 };
 
+type Traits = NonNullable<Diagnosis['traits']>;
+
+/**
+ * A kind's traits as the registry sends them (base/kinds.py Kind.traits): a
+ * bwd rule's returned cotangent, wrong in `wrong`.
+ */
+function traitsOf(wrong: Traits['wrong'], other: Partial<Traits> = {}): Traits {
+  return {
+    role: 'bwd',
+    subject: 'rule',
+    wrong,
+    channel: 'returned',
+    silent: false,
+    structural: wrong === 'structure',
+    ...other
+  };
+}
+
 describe('keyPath', () => {
   it('spells a path as jax.tree_util.keystr does', () => {
     expect(
@@ -41,7 +59,7 @@ describe('leafRows', () => {
   it('gives one row for a type mismatch', () => {
     expect(
       leafRows({
-        kind: 'bwd_type',
+        traits: traitsOf('type'),
         path: '[1]',
         expected: 'float32[5,3]',
         got: 'float32[3,5]'
@@ -58,7 +76,7 @@ describe('leafRows', () => {
 
   it('marks missing and extra leaves for structure kinds, from the leaves as data', () => {
     const rows = leafRows({
-      kind: 'bwd_structure',
+      traits: traitsOf('structure'),
       path: "[1]['b']",
       expected: 'a tree the panel never parses',
       got: 'another one',
@@ -128,7 +146,7 @@ describe('leafRows', () => {
       got: 'float32[]'
     });
     const rows = leafRows({
-      kind: 'fwd_structure',
+      traits: traitsOf('structure', { role: 'fwd' }),
       expected: 'PyTreeDef((*, *))',
       got: 'PyTreeDef([*, *])',
       leaves: [leaf(0), leaf(1)]
@@ -143,7 +161,7 @@ describe('leafRows', () => {
   it('names the one row by the input as the user would type it', () => {
     expect(
       leafRows({
-        kind: 'accumulator_type',
+        traits: traitsOf('type', { subject: 'input', channel: 'accumulated' }),
         path: 'args[0]',
         argument: 'x',
         expected: 'float32[3]',
@@ -155,7 +173,7 @@ describe('leafRows', () => {
   it('shows a diagnosis read from the message as its text, in one row', () => {
     expect(
       leafRows({
-        kind: 'bwd_structure',
+        traits: traitsOf('structure'),
         path: '',
         expected: 'PyTreeDef((*, *))',
         got: 'PyTreeDef(*)'
@@ -230,10 +248,58 @@ describe('renderRuleSource', () => {
   });
 });
 
-describe('leafRows of a bwd_value', () => {
+describe('leafRows reads the traits, never the kind', () => {
+  const leaf = (i: number) => ({
+    path: [{ kind: 'index' as const, key: i }],
+    expected: 'float32[]',
+    got: 'float32[]'
+  });
+  const valueError = {
+    name: 'x',
+    ok: false,
+    max_abs: 1,
+    max_rel: 1,
+    got_zero: false,
+    reference_at: 1,
+    got_at: 2
+  };
+
+  it('gives a kind the panel never heard of the rows its traits call for', () => {
+    const later = {
+      kind: 'a_kind_added_later',
+      traits: traitsOf('value', { role: null, subject: 'output' }),
+      leaf_errors: [valueError]
+    };
+    expect(leafRows(later).map(r => r.path)).toEqual(['x']);
+    const structural = {
+      kind: 'another_kind',
+      traits: traitsOf('structure', { channel: 'passed' }),
+      expected: 'PyTreeDef((*, *))',
+      got: 'PyTreeDef([*, *])',
+      leaves: [leaf(0), leaf(1)]
+    };
+    expect(leafRows(structural).map(r => r.status)).toEqual([
+      'same',
+      'same',
+      'mismatch'
+    ]);
+  });
+
+  it('reads a type mismatch as its leaves, whatever the name says', () => {
+    const named = {
+      kind: 'bwd_value_structure',
+      traits: traitsOf('type'),
+      leaf_errors: [valueError],
+      leaves: [leaf(0), leaf(1)]
+    };
+    expect(leafRows(named).map(r => r.status)).toEqual(['same', 'same']);
+  });
+});
+
+describe('leafRows of a value kind', () => {
   it('shows the reference beside the rule, leaf by leaf', () => {
     const rows = leafRows({
-      kind: 'bwd_value',
+      traits: traitsOf('value', { silent: true }),
       path: '[0]',
       expected: "the primal's derivative (autodiff)",
       got: 'the gradient of `x` differs',
