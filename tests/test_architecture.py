@@ -147,8 +147,6 @@ def _panel_sources() -> list[pathlib.Path]:
   return [PACKAGE.parent / p for p in listed if "__tests__" not in p]
 
 
-@pytest.mark.xfail(reason="src/leafTable.ts compares d.kind === 'bwd_value' until the panel reads "
-                   "d.traits (issue 31: the frontend's half of the house)", strict=False)
 def test_the_panel_never_compares_kind_names():
   """The panel branches on a diagnosis's ``traits`` (the registry's entry, in the protocol)."""
   literal = re.compile("['\"`](" + "|".join(kinds.KINDS) + ")['\"`]")
