@@ -178,12 +178,18 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
 
 def follow(exc: BaseException | None = None) -> None:
   """Finish the deliveries raised before: listeners, then fixes judged. ``exc``, the
-  error just shown, if at hand: its diagnoses are marked on it again, with fixes."""
+  error just shown, if at hand: its diagnoses are marked on it again, with fixes.
+  Judging fixes leaves cycles (traced closures over its draws, which may be the user's
+  own arrays): collected before returning, so no device buffer waits on the next
+  collection because of us."""
+  if not _following:
+    return
   while _following:
     found = _following.popleft()
     ids = {d.id for d in found}
     raised = exc if ids & {d.id for d in getattr(exc, "__vjpviz__", ())} else RAISED
     _finish(found, raised)
+  gc.collect()
 
 
 def _finish(found: list[Diagnosis], exc: BaseException | None) -> None:
