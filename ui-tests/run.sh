@@ -90,7 +90,8 @@ python "$HERE/make_notebook.py" "$WORK/root" || fail_early "could not write the 
 export JUPYTER_RUNTIME_DIR="$WORK/runtime" JUPYTER_CONFIG_DIR="$WORK/config" IPYTHONDIR="$WORK/ipython" \
   JUPYTER_DATA_DIR="$WORK/data" \
   JUPYTERLAB_SETTINGS_DIR="$WORK/settings" JUPYTERLAB_WORKSPACES_DIR="$WORK/workspaces" \
-  JUPYTER_PLATFORM_DIRS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
+  JUPYTER_PLATFORM_DIRS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu \
+  VJPVIZ_BUDGET="${VJPVIZ_BUDGET:-600}"   # the kernels' fixes judged whatever the load
 
 # start_server galata|notebook: serve on a free port; sets PORT and SERVER_PID.
 # galata: JupyterLab with Galata's settings and in-page helpers, no token, an empty root

@@ -22,7 +22,7 @@ from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
 from . import exprs, returns, source, verify
 
-BUDGET = 1.0
+BUDGET = float(replay.BUDGET_OVERRIDE or 1.0)
 """Seconds from the start of judging after which fixes are no longer run by value."""
 
 _ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}
