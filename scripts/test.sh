@@ -154,7 +154,7 @@ older=$!
 suite pytest "$pytest_summary" python -m pytest -q -p no:cacheprovider tests
 flag_suite "pytest+flags" python
 suite lint '^[0-9]+ passed, [0-9]+ failed$' bash -c \
-  'if jlpm -s lint:check; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; exit 1; fi'
+  'if jlpm lint:check; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; exit 1; fi'
 suite jest '^Tests:' jlpm test
 suite browser '^[0-9]+ passed, [0-9]+ failed$' bash ui-tests/run.sh
 # The wheel installed without node into a fresh venv that already has the oldest JAX
