@@ -97,7 +97,7 @@ def clear() -> None:
 def add_listener(listener, with_fixes: bool = False) -> None:
   """Call ``listener(found, exc)`` on each delivery: as soon as the diagnoses (and their
   graphs) exist, or with ``with_fixes`` once fixes are attached (judging them takes up
-  to ``fixes.rank.BUDGET``); the diagnoses keep their ids. For a raised error both
+  to ``analysis.replay.BUDGET``); the diagnoses keep their ids. For a raised error both
   come in ``follow``, after the exception."""
   listeners = _fixes_listeners if with_fixes else _listeners
   if listener not in listeners:
@@ -144,11 +144,15 @@ def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   (``capture.applied``) are forgotten after it."""
   if not sessions:
     return
+  following = len(_following)
   try:
     with replay.account():
       _deliver_within(sessions, exc)
   finally:
-    applied.forget()
+    if len(_following) > following:   # fixes are judged after the raise: small values kept
+      applied.detach(replay.DRAW_BYTES)
+    else:
+      applied.forget()
 
 
 def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
@@ -184,12 +188,16 @@ def follow(exc: BaseException | None = None) -> None:
   collection because of us."""
   if not _following:
     return
-  while _following:
-    found = _following.popleft()
-    ids = {d.id for d in found}
-    raised = exc if ids & {d.id for d in getattr(exc, "__vjpviz__", ())} else RAISED
-    _finish(found, raised)
-  gc.collect()
+  try:
+    while _following:
+      found = _following.popleft()
+      ids = {d.id for d in found}
+      raised = exc if ids & {d.id for d in getattr(exc, "__vjpviz__", ())} else RAISED
+      with replay.account():
+        _finish(found, raised)
+  finally:
+    applied.forget()
+    gc.collect()
 
 
 def _finish(found: list[Diagnosis], exc: BaseException | None) -> None:

@@ -18,12 +18,10 @@ pytest_plugins = ["kernel_helpers"]   # its fixture ``panel``: a real kernel, pl
 
 @pytest.fixture(autouse=True)
 def unhurried(monkeypatch):
-  """vjpviz's time per failing call and for ranking fixes made long: tests judge verdicts,
+  """vjpviz's time per failing call (diagnosing, then judging fixes) made long: tests judge verdicts,
   not the machine's load (a test of a budget sets its own)."""
   from jupyter_vjpviz.analysis import replay
-  from jupyter_vjpviz.fixes import rank
   monkeypatch.setattr(replay, "BUDGET", 600.)
-  monkeypatch.setattr(rank, "BUDGET", 600.)
 
 
 @pytest.fixture

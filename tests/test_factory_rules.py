@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from test_fixes import untimed  # noqa: F401 - autouse: verdicts, not the machine's load
 
 
 def make_act(scale, broken):

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
-from test_fixes import cell, first_problem, lin_rule, untimed  # noqa: F401 - autouse fixture
+from test_fixes import cell, first_problem, lin_rule
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis import oracle

@@ -1,8 +1,8 @@
 """Fixes judged by the primal's own derivative: verdicts, ranking, the primal fallback, honesty.
 
 Real JAX, rules defined as notebook cells; none of these rules is in
-benchmarks/fix_corpus. The judging budget is lifted (``untimed``) except where
-the budget itself is tested, so verdicts never depend on the machine's load.
+benchmarks/fix_corpus. The judging budget is lifted (conftest's ``unhurried``)
+except where the budget itself is tested, so verdicts never depend on the machine's load.
 """
 import json
 import linecache
@@ -20,8 +20,9 @@ import softclip
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis.diagnosis import Fix
 from jupyter_vjpviz.deliver import comm
+from jupyter_vjpviz.analysis import replay
 from jupyter_vjpviz.fixes import rank, suggest
-from test_fixes import cell, first_problem as diagnosis, untimed  # noqa: F401 - autouse fixture
+from test_fixes import cell, first_problem as diagnosis
 
 X, W = jnp.linspace(-1., 1., 12).reshape(4, 3), jnp.linspace(.5, 2., 6).reshape(3, 2)
 
@@ -175,10 +176,10 @@ def test_the_diagnosis_offers_the_transpose_first_and_verified():
 
 
 def test_out_of_time_fixes_are_kept_and_say_they_were_not_judged(monkeypatch):
-  monkeypatch.setattr(rank, "BUDGET", 0.)
+  monkeypatch.setattr(replay, "BUDGET", 0.)
   d = diagnosis(cell(LAYER)["loss"], X, W)
   assert d.fixes and all(f.verdict == "unverifiable" and not f.exact for f in d.fixes)
-  assert all("ran out" in f.note for f in d.fixes)
+  assert all(replay.TIME_BUDGET in f.note for f in d.fixes)
 
 
 def test_a_flat_primal_is_said_to_be_unjudgeable_and_gets_no_fallback():

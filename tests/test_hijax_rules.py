@@ -21,7 +21,6 @@ if "nzs_in" not in inspect.signature(HiPrim.vjp_fwd).parameters:
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture.sites import retained_rules
-from test_fixes import untimed  # noqa: F401 - a fixture
 
 
 def line_of(fn) -> str:
@@ -267,7 +266,7 @@ def vjp_bwd_retval(self, res, g):
 """
 
 
-def test_retval_fixes_are_the_method_verified_by_the_primitives_expand(hook, untimed):
+def test_retval_fixes_are_the_method_verified_by_the_primitives_expand(hook):
   raises(lambda: jax.grad(lambda x, y: loss(x, y, "transpose"), argnums=(0, 1))(X, Y))
   gc.collect()                          # the application is gone with the failing call
   (d,) = vv.diagnoses()
@@ -288,7 +287,7 @@ def test_retval_fixes_are_the_method_verified_by_the_primitives_expand(hook, unt
   assert "+      return (jnp.cos(x) * y * g, (jnp.sin(x) * g))" in applied.patch
 
 
-def test_accumulator_rule_fixes_are_verified_on_value_accumulators(hook, untimed):
+def test_accumulator_rule_fixes_are_verified_on_value_accumulators(hook):
   raises(lambda: jax.grad(lambda x, y: mul(x, y, True).sum(), argnums=(0, 1))(X, Y))
   (d,) = vv.diagnoses()
   assert d.fixes and d.fixes[0].verdict == "verified"
@@ -321,7 +320,7 @@ def softplus_sum(x):
 """.replace("BASE", HiPrim.__name__)
 
 
-def test_apply_rebinds_a_notebook_primitives_method(hook, untimed):
+def test_apply_rebinds_a_notebook_primitives_method(hook):
   from test_fixes import cell
   ns = cell(NOTEBOOK_PRIM)
   raises(lambda: jax.grad(ns["softplus_sum"])(X))

@@ -19,7 +19,6 @@ import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture.sites import retained_rules
 from jupyter_vjpviz.capture.naming import library_wrappers
 from jupyter_vjpviz.capture.records import Strong
-from test_fixes import untimed  # noqa: F401 - a fixture
 
 HERE = __file__
 
@@ -117,7 +116,7 @@ def matvec(w, x):
   return w @ x, lambda g: (jnp.outer(g, x).T, w.T @ g)   # w's cotangent transposed
 
 
-def test_a_custom_gradient_closure_gets_a_verified_fix_of_the_users_function(hook, untimed):
+def test_a_custom_gradient_closure_gets_a_verified_fix_of_the_users_function(hook):
   """JAX's own bwd runs the lambda matvec returned: the fix edits that lambda, inside
   matvec (the function JAX is handed), and is judged against matvec's autodiff."""
   d = _diagnosed(lambda: jax.grad(lambda w, x: matvec(w, x).sum())(jnp.ones((4, 3)), jnp.ones(3)))
@@ -130,7 +129,7 @@ def test_a_custom_gradient_closure_gets_a_verified_fix_of_the_users_function(hoo
   assert "+  return w @ x, lambda g: (jnp.outer(g, x), w.T @ g)" in applied.patch
 
 
-def test_a_custom_gradient_vjp_def_returning_a_bare_cotangent_is_fixed(hook, untimed):
+def test_a_custom_gradient_vjp_def_returning_a_bare_cotangent_is_fixed(hook):
   @jax.custom_gradient
   def double(x):
     def double_vjp(g):
@@ -311,7 +310,7 @@ SCANNED = "p['params']['inner']['Dense_0']"
 
 @pytest.mark.parametrize("inner", [ScannedDense(short=True), ScannedDense(short=False)],
                          ids=["structure", "type"])
-def test_flax_linen_variables_under_nn_scan_are_spelled_as_the_user_types_them(hook, untimed, inner):
+def test_flax_linen_variables_under_nn_scan_are_spelled_as_the_user_types_them(hook, inner):
   """Under nn.scan flax hands its custom_vjp a slice of the user's parameters, not them:
   no identity names them, yet they are the graph's program inputs, scanned. Everything
   (leaf names, fix notes, headline, graph) spells them as the user does, not as flax's
@@ -591,7 +590,7 @@ def test_equinox_fixes_verify_on_the_users_bwd_signature_without_touching_it(hoo
   assert "+  return jax.grad(lambda m: jnp.vdot(m(x), grad_obj))(model)" in applied.patch
 
 
-def test_equinox_a_transposition_mapped_over_every_leaf_is_fixed_and_verified(hook, untimed):
+def test_equinox_a_transposition_mapped_over_every_leaf_is_fixed_and_verified(hook):
   """run_bwd transposes every leaf with a tree map: the fix is to drop the map, judged by
   value against the primal, and verifying it (decorator and all) leaves run untouched."""
   x = jnp.ones(3)

@@ -16,7 +16,6 @@ import pytest
 
 import jupyter_vjpviz as vv
 import jax_features
-from test_fixes import untimed  # noqa: F401 - a fixture: fixes judged whatever the load
 from test_jax_versions import (accumulator, cotangent, custom, grad_of, has_accums, has_refs,
                                outcome, refs, wrong_solve)
 
@@ -159,7 +158,7 @@ def _shape(o):
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
-def test_each_kind_is_diagnosed_alike_with_the_upgrade_flags_off_and_on(kernel, untimed):
+def test_each_kind_is_diagnosed_alike_with_the_upgrade_flags_off_and_on(kernel):
   expressible, thunk = KERNELS[kernel]
   if not expressible():
     pytest.skip(f"jax {jax.__version__} cannot express {kernel}")

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 
 import jupyter_vjpviz as vv
-from test_fixes import untimed  # noqa: F401 - autouse: verdicts, not the machine's load
 
 BUILT_FROM: list[str] = []
 

@@ -37,11 +37,10 @@ from jax._src import core
 
 from .nonfinite_eval import bind
 
-BUDGET_OVERRIDE = os.environ.get("VJPVIZ_BUDGET")
-"""Seconds for each of vjpviz's time budgets (this one and judging fixes'), when set: for
-test harnesses and slow machines, where a verdict must not depend on the load."""
-BUDGET = float(BUDGET_OVERRIDE or 2.0)
-"""Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``)."""
+BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
+"""Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``,
+``VJPVIZ_BUDGET`` for test harnesses and slow machines, where a verdict must not depend on
+the load): once before the user's exception (the diagnosis), once after it (judging fixes)."""
 
 LOOP_CAP = 500
 """Iterations after which vjpviz stops a while loop of the user's it runs itself."""
@@ -59,7 +58,12 @@ class LoopCapped(NotJudged):
 
 @dataclasses.dataclass
 class _Account:
+  start: float
   deadline: float
+
+  def share(self, fraction: float) -> float:
+    """The time by which ``fraction`` of this account is spent."""
+    return self.start + fraction * (self.deadline - self.start)
 
 
 _local = threading.local()
@@ -79,11 +83,18 @@ def account(seconds: float | None = None):
   if getattr(_local, "account", None) is not None:
     yield _local.account
     return
-  _local.account = _Account(time.monotonic() + (BUDGET if seconds is None else seconds))
+  now = time.monotonic()
+  _local.account = _Account(now, now + (BUDGET if seconds is None else seconds))
   try:
     yield _local.account
   finally:
     _local.account = None
+
+
+def current() -> _Account:
+  """The open account, or a fresh one of ``BUDGET`` seconds from now when none is open."""
+  now = time.monotonic()
+  return getattr(_local, "account", None) or _Account(now, now + BUDGET)
 
 
 def expired() -> bool:

@@ -6,6 +6,10 @@ used only while that call is still on the stack, and none may outlive it (a
 diagnosis keeps avals only), so each is held by a weak reference: once the user's
 call lets go of an argument, it is gone here too. Traced applications (under
 ``jax.jit``) have no values and are not held.
+
+Fixes are judged after the user's exception is raised (the exception comes first), when
+the call has let go: small applications are then kept as host copies (``detach``), no
+device buffer among them, until that judging is over (``forget``).
 """
 from __future__ import annotations
 
@@ -48,6 +52,32 @@ def remember(site, args) -> None:
 def forget() -> None:
   """The failing call has returned: its values are no longer ours to use."""
   _applied.values.clear()
+
+
+def detach(max_bytes: int) -> None:
+  """The failing call is about to let go: each application whose arrays take at most
+  ``max_bytes`` is kept as host copies, for the checks that run after it; the rest are
+  forgotten."""
+  for site, (tree, refs) in list(_applied.values.items()):
+    leaves = [r() if r is not None else None for r in refs]
+    arrays = [l for l in leaves if l is not None]
+    if len(arrays) != sum(r is not None for r in refs) or \
+        sum(a.size * a.dtype.itemsize for a in arrays) > max_bytes:
+      del _applied.values[site]
+      continue
+    copies = [np.array(l) if l is not None else None for l in leaves]
+    _applied.values[site] = (tree, [_Held(c) if c is not None else None for c in copies])
+
+
+class _Held:
+  """A host copy in place of a weak reference: called, it gives the copy."""
+  __slots__ = ("value",)
+
+  def __init__(self, value):
+    self.value = value
+
+  def __call__(self):
+    return self.value
 
 
 def values(site) -> tuple | None:

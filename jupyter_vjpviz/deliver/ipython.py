@@ -7,7 +7,7 @@ Both are queued for ``post_run_cell``, i.e. shown after the traceback, so the
 user's error comes first and stays exactly as JAX wrote it. A cell shows and
 pushes at most SHOWN_PER_CELL.
 
-Fixes are judged after a diagnosis is delivered (up to ``fixes.rank.BUDGET``):
+Fixes are judged after a diagnosis is delivered (up to ``analysis.replay.BUDGET``):
 they follow it wherever it went, to the panel as a fixes message, into the
 queued diagnosis, or into the output already showing it (its display id).
 """

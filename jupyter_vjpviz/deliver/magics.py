@@ -170,8 +170,8 @@ class VjpvizMagics(Magics):
     except ValueError:
       print("vjpviz: usage: %vjpviz budget [SECONDS]")
       return
-    print(f"vjpviz: up to {replay.BUDGET:g} s after each failing call to judge fixes "
-          "by running your code again")
+    print(f"vjpviz: up to {replay.BUDGET:g} s of its own work per failing call, before the "
+          "error and again after it to judge fixes")
 
   def _values_overlay(self, args):
     """``%vjpviz values on|off``: later VJP diagnoses carry their backward pass's values."""

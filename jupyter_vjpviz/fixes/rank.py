@@ -22,8 +22,10 @@ from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
 from . import exprs, returns, source, verify
 
-BUDGET = float(replay.BUDGET_OVERRIDE or 1.0)
-"""Seconds from the start of judging after which fixes are no longer run by value."""
+VALUE_SHARE = 0.5
+"""Of the failing call's budget (``analysis.replay``), the part after which fixes are no
+longer run by value; abstract checks and the fallback, right whenever the primal is, have
+the rest."""
 
 _ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}
 
@@ -34,30 +36,32 @@ class Judge:
   rule: object                  # suggest.Rule
   oracle: oracle.Oracle | None
   why_not: str                  # why there is no oracle (or why nothing may run)
-  deadline: float
+  deadline: float               # for judging by value
+  end: float                    # for abstract checks and the reserved fallback
   runnable: bool = True         # False: candidates cannot be run (so none is dropped either)
   left_none: frozenset = frozenset()   # leaves the user's own rule returns None for
 
   @classmethod
   def of(cls, rule) -> Judge:
-    deadline = time.monotonic() + BUDGET
+    account = replay.current()
+    deadline = (account.share(VALUE_SHARE), account.deadline)
     if not _runs_as_written(rule):
       return cls(rule, None, "the rule's source no longer matches the code that runs "
-                 "(edited since it was defined)", deadline, runnable=False)
+                 "(edited since it was defined)", *deadline, runnable=False)
     if getattr(rule.user_rules, "with_accums", False):
       return cls(rule, None, "not judged: rules with gradient accumulators cannot be run "
-                 "on their own yet", deadline, runnable=False)
+                 "on their own yet", *deadline, runnable=False)
     site = rule.d.site
     try:
       judge = verify.reference(site, rule.user_rules)
     except replay.NotJudged as e:   # out of time, loops past their cap, effects it won't repeat
-      return cls(rule, None, str(e), deadline)
+      return cls(rule, None, str(e), *deadline)
     except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
       return cls(rule, None, f"no oracle: {site.function} could not be run at random inputs "
-                 f"({type(e).__name__})", deadline)
+                 f"({type(e).__name__})", *deadline)
     if not judge.judge:
-      return cls(rule, None, judge.reason, deadline)
-    return cls(rule, judge, judge.reason, deadline, left_none=verify.left_none(rule.d))
+      return cls(rule, None, judge.reason, *deadline)
+    return cls(rule, judge, judge.reason, *deadline, left_none=verify.left_none(rule.d))
 
   @property
   def differentiable(self) -> bool:
@@ -74,8 +78,8 @@ class Judge:
     here (judged unverifiable); None when it is ill-typed or raises."""
     if not self.runnable:
       return _unverifiable(fix, self.why_not)
-    if time.monotonic() > self.deadline + BUDGET:   # abstract checks get a second budget
-      return _unverifiable(fix, f"not judged: the {BUDGET:g} s for judging fixes ran out")
+    if time.monotonic() > self.end:
+      return _unverifiable(fix, replay.TIME_BUDGET)
     user_rules, site = self.rule.user_rules, self.rule.d.site
     try:
       fwd, bwd = verify.compile_candidate(user_rules, fix.code, self.rule.d.kind)
@@ -89,9 +93,8 @@ class Judge:
     fallback, judged within a second budget, as it is right whenever the primal is)."""
     if self.oracle is None:
       return _unverifiable(fix, self.why_not)
-    if time.monotonic() > self.deadline + (BUDGET if reserved else 0):
-      return _unverifiable(fix, f"type-checked; not judged by value: the {BUDGET:g} s for "
-                           "judging fixes ran out")
+    if time.monotonic() > (self.end if reserved else self.deadline):
+      return _unverifiable(fix, f"type-checked; {replay.TIME_BUDGET}")
     edited = verify.clone(self.rule.user_rules, fwd, bwd)
     own = self.rule_values if self.surrogate else None   # else only when needed
     if own is not None:
