@@ -16,7 +16,7 @@ import pytest
 import softclip
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.fixes import rank, suggest
+from jupyter_vjpviz.fixes import suggest
 from jupyter_vjpviz.check import apply_fix, verify_fix
 
 _cells = itertools.count(1)
