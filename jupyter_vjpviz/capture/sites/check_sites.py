@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Callable
 
 import jax
@@ -276,7 +277,8 @@ class RuleAttribute:
   (else ``default``, the class's own value it replaces)."""
 
   def __init__(self, name: str, call_code, default=_NO_DEFAULT):
-    self.name, self.call_code, self.default = name, call_code, default
+    self.name, self.default = name, default
+    self.call_codes = _with_nested(call_code)   # JAX 0.11 reads ``fwd`` in a lambda of __call__
 
   def __get__(self, obj, owner=None):
     if obj is None:
@@ -284,7 +286,7 @@ class RuleAttribute:
     value = obj.__dict__.get(self.name, self.default)
     if value is _NO_DEFAULT:
       raise AttributeError(self.name)
-    if value is None or sys._getframe(1).f_code is not self.call_code:
+    if value is None or sys._getframe(1).f_code not in self.call_codes:
       return value
     aside = through_primal.matching and through_primal.rule(obj, self.name)
     if aside:
@@ -299,6 +301,12 @@ class RuleAttribute:
 
   def __delete__(self, obj):
     del obj.__dict__[self.name]
+
+
+def _with_nested(code) -> frozenset:
+  """``code`` and the code of every function defined inside it."""
+  nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+  return frozenset({code}).union(*map(_with_nested, nested))
 
 
 def _instrumented(rule):
