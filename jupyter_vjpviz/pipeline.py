@@ -5,10 +5,10 @@ the error (or first-warning) path only; the hot path is the hook's.
 
 The exception first: a failing call's exception is raised as soon as its diagnosis
 exists (the note and the history have it); what is not needed for the headline
-(the listeners' views and SVG, judging fixes) follows, in ``follow``: where the
-error has been shown (IPython's post_run_cell, the console's excepthook) or when
-the history is read. What waits there holds diagnoses (avals), never the exception
-or the user's arrays.
+(judging fixes, then the listeners' views and SVG: one publish per diagnosis, with its
+fixes) follows, in ``follow``: where the error has been shown (IPython's post_run_cell,
+the console's excepthook) or when the history is read. What waits there holds diagnoses
+(avals), never the exception or the user's arrays.
 """
 from __future__ import annotations
 
@@ -41,8 +41,7 @@ _history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
 _latest: list[str] = []              # ids of the latest delivery (one call's), in order
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
-_listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc)
-_fixes_listeners: list = []          # the same, called again once fixes are attached
+_listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc), fixes attached
 _following: collections.deque[list[Diagnosis]] = collections.deque(maxlen=HISTORY_LIMIT)
 """Raised deliveries whose listeners and fixes follow (the oldest dropped past the limit)."""
 RAISED = Exception("an error vjpviz no longer holds")
@@ -94,20 +93,17 @@ def clear() -> None:
   safety.forget_failures()
 
 
-def add_listener(listener, with_fixes: bool = False) -> None:
-  """Call ``listener(found, exc)`` on each delivery: as soon as the diagnoses (and their
-  graphs) exist, or with ``with_fixes`` once fixes are attached (judging them takes up
-  to ``analysis.replay.BUDGET``); the diagnoses keep their ids. For a raised error both
-  come in ``follow``, after the exception."""
-  listeners = _fixes_listeners if with_fixes else _listeners
-  if listener not in listeners:
-    listeners.append(listener)
+def add_listener(listener) -> None:
+  """Call ``listener(found, exc)`` once per delivery, with the diagnoses' fixes and rule
+  text attached (judging fixes takes up to ``analysis.replay.BUDGET``); for a raised error
+  in ``follow``, after the exception."""
+  if listener not in _listeners:
+    _listeners.append(listener)
 
 
 def remove_listener(listener) -> None:
-  for listeners in (_listeners, _fixes_listeners):
-    if listener in listeners:
-      listeners.remove(listener)
+  if listener in _listeners:
+    _listeners.remove(listener)
 
 
 @contextlib.contextmanager
@@ -181,7 +177,7 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
 
 
 def follow(exc: BaseException | None = None) -> None:
-  """Finish the deliveries raised before: listeners, then fixes judged. ``exc``, the
+  """Finish the deliveries raised before: fixes judged, then listeners. ``exc``, the
   error just shown, if at hand: its diagnoses are marked on it again, with fixes.
   Judging fixes leaves cycles (traced closures over its draws, which may be the user's
   own arrays): collected before returning, so no device buffer waits on the next
@@ -201,8 +197,7 @@ def follow(exc: BaseException | None = None) -> None:
 
 
 def _finish(found: list[Diagnosis], exc: BaseException | None) -> None:
-  _publish(found, exc, _listeners)   # the diagnosis first, then its fixes
-  _publish([with_fixes(d) for d in found], exc, _fixes_listeners)
+  _publish([with_fixes(d) for d in found], exc, _listeners)
 
 
 def _decorated(d: Diagnosis, session: Session) -> Diagnosis:

@@ -21,7 +21,6 @@ const VALIDATORS_PATH = path.join(ROOT, 'src', 'protocolValidators.ts');
 const VALIDATED = [
   'HelloMessage',
   'DiagnosisMessage',
-  'FixesMessage',
   'ReplyMessage',
   'Diagnosis',
   'HistoryResult',

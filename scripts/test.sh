@@ -34,7 +34,7 @@ OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes
                tests/test_fix_verdicts.py tests/test_fix_candidates.py tests/test_oracle.py
                tests/test_hook_properties.py tests/test_reliability.py tests/test_user_pytrees.py
                tests/test_gradcheck.py tests/test_jax_suite_findings.py tests/test_apply_safety.py
-               tests/test_factory_rules.py tests/test_late_fixes.py tests/test_upgrade_flags.py
+               tests/test_factory_rules.py tests/test_push.py tests/test_upgrade_flags.py
                --deselect tests/test_reliability.py::test_history_is_bounded_and_drops_the_oldest)
 OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.py)
 # JAX's AD upgrade flags (jax_custom_jvp3, jax_custom_vjp3, jax_remat3, ...: the code paths

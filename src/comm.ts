@@ -16,7 +16,6 @@ import {
   COMM_TARGET,
   Diagnosis,
   DiagnosisMessage,
-  FixesMessage,
   KernelToPanelMessage,
   PROTOCOL_VERSION,
   RequestMessage,
@@ -28,11 +27,11 @@ import {
 } from './protocol';
 
 /**
- * A push from one kernel: a new diagnosis, or the fixes of one judged after it.
+ * A push from one kernel: a new diagnosis, with its fixes.
  */
 export interface IPushEvent {
   readonly kernelId: string;
-  readonly message: DiagnosisMessage | FixesMessage;
+  readonly message: DiagnosisMessage;
 }
 
 /**
@@ -257,7 +256,7 @@ export class KernelChannel {
  */
 export class VjpvizChannels {
   /**
-   * Emitted for every valid push (a diagnosis, or fixes judged after one).
+   * Emitted for every valid push (a diagnosis).
    */
   get pushed(): ISignal<this, IPushEvent> {
     return this._pushed;
@@ -325,7 +324,7 @@ export class VjpvizChannels {
       if (!channel.hasControl) {
         void this._loadHistory(channel);
       }
-    } else if (message.type === 'diagnosis' || message.type === 'fixes') {
+    } else if (message.type === 'diagnosis') {
       this._pushed.emit({ kernelId: channel.kernel.id, message });
     }
   }

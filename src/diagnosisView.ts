@@ -170,19 +170,6 @@ export class DiagnosisView extends Panel {
   }
 
   /**
-   * The fixes of the diagnosis shown, judged after it arrived (the rest stays as drawn).
-   */
-  showFixes(diagnosis: Diagnosis, actions: IDiagnosisActions): void {
-    if (diagnosis.id === this._diagnosisId && this._fix) {
-      this._fix.setFixes(
-        diagnosis.fixes ?? [],
-        fixFallback(diagnosis),
-        actions.fix
-      );
-    }
-  }
-
-  /**
    * Verify the fix editor's code (no editor: nothing to verify).
    */
   verify(): Promise<void> {

@@ -12,7 +12,6 @@ import { mark } from './marks';
 import {
   ApplyResult,
   Diagnosis,
-  Fix,
   RequestOp,
   VerifyResult,
   View
@@ -47,20 +46,6 @@ export class DiagnosisStore {
     }
     list.push(diagnosis);
     dropOldest(list);
-    return true;
-  }
-
-  /**
-   * Replace the fixes of a diagnosis (judged after it was pushed); false when its
-   * id is unknown (dropped, or the kernel restarted).
-   */
-  setFixes(kernelId: string, id: string, fixes: Fix[]): boolean {
-    const list = this._list(kernelId);
-    const at = list.findIndex(d => d.id === id);
-    if (at < 0) {
-      return false;
-    }
-    list[at] = { ...list[at], fixes };
     return true;
   }
 
@@ -234,25 +219,19 @@ export class VjpvizModel implements IVjpviz {
   }
 
   private _onPush({ kernelId, message }: IPushEvent): void {
-    if (message.type === 'diagnosis') {
-      const { diagnosis, view } = message;
-      if (!this._store.add(kernelId, diagnosis)) {
-        return;
-      }
-      mark('vjpviz:diagnosis-received');
-      if (view) {
-        this._store.setView(kernelId, diagnosis.id, view);
-      }
-      if (kernelId === this._kernelId) {
-        this._selectedId = diagnosis.id;
-      }
-      this._changed(kernelId);
-      this._diagnosisReceived.emit({ kernelId, diagnosis });
-    } else if (
-      this._store.setFixes(kernelId, message.diagnosis_id, message.fixes)
-    ) {
-      this._changed(kernelId);
+    const { diagnosis, view } = message;
+    if (!this._store.add(kernelId, diagnosis)) {
+      return;
     }
+    mark('vjpviz:diagnosis-received');
+    if (view) {
+      this._store.setView(kernelId, diagnosis.id, view);
+    }
+    if (kernelId === this._kernelId) {
+      this._selectedId = diagnosis.id;
+    }
+    this._changed(kernelId);
+    this._diagnosisReceived.emit({ kernelId, diagnosis });
   }
 
   private _onHistory({ kernelId, diagnoses }: IHistoryEvent): void {

@@ -99,24 +99,14 @@ export class VjpvizPanel extends Panel {
   }
 
   /**
-   * Another diagnosis is current: draw it. The same one with its fixes
-   * judged after the push: only the fix editor takes them, the graph stays
-   * as the user left it.
+   * Another diagnosis is current (it comes with its fixes): draw it.
    */
   private _onCurrentChanged(): void {
     const d = this._model.current;
-    const kernelId = this._model.kernelId;
     this._list.setItems(this._model.diagnoses, d?.id ?? null);
-    const shown = this._shown;
-    this._shown = d && { id: d.id, kernelId };
-    if (!d) {
-      return;
+    if (d) {
+      this._drawn = this._view.showDiagnosis(d, this._actions(d));
     }
-    if (shown?.id === d.id && shown.kernelId === kernelId) {
-      this._view.showFixes(d, this._actions(d));
-      return;
-    }
-    this._drawn = this._view.showDiagnosis(d, this._actions(d));
   }
 
   private _renderEmpty(): void {
@@ -162,7 +152,6 @@ export class VjpvizPanel extends Panel {
   private _empty: Widget;
   private _list: DiagnosisList;
   private _view: DiagnosisView;
-  private _shown: { id: string; kernelId: string | null } | null = null;
   private _drawn: Promise<void> = Promise.resolve();
 }
 

@@ -7,7 +7,6 @@
 import type {
   Diagnosis,
   DiagnosisMessage,
-  FixesMessage,
   HelloMessage,
   ReplyMessage,
   RequestMessage,
@@ -34,7 +33,7 @@ export const PROTOCOL_VERSION: Version = 1;
  * A message sent by the kernel to the panel.
  */
 export type KernelToPanelMessage =
-  HelloMessage | DiagnosisMessage | FixesMessage | ReplyMessage;
+  HelloMessage | DiagnosisMessage | ReplyMessage;
 
 interface IValidator {
   (data: unknown): boolean;
@@ -44,7 +43,6 @@ interface IValidator {
 const MESSAGE_VALIDATORS: Record<string, IValidator> = {
   hello: validators.HelloMessage,
   diagnosis: validators.DiagnosisMessage,
-  fixes: validators.FixesMessage,
   reply: validators.ReplyMessage
 };
 

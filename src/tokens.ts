@@ -65,8 +65,7 @@ export interface IVjpviz {
   readonly diagnosesChanged: ISignal<IVjpviz, void>;
 
   /**
-   * Emitted when the current diagnosis changes: another one, none, or the
-   * same one with the fixes judged after its push.
+   * Emitted when the current diagnosis changes: another one, or none.
    */
   readonly currentChanged: ISignal<IVjpviz, Diagnosis | null>;
 

@@ -17,7 +17,6 @@ nnx = pytest.importorskip("flax.nnx")
 eqx = pytest.importorskip("equinox")
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.deliver import comm
 from kernel_helpers import DIAGNOSIS
 from test_capture import _frames
 
@@ -99,7 +98,7 @@ def test_an_in_place_write_of_the_wrong_type_is_diagnosed_at_its_line(hook):
                                "for input m.w.value: float32[4,3]"), d.headline
   assert "m_g['w'][...] = gz.T @ x" in d.detail
   assert d.expected_aval.shape == (4, 3) and d.got_aval.shape == (3, 4)
-  out = comm.payload(d)                   # the panel marks the line that raised
+  out = d.to_dict()                       # the panel marks the line that raised
   DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": out})
   assert out["rule_source_bad_line"] == line
   first = d.fixes[0]

@@ -320,7 +320,7 @@ def _branching_diagnosis():
 
 def test_the_failing_return_is_the_one_that_ran_not_the_last():
   d, _keep = _branching_diagnosis()
-  out = comm.payload(d)
+  out = d.to_dict()
   DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": out})
   lines = out["rule_source_text"].splitlines()
   assert lines[0].strip() == "def double_bwd(r, g):"

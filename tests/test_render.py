@@ -162,15 +162,14 @@ def test_html_export_opens_in_headless_chromium(d, tmp_path):
   assert "✖ &lt;img/src=x/onerror=alert(1)&gt;" in dom
 
 
-def test_the_exception_comes_first_then_the_diagnosis_then_its_fixes(hook):
+def test_the_exception_comes_first_then_the_diagnosis_with_its_fixes(hook):
   """The exception (with its note) waits neither on listeners (views, SVG) nor on judging
-  fixes (up to a second): they follow it, where it has been shown (``pipeline.follow``)."""
+  fixes (up to a second): they follow it, where it has been shown (``pipeline.follow``),
+  and each listener hears of the diagnosis once, its fixes and rule text attached."""
   from jupyter_vjpviz import pipeline
   seen = []
-  first = lambda found, exc: seen.append(("delivered", found, exc))   # noqa: E731
-  late = lambda found, exc: seen.append(("fixed", found, exc))       # noqa: E731
-  pipeline.add_listener(first)
-  pipeline.add_listener(late, with_fixes=True)
+  listener = lambda found, exc: seen.append((found, exc))   # noqa: E731
+  pipeline.add_listener(listener)
   bad = jax.custom_vjp(lambda x: x * 2.0)
   bad.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g.T,))
   try:
@@ -178,16 +177,16 @@ def test_the_exception_comes_first_then_the_diagnosis_then_its_fixes(hook):
       jax.grad(lambda x: bad(x).sum())(jnp.ones((2, 3)))
     assert seen == []   # raised before any listener ran or any fix was judged
     (headline,) = raised.value.__vjpviz__
-    assert not headline.fixes and f"vjpviz: {headline.headline}" in "".join(raised.value.__notes__)
+    assert not headline.fixes and headline.rule_text is None
+    assert f"vjpviz: {headline.headline}" in "".join(raised.value.__notes__)
     pipeline.follow(raised.value)
   finally:
-    pipeline.remove_listener(first)
-    pipeline.remove_listener(late)
-  (when, shown, exc), (later, fixed, _) = seen
-  assert (when, later) == ("delivered", "fixed") and exc is raised.value
+    pipeline.remove_listener(listener)
+  ((shown, exc),) = seen
+  assert exc is raised.value and shown[0].id == headline.id
   assert shown[0].graph.nodes and svg.of_view(views.default_view(shown[0].graph, shown[0].node))
-  assert not shown[0].fixes and fixed[0].fixes and fixed[0].id == shown[0].id
-  assert vv.last() is fixed[0] and raised.value.__vjpviz__ == fixed
+  assert shown[0].fixes and "g.T" in shown[0].rule_text.text   # a lambda: its statement
+  assert vv.last() is shown[0] and raised.value.__vjpviz__ == shown
 
 
 def test_reading_the_history_finishes_what_followed_a_caught_error(hook):

@@ -54,6 +54,27 @@ class MismatchedLeaf:
 
 
 @dataclasses.dataclass(frozen=True)
+class RuleText:
+  """The failing rule's definition as its file has it (fixes/rule_text.py finds it, once):
+  what the panel's fix editor opens on and Apply replaces. Lines are the file's numbering;
+  ``bad_line`` is the return that produced the failing cotangent, or the rule's statement
+  that raised, None when not known."""
+  text: str
+  start: int
+  end: int
+  bad_line: int | None = None
+
+  def to_dict(self) -> dict:
+    """As the protocol names it, flat on the diagnosis."""
+    return {"rule_source_text": self.text, "rule_source_start": self.start,
+            "rule_source_end": self.end, "rule_source_bad_line": self.bad_line}
+
+
+NO_RULE_TEXT = {"rule_source_text": None, "rule_source_start": None, "rule_source_end": None,
+                "rule_source_bad_line": None}
+
+
+@dataclasses.dataclass(frozen=True)
 class Diagnosis:
   """One mismatch, with the graph of the forward program around it.
 
@@ -97,6 +118,8 @@ class Diagnosis:
   """nonfinite_cotangent: the backward pass's values, plain data: ``edges`` maps
   ``"dst#position"`` (a graph edge) to its cotangent's summary (size, nan, inf, norm,
   ...), ``iterations`` lists each scan iteration searched (node, t, norm, finite)."""
+  rule_text: RuleText | None = None
+  """The rule's definition and its bad line, attached with the fixes (``fixes.suggest``)."""
 
   @property
   def headline(self) -> str:
@@ -107,14 +130,14 @@ class Diagnosis:
             + (f"; also {', '.join(more)}" if more else "") + ".")
 
   def to_dict(self) -> dict:
-    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-         if f.name not in ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves")}
+    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_FLAT}
     d["headline"] = self.headline
     d["traits"] = kinds.of(self.kind).traits()
     d["graph"] = self.graph.to_dict()
     d["fixes"] = [f.to_dict() for f in self.fixes]
     d["leaf_errors"] = [l.to_dict() for l in self.leaf_errors]
     d["leaves"] = [l.to_dict() for l in self.leaves]
+    d.update(self.rule_text.to_dict() if self.rule_text else NO_RULE_TEXT)
     return d
 
   # Renderings: the public spellings of the render stage's renderers, which that stage
@@ -130,6 +153,10 @@ class Diagnosis:
 
   def to_html(self) -> str:
     return _rendering("html")(self)
+
+
+_NOT_FLAT = ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves", "rule_text")
+"""Fields to_dict does not copy as they are: serialised by their own to_dict, or never sent."""
 
 
 RENDERINGS: dict[str, Callable[..., str]] = {}

@@ -20,9 +20,7 @@ unanswered.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
-import linecache
 import reprlib
 import traceback
 from importlib import resources
@@ -32,11 +30,8 @@ from collections.abc import Callable
 from .. import pipeline
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
-from ..base import kinds
 from ..base.safety import safely
-from ..capture.naming import library_wrappers
 from ..check import apply_fix, check
-from ..fixes import returns, suggest
 from ..fixes import verify as fix_verify
 from ..render import svg, views
 
@@ -109,22 +104,9 @@ def push(d) -> None:
   Nothing while no panel listens: the history keeps ``d`` for one that comes later."""
   if not _state["listening"]:
     return
-  message = {"v": VERSION, "type": "diagnosis", "diagnosis": payload(d)}
+  message = {"v": VERSION, "type": "diagnosis", "diagnosis": d.to_dict()}
   view = safely(lambda: _render_view(d, views.default_view(d.graph, d.node)))
   _open_push_comm(message if view is None else {**message, "view": view})
-
-
-def push_fixes(d) -> None:
-  """Send the fixes of ``d``, pushed before they were judged, on the newest push comm (the
-  panel just heard on it); they replace its fixes."""
-  if not _state["listening"]:
-    return
-  message = {"v": VERSION, "type": "fixes", "diagnosis_id": d.id,
-             "fixes": [f.to_dict() for f in d.fixes]}
-  if _state["push_comm"] is None:
-    _open_push_comm(message)
-  else:
-    _state["push_comm"].send(message)
 
 
 def _open_push_comm(message: dict) -> None:
@@ -167,70 +149,6 @@ def _reply_on(c, data) -> None:
     c.send(reply)
   except Exception:  # an unserialisable result: still answer
     safely(c.send, _error(reply.get("request_id", ""), "reply could not be serialised"))
-
-
-def payload(d) -> dict:
-  """The diagnosis as the panel gets it: to_dict() plus the rule's definition in its file."""
-  out = d.to_dict()
-  if d.id not in _rule_sources:
-    _rule_sources[d.id] = _rule_source(d)
-    while len(_rule_sources) > pipeline.HISTORY_LIMIT:
-      del _rule_sources[next(iter(_rule_sources))]
-  out.update(_rule_sources[d.id])
-  return out
-
-
-_rule_sources: dict[str, dict] = {}
-"""Diagnosis id -> its rule's source fields: finding the failing return may run the rule
-abstractly, once per diagnosis, not once per history request."""
-
-
-def _rule_source(d) -> dict:
-  """The rule's definition as its file has it (text, first and last line), and the return
-  statement that produced the failing cotangent: fixes/returns.py's answer, None if unknown."""
-  return safely(_live_rule_source, d) or _located_source(d.rule_source)
-
-
-def _live_rule_source(d) -> dict | None:
-  kind = kinds.of(d.kind)
-  custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
-  rule = (suggest.Rule.of(d, library_wrappers.user_rules(custom_rule))
-          if custom_rule is not None and kind.role else None)
-  fn = inspect.unwrap(getattr(rule.user_rules, kind.role)) if rule else None
-  if fn is None or fn.__name__ == "<lambda>":   # a lambda's def is made up: no lines of its own
-    return None
-  lines, start = inspect.getsourcelines(fn)
-  if d.raised_at:   # the rule raised on its own line: no return ran
-    return _source_fields(lines, start, int(d.raised_at.rpartition(":")[2]))
-  rets = rule.src.returns()
-  hits = None
-  if kind.channel == kinds.RETURNED and rets:
-    hits = [0] if len(rets) == 1 else returns.failing_returns(rule) if kind.role == "bwd" else None
-  return _source_fields(lines, start, start + rets[hits[0]].lineno - 1 if hits else None)
-
-
-def _located_source(location: str | None) -> dict:
-  """The block at ``file:line`` (a rule no longer live, or a lambda's statement)."""
-  filename, _, line = (location or "").rpartition(":")
-  lines = linecache.getlines(filename) if line.isdigit() else []
-  start = int(line) if lines else 0
-  if not 1 <= start <= len(lines):
-    return _source_fields([], None, None)
-  try:   # decorators sit above the def; the location may point at either
-    block = inspect.getblock(lines[start - 1:])
-  except Exception:  # noqa: BLE001 - text that does not tokenize: its one line
-    block = lines[start - 1:start]
-  return _source_fields(block, start, None)
-
-
-def _source_fields(lines: list[str], start: int | None, bad: int | None) -> dict:
-  lines = lines[:_MAX_LINES]
-  return {"rule_source_text": "".join(lines) if lines else None, "rule_source_start": start,
-          "rule_source_end": start + len(lines) - 1 if lines else None,
-          "rule_source_bad_line": bad if bad is not None and bad < start + len(lines) else None}
-
-
-_MAX_LINES = 400
 
 
 # --------------------------------------------------------------------------- requests
@@ -370,7 +288,7 @@ def _diagnosis(args: dict):
 
 
 def _op_history(args: dict) -> dict:
-  return {"diagnoses": [payload(d) for d in pipeline.history()]}
+  return {"diagnoses": [d.to_dict() for d in pipeline.history()]}
 
 
 def _op_verify(args: dict) -> dict:

@@ -17,7 +17,7 @@ _original_excepthook = None
 
 def install() -> None:
   global _original_excepthook
-  pipeline.add_listener(_on_diagnoses, with_fixes=True)
+  pipeline.add_listener(_on_diagnoses)
   if _original_excepthook is None:
     _original_excepthook = sys.excepthook
     sys.excepthook = _excepthook

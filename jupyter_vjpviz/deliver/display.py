@@ -7,14 +7,14 @@ from ..base.safety import safely
 MIME_TYPE = "application/vnd.vjpviz.diagnosis+json"
 
 
-def show(d: Diagnosis, update: bool = False) -> None:
-  """Display ``d`` as an output of its own, or (``update``) redraw the output showing it.
+def show(d: Diagnosis) -> None:
+  """Display ``d`` as an output of its own.
 
   The bundle is made here, not lazily by IPython's formatter, so a renderer
   failing costs vjpviz's one line instead of a formatter traceback.
   """
   from IPython.display import display
-  display(mimebundle(d), raw=True, display_id=f"vjpviz-{d.id}", update=update)
+  display(mimebundle(d), raw=True)
 
 
 def mimebundle(d: Diagnosis) -> dict:

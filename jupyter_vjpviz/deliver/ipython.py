@@ -7,13 +7,10 @@ Both are queued for ``post_run_cell``, i.e. shown after the traceback, so the
 user's error comes first and stays exactly as JAX wrote it. A cell shows and
 pushes at most SHOWN_PER_CELL.
 
-Fixes are judged after a diagnosis is delivered (up to ``analysis.replay.BUDGET``):
-they follow it wherever it went, to the panel as a fixes message, into the
-queued diagnosis, or into the output already showing it (its display id).
+Each diagnosis comes here once, with its fixes judged (up to ``analysis.replay.BUDGET``):
+the panel and the output after the cell both get it whole.
 """
 from __future__ import annotations
-
-import collections
 
 from IPython.display import display
 
@@ -31,14 +28,11 @@ shows its first ones; the history keeps the newest, for ``vjpviz.diagnoses()``."
 
 _pending: list[Diagnosis] = []   # this cell's diagnoses, shown after its traceback
 _not_shown = 0                   # this cell's diagnoses beyond SHOWN_PER_CELL
-_delivered: collections.OrderedDict = collections.OrderedDict()
-"""id -> "pushed" or "shown": where each recent diagnosis went, for its fixes (bounded)."""
 
 
 def load(ip) -> None:
   safely(pipeline.install, True)
   pipeline.add_listener(_queue)
-  pipeline.add_listener(_fixes_judged, with_fixes=True)
   ip.events.register("post_run_cell", _show)
   # Start the layout worker now, so the first failing cell does not wait for it.
   safely(layout.warm)
@@ -49,7 +43,6 @@ def load(ip) -> None:
 
 def unload(ip) -> None:
   pipeline.remove_listener(_queue)
-  pipeline.remove_listener(_fixes_judged)
   try:
     ip.events.unregister("post_run_cell", _show)
   except ValueError:
@@ -76,28 +69,6 @@ def _queue(found: list[Diagnosis], exc) -> None:
   _pending.extend(shown)
   for d in shown:
     safely(comm.push, d)
-    _went(d, "pushed")
-
-
-def _fixes_judged(found: list[Diagnosis], exc) -> None:
-  """The same diagnoses with their fixes: wherever each went, its fixes follow."""
-  for d in found:
-    where = _delivered.get(d.id)
-    if where is None:
-      continue
-    queued = next((k for k, p in enumerate(_pending) if p.id == d.id), None)
-    if queued is not None:
-      _pending[queued] = d
-    elif where == "shown":
-      safely(output.show, d, True)   # redraw the output showing it
-    safely(comm.push_fixes, d)
-
-
-def _went(d: Diagnosis, where: str) -> None:
-  _delivered[d.id] = where
-  _delivered.move_to_end(d.id)
-  while len(_delivered) > pipeline.HISTORY_LIMIT:
-    _delivered.popitem(last=False)
 
 
 def _show(result=None) -> None:
@@ -114,7 +85,6 @@ def _show(result=None) -> None:
 
 def _display(d: Diagnosis) -> None:
   output.show(d)
-  _went(d, "shown")
   # Without a panel (VS Code, Colab, the extension off), the fix editor comes inline.
   if widgets.should_show():
     widget = safely(widgets.fallback, d)

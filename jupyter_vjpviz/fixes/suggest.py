@@ -22,21 +22,25 @@ import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
 from ..base import kinds, trees
+from ..base.safety import safely
 from ..capture.naming import library_wrappers
 from ..capture.sites.custom_rules import ct_aval
-from . import calls, candidates, dtypes, exprs, primal, rank, returns, source, verify
+from . import calls, candidates, dtypes, exprs, primal, rank, returns, rule_text, source, verify
 from .source import RuleSource
 
 
 def attach(d: Diagnosis) -> Diagnosis:
-  return dataclasses.replace(d, fixes=tuple(suggestions(d)))
-
-
-def suggestions(d: Diagnosis) -> list[Fix]:
+  """``d`` with its rule's text (``rule_text``) and its fixes, both read off the one failing
+  Rule found here; fixes that cannot be judged cost the fixes, not the text."""
   custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  rule = safely(Rule.of, d, library_wrappers.user_rules(custom_rule)) if custom_rule is not None else None
+  d = dataclasses.replace(d, rule_text=rule_text.of(d, rule))
+  return dataclasses.replace(d, fixes=tuple(safely(suggestions, d, custom_rule, rule, default=[])))
+
+
+def suggestions(d: Diagnosis, custom_rule, rule: Rule | None) -> list[Fix]:
   if custom_rule is None:
     return rank.unjudged(calls.suggestions(d), _NO_RULE)
-  rule = Rule.of(d, library_wrappers.user_rules(custom_rule))
   if rule is None:
     return []
   judge = rank.Judge.of(rule)
@@ -61,6 +65,8 @@ class Rule:
   @classmethod
   def of(cls, d: Diagnosis, user_rules) -> Rule | None:
     role = kinds.of(d.kind).role
+    if role is None:   # the kind names no rule of the user's at fault
+      return None
     base = d.function if d.function and d.function.isidentifier() else "rule"
     name = f"{base}_{role}"   # what a lambda rule's def is called
     while name in getattr(verify.home(user_rules), "__globals__", {}):

@@ -102,21 +102,6 @@ describe('VjpvizModel', () => {
     );
   });
 
-  it('gives a diagnosis the fixes judged after its push: the same one, current again', () => {
-    const { kernel, model } = modelOnKernel();
-    kernel.open(diagnosis(1)).receive(diagnosis(2));
-    model.select('d1');
-    const current: Diagnosis[] = [];
-    model.currentChanged.connect((_, d) => current.push(d!));
-    const fixes = [{ title: 'cast back', code: 'return (g.astype(x.dtype),)' }];
-    kernel.open({ v: 1, type: 'fixes', diagnosis_id: 'd1', fixes });
-    expect(model.diagnoses).toEqual([{ ...body(1), fixes }, body(2)]);
-    expect(current).toEqual([{ ...body(1), fixes }]);
-    // Fixes of a diagnosis this panel never had (dropped, kernel restarted): ignored.
-    kernel.open({ v: 1, type: 'fixes', diagnosis_id: 'd9', fixes });
-    expect(current).toHaveLength(1);
-  });
-
   it('keeps the newest MAX_DIAGNOSES of a kernel that fails every step', () => {
     const { kernel, model } = modelOnKernel();
     for (let n = 1; n <= MAX_DIAGNOSES + 25; n++) {

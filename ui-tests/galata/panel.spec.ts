@@ -29,12 +29,12 @@ test('failing cell -> panel opens with the diff and the failing node', async ({
   await vv.expectSoftclipShown();
   await vv.waitGraph();
   await vv.expectFitted('initial view');
-  // The diagnosis came before its fixes were judged; they follow it into the editor.
+  // The diagnosis comes with its fixes judged: the editor offers them, not the rule as written.
   const options = vv.panel.locator('.jp-Vjpviz-picker option');
   await expect(options.first()).toBeAttached({ timeout: 15000 });
   await expect(
     options.filter({ hasText: 'The rule as written' }),
-    'the fixes judged after the diagnosis'
+    'the fixes pushed with the diagnosis'
   ).toHaveCount(0, { timeout: 15000 });
   await expect(vv.sidebarTab).toHaveAttribute('title', /\d+ diagnos[ie]s/);
   await vv.shot('02-diagnosis');
