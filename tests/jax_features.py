@@ -105,9 +105,13 @@ def _custom_root_on_hijax() -> bool:
   return isinstance(root, type) and issubclass(root, HiPrim)
 
 
+WITH_ACCUMS = "custom_vjp.defvjp_with_accums"
+
+
 HIJAX_REMAT_PYTREES = "checkpoint of a jax_custom_vjp3 rule taking a pytree"
 CUSTOM_ROOT_HIJAX = "custom_root as a hijax primitive"
 JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes,
+              WITH_ACCUMS: lambda: hasattr(jax.custom_vjp, "defvjp_with_accums"),   # 0.12 on
               "user hijax types": _user_hijax_types,
               HIJAX_REMAT_PYTREES: _checkpointed_custom_vjp3_of_a_pytree,
               CUSTOM_ROOT_HIJAX: _custom_root_on_hijax}
@@ -190,3 +194,16 @@ def set_flag(name: str, on: bool) -> None:
   """Set a JAX flag a test turns on; off (its default) is a no-op on a JAX without it."""
   if on or name in jax.config.values:
     jax.config.update(name, on)
+
+
+def hi_primitive() -> type:
+  """The base class of a user's hijax primitive under this JAX's name (``HiPrim`` from 0.11;
+  ``VJPHiPrimitive`` in 0.8 to 0.10), for tests that need "hijax primitives"; a skip where
+  its ``vjp_fwd`` takes no ``nzs_in`` (0.8: the primitives here are written for the later API)."""
+  import inspect
+
+  import jax.experimental.hijax as hijax
+  base = getattr(hijax, "HiPrim", None) or hijax.VJPHiPrimitive
+  if "nzs_in" not in inspect.signature(base.vjp_fwd).parameters:
+    pytest.skip(f"jax {jax.__version__}'s hijax primitives take no nzs_in in vjp_fwd (JAX 0.8)")
+  return base

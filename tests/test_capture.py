@@ -142,7 +142,7 @@ def doubled_with_accums(h_bwd):
   return h
 
 
-@pytest.mark.needs("accumulator_type")
+@pytest.mark.needs("accumulator_type", jax_features.WITH_ACCUMS)
 def test_defvjp_with_accums_ct_check_names_the_rule(path):
   def h_bwd(res, g, x_acc):
     x_acc.accum(g[:2] * 2.)
@@ -154,7 +154,7 @@ def test_defvjp_with_accums_ct_check_names_the_rule(path):
 
 @pytest.mark.needs("hijax primitives")
 def test_hiprim_bwd_wrong_shape(hook):
-  from jax.experimental.hijax import HiPrim
+  HiPrim = jax_features.hi_primitive()
 
   class Scale(HiPrim):
     def __init__(self, aval):
@@ -606,7 +606,7 @@ def test_only_the_failing_application_is_highlighted(hook, wrap):
   assert failing.in_avals[-1] == "float32[2,7]"
 
 
-@pytest.mark.needs("accumulator_type")
+@pytest.mark.needs("accumulator_type", jax_features.WITH_ACCUMS)
 def test_int32_pushed_into_float32_accumulator_is_a_warning(path):
   def h_bwd(r, g, acc):
     acc.accum(g.astype(jnp.int32))

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import jax_features
 import softclip
 
 import jupyter_vjpviz as vv
@@ -179,7 +180,7 @@ def loss(x): return act(x).sum()
   assert_grads_equal(grads, jax.grad(lambda x: jnp.sin(x).sum(), argnums=(0,))(V))
 
 
-@pytest.mark.needs("accumulator_type")
+@pytest.mark.needs("accumulator_type", jax_features.WITH_ACCUMS)
 def test_an_accumulator_rule_is_fixed_but_said_to_be_unjudged():
   ns = cell(ACCUMULATOR)
   d, fix, grads = fixed_grad(ns, "loss", (V,))

@@ -13,11 +13,11 @@ from diagnosed import raises
 jax_features.require("hijax primitives")   # before importing what only such a JAX has
 import jax.experimental.hijax as hijax  # noqa: E402
 
-HiPrim = getattr(hijax, "HiPrim", None) or hijax.VJPHiPrimitive   # JAX 0.8 to 0.10's name
+try:
+  HiPrim = jax_features.hi_primitive()
+except pytest.skip.Exception as e:
+  pytest.skip(str(e), allow_module_level=True)
 vjp_from_jvp = getattr(hijax, "vjp_from_jvp", None)               # JAX 0.11 on
-if "nzs_in" not in inspect.signature(HiPrim.vjp_fwd).parameters:
-  pytest.skip(f"jax {jax.__version__}'s hijax primitives take no nzs_in in vjp_fwd (JAX 0.8): "
-              "these primitives are written for the later API", allow_module_level=True)
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.capture.sites import retained_rules

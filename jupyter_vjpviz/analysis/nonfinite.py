@@ -41,7 +41,7 @@ from ..capture.naming import frames
 from . import repeated_blocks
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
-from .program import _body_prefix, _eqn_id, rule_call, sub_jaxprs
+from .program import _body_prefix, _eqn_id, consts, rule_call, sub_jaxprs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -464,7 +464,7 @@ def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:
   ``_Search.level``'s); a jit's body run inline, its values kept (under the equation's
   index) for the search inside it; blocks that recur (an unrolled loop's) compiled once
   each (``repeated_blocks``)."""
-  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env = dict(zip(jaxpr.constvars, consts(jaxpr)))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
   alike = {} if run is not None else repeated_blocks.blocks(jaxpr.eqns)
@@ -587,7 +587,7 @@ def first_nonfinite(jaxpr: core.Jaxpr, args) -> tuple | None:
   """(equation, operands, in which loop iteration) of the first equation, forwards, whose
   operands are finite and whose outputs are not; through the bodies of calls and,
   iteration by iteration, of while loops (a bwd rule's own loop)."""
-  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env = dict(zip(jaxpr.constvars, consts(jaxpr)))
   env.update(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
   for eqn in jaxpr.eqns:

@@ -23,7 +23,7 @@ from jax._src import core
 from jax._src.interpreters import partial_eval as pe
 
 from .partial_vjp import vjp_wrt
-from .program import rule_call, scan_groups, sub_jaxprs
+from .program import consts, rule_call, scan_groups, sub_jaxprs
 
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat",
                    "remat2"})
@@ -55,7 +55,7 @@ def run_eqn(eqn, args) -> list:
 
 def evaluate(jaxpr: core.Jaxpr, args, patch: Patch | None = None) -> list:
   """``jaxpr``'s outputs at ``args`` (its constants are its own), ``patch`` applied."""
-  env = dict(zip(jaxpr.constvars, jaxpr.consts))
+  env = dict(zip(jaxpr.constvars, consts(jaxpr)))
   env.update(zip(jaxpr.invars, args))
   made = {}
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]

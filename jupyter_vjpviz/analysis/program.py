@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import math
 import time
+import weakref
 from typing import Any, NamedTuple
 from collections.abc import Callable, Iterator
 
@@ -629,7 +630,7 @@ def custom_names(eqn) -> tuple[str | None, str | None]:
     return None, None
   kind = hijax_rules.jax_rule(prim)
   if kind is not None:  # hijax custom_vjp3 / custom_jvp3
-    rule = prim.jvp_rule if kind == "custom_jvp" else prim.bwd
+    rule = hijax_rules.jvp_rule(prim) if kind == "custom_jvp" else prim.bwd
     return prim.traced.fun_name, getattr(rule, "__name__", None)
   return type(prim).__name__, f"{type(prim).__name__}.{hijax_rules.rule_method(type(prim))}"
 
@@ -668,10 +669,23 @@ _PLAIN = frozenset({int, float, bool, str, type(None)})
 _NO_JAXPRS: set[type] = set()   # other param types seen that are no jaxpr, tuple or list
 
 
+def consts(jaxpr) -> list:
+  """The values of ``jaxpr``'s constvars: its own on JAX 0.12, which folded ClosedJaxpr
+  into Jaxpr; before, those of the ClosedJaxpr it was found in (``sub_jaxprs``)."""
+  own = getattr(jaxpr, "consts", None)
+  return list(own) if own is not None else _closed_consts.get(jaxpr, [])
+
+
+_closed_consts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Before JAX 0.12: an open jaxpr -> its ClosedJaxpr's consts (alive no longer than it)."""
+
+
 def _jaxprs_in(value, found: list) -> None:
   if isinstance(value, core.Jaxpr):
     found.append(_open(value))
   elif type(value).__name__ == "ClosedJaxpr":  # JAX versions that still have it
+    if value.consts:
+      _closed_consts[value.jaxpr] = value.consts
     found.append(value.jaxpr)
   elif isinstance(value, (tuple, list)) and value and type(value[0]) not in _PLAIN:
     for v in value:  # cond branches; skips axes=(0, 1)-style params cheaply

@@ -65,19 +65,19 @@ def detach(max_bytes: int) -> None:
         sum(a.size * a.dtype.itemsize for a in arrays) > max_bytes:
       del _applied.values[site]
       continue
-    copies = [np.array(l) if l is not None else None for l in leaves]
-    _applied.values[site] = (tree, [_Held(c) if c is not None else None for c in copies])
+    _applied.values[site] = (tree, [_Held(l) if l is not None else None for l in leaves])
 
 
 class _Held:
-  """A host copy in place of a weak reference: called, it gives the copy."""
-  __slots__ = ("value",)
+  """A host copy in place of a weak reference: called, it gives an array of the kind the
+  user's was (a user's pytree may be built from it, and may accept only that kind)."""
+  __slots__ = ("value", "on_device")
 
-  def __init__(self, value):
-    self.value = value
+  def __init__(self, array):
+    self.value, self.on_device = np.array(array), isinstance(array, jax.Array)
 
   def __call__(self):
-    return self.value
+    return jax.numpy.asarray(self.value) if self.on_device else self.value
 
 
 def values(site) -> tuple | None:

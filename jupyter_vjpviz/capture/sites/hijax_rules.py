@@ -45,7 +45,13 @@ def jax_rule(prim) -> str | None:
   prim = unwrapped(prim)
   if not type(prim).__module__.startswith("jax._src.") or getattr(prim, "traced", None) is None:
     return None
-  return "custom_jvp" if hasattr(prim, "jvp_rule") else "custom_vjp"
+  return "custom_jvp" if jvp_rule(prim) is not None else "custom_vjp"
+
+
+def jvp_rule(prim):
+  """The user's jvp of a ``CustomJVPTraced`` (``jvp_rule`` on JAX 0.12, ``jvp_fun`` on
+  0.11); None for any other primitive."""
+  return getattr(prim, "jvp_rule", None) or getattr(prim, "jvp_fun", None)
 
 
 def rule_method(cls) -> str:
