@@ -100,8 +100,8 @@ KERNELS = {
 
 def _vjp3_class_watched() -> bool:
   """Whether a custom_vjp made under jax_custom_vjp3 is read as one: on JAX 0.12 it is a
-  custom_vjp; on 0.9 to 0.11 it is hijax's own class, whose rules vjpviz reads only from
-  JAX's message so far (rule and input unnamed, no fixes): a known gap, left out here."""
+  custom_vjp; on 0.9 to 0.11 it is hijax's own class, whose diagnoses vjpviz makes alike
+  but whose fixes it judges otherwise (some verified fixes missing): a known gap, left out here."""
   from jupyter_vjpviz.capture.sites import vjp3_rules
   return vjp3_rules.separate_class() is None
 
