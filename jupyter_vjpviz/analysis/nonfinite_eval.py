@@ -6,7 +6,9 @@ re-runs the whole gradient with one equation replaced. Both go through
 ``evaluate``: JAX's ``eval_jaxpr`` with a ``Patch`` that may reach into nested
 bodies (a jit, remat or custom rule's primal is inlined, a scan or cond is
 rebuilt around its patched body), so a fix is judged by the gradient JAX
-itself computes for the rewritten program.
+itself computes for the rewritten program. Every equation goes through ``replay.bind``:
+as written for the user's own run, rewritten (no repeated effects, loops capped) for
+vjpviz's runs.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from jax._src.interpreters import partial_eval as pe
 
 from .partial_vjp import vjp_wrt
 from .program import consts, rule_call, scan_groups, sub_jaxprs
+from .replay import bind   # as written, or as vjpviz's own run (``replay.replaying``)
 
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat",
                    "remat2"})
@@ -37,12 +40,6 @@ class Patch:
   ``producer(var)`` is (the equation that made ``var`` at that level, its operands)."""
   path: tuple[tuple[int, int], ...]
   fn: Callable
-
-
-def bind(eqn, args) -> list:
-  """The equation applied to ``args``, as JAX's own interpreter binds it."""
-  out = eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
-  return list(out) if eqn.primitive.multiple_results else [out]
 
 
 def run_eqn(eqn, args) -> list:

@@ -19,6 +19,13 @@ goes through here, which keeps four promises:
   ``pure_callback`` has no effect and runs; Python printing while the user's code
   is traced again is captured;
 - what the checks draw stays small: see ``analysis.oracle`` (``shrunk``).
+
+The NaN search, the gradient report's measured pass and the value overlay run the
+user's program equation by equation rather than as one jaxpr: under ``replaying`` each
+equation they bind (``bind``) is rewritten the same way, so their graph keeps the
+program's own equations. At the values the user's call had, a loop ends where the
+user's did (its cap is what the user's run needed): there loops run uncapped
+(``replaying(capped=False)``), and the deadline bounds what runs between them.
 """
 from __future__ import annotations
 
@@ -34,8 +41,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core
-
-from .nonfinite_eval import bind
 
 BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
 """Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``,
@@ -53,7 +58,7 @@ class NotJudged(Exception):
 
 
 class LoopCapped(NotJudged):
-  """A while loop of the user's ran past ``LOOP_CAP`` iterations at this draw."""
+  """A while loop of the user's ran past ``LOOP_CAP`` iterations where vjpviz ran it."""
 
 
 @dataclasses.dataclass
@@ -66,7 +71,7 @@ class _Account:
     return self.start + fraction * (self.deadline - self.start)
 
 
-_local = threading.local()
+_local = threading.local()      # the open account; whether replaying; loops left uncapped
 _capped = [0]                  # while loops that hit their cap (counted by XLA's host thread)
 _capped_lock = threading.Lock()
 
@@ -118,9 +123,70 @@ def run(fn: Callable, *args):
     out = fn(*args)
     jax.block_until_ready(out)
     jax.effects_barrier()
-  if _capped[0] != before:
-    raise LoopCapped(f"not judged: a while loop ran past {LOOP_CAP} iterations at this draw")
+  _raise_if_capped(before)
   return out
+
+
+@contextlib.contextmanager
+def replaying(capped: bool = True):
+  """Equations ``bind`` applies meanwhile are vjpviz's own runs of the user's program:
+  rewritten as ``rewrite`` says (while loops capped unless ``capped`` is False, where
+  the values are the user's own), each started only within the deadline, the user's
+  Python output captured; ``LoopCapped`` at the end if a capped loop stopped at its cap."""
+  was = getattr(_local, "replaying", False), getattr(_local, "uncapped", False)
+  _local.replaying, _local.uncapped = True, not capped
+  before = _capped[0]
+  try:
+    with quiet():
+      yield
+      jax.effects_barrier()
+  finally:
+    _local.replaying, _local.uncapped = was
+  _raise_if_capped(before)
+
+
+def _raise_if_capped(before: int) -> None:
+  if _capped[0] != before:
+    raise LoopCapped(f"not judged: a while loop ran past {LOOP_CAP} iterations")
+
+
+def bind(eqn, args) -> list:
+  """The equation applied to ``args``, as JAX's own interpreter binds it; while
+  ``replaying``, as ``rewrite`` would have it: an effect whose results nothing uses
+  (``jax.debug.print``, an ``io_callback`` that logs) not run, one whose result is
+  used ``NotJudged``, a while loop capped, a body holding either rewritten."""
+  if not getattr(_local, "replaying", False):
+    return _bind(eqn, args)
+  check()
+  if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
+    if any(not isinstance(v, core.DropVar) for v in eqn.outvars):
+      raise _uses_effect(eqn)
+    return [None] * len(eqn.outvars)
+  if eqn.primitive.name == "while" and _cap() is not None:
+    before = _capped[0]
+    outs = _capped_while(eqn, args)
+    if not any(isinstance(x, core.Tracer) for x in args):   # traced: told by ``replaying``
+      jax.effects_barrier()
+      _raise_if_capped(before)
+    return outs
+  if any(_needs(_open(sub)) for sub in core.jaxprs_in_params(eqn.params)):
+    return _bind(eqn.replace(params=_rewritten_params(eqn.params)), args)
+  return _bind(eqn, args)
+
+
+def _bind(eqn, args) -> list:
+  out = eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
+  return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def _cap() -> int | None:
+  """The iterations after which a while loop vjpviz runs is stopped (None: as written)."""
+  return None if getattr(_local, "uncapped", False) else LOOP_CAP
+
+
+def _uses_effect(eqn) -> NotJudged:
+  return NotJudged(f"not judged: the program uses the result of {eqn.primitive.name}, "
+                   "which vjpviz does not run again")
 
 
 @contextlib.contextmanager
@@ -153,15 +219,16 @@ def _open(jaxpr) -> core.Jaxpr:
 def bounded(fn: Callable) -> Callable:
   """``fn`` traced at its arguments' types and run as its ``rewrite``: arrays are the
   program's inputs, every other leaf (callables, Python data) stays as given."""
-  def call(*args):
-    leaves, tree = jax.tree_util.tree_flatten(args)
+  def call(*args, **kwargs):
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
     dyn = [i for i, l in enumerate(leaves) if _is_array(l)]
 
     def flat(*arrays):
       full = list(leaves)
       for i, a in zip(dyn, arrays):
         full[i] = a
-      out = fn(*jax.tree_util.tree_unflatten(tree, full))
+      a, k = jax.tree_util.tree_unflatten(tree, full)
+      out = fn(*a, **k)
       flat_out, out_tree = jax.tree_util.tree_flatten(out)
       shape.append(out_tree)
       return flat_out
@@ -182,17 +249,21 @@ def _is_array(x) -> bool:
 
 def _needs(jaxpr: core.Jaxpr) -> bool:
   for eqn in jaxpr.eqns:
-    if eqn.primitive.name == "while" or _side_effects(eqn):
+    if (eqn.primitive.name == "while" and _cap() is not None) or _side_effects(eqn):
       return True
     if any(_needs(_open(sub)) for sub in core.jaxprs_in_params(eqn.params)):
       return True
   return False
 
 
+_OWN_EFFECTS = tuple(getattr(core, name) for name in ("JaxprInputEffect", "NamedAxisEffect")
+                     if hasattr(core, name))
+"""Effects that stay inside the program: a Ref's reads and writes, a collective's axis."""
+
+
 def _side_effects(eqn) -> list:
-  """The equation's effects on the world (a Ref's reads and writes are the program's own)."""
-  input_effect = getattr(core, "JaxprInputEffect", ())
-  return [e for e in eqn.effects if not isinstance(e, input_effect)]
+  """The equation's effects on the world."""
+  return [e for e in eqn.effects if not isinstance(e, _OWN_EFFECTS)]
 
 
 def _interpret(jaxpr: core.Jaxpr, consts, args) -> list:
@@ -206,12 +277,11 @@ def _interpret(jaxpr: core.Jaxpr, consts, args) -> list:
     if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
       if not any(v in used for v in eqn.outvars):
         continue   # printing, logging: the user saw it once
-      raise NotJudged(f"not judged: the program uses the result of {eqn.primitive.name}, "
-                      "which vjpviz does not run again")
-    if eqn.primitive.name == "while":
+      raise _uses_effect(eqn)
+    if eqn.primitive.name == "while" and _cap() is not None:
       outs = _capped_while(eqn, ins)
     else:
-      outs = bind(eqn.replace(params=_rewritten_params(eqn.params)), ins)
+      outs = _bind(eqn.replace(params=_rewritten_params(eqn.params)), ins)
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
 
