@@ -5,6 +5,11 @@ cotangent norm, which the graph shows), gives the gradient; the structural walk 
 forward jaxpr says why a leaf gets none where no cotangent can reach it
 (``analysis.grad_paths``), the measured pass why for the rest: the equation whose
 pullback made the zero.
+
+The forward run is the user's (their ``jax.debug.print`` output and callbacks happen,
+once, as under ``jax.grad``); the backward pass differentiates equations again, which
+runs their bodies' forward again: it is vjpviz's own run (``analysis.replay``), quiet,
+without the program's effects, its loops ending as the user's did (the same values).
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import jax
 import numpy as np
 from jax._src import core
 
-from .analysis import grad_paths, nonfinite, program
+from .analysis import grad_paths, nonfinite, program, replay
 from .analysis.flows import mark_flows, program_inputs
 from .analysis.graph import Graph
 from .analysis.nonfinite_eval import inexact
@@ -66,10 +71,11 @@ class GradReport:
   layers: tuple[Layer, ...] = ()
   graph: Graph = dataclasses.field(default_factory=Graph, repr=False)
   note: str | None = None
+  judged: bool = True           # False: the gradient could not be taken again (``note``: why)
 
   @property
   def healthy(self) -> bool:
-    return not self.zero and not any(p.alarm for p in self.partly_zero) and not any(
+    return self.judged and not self.zero and not any(p.alarm for p in self.partly_zero) and not any(
         layer.flag for layer in self.layers)
 
   def to_dict(self) -> dict:
@@ -113,13 +119,19 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   """One forward run and one backward pass, eager and measured edge by edge (``vv.nans``'s):
   its inputs' cotangents are the gradient."""
   origin = _origin(fn, args, kwargs, positions)
-  jaxpr, invals, active, out_cts = program_inputs(origin, (args, kwargs))
+  with replay.quiet():   # traced again: the user's Python prints were seen (eval_shape)
+    jaxpr, invals, active, out_cts = program_inputs(origin, (args, kwargs))
+    struct = grad_paths.structural(jaxpr)
   flat = jax.tree_util.tree_leaves((args, kwargs))
   leaves = [flat[j] for j in positions]
   position = _invar_positions(origin, positions)
-  struct = grad_paths.structural(jaxpr)
+  param_flows = [_flow(x) for x in leaves]
   env = nonfinite.forward(jaxpr, invals)
-  edges, got, complete = nonfinite.measured(jaxpr, invals, active, out_cts, env)
+  try:
+    with replay.replaying(capped=False):
+      edges, got, complete = nonfinite.measured(jaxpr, invals, active, out_cts, env)
+  except replay.NotJudged as e:   # an effect whose result the program uses
+    return _unjudged(origin, paths, param_flows, str(e))
   values = [np.zeros(x.shape, x.dtype) if got[i] is None else np.asarray(got[i])
             for x, i in zip(leaves, position)]
   del got
@@ -134,15 +146,23 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   partly = tuple(p for k, g in enumerate(values) if k not in zeros
                  for p in _partly(paths[k], g, position[k] in gathered))
   grad_flows = [_flow(g) for g in values]
-  param_flows = [_flow(x) for x in leaves]
   layers = _layers(paths, grad_flows, param_flows)
-  graph, _ = program.build(origin, lambda g: [])
+  with replay.quiet():
+    graph, _ = program.build(origin, lambda g: [])
   graph = dataclasses.replace(_with_primals(mark_flows(graph, edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
                     leaves=tuple((p, g.norm, w.norm) for p, g, w in zip(paths, grad_flows,
                                                                           param_flows)),
                     graph=graph, note=None if complete else "the measured pass stopped early")
+
+
+def _unjudged(origin, paths, param_flows, reason: str) -> GradReport:
+  """The report of a gradient vjpviz could not take again: the parameters' norms, and why."""
+  with replay.quiet():
+    graph, _ = program.build(origin, lambda g: [])
+  return GradReport(function=origin.name, graph=graph, note=f"gradient {reason}", judged=False,
+                    leaves=tuple((p, math.nan, w.norm) for p, w in zip(paths, param_flows)))
 
 
 def _with_primals(graph: Graph, norms: dict) -> Graph:

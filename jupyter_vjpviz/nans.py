@@ -17,7 +17,7 @@ import numpy as np
 from jax._src import core
 
 from . import pipeline
-from .analysis import locate, nonfinite, nonfinite_explain, program
+from .analysis import locate, nonfinite, nonfinite_explain, program, replay
 from .analysis.diagnosis import Diagnosis
 from .analysis.flows import flow_dicts, input_names, mark_flows, program_inputs
 from .analysis.nonfinite_eval import inexact
@@ -39,32 +39,55 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
   the search itself runs with it off. ``argnums=None``: ``fun`` takes its gradients
   itself (a train step, jitted or not): it is run with jit disabled and the first
   gradient it takes that is not finite is localised.
+
+  The gradient taken first is the user's own (their prints and callbacks happen, once);
+  every later run (JAX's again without ``jax_debug_nans``, the search, each fix's
+  gradient) is vjpviz's (``analysis.replay``): quiet, its effects not repeated.
   """
   if argnums is None:
     return stepped(fun, args, kwargs)
+  return _nans(fun, args, argnums, kwargs, ran=False)
+
+
+def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
+  """``nans``; ``ran``: the user's call took this gradient already (a watched one)."""
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(jax.numpy.asarray, a) if i in nums else a
                for i, a in enumerate(args))   # a Python float differentiated is an input
   raised = False
   try:
-    grads = pull_ones(fun, args, nums, kwargs)
-  except FloatingPointError:
-    raised = True
-    with jax.debug_nans(False):
-      grads = pull_ones(fun, args, nums, kwargs)
+    try:
+      grads = _gradient(fun, args, nums, kwargs, ran)
+    except FloatingPointError:
+      raised = True
+      with jax.debug_nans(False):
+        grads = _gradient(fun, args, nums, kwargs, ran=True)
+  except replay.NotJudged as e:   # taken again, it would repeat an effect the program uses
+    print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
+    return None
   if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
     return None
   with jax.debug_nans(False):
     return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
 
 
+def _gradient(fun, args, nums, kwargs, ran: bool):
+  """The gradient (a cotangent of ones on every output): the user's own run of ``fun``,
+  or where that ran already, vjpviz's, at the same values (so its loops end as the
+  user's did), quiet and without the program's effects."""
+  if not ran:
+    return pull_ones(fun, args, nums, kwargs)
+  with replay.replaying(capped=False):
+    return pull_ones(replay.bounded(fun), args, nums, kwargs)
+
+
 def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None:
-  origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
-  jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
-  original = _in_program_order(args, nums, grads, origin, active)
-  del grads
-  with hook_aside():
-    found = nonfinite.localise(jaxpr, invals, active, out_cts)
+  with hook_aside(), replay.quiet():   # traced again: the user's Python prints were seen
+    origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
+    jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
+    original = _in_program_order(args, nums, grads, origin, active)
+    del grads
+    found, unjudged = _localised(jaxpr, invals, active, out_cts)
     c = found.culprit
     graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
     labels = input_names(graph, origin)
@@ -78,7 +101,18 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   del original, invals, run
   found.frames.clear()                  # the search's arrays: this call's only
   graph = dataclasses.replace(graph, strip=strip)
-  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin)
+  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin,
+                              unjudged)
+
+
+def _localised(jaxpr, invals, active, out_cts) -> tuple[nonfinite.Localisation, str]:
+  """The search, at the user's values (its loops end as the user's did), and why it
+  found nothing when it could not run: an effect whose result the program uses."""
+  try:
+    with replay.replaying(capped=False):
+      return nonfinite.localise(jaxpr, invals, active, out_cts), ""
+  except replay.NotJudged as e:
+    return nonfinite.Localisation(None, {}, []), str(e)
 
 
 def _in_program_order(args, nums, grads, origin, active) -> list:
@@ -92,7 +126,8 @@ def _in_program_order(args, nums, grads, origin, active) -> list:
   return [by_flat[j] for j, a in zip(arrays, active) if a]
 
 
-def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin) -> Diagnosis:
+def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin,
+                         unjudged: str = "") -> Diagnosis:
   graph = mark_flows(graph, found.edges)
   cotangents = {**flow_dicts(found.edges, graph.strip),
                 "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
@@ -102,8 +137,9 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
     return Diagnosis(kind="nonfinite_cotangent", severity=ERROR if raised else WARNING, function=origin.name,
                      rule=None, source=origin.source, path=name, expected="a finite gradient",
                      got=where, message=None, graph=graph, argument=name, cotangents=cotangents,
-                     detail="no single equation made it non-finite: the forward pass may be "
-                            "non-finite already, or finite cotangents overflowed as they added up")
+                     detail=f"where it went non-finite is {unjudged}" if unjudged else
+                     "no single equation made it non-finite: the forward pass may be "
+                     "non-finite already, or finite cotangents overflowed as they added up")
   function, rule = program.custom_names(c.eqn) if program.rule_call(c.eqn) else (c.eqn.primitive.name, None)
   inner = c.inner[1] if c.inner else None
   primal = function_names.function_of(c.eqn.params.get("call_jaxpr"))[1] if c.inner else None
@@ -171,19 +207,22 @@ class GradientWatch:
     if bad:
       fun, args, kwargs, diff_argnums, has_aux = bad[0]
       main = (lambda *a, **k: fun(*a, **k)[0]) if has_aux else fun
-      return nans(main, *args, argnums=diff_argnums, **kwargs)
-    return stepped(*steps[0]) if steps else None
+      return _nans(main, args, diff_argnums, kwargs, ran=True)
+    return stepped(*steps[0], ran=True) if steps else None
 
 
-def stepped(fun, args, kwargs) -> Diagnosis | None:
+def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | None:
   """``fun`` (a train step: it takes its gradients itself) run again with jit disabled,
   so that each gradient it takes is eager and watched: ``nans`` of the first one that is
-  not finite. Its inputs donated to the jitted call are gone: then None, said."""
+  not finite. Its inputs donated to the jitted call are gone: then None, said. ``ran``:
+  the user's call ran the step already; this run's output is captured (an
+  ``io_callback`` in an eager step cannot be held back: it runs again)."""
   if any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(args)):
     print(f"vjpviz: {function_names.function_name(fun)}'s inputs were donated to it; call it without "
           "donate_argnums to localise its NaN")
     return None
-  with _hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit():
+  with (_hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit(),
+        replay.quiet() if ran else contextlib.nullcontext()):
     fun(*args, **kwargs)
   return watch.diagnose()
 

@@ -38,7 +38,7 @@ import numpy as np
 from jax._src import core
 
 from ..capture.naming import frames
-from . import repeated_blocks
+from . import repeated_blocks, replay
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
 from .program import _body_prefix, _eqn_id, consts, rule_call, sub_jaxprs
@@ -126,6 +126,7 @@ class Culprit:
   inner: tuple | None = None        # custom rules: (primitive, source, operand summaries,
                                     #   "in iteration 3 of its while loop" or "", the
                                     #   user's function there)
+  unjudged: str = ""                # why its bwd rule was not searched inside ("not judged: ...")
   origin: Culprit | None = None     # the equation, at this level, that made a non-finite
                                     #   operand of this one from finite values (log at 0 in
                                     #   x * log(x)): the one a fix rewrites
@@ -341,6 +342,8 @@ class _Search:
         try:
           got = (pullback(lambda full: run(eqn, full), ins, wrt, fo, [cts[j] for j in fo])
                  if run else eqn_pullback(eqn, ins, wrt, fo, [cts[j] for j in fo]))
+        except replay.NotJudged:
+          raise
         except Exception:  # noqa: BLE001 - measuring: the rule being diagnosed fails again
           if not (self.record and not self.stop):
             raise
@@ -388,7 +391,10 @@ class _Search:
     if name == "scan":
       return self.iteration(c, subs[0], ins, active, cts)
     if rule_call(c.eqn):
-      c.inner = _inside_rule(c.eqn, ins, active, cts)
+      try:
+        c.inner = _inside_rule(c.eqn, ins, active, cts)
+      except replay.NotJudged as e:   # its loop stepped past the deadline, an effect it uses
+        c.unjudged = str(e)
     if name == "shard_map":
       return self.sharded(c, subs[0], ins, active, cts)
     return None
@@ -423,10 +429,12 @@ class _Search:
     order = list(range(length))[::-1] if reverse else list(range(length))
     carries = []
     for t in order:
+      replay.check()
       carries.append(carry)
       carry = step([*consts, *carry, *[x[t] for x in xs]])[:n_carry]
     ct_carry, ct_ys = list(cts[:n_carry]), cts[n_carry:]
     for idx in reversed(range(length)):
+      replay.check()
       t = order[idx]
       args = [*consts, *carries[idx], *[x[t] for x in xs]]
       ct = [*ct_carry, *[y[t] for y in ct_ys]]
@@ -524,10 +532,12 @@ def _producer(jaxpr, read):
 
 
 def _active(jaxpr, active) -> set:
-  """The variables that depend on a differentiated input (floating ones only)."""
+  """The variables that depend on a differentiated input (floating ones only): none
+  through ``stop_gradient`` (what it feeds, a while loop's statistic, is not differentiated)."""
   live = {v for v, a in zip(jaxpr.invars, active) if a and inexact(v)}
   for eqn in jaxpr.eqns:
-    if any(isinstance(v, core.Var) and v in live for v in eqn.invars):
+    if eqn.primitive.name != "stop_gradient" and any(
+        isinstance(v, core.Var) and v in live for v in eqn.invars):
       live.update(v for v in eqn.outvars if inexact(v))
   return live
 
@@ -547,7 +557,9 @@ def _carry_fixpoint(body, active, n_consts: int, n_carry: int) -> list[bool]:
 
 def _inside_rule(eqn, ins, active, cts) -> tuple | None:
   """A custom rule's backward, traced with its own operands and run forwards: the first
-  of its operations (the user's bwd lines) that turned finite values non-finite."""
+  of its operations (the user's bwd lines) that turned finite values non-finite. A loop
+  stepped on the host costs far more than the user's compiled one: it is stepped within
+  the deadline of the call's account (a fresh one when none is open)."""
   cts = [jnp.zeros(v.aval.shape, v.aval.dtype) if c is None and inexact(v) else c
          for v, c in zip(eqn.outvars, cts)]
   if eqn.primitive.name == "custom_vjp_call":
@@ -557,7 +569,8 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
     fo = [j for j, v in enumerate(eqn.outvars) if inexact(v)]
     traced = jax.make_jaxpr(lambda a, c: pullback(lambda f: bind(eqn, f), a, wrt, fo,
                                                   [c[j] for j in fo]))(list(ins), cts)
-  found = first_nonfinite(traced, jax.tree_util.tree_leaves((list(ins), cts)))
+  with replay.account():
+    found = first_nonfinite(traced, jax.tree_util.tree_leaves((list(ins), cts)))
   if found is None:
     return None
   inner, operands, where = found
@@ -612,6 +625,7 @@ def _first_bad_iteration(eqn, ins) -> tuple | None:
   cconsts, bconsts, carry = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
   t = 0
   while bool(evaluate(cond, [*cconsts, *carry])[0]):
+    replay.check()
     new = evaluate(body, [*bconsts, *carry])
     if _poisoned([*bconsts, *carry], new):
       found = first_nonfinite(body, [*bconsts, *carry])

@@ -31,7 +31,8 @@ def explain(c: Culprit) -> str:
     return f"its bwd rule's `{prim}`{at} {_values(prim, operands, c.ct_out)}" + (
         f" {loop}" if loop else "")
   if rule_call(c.eqn):
-    return f"its custom rule turned a finite cotangent into {c.ct_out.bad()}"
+    inside = f"; inside its bwd rule {c.unjudged}" if c.unjudged else ""
+    return f"its custom rule turned a finite cotangent into {c.ct_out.bad()}{inside}"
   if c.origin is not None:
     o, bad = c.origin, next(s for s in c.operands if s is not None and not s.finite)
     text = (f"`{c.eqn.primitive.name}` of a value with {bad.bad()}, made by "

@@ -8,6 +8,8 @@ ones as the output cotangent (jax.grad's), each edge's cotangent reduced to its 
 and NaN/Inf counts as it is made (``nonfinite.measure``), as far as it runs: the rule
 that raised ends it, so the cotangents that reached it are shown. The graph's edges
 carry them (the overlay ``vv.nans`` draws) and a stacked model's per-layer strip.
+The pass is vjpviz's own run after the error (``analysis.replay``): within the failing
+call's budget, quiet, without the program's effects; not judged, the graph has no values.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import jax
 from jax._src import core
 
 from .. import pipeline
-from ..analysis import flows, nonfinite
+from ..analysis import flows, nonfinite, replay
 from ..analysis.diagnosis import Diagnosis
 from ..capture.hook import hook_aside
 from ..capture.sites import entry_points
@@ -86,10 +88,13 @@ def decorate(d: Diagnosis, session) -> Diagnosis:
   call = _watch.call_of(session.origin) if _watch and session.origin is not None else None
   if call is None or d.cotangents.get("edges"):
     return d
-  jaxpr, invals, active, out_cts = flows.program_inputs(session.origin, call)
-  del call
-  with hook_aside():
-    edges, measured, whole = nonfinite.measure(jaxpr, invals, active, out_cts)
+  try:
+    with hook_aside(), replay.replaying(capped=False):   # the call's own values: its loops end
+      jaxpr, invals, active, out_cts = flows.program_inputs(session.origin, call)
+      del call
+      edges, measured, whole = nonfinite.measure(jaxpr, invals, active, out_cts)
+  except replay.NotJudged:   # out of time, or an effect whose result the program uses
+    return d
   del invals
   arrays = [j for j, leaf in enumerate(session.origin.leaves)
             if isinstance(leaf, core.AbstractValue)]

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax._src import core
 
-from ..analysis import nonfinite, oracle
-from ..analysis.diagnosis import VERIFIED, Fix
+from ..analysis import nonfinite, oracle, replay
+from ..analysis.diagnosis import UNVERIFIABLE, VERIFIED, Fix
 from ..analysis.locate import source_line
 from ..analysis.nonfinite import Culprit, Localisation
 from ..analysis.nonfinite_eval import Patch, evaluate
@@ -67,23 +67,38 @@ def gradient(p: Program, patch: Patch | None = None) -> list:
 def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
   """The first candidate for ``c`` (or for the equation that made its non-finite
   operand) that makes the gradient finite and keeps it where it was: each one judged
-  costs a whole backward pass, so the rest are not tried."""
+  costs a whole backward pass, so the rest are not tried. Judging is vjpviz's own run
+  of the rewritten program (``analysis.replay``: within the call's account, loops
+  capped, no effect repeated); a candidate it could not judge is offered unverifiable,
+  its note saying why."""
   c = c.origin or c
-  for cand in candidates(c, p):
-    verdict = _judge(cand, c, p, original)
-    if verdict is not None:
-      return [Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED,
-                  note=verdict)]
-  return []
+  unjudged = []
+  with replay.account():
+    for cand in candidates(c, p):
+      try:
+        verdict = _judge(cand, c, p, original)
+      except replay.NotJudged as e:
+        unjudged.append(Fix(cand.title, cand.code, cand.reason, exact=False,
+                            verdict=UNVERIFIABLE, note=str(e)))
+        if str(e) == replay.TIME_BUDGET:
+          break
+        continue
+      if verdict is not None:
+        return [Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED,
+                    note=verdict)]
+  return unjudged
 
 
 def _judge(cand: _Candidate, c: Culprit, p: Program, original: list) -> str | None:
   try:
-    patch = cand.fn and Patch(c.path, cand.fn)
-    got = patch and p.found and nonfinite.resumed(p.found, patch)
-    if not got:
-      scaled = p._replace(out_cts=[None if o is None else o * cand.scale for o in p.out_cts])
-      got = [g / cand.scale for g in gradient(scaled, patch)]
+    with replay.replaying():
+      patch = cand.fn and Patch(c.path, cand.fn)
+      got = patch and p.found and nonfinite.resumed(p.found, patch)
+      if not got:
+        scaled = p._replace(out_cts=[None if o is None else o * cand.scale for o in p.out_cts])
+        got = [g / cand.scale for g in gradient(scaled, patch)]
+  except replay.NotJudged:
+    raise
   except Exception:  # noqa: BLE001 - a rewrite that does not apply here is no fix
     return None
   if not nonfinite.all_finite(got):

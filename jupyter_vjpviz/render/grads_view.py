@@ -22,7 +22,8 @@ def headline(r) -> str:
       (len(r.zero), "leaf with no gradient" if len(r.zero) == 1 else "leaves with no gradient"),
       (sum(p.alarm for p in r.partly_zero), "leaf with dead units"),
       *((flags.count(f), f"block(s) {f}") for f in ("vanishing", "exploding"))) if n]
-  return f"vjpviz grads of {r.function}: {', '.join(parts) or 'healthy'}"
+  verdict = "healthy" if r.judged else "not judged"
+  return f"vjpviz grads of {r.function}: {', '.join(parts) or verdict}"
 
 
 def text(r) -> str:
