@@ -3,7 +3,9 @@
 ``benchmarks/safety_corpus/`` holds real-shaped programs, most with one wrong custom
 rule, some failing elsewhere or not at all: diverging loops in the primal, effects
 (debug.print, debug.callback, io_callback, impure callbacks), a large activation,
-a slow primal, a rule applied inside its own bwd, equinox and flax rules. Each runs
+a slow primal, a rule applied inside its own bwd, equinox and flax rules; and programs
+that ask vjpviz for a check (``vv.nans``, ``vv.grads``: ``_mode.HOOKED``; run plain, they
+take ``jax.grad`` instead), whose extra runs must print and write nothing. Each runs
 twice in a fresh interpreter and an empty working folder: plain (no vjpviz) and
 hooked (``jupyter_vjpviz.install()`` first), under a per-process timeout (a hooked run
 that times out is a failure, with its time). Per program it prints the extra wall
@@ -96,6 +98,7 @@ def run(program: pathlib.Path, hooked: bool, quick: bool, timeout: float) -> Run
     work.mkdir()
     out = pathlib.Path(tmp, "stdout")
     env = dict(os.environ, SAFETY_CORPUS_QUICK="1" if quick else "0",
+               SAFETY_CORPUS_HOOKED="1" if hooked else "0",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(CORPUS), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", str(program),
            "hooked" if hooked else "plain", str(result)]

@@ -30,3 +30,16 @@ def test_hooked_run_prints_writes_and_raises_as_plain(name):
   assert row.hooked.stdout == row.plain.stdout
   assert row.hooked.files == row.plain.files
   assert row.hooked.exception == row.plain.exception
+
+
+@pytest.mark.parametrize("name", [
+    "nans_effects",    # vv.nans: the search and the fix's check print and log nothing more
+    "grads_effects",   # vv.grads: the backward pass's run of the scan prints nothing more
+])
+def test_a_check_asked_for_prints_and_writes_as_the_plain_gradient(name):
+  (row,) = safety_corpus.measure([name], quick=True, timeout=TIMEOUT)
+  assert not row.plain.timed_out and not row.hooked.timed_out
+  assert row.plain.exception is None and row.hooked.exception is None
+  assert row.plain.stdout and row.plain.files   # the program printed and logged: compared
+  assert row.hooked.stdout == row.plain.stdout
+  assert row.hooked.files == row.plain.files
