@@ -206,6 +206,15 @@ def _decorated(d: Diagnosis, session: Session) -> Diagnosis:
   return d
 
 
+def remember(d: Diagnosis) -> None:
+  """Into the history only (a diagnosis the panel asked for: its reply carries it, and its
+  graph's views are asked of the history)."""
+  with _lock:
+    kept = [x for x in _history if x.id != d.id]
+    _history.clear()
+    _history.extend(kept + [d])
+
+
 def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list) -> None:
   """Into the history (replacing the same ids), onto the exception, to ``listeners``."""
   if exc is not None and exc is not RAISED:

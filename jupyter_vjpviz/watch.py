@@ -7,22 +7,36 @@ float32[leaves] array (each leaf's squared norm: zero, finite or not), returned 
 step's own outputs; every ``BATCH`` steps' are stacked and copied to the host
 asynchronously (per-step copies cost a dispatch-bound step ~0.1 ms each): no other
 transfer, no second computation. Reading ``steps`` (or printing) waits for the rest.
+
+While a panel listens, the series landed so far (``series``: downsampled, one line per
+layer, the events) is pushed at most every ``PUSH_EVERY`` seconds, from a call, never
+waiting for a copy. The last call's arguments are kept (a reference, no copy) so that
+``vv.nans`` can run on it (the panel's button on a non-finite event at that step).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import html
+import itertools
+import sys
 import threading
+import time
+import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .base.safety import safely
 from .render.html import STYLE
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
 BATCH = 32    # steps whose arrays are stacked and sent to the host at once
+PUSH_EVERY = 0.5   # seconds between two pushes of a watch's series to the panel
+POINTS = 512       # the most steps a series pushed draws
+LINES = 64         # the most lines (layers) it draws
+EVENTS = 256       # the most events it lists
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +51,16 @@ class LeafEvents:
 class Watched:
   """A jitted training step that records its gradient's health per call."""
 
-  def __init__(self, step, stayed: int = STAYED):
-    self.__wrapped__, self.stayed = step, stayed
+  def __init__(self, step, stayed: int = STAYED, keep: bool = True):
+    self.__wrapped__, self.stayed, self.keep = step, stayed, keep
+    self.id = f"w{next(_ids)}"
+    _watches[self.id] = self
+    self._calls = 0
+    self._kept: tuple | None = None   # (step, args, kwargs) of the last call
+    self._pushed_at = 0.0
     self._fun = getattr(step, "__wrapped__", None) or getattr(step, "fn", None) or step
     self.paths: list[str] = []
+    self._keypaths: list = []
     self._pending: list = []     # the last steps' arrays, still on the device
     self._batches: list = []     # BATCH steps' stacked, on their way to the host
     self._rows: list[np.ndarray] = []
@@ -54,6 +74,8 @@ class Watched:
         donate_argnums=getattr(info, "donate_argnums", ()))
 
   def __call__(self, *args, **kwargs):
+    self._kept = (self._calls, args, kwargs) if self.keep else None
+    self._calls += 1
     if self._direct is not None:
       out, health = self._direct(*args, **kwargs)
     else:
@@ -63,6 +85,8 @@ class Watched:
       self._batches.append(jnp.stack(self._pending[-BATCH:]))
       self._batches[-1].copy_to_host_async()
       del self._pending[-BATCH:]
+    if time.monotonic() - self._pushed_at >= PUSH_EVERY:
+      safely(self._push)
     return out
 
   def _traced(self, *args, **kwargs):
@@ -76,6 +100,7 @@ class Watched:
     flat = [(kp, g) for kp, g in jax.tree_util.tree_flatten_with_path(box[0])[0]
             if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
     self.paths = [jax.tree_util.keystr(kp) for kp, _ in flat]
+    self._keypaths = [kp for kp, _ in flat]
     return out, jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
 
   def _filtered(self, args, kwargs):
@@ -111,15 +136,25 @@ class Watched:
                    *(np.asarray(h) for h in self._pending)]
     self._pending.clear()
     self._batches.clear()
+    return self._stacked()
+
+  def _landed(self) -> np.ndarray:
+    """The steps already on the host, in order, without waiting for any copy."""
+    while self._batches and self._batches[0].is_ready():
+      self._rows.extend(np.asarray(self._batches.pop(0)))
+    return self._stacked()
+
+  def _stacked(self) -> np.ndarray:
     return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths)), np.float32)
 
   @property
   def norms(self) -> np.ndarray:
     return np.sqrt(self.steps)
 
-  def events(self) -> list[LeafEvents]:
-    """Per leaf with anything to say: the first zero, stuck and non-finite steps."""
-    s = self.steps
+  def events(self, s: np.ndarray | None = None) -> list[LeafEvents]:
+    """Per leaf with anything to say: the first zero, stuck and non-finite steps (of
+    ``s``, the squared norms, every step's by default)."""
+    s = self.steps if s is None else s
     found = []
     for k, path in enumerate(self.paths):
       zero, bad = s[:, k] == 0, ~np.isfinite(s[:, k])
@@ -131,6 +166,51 @@ class Watched:
   def to_dict(self) -> dict:
     return {"paths": self.paths, "norms": self.norms.tolist(),
             "events": [dataclasses.asdict(e) for e in self.events()]}
+
+  def series(self, s: np.ndarray | None = None) -> dict:
+    """The panel's WatchSeries (protocol.schema.json) of ``s`` (every step by default):
+    at most ``POINTS`` steps drawn, every event's step among them, one norm line per
+    layer (at most ``LINES``: past that, per top-level key), at most ``EVENTS`` events."""
+    s = self.steps if s is None else s
+    events = sorted((step, e.path, kind) for e in self.events(s)
+                     for kind in ("first_zero", "stayed_zero", "first_nonfinite")
+                     if (step := getattr(e, kind)) is not None)[:EVENTS]
+    points = _points(len(s), [step for step, _, _ in events])
+    groups = _layers(self._keypaths)
+    if len(set(groups)) > LINES:
+      groups = _layers([kp[:1] for kp in self._keypaths])
+    lines = []
+    for g in list(dict.fromkeys(groups))[:LINES]:
+      norm = np.sqrt(s[points][:, [i for i, x in enumerate(groups) if x == g]].sum(axis=1))
+      lines.append({"group": g, "norms": [float(x) if np.isfinite(x) else None for x in norm]})
+    kept = self._kept[0] if self._kept is not None else None
+    return {"id": self.id, "steps": len(s), "stayed": self.stayed,
+            "points": [int(p) for p in points], "lines": lines,
+            "events": [{"step": step, "path": path, "kind": kind}
+                       for step, path, kind in events],
+            "kept_step": kept}
+
+  def _push(self) -> None:
+    """The series landed so far to a listening panel."""
+    comm = sys.modules.get("jupyter_vjpviz.deliver.comm")   # no panel before %load_ext
+    if comm is not None and comm.listening():
+      self._pushed_at = time.monotonic()
+      comm.push_watch(self.series(self._landed()))
+
+  def nans(self, step: int):
+    """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
+    last call's are): the nonfinite_cotangent Diagnosis, or None when its gradient is
+    finite. ValueError when that call's arguments are gone (or were donated)."""
+    from .nans import nans
+    if self._kept is None or self._kept[0] != step:
+      raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
+                       f"call's only ({'step ' + str(self._kept[0]) if self._kept else 'none'}); "
+                       "run vv.nans(step, *args, argnums=None) on that call's arguments")
+    _, args, kwargs = self._kept
+    if any(getattr(x, "is_deleted", lambda: False)()
+           for x in jax.tree_util.tree_leaves((args, kwargs))):
+      raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
+    return nans(self.__wrapped__, *args, argnums=None, **kwargs)
 
   def __str__(self) -> str:
     n = len(self.steps)
@@ -153,11 +233,40 @@ class Watched:
             "</div>")
 
 
-def watch(step, *, stayed: int = STAYED) -> Watched:
+def watch(step, *, stayed: int = STAYED, keep: bool = True) -> Watched:
   """``step`` (a train step that takes one gradient, jitted or not) with its gradient's
   health recorded per call: ``.norms`` [steps, leaves], ``.events()``, ``.paths``; its
-  non-array arguments are static, as under ``eqx.filter_jit``."""
-  return Watched(step, stayed)
+  non-array arguments are static, as under ``eqx.filter_jit``. ``keep``: hold the last
+  call's arguments (one more reference to them) for ``.nans(step)``."""
+  return Watched(step, stayed, keep)
+
+
+_ids = itertools.count(1)
+_watches: weakref.WeakValueDictionary[str, Watched] = weakref.WeakValueDictionary()
+"""The watches alive, by id: what the panel asks for."""
+
+
+def watches() -> list[Watched]:
+  return list(_watches.values())
+
+
+def _layers(keypaths: list) -> list[str]:
+  """Each leaf's layer: its parent's path (``['Dense_1']`` of ``['Dense_1']['kernel']``),
+  the leaf itself at the top."""
+  return [jax.tree_util.keystr(kp[:-1] if len(kp) > 1 else kp) for kp in keypaths]
+
+
+def _points(n: int, keep: list[int]) -> np.ndarray:
+  """At most ``POINTS`` of ``range(n)``, evenly spread, ``keep`` (capped first) among them."""
+  keep = sorted(set(keep))[:POINTS // 2]
+  if n <= POINTS:
+    return np.arange(n)
+  spread = np.linspace(0, n - 1, POINTS - len(keep)).round().astype(int)
+  found = np.union1d(spread, keep)
+  while len(found) > POINTS:   # rounding met a kept step: thin the spread ones
+    spread = spread[::2]
+    found = np.union1d(spread, keep)
+  return found
 
 
 def _merged(out_static: list, arrays: list):

@@ -28,6 +28,7 @@ from typing import Any
 from collections.abc import Callable
 
 from .. import pipeline
+from ..watch import watches
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
 from ..base.safety import safely
@@ -107,6 +108,12 @@ def push(d) -> None:
   message = {"v": VERSION, "type": "diagnosis", "diagnosis": d.to_dict()}
   view = safely(lambda: _render_view(d, views.default_view(d.graph, d.node)))
   _open_push_comm(message if view is None else {**message, "view": view})
+
+
+def push_watch(series: dict) -> None:
+  """A vv.watch's series (watch.py Watched.series) to the panel, on a fresh comm."""
+  if _state["listening"]:
+    _open_push_comm({"v": VERSION, "type": "watch", "watch": series})
 
 
 def _open_push_comm(message: dict) -> None:
@@ -377,8 +384,29 @@ def _render_view(d, view) -> dict:
           "total": len(d.graph.nodes), "boxes": view.size}
 
 
+# ---- vv.watch: the series, and vv.nans on a watched step's kept call
+
+def _op_watch(args: dict) -> dict:
+  return {"watches": [w.series() for w in watches()]}
+
+
+def _op_watch_nans(args: dict) -> dict:
+  w = next((w for w in watches() if w.id == args["watch_id"]), None)
+  if w is None:
+    raise _Refused(f"no watch {args['watch_id']!r} in this kernel (restarted, or collected)")
+  try:
+    d = w.nans(args["step"])
+  except ValueError as e:
+    raise _Refused(str(e)) from None
+  if d is None:
+    return {"summary": f"step {args['step']}: the gradient is finite", "diagnosis": None}
+  pipeline.remember(d)
+  return {"summary": d.headline, "diagnosis": d.to_dict()}
+
+
 _OPS: dict[str, Callable[[dict], Any]] = {
     "history": _op_history, "view": _op_view, "expand": _op_expand,
     "collapse": _op_collapse, "search": _op_search, "verify": _op_verify, "apply": _op_apply,
+    "watch": _op_watch, "watch_nans": _op_watch_nans,
 }
 OPS = tuple(_OPS)

@@ -1,0 +1,98 @@
+"""vv.watch's series for the panel (watch.py Watched.series, the WatchMessage of
+protocol.schema.json): a real jitted optax step with a layer whose gradient goes zero and a
+step that goes NaN; the message validates, names the events, stays bounded, and the panel's
+watch_nans request runs vv.nans on the kept call."""
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+from kernel_helpers import REPLY, validator
+
+from jupyter_vjpviz.watch import POINTS, watch
+from jupyter_vjpviz.deliver import comm
+
+optax = pytest.importorskip("optax")
+WATCH = validator("WatchMessage")
+RESULTS = {op: validator(name) for op, name in
+           comm.SCHEMA["definitions"]["RequestMessage"]["x-results"].items()}
+
+
+def _training(nan_at: int):
+  """A two-layer model's jitted sgd step: Dense_1 stops mattering from step 3, and the
+  loss divides by zero at step ``nan_at``."""
+  opt = optax.sgd(0.01)
+
+  @jax.jit
+  def step(params, state, x, t):
+    def loss(p):
+      h = jnp.tanh(x @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"])
+      head = jnp.where(t < 3, (h @ p["Dense_1"]["kernel"]).sum(), 0.0)
+      return (h ** 2).sum() + head + jnp.sqrt(jnp.where(t == nan_at, 0.0, 1.0) * (h ** 2).sum())
+    value, g = jax.value_and_grad(loss)(params)
+    updates, state = opt.update(g, state)
+    return optax.apply_updates(params, updates), state, value
+  k = jax.random.split(jax.random.key(0), 3)
+  params = {"Dense_0": {"kernel": jax.random.normal(k[0], (4, 8)), "bias": jnp.zeros(8)},
+            "Dense_1": {"kernel": jax.random.normal(k[1], (8, 2))}}
+  return step, params, opt.init(params), jax.random.normal(k[2], (16, 4))
+
+
+def _message(series: dict) -> dict:
+  message = json.loads(json.dumps({"v": 1, "type": "watch", "watch": series}))
+  WATCH.validate(message)
+  return message
+
+
+def test_the_series_validates_and_names_its_events():
+  step, params, state, x = _training(nan_at=5)
+  w = watch(step)
+  for t in range(6):
+    params, state, _ = w(params, state, x, jnp.int32(t))
+  series = _message(w.series())["watch"]
+  assert series["steps"] == 6 and series["points"] == list(range(6))
+  assert [l["group"] for l in series["lines"]] == ["['Dense_0']", "['Dense_1']"]
+  dense_0, dense_1 = (l["norms"] for l in series["lines"])
+  assert dense_1[0] > 0 and dense_1[3:] == [0.0, 0.0, 0.0]
+  assert all(n > 0 for n in dense_0[:5]) and dense_0[5] is None
+  events = {(e["path"], e["kind"]): e["step"] for e in series["events"]}
+  assert events[("['Dense_1']['kernel']", "first_zero")] == 3
+  assert events[("['Dense_1']['kernel']", "stayed_zero")] == 3
+  assert events[("['Dense_0']['kernel']", "first_nonfinite")] == 5
+  assert series["kept_step"] == 5
+
+
+def test_the_panel_runs_vv_nans_on_the_kept_step():
+  step, params, state, x = _training(nan_at=2)
+  w = watch(step)
+  for t in range(3):
+    params, state, _ = w(params, state, x, jnp.int32(t))
+  ask = lambda op, **args: comm.handle({"v": 1, "type": "request", "request_id": "r",
+                                        "op": op, "args": args})
+  listed = ask("watch")
+  REPLY.validate(listed)
+  RESULTS["watch"].validate(listed["result"])
+  assert w.id in [s["id"] for s in listed["result"]["watches"]]
+  reply = ask("watch_nans", watch_id=w.id, step=2)
+  REPLY.validate(reply)
+  RESULTS["watch_nans"].validate(json.loads(json.dumps(reply["result"])))
+  d = reply["result"]["diagnosis"]
+  assert d["kind"] == "nonfinite_cotangent" and "sqrt" in d["headline"]
+  assert d["id"] in [x.id for x in comm.pipeline.history()]
+  gone = ask("watch_nans", watch_id=w.id, step=1)
+  assert not gone["ok"] and "no longer kept" in gone["error"]
+
+
+def test_ten_thousand_steps_stay_bounded_with_their_events():
+  step, params, state, x = _training(nan_at=9_000)
+  w = watch(step, keep=False)
+  for t in range(10_000):
+    params, state, _ = w(params, state, x, jnp.int32(t))
+  message = _message(w.series())
+  series = message["watch"]
+  assert series["steps"] == 10_000 and len(series["points"]) <= POINTS
+  assert {3, 9_000} <= set(series["points"]) and series["kept_step"] is None
+  assert all(len(l["norms"]) == len(series["points"]) for l in series["lines"])
+  assert len(json.dumps(message)) < 64_000
