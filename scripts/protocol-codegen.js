@@ -27,7 +27,10 @@ const VALIDATED = [
   'View',
   'SearchResult',
   'VerifyResult',
-  'ApplyResult'
+  'ApplyResult',
+  'WatchMessage',
+  'WatchResult',
+  'WatchNansResult'
 ];
 
 const BANNER =

@@ -23,7 +23,8 @@ import {
   ResultOf,
   parseDiagnosis,
   parseKernelMessage,
-  parseResult
+  parseResult,
+  WatchSeries
 } from './protocol';
 
 /**
@@ -32,6 +33,14 @@ import {
 export interface IPushEvent {
   readonly kernelId: string;
   readonly message: DiagnosisMessage;
+}
+
+/**
+ * A push from one kernel: a vv.watch's series so far.
+ */
+export interface IWatchEvent {
+  readonly kernelId: string;
+  readonly series: WatchSeries;
 }
 
 /**
@@ -263,6 +272,13 @@ export class VjpvizChannels {
   }
 
   /**
+   * Emitted for every valid watch push (a vv.watch's series).
+   */
+  get watched(): ISignal<this, IWatchEvent> {
+    return this._watched;
+  }
+
+  /**
    * Emitted with a kernel's history, each diagnosis validated on its own.
    */
   get historyLoaded(): ISignal<this, IHistoryEvent> {
@@ -326,6 +342,11 @@ export class VjpvizChannels {
       }
     } else if (message.type === 'diagnosis') {
       this._pushed.emit({ kernelId: channel.kernel.id, message });
+    } else if (message.type === 'watch') {
+      this._watched.emit({
+        kernelId: channel.kernel.id,
+        series: message.watch
+      });
     }
   }
 
@@ -356,6 +377,7 @@ export class VjpvizChannels {
 
   private _channels = new Map<string, KernelChannel>();
   private _pushed = new Signal<this, IPushEvent>(this);
+  private _watched = new Signal<this, IWatchEvent>(this);
   private _historyLoaded = new Signal<this, IHistoryEvent>(this);
   private _kernelRestarted = new Signal<this, string>(this);
 }

@@ -14,7 +14,8 @@ import {
   Diagnosis,
   RequestOp,
   VerifyResult,
-  View
+  View,
+  WatchSeries
 } from './protocol';
 import { IDiagnosisEvent, IGraphRequests, IVjpviz } from './tokens';
 
@@ -104,6 +105,31 @@ export class DiagnosisStore {
 }
 
 /**
+ * The vv.watch series of each kernel, by watch id, in the order first seen: a
+ * push replaces the series of its watch (each push carries all steps so far).
+ */
+export class WatchStore {
+  list(kernelId: string): readonly WatchSeries[] {
+    return [...(this._kernels.get(kernelId)?.values() ?? [])];
+  }
+
+  set(kernelId: string, series: WatchSeries): void {
+    let watches = this._kernels.get(kernelId);
+    if (!watches) {
+      watches = new Map();
+      this._kernels.set(kernelId, watches);
+    }
+    watches.set(series.id, series);
+  }
+
+  clear(kernelId: string): void {
+    this._kernels.delete(kernelId);
+  }
+
+  private _kernels = new Map<string, Map<string, WatchSeries>>();
+}
+
+/**
  * The model of the VJP debugger: what the channels bring, kept per kernel in
  * a DiagnosisStore, and the followed kernel's selection.
  */
@@ -112,9 +138,14 @@ export class VjpvizModel implements IVjpviz {
     this._channels = channels;
     channels.pushed.connect((_, event) => this._onPush(event));
     channels.historyLoaded.connect((_, event) => this._onHistory(event));
+    channels.watched.connect((_, { kernelId, series }) =>
+      this._onWatch(kernelId, [series])
+    );
     channels.kernelRestarted.connect((_, kernelId) => {
       this._store.clear(kernelId);
+      this._watches.clear(kernelId);
       this._changed(kernelId);
+      this._watchesChanged.emit();
     });
   }
 
@@ -146,6 +177,42 @@ export class VjpvizModel implements IVjpviz {
     return this._diagnosisReceived;
   }
 
+  get watches(): readonly WatchSeries[] {
+    return this._kernelId ? this._watches.list(this._kernelId) : [];
+  }
+
+  get watchesChanged(): ISignal<this, void> {
+    return this._watchesChanged;
+  }
+
+  async refreshWatches(): Promise<void> {
+    const kernelId = this._kernelId;
+    if (kernelId) {
+      const { watches } = await this._channels.request(kernelId, 'watch');
+      this._onWatch(kernelId, watches);
+    }
+  }
+
+  async watchNans(watchId: string, step: number): Promise<string> {
+    const kernelId = this._kernelId;
+    if (!kernelId) {
+      throw new Error('no notebook kernel is followed');
+    }
+    const { summary, diagnosis } = await this._channels.request(
+      kernelId,
+      'watch_nans',
+      { watch_id: watchId, step }
+    );
+    if (diagnosis) {
+      this._onPush({
+        kernelId,
+        message: { v: 1, type: 'diagnosis', diagnosis }
+      });
+      this.select(diagnosis.id);
+    }
+    return summary;
+  }
+
   follow(notebook: { readonly kernelId: string | null } | null): void {
     const kernelId = notebook?.kernelId ?? null;
     const hasNotebook = notebook !== null;
@@ -158,6 +225,7 @@ export class VjpvizModel implements IVjpviz {
     this._kernelId = kernelId;
     this._hasNotebook = hasNotebook;
     this._changed(kernelId, true);
+    this._watchesChanged.emit();
   }
 
   select(id: string): void {
@@ -234,6 +302,13 @@ export class VjpvizModel implements IVjpviz {
     this._diagnosisReceived.emit({ kernelId, diagnosis });
   }
 
+  private _onWatch(kernelId: string, watches: readonly WatchSeries[]): void {
+    watches.forEach(series => this._watches.set(kernelId, series));
+    if (kernelId === this._kernelId) {
+      this._watchesChanged.emit();
+    }
+  }
+
   private _onHistory({ kernelId, diagnoses }: IHistoryEvent): void {
     this._store.merge(kernelId, diagnoses);
     this._changed(kernelId);
@@ -277,6 +352,8 @@ export class VjpvizModel implements IVjpviz {
 
   private _channels: VjpvizChannels;
   private _store = new DiagnosisStore();
+  private _watches = new WatchStore();
+  private _watchesChanged = new Signal<this, void>(this);
   private _hasNotebook = false;
   private _kernelId: string | null = null;
   private _selectedId: string | null = null;

@@ -8,6 +8,7 @@ import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
 import { Diagnosis } from './protocol';
 import { IVjpviz } from './tokens';
+import { WatchPlot } from './watchPlot';
 
 export const PANEL_ID = 'jp-vjpviz-panel';
 
@@ -45,6 +46,7 @@ export class VjpvizPanel extends Panel {
     this.addWidget(this._list);
     this._view = new DiagnosisView(options.editorFactory, options.openGraph);
     this.addWidget(this._view);
+    this.addWidget(new WatchPlot(this._model));
     this._list.selected.connect((_, id) => this._model.select(id));
     this._model.diagnosesChanged.connect(this._onDiagnosesChanged, this);
     this._model.currentChanged.connect(this._onCurrentChanged, this);

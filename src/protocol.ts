@@ -11,7 +11,8 @@ import type {
   ReplyMessage,
   RequestMessage,
   ResultOf,
-  Version
+  Version,
+  WatchMessage
 } from './protocolTypes';
 import * as validators from './protocolValidators';
 
@@ -33,7 +34,7 @@ export const PROTOCOL_VERSION: Version = 1;
  * A message sent by the kernel to the panel.
  */
 export type KernelToPanelMessage =
-  HelloMessage | DiagnosisMessage | ReplyMessage;
+  HelloMessage | DiagnosisMessage | WatchMessage | ReplyMessage;
 
 interface IValidator {
   (data: unknown): boolean;
@@ -43,6 +44,7 @@ interface IValidator {
 const MESSAGE_VALIDATORS: Record<string, IValidator> = {
   hello: validators.HelloMessage,
   diagnosis: validators.DiagnosisMessage,
+  watch: validators.WatchMessage,
   reply: validators.ReplyMessage
 };
 

@@ -1,7 +1,13 @@
 import { Token } from '@lumino/coreutils';
 import { ISignal } from '@lumino/signaling';
 
-import { ApplyResult, Diagnosis, VerifyResult, View } from './protocol';
+import {
+  ApplyResult,
+  Diagnosis,
+  VerifyResult,
+  View,
+  WatchSeries
+} from './protocol';
 
 /**
  * The kernel round trips of a diagnosis's graph (what the graph view asks).
@@ -99,6 +105,27 @@ export interface IVjpviz {
    * Ask the followed kernel whether `code` fixes a diagnosis's rule.
    */
   verify(id: string, code: string): Promise<VerifyResult>;
+
+  /**
+   * The followed kernel's vv.watch series, oldest watch first.
+   */
+  readonly watches: readonly WatchSeries[];
+
+  /**
+   * Emitted when the followed kernel's watches change (a push, a refresh, a restart).
+   */
+  readonly watchesChanged: ISignal<IVjpviz, void>;
+
+  /**
+   * Ask the followed kernel for every watch's series (a panel opened after the pushes).
+   */
+  refreshWatches(): Promise<void>;
+
+  /**
+   * Run vv.nans on a watched step's call in the followed kernel; a diagnosis it finds
+   * joins the list, selected. Resolves with the kernel's one-line summary.
+   */
+  watchNans(watchId: string, step: number): Promise<string>;
 
   /**
    * Ask the followed kernel to rebind a diagnosis's rule to `code` (it verifies first).

@@ -33,7 +33,8 @@ LIMIT_OF = {"request_id": TOKEN, "diagnosis_id": TOKEN, "node": DEFS["nodeId"]["
 """Each limit as the schema states it (for collapsed: the length of one id)."""
 NEEDS = {"history": (), "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
          "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query"),
-         "verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code")}
+         "verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
+         "watch": (), "watch_nans": ("watch_id", "step")}
 """The arguments each op needs (the schema's if/then rules), written out to test them."""
 FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -94,7 +95,8 @@ id_lists = (st.lists(st.text(max_size=6), max_size=4)
                         st.text(max_size=3))
             | st.builds(lambda s: ["e0", s], big_strings))
 protocol_words = st.sampled_from([0, 1, 1.0, 2, -1, True, False, "1", "", "request", "reply",
-                                  "hello", "diagnosis", *comm.OPS, "rm -rf", [], {}])
+                                  "hello", "diagnosis", *comm.OPS, "rm -rf"]) \
+    | st.builds(list) | st.builds(dict)   # fresh each draw: near_valid writes into a drawn args
 hostile = json_values | big_strings | deep | id_lists | protocol_words
 
 TOP = ("v", "type", "request_id", "op", "args")
@@ -268,8 +270,9 @@ ARG_BREAKS = [("diagnosis_id", 5), ("diagnosis_id", "d" * (TOKEN + 1)), ("node",
               ("code", "c" * (LIMIT_OF["code"] + 1)), ("expanded", "e0"),
               ("expanded", ["e0"] * (NODES + 1)), ("expanded", [nested(50)]),
               ("collapsed", ["x" * (LIMIT_OF["node"] + 1)]), ("pad", "x" * (MAX_BYTES + 1))]
-ABSENT = {"diagnosis_id": "d999999", "node": "e0", "query": "q", "code": "def f():\n  pass\n"}
-"""Valid arguments about a diagnosis that does not exist."""
+ABSENT = {"diagnosis_id": "d999999", "node": "e0", "query": "q", "code": "def f():\n  pass\n",
+          "watch_id": "w999999", "step": 0}
+"""Valid arguments about a diagnosis (or a watch) that does not exist."""
 
 
 def hostile_burst() -> list:
@@ -280,7 +283,7 @@ def hostile_burst() -> list:
   broken = [request("view") | {key: value} for key, value in TOP_BREAKS]
   broken += [request(op, **{key: value}) for op in comm.OPS for key, value in ARG_BREAKS]
   assert not any(valid(m) for m in broken)
-  out_of_order = [request(op) for op in comm.OPS if op != "history"]  # valid, about no diagnosis
+  out_of_order = [request(op) for op in comm.OPS if NEEDS[op]]  # valid, about no diagnosis
   garbage = [*EXAMPLES["invalid_requests"], "not an object", 5, 1.5, True, None, [1, 2],
              nested(200), {}]
   burst = (broken + out_of_order + garbage) * 3
@@ -297,7 +300,7 @@ def test_a_burst_of_hostile_messages_over_a_real_comm(panel):
   for data, reply in zip(burst, replies):
     check_reply(data, reply)
     assert reply["ok"] is False, (data, reply)
-    assert reply["error"].startswith("no diagnosis") == valid(data), (data, reply)
+    assert reply["error"].startswith(("no diagnosis", "no watch")) == valid(data), (data, reply)
   # Panel-opened comms carrying anything but a request get an error reply too.
   opens = [panel.send("comm_open", {"comm_id": f"hostile-{i}", "target_name": "vjpviz",
                                     "data": data})

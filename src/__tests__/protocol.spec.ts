@@ -19,8 +19,8 @@ const validate = ajv.compile(schema);
 const definition = (name: string) =>
   ajv.getSchema(`${schema.$id}#/definitions/${name}`)!;
 const validKernel = (data: unknown) =>
-  ['HelloMessage', 'DiagnosisMessage', 'ReplyMessage'].some(name =>
-    definition(name)(data)
+  ['HelloMessage', 'DiagnosisMessage', 'WatchMessage', 'ReplyMessage'].some(
+    name => definition(name)(data)
   );
 
 describe('protocol.schema.json', () => {

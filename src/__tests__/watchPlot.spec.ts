@@ -1,0 +1,161 @@
+// vv.watch's series through the real channels into the model (no DOM there),
+// and the panel's plot drawn from it: names stay text, the vv.nans button asks.
+import { JSONObject } from '@lumino/coreutils';
+
+import { WatchSeries } from '../protocol';
+import { WatchPlot, eventText } from '../watchPlot';
+import { FakeComm, body, modelOnKernel } from './fakes';
+
+const HOSTILE = "['<img src=x onerror=alert(1)>']";
+
+function series(id = 'w1', steps = 6): WatchSeries {
+  return {
+    id,
+    steps,
+    stayed: 3,
+    points: [0, 1, 2, 3, 4, 5],
+    lines: [
+      { group: "['Dense_0']", norms: [2, 1.5, 1, 0.5, 0.4, null] },
+      { group: HOSTILE, norms: [0.3, 0.2, 0.1, 0, 0, 0] }
+    ],
+    events: [
+      { step: 3, path: `${HOSTILE}['kernel']`, kind: 'first_zero' },
+      { step: 3, path: `${HOSTILE}['kernel']`, kind: 'stayed_zero' },
+      { step: 5, path: "['Dense_0']['kernel']", kind: 'first_nonfinite' }
+    ],
+    kept_step: 5
+  };
+}
+
+const push = (s: WatchSeries): JSONObject =>
+  ({ v: 1, type: 'watch', watch: s }) as unknown as JSONObject;
+
+function reply(comm: FakeComm, result: JSONObject): void {
+  comm.receive({
+    v: 1,
+    type: 'reply',
+    request_id: comm.sent[comm.sent.length - 1].request_id,
+    ok: true,
+    result
+  });
+}
+
+describe('the model keeps watches', () => {
+  beforeEach(() => {
+    jest.spyOn(document, 'createElement').mockImplementation(() => {
+      throw new Error('the model made a DOM node');
+    });
+  });
+
+  afterEach(() => jest.restoreAllMocks());
+
+  it('keeps each watch once, the newest push of it, per kernel', () => {
+    const { kernel, model } = modelOnKernel();
+    let changes = 0;
+    model.watchesChanged.connect(() => changes++);
+    const comm = kernel.open(push(series('w1', 6)));
+    comm.receive(push(series('w2', 6)));
+    comm.receive(push({ ...series('w1', 7) }));
+    expect(model.watches.map(w => [w.id, w.steps])).toEqual([
+      ['w1', 7],
+      ['w2', 6]
+    ]);
+    expect(changes).toBe(3);
+    model.follow({ kernelId: 'k2' });
+    expect(model.watches).toEqual([]);
+    model.follow({ kernelId: 'k1' });
+    kernel.statusChanged.emit('restarting');
+    expect(model.watches).toEqual([]);
+  });
+
+  it('drops a watch push that breaks the schema', () => {
+    const { kernel, model } = modelOnKernel();
+    jest.spyOn(console, 'warn').mockImplementation(() => undefined);
+    kernel.open(push({ ...series(), points: 'all' } as unknown as WatchSeries));
+    expect(model.watches).toEqual([]);
+  });
+
+  it('asks for the series and runs vv.nans on a step, its diagnosis selected', async () => {
+    const { kernel, model } = modelOnKernel();
+    const comm = kernel.open(push(series()));
+    const refreshed = model.refreshWatches();
+    expect(comm.sent[comm.sent.length - 1]).toMatchObject({
+      op: 'watch',
+      args: {}
+    });
+    reply(comm, { watches: [series('w1', 9)] } as unknown as JSONObject);
+    await refreshed;
+    expect(model.watches[0].steps).toBe(9);
+
+    const ran = model.watchNans('w1', 5);
+    expect(comm.sent[comm.sent.length - 1]).toMatchObject({
+      op: 'watch_nans',
+      args: { watch_id: 'w1', step: 5 }
+    });
+    reply(comm, { summary: 'sqrt at 0', diagnosis: body(4) });
+    expect(await ran).toBe('sqrt at 0');
+    expect(model.current?.id).toBe('d4');
+  });
+});
+
+describe('WatchPlot', () => {
+  it('draws one line per layer and lists the events, names as text', () => {
+    const { kernel, model } = modelOnKernel();
+    const plot = new WatchPlot(model);
+    expect(plot.isHidden).toBe(true);
+    kernel.open(push(series()));
+    const node = plot.node;
+    expect(plot.isHidden).toBe(false);
+    expect(node.querySelectorAll('path.jp-Vjpviz-watchLine')).toHaveLength(2);
+    expect(node.querySelectorAll('line.jp-Vjpviz-watchMark')).toHaveLength(3);
+    // A non-finite norm breaks its line: two M pens would mean a gap; this one ends there.
+    const first = node.querySelector('path')!.getAttribute('d')!;
+    expect(first.match(/[ML]/g)).toEqual(['M', 'L', 'L', 'L', 'L']);
+    const items = Array.from(node.querySelectorAll('li'), li =>
+      li.firstChild!.textContent!.trim()
+    );
+    expect(items).toEqual([
+      `step 3: ${HOSTILE}['kernel'] gradient zero`,
+      `step 3: ${HOSTILE}['kernel'] gradient zero for 3 steps`,
+      "step 5: ['Dense_0']['kernel'] gradient non-finite"
+    ]);
+    expect(node.querySelector('img')).toBeNull();
+    expect(node.textContent).toContain(HOSTILE);
+    expect(node.querySelectorAll('button.jp-Vjpviz-watchNans')).toHaveLength(1);
+  });
+
+  it("runs vv.nans from a non-finite event's button and says what it found", async () => {
+    const { kernel, model } = modelOnKernel();
+    const plot = new WatchPlot(model);
+    const comm = kernel.open(push(series()));
+    (
+      plot.node.querySelector('button.jp-Vjpviz-watchNans') as HTMLElement
+    ).click();
+    expect(comm.sent[comm.sent.length - 1]).toMatchObject({
+      op: 'watch_nans',
+      args: { watch_id: 'w1', step: 5 }
+    });
+    comm.receive({
+      v: 1,
+      type: 'reply',
+      request_id: comm.sent[comm.sent.length - 1].request_id,
+      ok: false,
+      error: `step 5's arguments are no longer kept <b>x</b>`
+    });
+    await new Promise(resolve => setTimeout(resolve, 0));
+    const status = plot.node.querySelector('.jp-Vjpviz-watchNansStatus')!;
+    expect(status.textContent).toContain('<b>x</b>');
+    expect(status.querySelector('b')).toBeNull();
+  });
+});
+
+describe('eventText', () => {
+  it('names the step, the leaf and what its gradient did', () => {
+    expect(
+      eventText(
+        { step: 37, path: "['Dense_1']['kernel']", kind: 'stayed_zero' },
+        20
+      )
+    ).toBe("step 37: ['Dense_1']['kernel'] gradient zero for 20 steps");
+  });
+});
