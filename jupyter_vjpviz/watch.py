@@ -288,12 +288,12 @@ def _first(flags: np.ndarray) -> int | None:
 
 
 def _first_run(flags: np.ndarray, n: int) -> int | None:
-  run = 0
-  for t, f in enumerate(flags):
-    run = run + 1 if f else 0
-    if run == n:
-      return t - n + 1
-  return None
+  """The first step of the first run of ``n`` set flags (vectorised: the panel's pushes
+  recompute it over every step twice a second)."""
+  if len(flags) < n:
+    return None
+  ran = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+  return _first(ran[n:] - ran[:-n] == n)
 
 
 _lock = threading.Lock()
