@@ -186,11 +186,14 @@ export class VjpvizModel implements IVjpviz {
   }
 
   async refreshWatches(): Promise<void> {
-    const kernelId = this._kernelId;
-    if (kernelId) {
-      const { watches } = await this._channels.request(kernelId, 'watch');
-      this._onWatch(kernelId, watches);
+    if (this._kernelId) {
+      await this._askWatches(this._kernelId);
     }
+  }
+
+  private async _askWatches(kernelId: string): Promise<void> {
+    const { watches } = await this._channels.request(kernelId, 'watch');
+    this._onWatch(kernelId, watches);
   }
 
   async watchNans(watchId: string, step: number): Promise<string> {
@@ -312,6 +315,8 @@ export class VjpvizModel implements IVjpviz {
   private _onHistory({ kernelId, diagnoses }: IHistoryEvent): void {
     this._store.merge(kernelId, diagnoses);
     this._changed(kernelId);
+    // A panel opened (or reloaded) after the watch pushes: ask for them once.
+    this._askWatches(kernelId).catch(() => undefined);
   }
 
   /**

@@ -4,7 +4,7 @@ import { JSONObject } from '@lumino/coreutils';
 
 import { WatchSeries } from '../protocol';
 import { WatchPlot, eventText } from '../watchPlot';
-import { FakeComm, body, modelOnKernel } from './fakes';
+import { FakeComm, FakeKernel, body, modelOnKernel } from './fakes';
 
 const HOSTILE = "['<img src=x onerror=alert(1)>']";
 
@@ -66,6 +66,30 @@ describe('the model keeps watches', () => {
     model.follow({ kernelId: 'k1' });
     kernel.statusChanged.emit('restarting');
     expect(model.watches).toEqual([]);
+  });
+
+  it('asks for the watches once the history is loaded (a panel opened late)', async () => {
+    const kernel = new FakeKernel();
+    const control = new FakeComm();
+    const opened: JSONObject[] = [];
+    (control as unknown as { open: (d: JSONObject) => void }).open = d => {
+      opened.push(d);
+    };
+    (kernel as unknown as { createComm: () => FakeComm }).createComm = () =>
+      control;
+    const { model } = modelOnKernel(kernel);
+    control.receive({
+      v: 1,
+      type: 'reply',
+      request_id: opened[0].request_id as string,
+      ok: true,
+      result: { diagnoses: [] }
+    });
+    await new Promise(r => setTimeout(r, 0));
+    expect(control.sent[0]).toMatchObject({ op: 'watch', args: {} });
+    reply(control, { watches: [series('w3')] } as unknown as JSONObject);
+    await new Promise(r => setTimeout(r, 0));
+    expect(model.watches.map(w => w.id)).toEqual(['w3']);
   });
 
   it('drops a watch push that breaks the schema', () => {
