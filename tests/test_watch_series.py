@@ -9,9 +9,9 @@ import json
 import jax
 import jax.numpy as jnp
 import pytest
-from kernel_helpers import REPLY, validator
+from kernel_helpers import REPLY, SETUP, validator
 
-from jupyter_vjpviz.watch import POINTS, watch
+from jupyter_vjpviz.watch import POINTS, PUSH_EVERY, watch
 from jupyter_vjpviz.deliver import comm
 
 optax = pytest.importorskip("optax")
@@ -96,3 +96,33 @@ def test_ten_thousand_steps_stay_bounded_with_their_events():
   assert {3, 9_000} <= set(series["points"]) and series["kept_step"] is None
   assert all(len(l["norms"]) == len(series["points"]) for l in series["lines"])
   assert len(json.dumps(message)) < 64_000
+
+
+def test_a_watched_loop_in_a_kernel_pushes_its_series_at_most_twice_a_second(panel):
+  """A real kernel with a panel listening: a 3-second watched loop sends a few bounded
+  watch messages (the steps landed so far, growing), not one per step."""
+  assert panel.execute(SETUP)["status"] == "ok"
+  before = len(panel.opened())
+  loop = """
+import time
+from jupyter_vjpviz.watch import watch
+@jax.jit
+def train(w, x):
+    g = jax.grad(lambda w: (jnp.tanh(x @ w) ** 2).sum())(w)
+    return w - 0.01 * g
+watched = watch(train)
+w0 = jnp.ones((5, 3))
+start = time.monotonic()
+while time.monotonic() - start < 3:
+    w0 = watched(w0, x)
+    time.sleep(0.002)
+"""
+  assert panel.execute(loop)["status"] == "ok"
+  pushes = [m["content"]["data"] for m in panel.opened()[before:]
+            if m["content"]["data"]["type"] == "watch"]
+  for message in pushes:
+    WATCH.validate(message)
+  steps = [m["watch"]["steps"] for m in pushes]
+  assert 2 <= len(pushes) <= 3 / PUSH_EVERY + 2, steps
+  assert steps == sorted(steps) and steps[-1] > 32
+
