@@ -97,7 +97,8 @@ class Scope:
     hits = returns.failing_returns(rule, seen) if _typed(rule) else None
     hits = hits or sorted(seen)
     rets = rule.src.returns()
-    nodes = [source.element(rets[k].value, rule.keys) for k in hits]
+    nodes = [source.element(rets[k].value, rule.keys)   # else what built it (eqx.tree_at, ...)
+             or source.leaf_expression(rets[k].value, rule.keys, rule.src.node) for k in hits]
     first = hits[0]
     return cls(rule, seen[first].scope, [n for n in nodes if n is not None] if None not in nodes
                else [], seen[first].value, rets[first], verify.namespace(rule.user_rules))

@@ -278,23 +278,115 @@ def literal_at(value: ast.expr, keys: list, fn: ast.FunctionDef) -> ast.expr | N
 
 def leaf_expression(value: ast.expr, keys: list,
                     fn: ast.FunctionDef | None = None) -> ast.expr | None:
-  """The expression that computes the leaf at ``keys`` of a returned value: its element
-  in a literal; under a tree map (``jax.tree.map(lambda a: a.T, grads)``), the mapped
-  function's body, which computes every leaf (so an edit there edits them all); or, for
-  a local returned whole, what ``fn`` assigns to its entry (``grads['w'] = ...``) or the
-  entry of the literal it assigns to the local (``grads = {'w': ...}``)."""
-  for depth in range(len(keys) + 1):
-    node = element(value, keys[:depth])
-    body = _mapped_body(node) if node is not None else None
+  """The expression that computes the leaf at ``keys`` of a returned value, followed back
+  through what built it (``_built``): displays, ``dict(...)`` and keyword constructors,
+  locals, ``eqx.tree_at``, ``dataclasses.replace``/``_replace`` and flax's dict helpers.
+  Under a tree map (``jax.tree.map(lambda a: a.T, grads)``) it is the mapped function's
+  body, which computes every leaf (so an edit there edits them all). None where the leaf
+  is built by code it cannot see into (an opaque helper's result)."""
+  for _ in range(64):   # each step consumes a key or follows one builder; never a cycle
+    body = _mapped_body(value, fn)
     if body is not None:
       return body
-    if isinstance(node, ast.Name) and fn is not None and depth < len(keys):
-      found = assigned(fn, node.id, keys[depth:])
-      whole = assigned(fn, node.id, []) if found is None else None   # grads = {"b": g, ...}
-      if whole is not None and not (isinstance(whole, ast.Name) and whole.id == node.id):
-        found = leaf_expression(whole, keys[depth:], fn)
-      return found
-  return element(value, keys)
+    step = _built(value, keys, fn)
+    if step is None:
+      return value if not keys else None
+    value, keys = step
+  return None
+
+
+def _built(node: ast.expr, keys: list, fn: ast.FunctionDef | None) -> tuple | None:
+  """(expression, keys left) one step closer to what built the leaf at ``keys`` of ``node``."""
+  if isinstance(node, ast.Name):
+    return _local(fn, node.id, keys) if fn is not None and keys else None
+  if isinstance(node, ast.Call):
+    return _helper(node, keys)
+  if not keys:
+    return None
+  inner = element(node, keys[:1])
+  if inner is not None:
+    return inner, keys[1:]
+  if isinstance(node, ast.Dict):   # {**grads, 'b': db}: the last unpacked dict has the rest
+    spread = [v for k, v in zip(node.keys, node.values) if k is None]
+    return (spread[-1], keys) if spread else None
+  return None
+
+
+def _local(fn: ast.FunctionDef, name: str, keys: list) -> tuple | None:
+  """What ``fn`` last stored at the entry ``keys`` of local ``name`` (``grads['w'] = v``),
+  else what it assigned to ``name`` whole (``grads = {...}``, ``dw, db = a, b``)."""
+  found = assigned(fn, name, keys)
+  if found is not None:
+    return found, []
+  whole = assigned(fn, name, [])
+  if whole is not None and not (isinstance(whole, ast.Name) and whole.id == name):
+    return whole, keys
+  return None
+
+
+_TREE_AT = "tree_at"
+_COPIES = ("dict", "FrozenDict", "freeze", "unfreeze", "copy", "deepcopy")
+
+
+def _helper(call: ast.Call, keys: list) -> tuple | None:
+  """Through a call that builds a tree from its arguments: ``eqx.tree_at``,
+  ``dataclasses.replace(obj, w=...)`` / ``obj._replace(w=...)`` / flax's ``obj.replace``,
+  ``dict(w=...)`` / ``Params(w=...)`` keywords, and copies (``freeze(d)``, ``dict(d)``)."""
+  name = _called(call)
+  if name == _TREE_AT:
+    return _tree_at(call, keys)
+  replaced = name in ("replace", "_replace") and (
+      isinstance(call.func, ast.Attribute) and not call.args
+      or name == "replace" and len(call.args) == 1)
+  named = [k.value for k in call.keywords if keys and k.arg == keys[0]]
+  if named:
+    return named[0], keys[1:]
+  if replaced:
+    return (call.args[0] if call.args else call.func.value), keys
+  if name in _COPIES and len(call.args) == 1:
+    return call.args[0], keys
+  return None
+
+
+def _tree_at(call: ast.Call, keys: list) -> tuple | None:
+  """``eqx.tree_at(where, tree, replace)``: a leaf under one of ``where``'s paths is the
+  replacement's entry (the tuple's, for several paths); any other is ``tree``'s."""
+  args = dict(zip(("where", "pytree", "replace"), call.args))
+  args.update((k.arg, k.value) for k in call.keywords if k.arg)
+  where, tree = args.get("where"), args.get("pytree")
+  if not isinstance(where, ast.Lambda) or len(where.args.args) != 1 or tree is None:
+    return None
+  root = where.args.args[0].arg
+  many = isinstance(where.body, (ast.Tuple, ast.List))
+  paths = [_access_keys(e, root) for e in (where.body.elts if many else [where.body])]
+  for k, path in enumerate(paths):
+    if path is not None and keys[:len(path)] == path:
+      if "replace" in args:
+        return args["replace"], ([k] if many else []) + keys[len(path):]
+      replace_fn = args.get("replace_fn")
+      return (replace_fn.body, []) if isinstance(replace_fn, ast.Lambda) else None
+  return (tree, keys) if None not in paths else None
+
+
+def _access_keys(node: ast.expr, root: str) -> list | None:
+  """``l.layers[0].weight`` -> ``['layers', 0, 'weight']`` for ``root`` ``l``; None if not
+  a chain of attributes and constant indices from ``root``."""
+  keys = []
+  while not (isinstance(node, ast.Name) and node.id == root):
+    if isinstance(node, ast.Attribute):
+      keys.insert(0, node.attr)
+      node = node.value
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+      keys.insert(0, node.slice.value)
+      node = node.value
+    else:
+      return None
+  return keys
+
+
+def _called(call: ast.Call) -> str:
+  func = call.func
+  return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
 def assigned(fn: ast.FunctionDef, name: str, keys: list) -> ast.expr | None:
@@ -304,11 +396,23 @@ def assigned(fn: ast.FunctionDef, name: str, keys: list) -> ast.expr | None:
   found = None
   for stmt in ast.walk(fn):
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-      entry = _entry(stmt.targets[0], name)
-      if entry is not None and (entry[0] == keys or entry[1] and keys[:len(entry[0])] == entry[0]):
-        if found is None or stmt.lineno > found.lineno:
-          found = stmt
-  return found.value if found is not None else None
+      for target, value in _pairs(stmt.targets[0], stmt.value):
+        entry = _entry(target, name)
+        if entry is not None and (entry[0] == keys or entry[1] and keys[:len(entry[0])] == entry[0]):
+          if found is None or stmt.lineno > found[0]:
+            found = (stmt.lineno, value)
+  return found[1] if found is not None else None
+
+
+def _pairs(target: ast.expr, value: ast.expr):
+  """(target, value) of an assignment, an unpacking of a display element by element
+  (``dw, db = jnp.outer(g, x), g``)."""
+  if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+      and len(target.elts) == len(value.elts):
+    for t, v in zip(target.elts, value.elts):
+      yield from _pairs(t, v)
+  else:
+    yield target, value
 
 
 def _entry(target: ast.expr, name: str) -> tuple[list, bool] | None:
@@ -328,13 +432,22 @@ def _entry(target: ast.expr, name: str) -> tuple[list, bool] | None:
   return (keys, in_place) if target.id == name else None
 
 
-def _mapped_body(node: ast.expr) -> ast.expr | None:
-  """``body`` of ``<...>tree_map(lambda ...: body, tree, ...)`` or ``<...>tree.map(...)``."""
-  if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Lambda)):
+def _mapped_body(node: ast.expr, fn: ast.FunctionDef | None = None) -> ast.expr | None:
+  """``body`` of ``<...>tree_map(lambda ...: body, tree, ...)`` or ``<...>tree.map(...)``;
+  for a function ``fn`` defines (``def leaf(a): return body``), its one return value."""
+  if not (isinstance(node, ast.Call) and node.args):
+    return None
+  mapped = node.args[0]
+  if isinstance(mapped, ast.Name) and fn is not None:
+    defs = [d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef) and d.name == mapped.id
+            and d is not fn]
+    rets = RuleSource("", defs[0]).returns() if len(defs) == 1 else []
+    mapped = ast.Lambda(defs[0].args, rets[0].value) if len(rets) == 1 else mapped
+  if not isinstance(mapped, ast.Lambda):
     return None
   func = node.func
   name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
   owner = func.value if isinstance(func, ast.Attribute) else None
   tree_map = name == "tree_map" or (name == "map" and (
       getattr(owner, "attr", None) == "tree" or getattr(owner, "id", None) == "tree"))
-  return node.args[0].body if tree_map else None
+  return mapped.body if tree_map else None
