@@ -30,11 +30,17 @@ def permutation(got: tuple, want: tuple) -> tuple[int, ...] | None:
 
 
 def transposed(src: RuleSource, node: ast.expr, perm: tuple[int, ...]) -> str:
-  """``node`` transposed; ``A.T @ B`` becomes ``B.T @ A``, and ``E.T`` becomes ``E``."""
+  """``node`` transposed; ``A.T @ B`` becomes ``B.T @ A``, ``outer(a, b)`` ``outer(b, a)``,
+  and ``E.T`` becomes ``E``."""
   if len(perm) != 2:
     return f"{paren(src, node)}.transpose({perm})"
   if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
     return f"{_t(src, node.right)} @ {_t(src, node.left)}"
+  if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) \
+      and getattr(node.func, "attr", getattr(node.func, "id", "")) == "outer" \
+      and len(node.args) == 2 and not node.keywords:
+    a, b = (src.segment(x) for x in node.args)
+    return f"{src.segment(node.func)}({b}, {a})"
   return _t(src, node)
 
 

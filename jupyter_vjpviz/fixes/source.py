@@ -298,7 +298,9 @@ def leaf_expression(value: ast.expr, keys: list,
 def _built(node: ast.expr, keys: list, fn: ast.FunctionDef | None) -> tuple | None:
   """(expression, keys left) one step closer to what built the leaf at ``keys`` of ``node``."""
   if isinstance(node, ast.Name):
-    return _local(fn, node.id, keys) if fn is not None and keys else None
+    if fn is None:
+      return None
+    return _local(fn, node.id, keys) if keys else _only_use(fn, node.id)
   if isinstance(node, ast.Call):
     return _helper(node, keys)
   if not keys:
@@ -322,6 +324,23 @@ def _local(fn: ast.FunctionDef, name: str, keys: list) -> tuple | None:
   if whole is not None and not (isinstance(whole, ast.Name) and whole.id == name):
     return whole, keys
   return None
+
+
+def _only_use(fn: ast.FunctionDef, name: str) -> tuple | None:
+  """The one value ``fn`` assigns to a local it reads only here (``dW = jnp.outer(x, g)``
+  then ``(dW, db)``): editing it is editing this leaf and nothing else."""
+  stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name
+            and not isinstance(n.ctx, ast.Load)]
+  loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name
+           and isinstance(n.ctx, ast.Load)]
+  value = assigned(fn, name, [])
+  if len(stores) != 1 or len(loads) != 1 or value is None or name in _params(fn):
+    return None
+  return value, []
+
+
+def _params(fn: ast.FunctionDef) -> set[str]:
+  return {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
 
 
 _TREE_AT = "tree_at"
