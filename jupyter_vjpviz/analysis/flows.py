@@ -18,7 +18,7 @@ from .nonfinite_eval import inexact
 def program_inputs(origin, call) -> tuple:
   """(jaxpr, its array inputs' values, which are differentiated, ones for its outputs'
   cotangents: jax.grad's) of ``origin`` called with ``call``'s leaves."""
-  jaxpr = program.trace(origin)
+  jaxpr = program.opened(program.trace(origin))
   flat = jax.tree_util.tree_leaves(call)
   arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
   differentiated = set(origin.differentiated_leaves)

@@ -41,7 +41,7 @@ from ..capture.naming import frames
 from . import repeated_blocks, replay
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
-from .program import _body_prefix, _eqn_id, consts, rule_call, sub_jaxprs
+from .program import _body_prefix, _eqn_id, consts, opened, rule_call, sub_jaxprs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -570,7 +570,7 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
     traced = jax.make_jaxpr(lambda a, c: pullback(lambda f: bind(eqn, f), a, wrt, fo,
                                                   [c[j] for j in fo]))(list(ins), cts)
   with replay.account():
-    found = first_nonfinite(traced, jax.tree_util.tree_leaves((list(ins), cts)))
+    found = first_nonfinite(opened(traced), jax.tree_util.tree_leaves((list(ins), cts)))
   if found is None:
     return None
   inner, operands, where = found

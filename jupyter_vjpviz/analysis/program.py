@@ -684,13 +684,20 @@ def _jaxprs_in(value, found: list) -> None:
   if isinstance(value, core.Jaxpr):
     found.append(_open(value))
   elif type(value).__name__ == "ClosedJaxpr":  # JAX versions that still have it
-    if value.consts:
-      _closed_consts[value.jaxpr] = value.consts
-    found.append(value.jaxpr)
+    found.append(opened(value))
   elif isinstance(value, (tuple, list)) and value and type(value[0]) not in _PLAIN:
     for v in value:  # cond branches; skips axes=(0, 1)-style params cheaply
       if type(v) not in _PLAIN:
         _jaxprs_in(v, found)
+
+
+def opened(jaxpr) -> core.Jaxpr:
+  """The open jaxpr of a ClosedJaxpr (JAX before 0.12), its consts kept for ``consts``;
+  a Jaxpr as it is."""
+  inner = _open(jaxpr)
+  if inner is not jaxpr and jaxpr.consts:
+    _closed_consts[inner] = jaxpr.consts
+  return inner
 
 
 def _open(jaxpr):

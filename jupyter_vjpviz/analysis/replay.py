@@ -42,6 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core
 
+from ..capture.compat import changed_signatures
+
 BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
 """Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``,
 ``VJPVIZ_BUDGET`` for test harnesses and slow machines, where a verdict must not depend on
@@ -156,7 +158,7 @@ def bind(eqn, args) -> list:
   (``jax.debug.print``, an ``io_callback`` that logs) not run, one whose result is
   used ``NotJudged``, a while loop capped, a body holding either rewritten."""
   if not getattr(_local, "replaying", False):
-    return _bind(eqn, args)
+    return changed_signatures.bind(eqn, args)
   check()
   if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
     if any(not isinstance(v, core.DropVar) for v in eqn.outvars):
@@ -170,13 +172,8 @@ def bind(eqn, args) -> list:
       _raise_if_capped(before)
     return outs
   if any(_needs(_open(sub)) for sub in core.jaxprs_in_params(eqn.params)):
-    return _bind(eqn.replace(params=_rewritten_params(eqn.params)), args)
-  return _bind(eqn, args)
-
-
-def _bind(eqn, args) -> list:
-  out = eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
-  return list(out) if eqn.primitive.multiple_results else [out]
+    return changed_signatures.bind(eqn.replace(params=_rewritten_params(eqn.params)), args)
+  return changed_signatures.bind(eqn, args)
 
 
 def _cap() -> int | None:
@@ -281,7 +278,7 @@ def _interpret(jaxpr: core.Jaxpr, consts, args) -> list:
     if eqn.primitive.name == "while" and _cap() is not None:
       outs = _capped_while(eqn, ins)
     else:
-      outs = _bind(eqn.replace(params=_rewritten_params(eqn.params)), ins)
+      outs = changed_signatures.bind(eqn.replace(params=_rewritten_params(eqn.params)), ins)
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
 

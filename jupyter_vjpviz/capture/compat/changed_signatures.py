@@ -23,3 +23,14 @@ def user_frame(source_info):
   """JAX's guess at the user's frame of an equation (``source_info_util.user_frame``): of
   its traceback on newer JAX, of the whole ``SourceInfo`` on JAX 0.6."""
   return source_info_util.user_frame(source_info if _FRAME_OF_SOURCE_INFO else source_info.traceback)
+
+
+def bind(eqn, args) -> list:
+  """The equation applied to ``args``, as JAX's own interpreter binds it: its bind
+  params are ``(subfuns, params)`` before JAX 0.7, params alone after."""
+  params = eqn.primitive.get_bind_params(eqn.params)
+  if isinstance(params, tuple):
+    subfuns, params = params
+    args = (*subfuns, *args)
+  out = eqn.primitive.bind(*args, **params)
+  return list(out) if eqn.primitive.multiple_results else [out]
