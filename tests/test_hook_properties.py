@@ -14,6 +14,8 @@ and without nondiff arguments, eagerly and under jit).
 """
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -24,6 +26,15 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import jupyter_vjpviz as vv
 import jax_features
 from jupyter_vjpviz.capture.naming.leaf_paths import keystr
+
+SCALE = float(os.environ.get("VJPVIZ_PROPERTY_SCALE", "1"))
+"""Examples per property, as a share of the full count: scripts/test.sh runs the JAX
+releases between the oldest and the newest older one leaner (CI's time)."""
+
+
+def examples(full: int) -> int:
+  return max(5, round(full * SCALE))
+
 
 FLOATS = ("float32", "float16", "bfloat16")
 PATHS = ["classic", pytest.param("hijax", marks=pytest.mark.needs(jax_features.HIJAX_PATH))]
@@ -124,7 +135,7 @@ def _gradients(f, inputs, container, transform):
 
 
 @pytest.mark.parametrize("path", PATHS)
-@settings(max_examples=60, deadline=None, database=None,
+@settings(max_examples=examples(60), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=broken_rules())
 def test_a_randomly_broken_rule_is_reported_as_built_and_jax_behaves_as_without_us(path, case):
@@ -181,7 +192,7 @@ def _tree(keys, leaves):
   return tuple(leaves) if keys[0] == 0 else dict(zip(keys, leaves))
 
 
-@settings(max_examples=60, deadline=None, database=None,
+@settings(max_examples=examples(60), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=cotangents())
 def test_a_random_cotangent_handed_to_f_vjp_is_reported_as_built(case):
@@ -224,7 +235,7 @@ def broken_fwd_rules(draw):
 
 
 @pytest.mark.parametrize("path", PATHS)
-@settings(max_examples=40, deadline=None, database=None,
+@settings(max_examples=examples(40), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=broken_fwd_rules())
 def test_a_randomly_broken_fwd_rule_is_reported_as_built(path, case):
