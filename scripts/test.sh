@@ -41,8 +41,8 @@ OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.p
 # judged the same way on every JAX (their suites run on the oldest, 0.10 and 0.11), and the
 # hook's properties get a quarter of their examples.
 LEAN_JAX=(0.7.2 0.8.3 0.9.2)
-LEAN_SKIPS=(--ignore=tests/test_fixes.py --ignore=tests/test_fix_verdicts.py
-            --ignore=tests/test_fix_candidates.py --ignore=tests/test_factory_rules.py)
+LEAN_SKIPS=(tests/test_fixes.py tests/test_fix_verdicts.py tests/test_fix_candidates.py
+            tests/test_factory_rules.py)
 # JAX's AD upgrade flags (jax_custom_jvp3, jax_custom_vjp3, jax_remat3, ...: the code paths
 # it means to make the default) all on, through VJPVIZ_JAX_FLAGS=all (tests/conftest.py sets
 # every one this JAX has): the capture suites again, on every JAX that has a flag. Every
@@ -128,11 +128,14 @@ jax_suites() {
     echo "0 0 0" >"$logs/jax-$version.count"
     return
   fi
-  local lean=() scale=1
+  local tests=("${OLD_JAX_TESTS[@]}") scale=1 skip
   [[ $version == "${OLD_JAX[0]}" ]] && oldest=("${OLDEST_JAX_TESTS[@]}")
-  if [[ " ${LEAN_JAX[*]} " == *" $version "* ]]; then lean=("${LEAN_SKIPS[@]}") scale=0.25; fi
+  if [[ " ${LEAN_JAX[*]} " == *" $version "* ]]; then
+    scale=0.25
+    for skip in "${LEAN_SKIPS[@]}"; do tests=("${tests[@]/$skip}"); done
+  fi
   VJPVIZ_PROPERTY_SCALE=$scale suite "jax-$version" "$pytest_summary" "$py" -m pytest -q \
-    -p no:cacheprovider "${OLD_JAX_TESTS[@]}" "${oldest[@]}" "${lean[@]}"
+    -p no:cacheprovider ${tests[@]} "${oldest[@]}"
   flag_suite "jax-$version+flags" "$py"
 }
 
