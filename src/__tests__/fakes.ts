@@ -98,3 +98,24 @@ export function modelOnKernel(kernel = new FakeKernel()): {
   model.follow({ kernelId: kernel.id });
   return { kernel, channels, model };
 }
+
+/** Answer the latest request sent on `comm` with `result`. */
+export function reply(comm: FakeComm, result: JSONObject): void {
+  comm.receive({
+    v: 1,
+    type: 'reply',
+    request_id: comm.sent[comm.sent.length - 1].request_id,
+    ok: true,
+    result
+  });
+}
+
+/** Fail any test in the calling block that makes a DOM node (the model is DOM-free). */
+export function forbidDom(): void {
+  beforeEach(() => {
+    jest.spyOn(document, 'createElement').mockImplementation(() => {
+      throw new Error('the model made a DOM node');
+    });
+  });
+  afterEach(() => jest.restoreAllMocks());
+}

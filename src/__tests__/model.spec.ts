@@ -6,28 +6,20 @@ import { JSONObject } from '@lumino/coreutils';
 import { MAX_DIAGNOSES } from '../model';
 import { Diagnosis } from '../protocol';
 import { IDiagnosisEvent } from '../tokens';
-import { FakeComm, FakeKernel, body, diagnosis, modelOnKernel } from './fakes';
+import {
+  FakeComm,
+  FakeKernel,
+  body,
+  diagnosis,
+  forbidDom,
+  modelOnKernel,
+  reply
+} from './fakes';
 
 const ids = (diagnoses: readonly Diagnosis[]) => diagnoses.map(d => d.id);
 
-function reply(comm: FakeComm, result: JSONObject): void {
-  comm.receive({
-    v: 1,
-    type: 'reply',
-    request_id: comm.sent[comm.sent.length - 1].request_id,
-    ok: true,
-    result
-  });
-}
-
 describe('VjpvizModel', () => {
-  beforeEach(() => {
-    jest.spyOn(document, 'createElement').mockImplementation(() => {
-      throw new Error('the model made a DOM node');
-    });
-  });
-
-  afterEach(() => jest.restoreAllMocks());
+  forbidDom();
 
   it('keeps and signals the diagnoses pushed, each id once', () => {
     const { kernel, model } = modelOnKernel();

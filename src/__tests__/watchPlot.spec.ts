@@ -4,7 +4,14 @@ import { JSONObject } from '@lumino/coreutils';
 
 import { WatchSeries } from '../protocol';
 import { WatchPlot, eventText } from '../watchPlot';
-import { FakeComm, FakeKernel, body, modelOnKernel } from './fakes';
+import {
+  FakeComm,
+  FakeKernel,
+  body,
+  forbidDom,
+  modelOnKernel,
+  reply
+} from './fakes';
 
 const HOSTILE = "['<img src=x onerror=alert(1)>']";
 
@@ -30,24 +37,8 @@ function series(id = 'w1', steps = 6): WatchSeries {
 const push = (s: WatchSeries): JSONObject =>
   ({ v: 1, type: 'watch', watch: s }) as unknown as JSONObject;
 
-function reply(comm: FakeComm, result: JSONObject): void {
-  comm.receive({
-    v: 1,
-    type: 'reply',
-    request_id: comm.sent[comm.sent.length - 1].request_id,
-    ok: true,
-    result
-  });
-}
-
 describe('the model keeps watches', () => {
-  beforeEach(() => {
-    jest.spyOn(document, 'createElement').mockImplementation(() => {
-      throw new Error('the model made a DOM node');
-    });
-  });
-
-  afterEach(() => jest.restoreAllMocks());
+  forbidDom();
 
   it('keeps each watch once, the newest push of it, per kernel', () => {
     const { kernel, model } = modelOnKernel();
