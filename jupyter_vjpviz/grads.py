@@ -147,9 +147,7 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
                  for p in _partly(paths[k], g, position[k] in gathered))
   grad_flows = [_flow(g) for g in values]
   layers = _layers(paths, grad_flows, param_flows)
-  with replay.quiet():
-    graph, _ = program.build(origin, lambda g: [])
-  graph = dataclasses.replace(_with_primals(mark_flows(graph, edges), primals),
+  graph = dataclasses.replace(_with_primals(mark_flows(_graph(origin), edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
                     leaves=tuple((p, g.norm, w.norm) for p, g, w in zip(paths, grad_flows,
@@ -159,10 +157,14 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
 
 def _unjudged(origin, paths, param_flows, reason: str) -> GradReport:
   """The report of a gradient vjpviz could not take again: the parameters' norms, and why."""
+  return GradReport(function=origin.name, graph=_graph(origin), note=f"gradient {reason}",
+                    judged=False, leaves=tuple((p, math.nan, w.norm) for p, w in zip(paths, param_flows)))
+
+
+def _graph(origin) -> Graph:
+  """``origin``'s forward program as a graph (traced again: the user's prints captured)."""
   with replay.quiet():
-    graph, _ = program.build(origin, lambda g: [])
-  return GradReport(function=origin.name, graph=graph, note=f"gradient {reason}", judged=False,
-                    leaves=tuple((p, math.nan, w.norm) for p, w in zip(paths, param_flows)))
+    return program.build(origin, lambda g: [])[0]
 
 
 def _with_primals(graph: Graph, norms: dict) -> Graph:

@@ -210,20 +210,23 @@ def remember(d: Diagnosis) -> None:
   """Into the history only (a diagnosis the panel asked for: its reply carries it, and its
   graph's views are asked of the history)."""
   with _lock:
-    kept = [x for x in _history if x.id != d.id]
-    _history.clear()
-    _history.extend(kept + [d])
+    _into_history([d])
+
+
+def _into_history(found: list[Diagnosis]) -> None:
+  """``found`` last in the history, replacing the same ids (the caller holds ``_lock``)."""
+  ids = {d.id for d in found}
+  kept = [d for d in _history if d.id not in ids]
+  _history.clear()
+  _history.extend(kept + found)
 
 
 def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list) -> None:
   """Into the history (replacing the same ids), onto the exception, to ``listeners``."""
   if exc is not None and exc is not RAISED:
     _mark(exc, found)
-  ids = {d.id for d in found}
   with _lock:
-    kept = [d for d in _history if d.id not in ids]
-    _history.clear()
-    _history.extend(kept + found)
+    _into_history(found)
     _latest[:] = [d.id for d in found]
   for listener in list(listeners):
     safety.safely(listener, found, exc)

@@ -8,9 +8,10 @@ step's own outputs; every ``BATCH`` steps' are stacked and copied to the host
 asynchronously (per-step copies cost a dispatch-bound step ~0.1 ms each): no other
 transfer, no second computation. Reading ``steps`` (or printing) waits for the rest.
 
-While a panel listens, the series landed so far (``series``: downsampled, one line per
-layer, the events) is pushed at most every ``PUSH_EVERY`` seconds, from a call, never
-waiting for a copy. The last call's arguments are kept (a reference, no copy) so that
+Listeners (``add_listener``: the panel's channel registers one) hear of a watch at most
+every ``PUSH_EVERY`` seconds, from a call; they read the series landed so far (``landed``,
+``series``: downsampled, one line per layer, the events), never waiting for a copy.
+The last call's arguments are kept (a reference, no copy) so that
 ``vv.nans`` can run on it (the panel's button on a non-finite event at that step).
 """
 from __future__ import annotations
@@ -19,7 +20,6 @@ import contextlib
 import dataclasses
 import html
 import itertools
-import sys
 import threading
 import time
 import weakref
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .base.safety import safely
+from .nans import nans as localise_nans
 from .render.html import STYLE
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
@@ -85,8 +86,10 @@ class Watched:
       self._batches.append(jnp.stack(self._pending[-BATCH:]))
       self._batches[-1].copy_to_host_async()
       del self._pending[-BATCH:]
-    if time.monotonic() - self._pushed_at >= PUSH_EVERY:
-      safely(self._push)
+    if _listeners and time.monotonic() - self._pushed_at >= PUSH_EVERY:
+      self._pushed_at = time.monotonic()
+      for listener in list(_listeners):
+        safely(listener, self)
     return out
 
   def _traced(self, *args, **kwargs):
@@ -138,7 +141,7 @@ class Watched:
     self._batches.clear()
     return self._stacked()
 
-  def _landed(self) -> np.ndarray:
+  def landed(self) -> np.ndarray:
     """The steps already on the host, in order, without waiting for any copy."""
     while self._batches and self._batches[0].is_ready():
       self._rows.extend(np.asarray(self._batches.pop(0)))
@@ -190,18 +193,10 @@ class Watched:
                        for step, path, kind in events],
             "kept_step": kept}
 
-  def _push(self) -> None:
-    """The series landed so far to a listening panel."""
-    comm = sys.modules.get("jupyter_vjpviz.deliver.comm")   # no panel before %load_ext
-    if comm is not None and comm.listening():
-      self._pushed_at = time.monotonic()
-      comm.push_watch(self.series(self._landed()))
-
   def nans(self, step: int):
     """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
     last call's are): the nonfinite_cotangent Diagnosis, or None when its gradient is
     finite. ValueError when that call's arguments are gone (or were donated)."""
-    from .nans import nans
     if self._kept is None or self._kept[0] != step:
       raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
                        f"call's only ({'step ' + str(self._kept[0]) if self._kept else 'none'}); "
@@ -210,7 +205,7 @@ class Watched:
     if any(getattr(x, "is_deleted", lambda: False)()
            for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
-    return nans(self.__wrapped__, *args, argnums=None, **kwargs)
+    return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
 
   def __str__(self) -> str:
     n = len(self.steps)
@@ -248,6 +243,20 @@ _watches: weakref.WeakValueDictionary[str, Watched] = weakref.WeakValueDictionar
 
 def watches() -> list[Watched]:
   return list(_watches.values())
+
+
+_listeners: list = []
+"""f(watched), called from a watched step at most every ``PUSH_EVERY`` seconds."""
+
+
+def add_listener(listener) -> None:
+  if listener not in _listeners:
+    _listeners.append(listener)
+
+
+def remove_listener(listener) -> None:
+  if listener in _listeners:
+    _listeners.remove(listener)
 
 
 def _layers(keypaths: list) -> list[str]:

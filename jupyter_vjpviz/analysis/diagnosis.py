@@ -70,8 +70,7 @@ class RuleText:
             "rule_source_end": self.end, "rule_source_bad_line": self.bad_line}
 
 
-NO_RULE_TEXT = {"rule_source_text": None, "rule_source_start": None, "rule_source_end": None,
-                "rule_source_bad_line": None}
+NO_RULE_TEXT = dict.fromkeys(RuleText("", 0, 0).to_dict())
 
 
 @dataclasses.dataclass(frozen=True)

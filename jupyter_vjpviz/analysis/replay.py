@@ -105,8 +105,8 @@ def current() -> _Account:
 
 
 def expired() -> bool:
-  current = getattr(_local, "account", None)
-  return current is not None and time.monotonic() >= current.deadline
+  open_ = getattr(_local, "account", None)
+  return open_ is not None and time.monotonic() >= open_.deadline
 
 
 def check() -> None:
@@ -154,26 +154,33 @@ def _raise_if_capped(before: int) -> None:
 
 def bind(eqn, args) -> list:
   """The equation applied to ``args``, as JAX's own interpreter binds it; while
-  ``replaying``, as ``rewrite`` would have it: an effect whose results nothing uses
-  (``jax.debug.print``, an ``io_callback`` that logs) not run, one whose result is
-  used ``NotJudged``, a while loop capped, a body holding either rewritten."""
+  ``replaying``, as ``rewrite`` has it (``_rewritten``), within the deadline."""
   if not getattr(_local, "replaying", False):
     return changed_signatures.bind(eqn, args)
   check()
-  if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
-    if any(not isinstance(v, core.DropVar) for v in eqn.outvars):
-      raise _uses_effect(eqn)
+  before = _capped[0]
+  outs = _rewritten(eqn, args, any(not isinstance(v, core.DropVar) for v in eqn.outvars))
+  if outs is None:
     return [None] * len(eqn.outvars)
+  if eqn.primitive.name == "while" and _cap() is not None and \
+      not any(isinstance(x, core.Tracer) for x in args):   # traced: told by ``replaying``
+    jax.effects_barrier()
+    _raise_if_capped(before)
+  return outs
+
+
+def _rewritten(eqn, args, results_used: bool) -> list | None:
+  """``eqn`` applied to ``args`` as ``rewrite`` has it: an effect on the world whose
+  results nothing uses (``jax.debug.print``, an ``io_callback`` that logs) not run (None),
+  one whose result is used ``NotJudged``, a while loop capped, a body holding either
+  rewritten."""
+  if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
+    if results_used:
+      raise _uses_effect(eqn)
+    return None   # printing, logging: the user saw it once
   if eqn.primitive.name == "while" and _cap() is not None:
-    before = _capped[0]
-    outs = _capped_while(eqn, args)
-    if not any(isinstance(x, core.Tracer) for x in args):   # traced: told by ``replaying``
-      jax.effects_barrier()
-      _raise_if_capped(before)
-    return outs
-  if any(_needs(_open(sub)) for sub in core.jaxprs_in_params(eqn.params)):
-    return changed_signatures.bind(eqn.replace(params=_rewritten_params(eqn.params)), args)
-  return changed_signatures.bind(eqn, args)
+    return _capped_while(eqn, args)
+  return changed_signatures.bind(eqn.replace(params=_rewritten_params(eqn.params)), args)
 
 
 def _cap() -> int | None:
@@ -270,16 +277,9 @@ def _interpret(jaxpr: core.Jaxpr, consts, args) -> list:
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]
   used = _used(jaxpr)
   for eqn in jaxpr.eqns:
-    ins = [read(v) for v in eqn.invars]
-    if _side_effects(eqn) and not any(True for _ in core.jaxprs_in_params(eqn.params)):
-      if not any(v in used for v in eqn.outvars):
-        continue   # printing, logging: the user saw it once
-      raise _uses_effect(eqn)
-    if eqn.primitive.name == "while" and _cap() is not None:
-      outs = _capped_while(eqn, ins)
-    else:
-      outs = changed_signatures.bind(eqn.replace(params=_rewritten_params(eqn.params)), ins)
-    env.update(zip(eqn.outvars, outs))
+    outs = _rewritten(eqn, [read(v) for v in eqn.invars], any(v in used for v in eqn.outvars))
+    if outs is not None:
+      env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
 
 

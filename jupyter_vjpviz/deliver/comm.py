@@ -28,6 +28,8 @@ from typing import Any
 from collections.abc import Callable
 
 from .. import pipeline
+from ..watch import add_listener as add_watch_listener
+from ..watch import remove_listener as remove_watch_listener
 from ..watch import watches
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
@@ -59,6 +61,7 @@ def register() -> None:
     manager = _comm_manager()
     if manager is not None:
       manager.register_target(TARGET, _on_panel_open)
+    add_watch_listener(push_watch)
     _state["registered"] = True
   safely(_say_hello)
 
@@ -79,6 +82,7 @@ def unregister() -> None:
     manager = _comm_manager()
     if manager is not None:
       safely(manager.unregister_target, TARGET, _on_panel_open)
+    remove_watch_listener(push_watch)
     _state["registered"] = False
   _close_push_comm()
 
@@ -110,9 +114,11 @@ def push(d) -> None:
   _open_push_comm(message if view is None else {**message, "view": view})
 
 
-def push_watch(series: dict) -> None:
-  """A vv.watch's series (watch.py Watched.series) to the panel, on a fresh comm."""
+def push_watch(watched) -> None:
+  """A ``vv.watch``'s series landed so far (watch.py ``Watched.series``) to a listening
+  panel, on a fresh comm."""
   if _state["listening"]:
+    series = watched.series(watched.landed())
     _open_push_comm({"v": VERSION, "type": "watch", "watch": series})
 
 

@@ -454,19 +454,19 @@ def _entry(target: ast.expr, name: str) -> tuple[list, bool] | None:
 def _mapped_body(node: ast.expr, fn: ast.FunctionDef | None = None) -> ast.expr | None:
   """``body`` of ``<...>tree_map(lambda ...: body, tree, ...)`` or ``<...>tree.map(...)``;
   for a function ``fn`` defines (``def leaf(a): return body``), its one return value."""
-  if not (isinstance(node, ast.Call) and node.args):
+  if not (isinstance(node, ast.Call) and node.args and _is_tree_map(node)):
     return None
   mapped = node.args[0]
   if isinstance(mapped, ast.Name) and fn is not None:
     defs = [d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef) and d.name == mapped.id
             and d is not fn]
     rets = RuleSource("", defs[0]).returns() if len(defs) == 1 else []
-    mapped = ast.Lambda(defs[0].args, rets[0].value) if len(rets) == 1 else mapped
-  if not isinstance(mapped, ast.Lambda):
-    return None
-  func = node.func
-  name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-  owner = func.value if isinstance(func, ast.Attribute) else None
-  tree_map = name == "tree_map" or (name == "map" and (
+    return rets[0].value if len(rets) == 1 else None
+  return mapped.body if isinstance(mapped, ast.Lambda) else None
+
+
+def _is_tree_map(call: ast.Call) -> bool:
+  owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+  name = _called(call)
+  return name == "tree_map" or (name == "map" and (
       getattr(owner, "attr", None) == "tree" or getattr(owner, "id", None) == "tree"))
-  return mapped.body if tree_map else None

@@ -119,3 +119,24 @@ export function forbidDom(): void {
   });
   afterEach(() => jest.restoreAllMocks());
 }
+
+/**
+ * A kernel whose control comm (the one the model opens to ask for the history) is
+ * `control`, and the messages that comm was opened with: what a panel opened on a
+ * kernel that has run cells sees first.
+ */
+export function kernelWithControl(): {
+  kernel: FakeKernel;
+  control: FakeComm;
+  opened: JSONObject[];
+} {
+  const kernel = new FakeKernel();
+  const control = new FakeComm();
+  const opened: JSONObject[] = [];
+  (control as unknown as { open: (d: JSONObject) => void }).open = d => {
+    opened.push(d);
+  };
+  (kernel as unknown as { createComm: () => FakeComm }).createComm = () =>
+    control;
+  return { kernel, control, opened };
+}

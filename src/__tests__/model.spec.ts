@@ -1,17 +1,16 @@
 // The model is driven here as the panel and the commands drive it, fed by a
 // fake kernel through the real channels; it never makes a DOM node.
 import { Kernel } from '@jupyterlab/services';
-import { JSONObject } from '@lumino/coreutils';
 
 import { MAX_DIAGNOSES } from '../model';
 import { Diagnosis } from '../protocol';
 import { IDiagnosisEvent } from '../tokens';
 import {
-  FakeComm,
   FakeKernel,
   body,
   diagnosis,
   forbidDom,
+  kernelWithControl,
   modelOnKernel,
   reply
 } from './fakes';
@@ -119,14 +118,7 @@ describe('VjpvizModel', () => {
   });
 
   it('merges a history with what was pushed meanwhile, in the kernel order', async () => {
-    const kernel = new FakeKernel();
-    const control = new FakeComm();
-    const opened: JSONObject[] = [];
-    (control as unknown as { open: (d: JSONObject) => void }).open = d => {
-      opened.push(d);
-    };
-    (kernel as unknown as { createComm: () => FakeComm }).createComm = () =>
-      control;
+    const { kernel, control, opened } = kernelWithControl();
     const { model } = modelOnKernel(kernel);
     kernel.open(diagnosis(3));
     control.receive({

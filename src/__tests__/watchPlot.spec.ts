@@ -5,10 +5,9 @@ import { JSONObject } from '@lumino/coreutils';
 import { WatchSeries } from '../protocol';
 import { WatchPlot, eventText } from '../watchPlot';
 import {
-  FakeComm,
-  FakeKernel,
   body,
   forbidDom,
+  kernelWithControl,
   modelOnKernel,
   reply
 } from './fakes';
@@ -60,14 +59,7 @@ describe('the model keeps watches', () => {
   });
 
   it('asks for the watches once the history is loaded (a panel opened late)', async () => {
-    const kernel = new FakeKernel();
-    const control = new FakeComm();
-    const opened: JSONObject[] = [];
-    (control as unknown as { open: (d: JSONObject) => void }).open = d => {
-      opened.push(d);
-    };
-    (kernel as unknown as { createComm: () => FakeComm }).createComm = () =>
-      control;
+    const { kernel, control, opened } = kernelWithControl();
     const { model } = modelOnKernel(kernel);
     control.receive({
       v: 1,
