@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import jax
 import numpy as np
@@ -106,7 +107,7 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
     raise TypeError(f"vv.grads: argument{'s' * (len(nums) > 1)} {list(nums)} of "
                     f"{getattr(fn, '__name__', 'fn')} hold no floating-point array to "
                     "differentiate")
-  out = jax.eval_shape(fn, *args, **kwargs)
+  out = _shape_of(fn, args, kwargs)
   if not (isinstance(out, jax.ShapeDtypeStruct) and out.shape == ()
           and np.issubdtype(out.dtype, np.floating)):
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
@@ -122,6 +123,7 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   with replay.quiet():   # traced again: the user's Python prints were seen (eval_shape)
     jaxpr, invals, active, out_cts = program_inputs(origin, (args, kwargs))
     struct = grad_paths.structural(jaxpr)
+    scopes = grad_paths.reading_scopes(jaxpr)
   flat = jax.tree_util.tree_leaves((args, kwargs))
   leaves = [flat[j] for j in positions]
   position = _invar_positions(origin, positions)
@@ -146,7 +148,7 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   partly = tuple(p for k, g in enumerate(values) if k not in zeros
                  for p in _partly(paths[k], g, position[k] in gathered))
   grad_flows = [_flow(g) for g in values]
-  layers = _layers(paths, grad_flows, param_flows)
+  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows)
   graph = dataclasses.replace(_with_primals(mark_flows(_graph(origin), edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
@@ -171,6 +173,21 @@ def _with_primals(graph: Graph, norms: dict) -> Graph:
   """Each edge into an equation with its primal value's norm (``Edge.primal_norm``)."""
   return dataclasses.replace(graph, edges=tuple(
       e._replace(primal_norm=norms.get(f"{e.dst}#{e.position}")) for e in graph.edges))
+
+
+def _shape_of(fn, args, kwargs):
+  """``jax.eval_shape`` of the call, its non-array leaves closed over (an equinox model
+  holds its activation function)."""
+  flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+  at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
+
+  def call(*arrays):
+    leaves = list(flat)
+    for k, x in zip(at, arrays):
+      leaves[k] = x
+    a, kw = jax.tree_util.tree_unflatten(tree, leaves)
+    return fn(*a, **kw)
+  return jax.eval_shape(call, *(flat[k] for k in at))
 
 
 def _as_array(x):
@@ -237,23 +254,45 @@ def _flow(x) -> nonfinite.Flow:
   return nonfinite.Flow.of(nonfinite.flow(x), int(np.size(x)))
 
 
-def _layers(paths, grad_flows, param_flows) -> tuple[Layer, ...]:
-  """Per block of a stacked model (``nonfinite.strip``'s grouping), in depth order, each
-  flagged where its gradient norm is over ``CHANGE`` times above or below the next one's."""
-  g = nonfinite.strip(list(paths), grad_flows)
-  w = dict((row[0], row[4]) for row in nonfinite.strip(list(paths), param_flows))
+def _layers(paths, scopes, grad_flows, param_flows) -> tuple[Layer, ...]:
+  """Per block, in depth order, each flagged where its gradient norm is over ``CHANGE``
+  times above or below the next one's. The blocks are the named scopes the leaves are read
+  in, where they make two or more (``_named_blocks``); else the repeated blocks of a stacked
+  model (``nonfinite.strip``'s grouping of the paths)."""
+  named = _named_blocks(scopes)
+  if named:
+    rows = [(name, nonfinite.Flow.joined([grad_flows[k] for k in ks]).norm,
+             nonfinite.Flow.joined([param_flows[k] for k in ks]).norm) for name, ks in named]
+  else:
+    w = dict((row[0], row[4]) for row in nonfinite.strip(list(paths), param_flows))
+    rows = [(row[0], row[4], w.get(row[0], 0.0))
+            for row in nonfinite.strip(list(paths), grad_flows)]
   layers = []
-  for k, row in enumerate(g):
-    name, norm = row[0], row[4]
-    deeper = g[k + 1][4] if k + 1 < len(g) else None
+  for k, (name, norm, param) in enumerate(rows):
+    deeper = rows[k + 1][1] if k + 1 < len(rows) else None
     flag = None
     if deeper is not None and deeper > 0 and norm < deeper / CHANGE:
       flag = "vanishing"
     elif deeper is not None and norm > deeper * CHANGE:
       flag = "exploding"
-    param = w.get(name, 0.0)
     layers.append(Layer(name, norm, param, norm / param if param else None, flag))
   return tuple(layers)
+
+
+def _named_blocks(scopes) -> list[tuple[str, list[int]]]:
+  """(scope, its leaves) per block, in the order the program first reads them: each leaf's
+  scope (``grad_paths.reading_scopes``) cut one name below what all share (``Net/encoder``
+  of ``Net/encoder/proj``); [] unless that makes two or more (an equinox model's
+  scopes are its classes' names, one for every ``Linear``: its blocks are its paths')."""
+  parts = [scope.split("/") if scope else None for scope, _ in scopes]
+  named = [p for p in parts if p]
+  if not named:
+    return []
+  depth = len(os.path.commonprefix(named)) + 1
+  blocks: dict[str, list[int]] = {}
+  for k in sorted((k for k, p in enumerate(parts) if p), key=lambda k: scopes[k][1]):
+    blocks.setdefault("/".join(parts[k][:depth]), []).append(k)
+  return list(blocks.items()) if len(blocks) > 1 else []
 
 
 def _finite(tree):

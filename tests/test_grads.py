@@ -113,6 +113,57 @@ def test_stack_layers_in_depth_order_with_vanishing_flagged():
   assert "<svg" in r._repr_html_()
 
 
+def test_named_scope_layers_in_program_order_with_vanishing_flagged():
+  nn = pytest.importorskip("flax.linen")
+  eye3 = lambda key, shape, dtype=jnp.float32: 3.0 * jnp.eye(*shape, dtype=dtype)
+
+  class Block(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      return jnp.tanh(nn.Dense(4, name="proj", kernel_init=eye3)(x))   # ~30x less per block
+
+  class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      for name in ("stem", "body", "head"):     # the params sort body, head, stem
+        x = Block(name=name)(x)
+      return x.sum()
+  net = Net()
+  params = net.init(jax.random.PRNGKey(0), jnp.ones((1, 4)))
+  r = grads(lambda p, x: net.apply(p, x), params, jnp.ones((1, 4)))
+  assert [layer.name for layer in r.layers] == ["Net/stem", "Net/body", "Net/head"]
+  assert [layer.flag for layer in r.layers] == ["vanishing", "vanishing", None]
+  norms = {p: (g, w) for p, g, w in r.leaves}
+  stem = [norms[f"['params']['stem']['proj']['{k}']"] for k in ("kernel", "bias")]
+  assert r.layers[0].grad_norm == pytest.approx(sum(g * g for g, _ in stem) ** 0.5)
+  assert r.layers[0].param_norm == pytest.approx(6.0)    # ‖3 I₄‖, the bias zero
+
+  @jax.jit
+  def scoped(p, x):
+    for name in ("up", "down"):
+      with jax.named_scope(name):
+        x = jnp.tanh(x @ p[name])
+    return x.sum()
+  r = grads(scoped, {"up": 3.0 * jnp.eye(3), "down": 3.0 * jnp.eye(3)}, jnp.ones(3))
+  assert [(layer.name, layer.flag) for layer in r.layers] == [("up", "vanishing"), ("down", None)]
+
+
+def test_nnx_variables_group_into_their_layers():
+  nnx = pytest.importorskip("flax.nnx")
+
+  class Stack(nnx.Module):
+    def __init__(self, rngs):
+      self.layers = nnx.List([nnx.Linear(3, 3, rngs=rngs) for _ in range(3)])
+
+    def __call__(self, x):
+      for layer in self.layers:
+        x = jnp.tanh(layer(x))
+      return x.sum()
+  graphdef, state = nnx.split(Stack(nnx.Rngs(0)))
+  r = grads(lambda s, x: nnx.merge(graphdef, s)(x), state, jnp.ones((2, 3)))
+  assert [layer.name for layer in r.layers] == [f"['layers'][{i}]" for i in range(3)]
+
+
 def test_equinox_paths():
   eqx = pytest.importorskip("equinox")
 
@@ -127,6 +178,9 @@ def test_equinox_paths():
   r = grads(lambda m, x: m(x), m, jnp.ones(3))
   assert {(z.path, z.reason) for z in r.zero} == {(".head.weight", "unused"),
                                                   (".head.bias", "unused")}
+  mlp = eqx.nn.MLP(3, 1, 4, 2, key=jax.random.PRNGKey(0))   # holds jax.nn.relu, no array
+  r = grads(lambda m, x: jax.vmap(m)(x).sum(), mlp, jnp.ones((2, 3)))
+  assert [layer.name for layer in r.layers] == [f".layers[{i}]" for i in range(3)]
 
 
 def test_flax_linen_and_nnx_paths():

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core
 
+from ..capture.naming.function_names import scope_names
 from . import program
 from .nonfinite import _source
 from .nonfinite_eval import CALLS, bind, flow, inexact, pullback
@@ -309,3 +310,39 @@ def _gathered(jaxpr: core.Jaxpr, inputs: dict) -> set[int]:
       else:
         other.add(inputs[v])
   return table - other
+
+
+# ------------------------------------------------------------------ named scopes
+
+
+def reading_scopes(jaxpr: core.Jaxpr) -> list[tuple[str, tuple | None]]:
+  """Per input of ``jaxpr``: the named scope (``jax.named_scope``, a flax module's path) of
+  the first equation that reads it, through the bodies of calls ('' where none), and where
+  that equation is in program order (equation indices, outermost first; None: unread):
+  the block a parameter belongs to, in the user's terms, and its depth."""
+  return _reading_scopes(jaxpr, jaxpr.invars, "")
+
+
+def _reading_scopes(jaxpr: core.Jaxpr, wanted: list, outer: str) -> list[tuple[str, tuple | None]]:
+  first: dict = {}
+  for i, eqn in enumerate(jaxpr.eqns):
+    for j, v in enumerate(eqn.invars):
+      if isinstance(v, core.Var) and v not in first:
+        first[v] = (i, j)
+  found: list = [("", None)] * len(wanted)
+  calls: dict = {}   # equation index -> (its scope, [(wanted index, operand index)]): one walk each
+  for k, v in enumerate(wanted):
+    if isinstance(v, core.Var) and v in first:
+      i, j = first[v]
+      eqn = jaxpr.eqns[i]
+      own = "/".join(s for s in (outer, scope_names(eqn.source_info.name_stack)) if s)
+      if eqn.primitive.name in CALLS:
+        calls.setdefault(i, (own, []))[1].append((k, j))
+      else:
+        found[k] = (own, (i,))
+  for i, (own, at) in calls.items():
+    body = next(sub_jaxprs(jaxpr.eqns[i]))
+    inner = _reading_scopes(body, [body.invars[j] for _, j in at], own)
+    for (k, _), (scope, order) in zip(at, inner):
+      found[k] = (scope or own, (i, *(order or ())))
+  return found

@@ -265,9 +265,9 @@ def strip(names: list[str], flows: list) -> tuple:
   """The gradient per layer of a stacked model, ``(layer, *Flow)`` in order: the inputs
   grouped by their path without its last key (``layers[3].weight`` -> ``layers[3]``), or
   else each on its own (``params[3]``), when at least ``STACKED`` groups differ only in
-  their indices; () otherwise."""
+  their indices; () otherwise. A flax nnx Variable's ``.value`` is part of its leaf's key."""
   named = [(n, f) for n, f in zip(names, flows) if f is not None]
-  for key in (lambda n: re.sub(r"(\.[^.\[\]]+|\[[^\]]*\])$", "", n), lambda n: n):
+  for key in (lambda n: re.sub(r"(\.[^.\[\]]+|\[[^\]]*\])(\.value)?$", "", n), lambda n: n):
     groups: dict[str, list] = {}
     for name, f in named:
       groups.setdefault(key(name), []).append(f)
