@@ -1,7 +1,9 @@
 """``vv.watch(step)``: each parameter leaf's gradient norm per training step, cheaply.
 
 The step is traced again with ``jax.grad``/``jax.value_and_grad`` (which equinox's
-``filter_value_and_grad`` and flax's ``nnx.value_and_grad`` call) seen through: the
+``filter_value_and_grad`` calls) and flax's ``nnx.grad``/``nnx.value_and_grad`` seen
+through (an ``nnx.jit`` step jitted again by ``nnx.jit``: its modules are updated in place;
+their leaves named as the user reaches them, ``.layers[2].kernel``): the
 first gradient it takes is reduced inside the same jitted computation to one small
 float32[leaves] array (each leaf's squared norm: zero, finite or not), returned beside the
 step's own outputs; every ``BATCH`` steps' are stacked and copied to the host
@@ -20,6 +22,7 @@ import contextlib
 import dataclasses
 import html
 import itertools
+import sys
 import threading
 import time
 import weakref
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .base.safety import safely
+from .capture.naming import leaf_paths
 from .nans import nans as localise_nans
 from .render.html import STYLE
 
@@ -66,13 +70,7 @@ class Watched:
     self._batches: list = []     # BATCH steps' stacked, on their way to the host
     self._rows: list[np.ndarray] = []
     self._compiled: dict = {}
-    # A jax.jit step: jitted again with its own static and donated arguments, called
-    # through jit's C++ dispatch (nothing flattened here); anything else as eqx.filter_jit.
-    info = getattr(step, "_jit_info", None)
-    self._direct = None if info is None else jax.jit(
-        self._traced, static_argnums=getattr(info, "static_argnums", ()),
-        static_argnames=getattr(info, "static_argnames", ()),
-        donate_argnums=getattr(info, "donate_argnums", ()))
+    self._direct = _jitted_as(step, self._traced)
 
   def __call__(self, *args, **kwargs):
     self._kept = (self._calls, args, kwargs) if self.keep else None
@@ -100,9 +98,12 @@ class Watched:
     if not box:
       raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
                        "eqx.filter_value_and_grad, nnx.value_and_grad)")
-    flat = [(kp, g) for kp, g in jax.tree_util.tree_flatten_with_path(box[0])[0]
+    grads, live = box[0]
+    flat = [(leaf_paths.without_value(kp) if live else kp, g)
+            for kp, g in jax.tree_util.tree_flatten_with_path(grads)[0]
             if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
-    self.paths = [jax.tree_util.keystr(kp) for kp, _ in flat]
+    self.paths = [leaf_paths.attribute_path(kp) if live else jax.tree_util.keystr(kp)
+                  for kp, _ in flat]
     self._keypaths = [kp for kp, _ in flat]
     return out, jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
 
@@ -284,6 +285,25 @@ def _merged(out_static: list, arrays: list):
   return jax.tree_util.tree_unflatten(tree, [next(it) if x is None else x for x in leaves])
 
 
+def _jitted_as(step, traced):
+  """``traced`` jitted as ``step`` is, with its static and donated arguments, called through
+  jit's own dispatch (nothing flattened here): a ``jax.jit``, or a flax ``nnx.jit`` (whose
+  modules' updates, an ``nnx.Optimizer``'s in place, land in the user's objects as
+  without vv.watch; its shardings are not carried). None for anything else (then
+  compiled as ``eqx.filter_jit`` would)."""
+  inner = getattr(step, "jitted_fn", None)    # nnx.jit's jax.jit over its pure arguments
+  info = getattr(inner if inner is not None else step, "_jit_info", None)
+  if info is None:
+    return None
+  options = {name: getattr(info, name, None) or () for name in (
+      "static_argnums", "static_argnames", "donate_argnums", "donate_argnames")}
+  if inner is None:
+    return jax.jit(traced, **options)
+  from flax import nnx   # the step is flax's own
+  return nnx.jit(traced, graph=getattr(step, "graph", True),
+                 graph_updates=type(step).__name__ == "JitWrapped", **options)
+
+
 def _health(g) -> jax.Array:
   """One reduction per leaf, its squared norm: zero only if every element is (or all are
   below 1e-19 in magnitude), NaN or Inf if any is (or the sum overflows float32)."""
@@ -310,25 +330,36 @@ _lock = threading.Lock()
 
 @contextlib.contextmanager
 def _seen_through(box: list):
-  """``jax.grad`` and ``jax.value_and_grad`` meanwhile put the first gradient they return
-  into ``box`` (the step's trace is the only caller: held under a lock)."""
-  grad, value_and_grad = jax.grad, jax.value_and_grad
+  """``jax.grad`` and ``jax.value_and_grad`` (flax's ``nnx.grad`` and ``nnx.value_and_grad``
+  too, where flax is loaded) meanwhile put the first gradient they return into ``box``,
+  with whether it is of live nnx modules (the step's trace is the only caller: held under
+  a lock)."""
+  of_grad = lambda res, aux: res[0] if aux else res
+  of_value_and_grad = lambda res, aux: res[1]
+  nnx = sys.modules.get("flax.nnx")
+  seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
+      [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
 
-  def seeing(transform, grads_of):
-    def wrapped(fun, *a, **k):
-      inner = transform(fun, *a, **k)
+  def seeing(transform, grads_of, live: bool):
+    def wrapped(*a, **k):
+      inner = transform(*a, **k)
+      if not a or not callable(inner):    # nnx.grad(has_aux=True): the decorator itself
+        return inner
 
       def call(*args, **kwargs):
+        first = not box
         res = inner(*args, **kwargs)
-        if not box:
-          box.append(grads_of(res, k.get("has_aux", False)))
+        if first:   # the outermost: nnx.grad's State, not the jax.grad it calls
+          box[:] = [(grads_of(res, k.get("has_aux", False)), live)]
         return res
       return call
     return wrapped
   with _lock:
-    jax.grad = seeing(grad, lambda res, aux: res[0] if aux else res)
-    jax.value_and_grad = seeing(value_and_grad, lambda res, aux: res[1])
+    originals = [getattr(module, name) for module, name, _ in seen]
+    for (module, name, grads_of), original in zip(seen, originals):
+      setattr(module, name, seeing(original, grads_of, module is nnx))
     try:
       yield
     finally:
-      jax.grad, jax.value_and_grad = grad, value_and_grad
+      for (module, name, _), original in zip(seen, originals):
+        setattr(module, name, original)

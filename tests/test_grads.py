@@ -292,6 +292,47 @@ def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
   assert sorted(w.paths) == ["['dense']['bias'].value", "['dense']['kernel'].value"]
 
 
+def test_watch_an_nnx_jit_step_updates_its_live_modules_in_place():
+  optax = pytest.importorskip("optax")
+  nnx = pytest.importorskip("flax.nnx")
+  from jupyter_vjpviz.watch import watch
+
+  class MLP(nnx.Module):
+    def __init__(self, rngs):
+      self.layers = nnx.List([nnx.Linear(3, 3, rngs=rngs) for _ in range(3)])
+
+    def __call__(self, x):
+      for layer in self.layers:
+        x = jnp.tanh(layer(x))
+      return x
+  x, y = jax.random.normal(jax.random.PRNGKey(1), (8, 3)), jnp.zeros((8, 3))
+  loss = lambda m: ((m(x) - y) ** 2).mean()
+
+  @nnx.jit(donate_argnums=(0, 1))
+  def step(model, optimizer):
+    value, g = nnx.value_and_grad(loss)(model)
+    optimizer.update(model, g)
+    return value
+
+  def trained(run):
+    model = MLP(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    first = nnx.grad(loss)(model)
+    values = [float(run(model, optimizer)) for _ in range(3)]
+    return model, optimizer, values, first
+  model, optimizer, values, first = trained(step)
+  w = watch(step)
+  w_model, w_optimizer, w_values, _ = trained(w)
+  assert w_values == values and int(w_optimizer.step[...]) == 3
+  same = lambda a, b: jax.tree_util.tree_all(jax.tree_util.tree_map(
+      lambda p, q: bool(jnp.array_equal(p, q)), a, b))
+  assert same(nnx.state(w_model), nnx.state(model))          # updated in place, as unwatched
+  assert same(nnx.state(w_optimizer), nnx.state(optimizer))  # adam's state too
+  assert w.paths == [f".layers[{i}].{k}" for i in range(3) for k in ("bias", "kernel")]
+  assert w.norms.shape == (3, 6) and w.norms[0, 5] == pytest.approx(
+      float(jnp.linalg.norm(first["layers"][2]["kernel"][...])), rel=1e-5)
+
+
 def test_watch_keeps_a_jitted_steps_static_arguments():
   from jupyter_vjpviz.watch import watch
 

@@ -70,6 +70,20 @@ def _key(k) -> Key:
   return Key("other", str(k))
 
 
+def without_value(path) -> tuple:
+  """A flax nnx State's JAX key path without its Variable's ``.value``."""
+  last = path[-1] if path else None
+  return tuple(path[:-1]) if isinstance(last, jax.tree_util.GetAttrKey) and \
+      last.name == "value" else tuple(path)
+
+
+def attribute_path(path) -> str:
+  """A JAX key path as the user reaches the leaf on a live module (flax nnx's State of it):
+  ``.layers[2].kernel`` for ``['layers'][2]['kernel']``."""
+  return "".join(f".{k.key}" if isinstance(k, jax.tree_util.DictKey) and isinstance(k.key, str)
+                 and k.key.isidentifier() else _key(k).text() for k in path)
+
+
 def keystr(path: Path) -> str:
   """``jax.tree_util.keystr`` of a path of entries."""
   return "".join(k.text() for k in path)
