@@ -13,8 +13,10 @@ transfer, no second computation. Reading ``steps`` (or printing) waits for the r
 Listeners (``add_listener``: the panel's channel registers one) hear of a watch at most
 every ``PUSH_EVERY`` seconds, from a call; they read the series landed so far (``landed``,
 ``series``: downsampled, one line per layer, the events), never waiting for a copy.
-The last call's arguments are kept (a reference, no copy) so that
-``vv.nans`` can run on it (the panel's button on a non-finite event at that step).
+A throttled call leaves a timer behind (one thread, ended by its push or ``close``) so
+that a loop's last steps land without another call. The last call's arguments are kept
+(a reference, no copy), and the first non-finite step's as a host copy, so that
+``vv.nans`` can run on them (the panel's button on a non-finite event).
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ PUSH_EVERY = 0.5   # seconds between two pushes of a watch's series to the panel
 POINTS = 512       # the most steps a series pushed draws
 LINES = 64         # the most lines (layers) it draws
 EVENTS = 256       # the most events it lists
+KEEP_BYTES = 1 << 28   # the most bytes of arguments copied to the host at a non-finite step
+ARMED = "_vjpviz_armed"   # the keyword the watched step's device flags pass under
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +66,11 @@ class Watched:
     _watches[self.id] = self
     self._calls = 0
     self._kept: tuple | None = None   # (step, args, kwargs) of the last call
-    self._pushed_at = 0.0
+    self._first_bad: tuple | None = None   # (step, tree, leaves) of the first non-finite one
+    self._armed = None    # on the device: [no non-finite step yet, calls so far]
+    self._pushed_at = self._called_at = 0.0
+    self._timer: threading.Timer | None = None
+    self._lock = threading.Lock()    # the steps' arrays, read by a trailing push's thread
     self._fun = getattr(step, "__wrapped__", None) or getattr(step, "fn", None) or step
     self.paths: list[str] = []
     self._keypaths: list = []
@@ -75,23 +83,65 @@ class Watched:
   def __call__(self, *args, **kwargs):
     self._kept = (self._calls, args, kwargs) if self.keep else None
     self._calls += 1
+    if self._armed is None:
+      self._armed = jnp.array([1, 0], jnp.int32)
+    kwargs = {**kwargs, ARMED: self._armed}
     if self._direct is not None:
-      out, health = self._direct(*args, **kwargs)
+      out, health, self._armed = self._direct(*args, **kwargs)
     else:
-      out, health = self._filtered(args, kwargs)
-    self._pending.append(health)
-    if len(self._pending) == BATCH:   # one dispatch and one async copy per BATCH steps
-      self._batches.append(jnp.stack(self._pending[-BATCH:]))
-      self._batches[-1].copy_to_host_async()
-      del self._pending[-BATCH:]
-    if _listeners and time.monotonic() - self._pushed_at >= PUSH_EVERY:
-      self._pushed_at = time.monotonic()
-      for listener in list(_listeners):
-        safely(listener, self)
+      out, health, self._armed = self._filtered(args, kwargs)
+    with self._lock:
+      self._pending.append(health)
+      if len(self._pending) == BATCH:   # one dispatch and one async copy per BATCH steps
+        self._flush()
+    if _listeners:
+      self._called_at = time.monotonic()
+      if self._called_at - self._pushed_at >= PUSH_EVERY:
+        self._push()
+      elif self._timer is None:   # the loop's last steps land even if no call follows
+        self._timer = threading.Timer(self._pushed_at + PUSH_EVERY - self._called_at,
+                                      self._trailing)
+        self._timer.name, self._timer.daemon = "vjpviz-watch-push", True
+        self._timer.start()
     return out
 
+  def _flush(self) -> None:
+    """The pending steps' arrays stacked and copied to the host (held: ``_lock``)."""
+    self._batches.append(jnp.stack(self._pending))
+    self._batches[-1].copy_to_host_async()
+    self._pending.clear()
+
+  def _push(self) -> None:
+    self._pushed_at = time.monotonic()
+    for listener in list(_listeners):
+      safely(listener, self)
+
+  def _trailing(self) -> None:
+    """The push a throttled call left for later, on the timer's thread: the steps since the
+    last push, all of them landed first."""
+    self._timer = None
+    if self._called_at <= self._pushed_at:
+      return
+    with self._lock:
+      if self._pending:
+        self._flush()
+      batches = list(self._batches)
+    jax.block_until_ready(batches)
+    self._push()
+
+  def close(self) -> None:
+    """A trailing push not yet made is cancelled (its thread ends)."""
+    timer, self._timer = self._timer, None
+    if timer is not None:
+      timer.cancel()
+      if timer is not threading.current_thread():
+        timer.join()
+
   def _traced(self, *args, **kwargs):
-    """The step's outputs and its first gradient's squared norm per leaf."""
+    """The step's outputs, its first gradient's squared norm per leaf, and ``ARMED``
+    carried on (``_guarded``)."""
+    armed = kwargs.pop(ARMED)
+    call = (args, kwargs)
     box: list = []
     with _seen_through(box):
       out = self._fun(*args, **kwargs)
@@ -105,7 +155,32 @@ class Watched:
     self.paths = [leaf_paths.attribute_path(kp) if live else jax.tree_util.keystr(kp)
                   for kp, _ in flat]
     self._keypaths = [kp for kp, _ in flat]
-    return out, jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
+    health = jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
+    return out, health, self._guarded(health, armed, call)
+
+  def _guarded(self, health, armed, call):
+    """``armed`` updated: its first entry cleared at a non-finite step, its second counting
+    calls. At the first non-finite step, its arguments are copied to the host (a callback
+    in a branch not taken otherwise: no transfer at any other step), one copy, where they
+    take at most ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after."""
+    flat, tree = jax.tree_util.tree_flatten(call)
+    at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
+    bad = ~jnp.all(jnp.isfinite(health))
+    if sum(flat[k].size * flat[k].dtype.itemsize for k in at) <= KEEP_BYTES:
+      statics = [None if isinstance(x, jax.Array) else x for x in flat]
+      me = weakref.ref(self)
+
+      def keep(step, *arrays):
+        watched = me()
+        if watched is not None and watched._first_bad is None:
+          leaves = list(statics)
+          for k, x in zip(at, arrays):
+            leaves[k] = np.array(x)
+          watched._first_bad = (int(step), tree, leaves)
+      jax.lax.cond(bad & (armed[0] == 1),
+                   lambda: jax.debug.callback(keep, armed[1], *(flat[k] for k in at)),
+                   lambda: None)
+    return jnp.stack([armed[0] * (1 - bad.astype(jnp.int32)), armed[1] + 1])
 
   def _filtered(self, args, kwargs):
     """The step compiled once per structure and non-array leaves (as eqx.filter_jit: a
@@ -116,8 +191,8 @@ class Watched:
     if key not in self._compiled:
       self._compiled[key] = self._split(leaves, tree, dynamic)
     compiled, out_static = self._compiled[key]
-    arrays, health = compiled([x for x, d in zip(leaves, dynamic) if d])
-    return _merged(out_static, arrays), health
+    arrays, health, armed = compiled([x for x, d in zip(leaves, dynamic) if d])
+    return _merged(out_static, arrays), health, armed
 
   def _split(self, leaves, tree, dynamic):
     out_static: list = []
@@ -126,27 +201,29 @@ class Watched:
       it = iter(arrays)
       args, kwargs = jax.tree_util.tree_unflatten(
           tree, [next(it) if d else x for x, d in zip(leaves, dynamic)])
-      out, health = self._traced(*args, **kwargs)
+      out, health, armed = self._traced(*args, **kwargs)
       out_leaves, out_tree = jax.tree_util.tree_flatten(out)
       is_array = [isinstance(x, jax.Array) for x in out_leaves]
       out_static[:] = [out_tree, [None if a else x for x, a in zip(out_leaves, is_array)]]
-      return [x for x, a in zip(out_leaves, is_array) if a], health
+      return [x for x, a in zip(out_leaves, is_array) if a], health, armed
     return jax.jit(run), out_static
 
   @property
   def steps(self) -> np.ndarray:
     """float32[steps, leaves]: each leaf's squared gradient norm per step."""
-    self._rows += [*(row for b in self._batches for row in np.asarray(b)),
-                   *(np.asarray(h) for h in self._pending)]
-    self._pending.clear()
-    self._batches.clear()
-    return self._stacked()
+    with self._lock:
+      self._rows += [*(row for b in self._batches for row in np.asarray(b)),
+                     *(np.asarray(h) for h in self._pending)]
+      self._pending.clear()
+      self._batches.clear()
+      return self._stacked()
 
   def landed(self) -> np.ndarray:
     """The steps already on the host, in order, without waiting for any copy."""
-    while self._batches and self._batches[0].is_ready():
-      self._rows.extend(np.asarray(self._batches.pop(0)))
-    return self._stacked()
+    with self._lock:
+      while self._batches and self._batches[0].is_ready():
+        self._rows.extend(np.asarray(self._batches.pop(0)))
+      return self._stacked()
 
   def _stacked(self) -> np.ndarray:
     return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths)), np.float32)
@@ -187,21 +264,32 @@ class Watched:
     for g in list(dict.fromkeys(groups))[:LINES]:
       norm = np.sqrt(s[points][:, [i for i, x in enumerate(groups) if x == g]].sum(axis=1))
       lines.append({"group": g, "norms": [float(x) if np.isfinite(x) else None for x in norm]})
-    kept = self._kept[0] if self._kept is not None else None
     return {"id": self.id, "steps": len(s), "stayed": self.stayed,
             "points": [int(p) for p in points], "lines": lines,
             "events": [{"step": step, "path": path, "kind": kind}
                        for step, path, kind in events],
-            "kept_step": kept}
+            "kept_steps": self.kept_steps()}
+
+  def kept_steps(self) -> list[int]:
+    """The steps whose arguments are kept (``nans`` runs on them): the last call's and the
+    first non-finite one's."""
+    return sorted({kept[0] for kept in (self._kept, self._first_bad) if kept is not None})
 
   def nans(self, step: int):
     """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
-    last call's are): the nonfinite_cotangent Diagnosis, or None when its gradient is
-    finite. ValueError when that call's arguments are gone (or were donated)."""
+    last call's, the first non-finite one's): the nonfinite_cotangent Diagnosis, or None
+    when its gradient is finite. ValueError when that call's arguments are gone (or were
+    donated)."""
+    if self._first_bad is not None and self._first_bad[0] == step:
+      _, tree, leaves = self._first_bad   # built afresh: the step may update them in place
+      args, kwargs = jax.tree_util.tree_unflatten(
+          tree, [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in leaves])
+      return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
     if self._kept is None or self._kept[0] != step:
       raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
-                       f"call's only ({'step ' + str(self._kept[0]) if self._kept else 'none'}); "
-                       "run vv.nans(step, *args, argnums=None) on that call's arguments")
+                       "call's and the first non-finite one's (steps "
+                       f"{', '.join(map(str, self.kept_steps())) or 'none'}); run "
+                       "vv.nans(step, *args, argnums=None) on that call's arguments")
     _, args, kwargs = self._kept
     if any(getattr(x, "is_deleted", lambda: False)()
            for x in jax.tree_util.tree_leaves((args, kwargs))):
@@ -256,8 +344,12 @@ def add_listener(listener) -> None:
 
 
 def remove_listener(listener) -> None:
+  """The last listener gone (the panel's channel closed), no trailing push is left pending."""
   if listener in _listeners:
     _listeners.remove(listener)
+  if not _listeners:
+    for w in watches():
+      w.close()
 
 
 def _layers(keypaths: list) -> list[str]:

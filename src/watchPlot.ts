@@ -93,10 +93,10 @@ export class WatchPlot extends Widget {
     const button = document.createElement('button');
     button.className = 'jp-Vjpviz-watchNans';
     button.textContent = 'vv.nans';
-    button.title =
-      series.kept_step === step
-        ? `run vv.nans on step ${step}'s call in the kernel`
-        : `the kernel keeps the last call's arguments only (step ${series.kept_step ?? 'none'})`;
+    button.title = series.kept_steps.includes(step)
+      ? `run vv.nans on step ${step}'s call in the kernel`
+      : "the kernel keeps the last call's and the first non-finite step's arguments only " +
+        `(steps ${series.kept_steps.join(', ') || 'none'})`;
     const status = document.createElement('span');
     status.className = 'jp-Vjpviz-watchNansStatus';
     button.onclick = async () => {

@@ -5,13 +5,15 @@ watch_nans request runs vv.nans on the kept call."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
 import pytest
 from kernel_helpers import REPLY, SETUP, validator
 
-from jupyter_vjpviz.watch import POINTS, PUSH_EVERY, watch
+from jupyter_vjpviz.watch import POINTS, PUSH_EVERY, add_listener, remove_listener, watch
 from jupyter_vjpviz.deliver import comm
 
 optax = pytest.importorskip("optax")
@@ -61,7 +63,7 @@ def test_the_series_validates_and_names_its_events():
   assert events[("['Dense_1']['kernel']", "first_zero")] == 3
   assert events[("['Dense_1']['kernel']", "stayed_zero")] == 3
   assert events[("['Dense_0']['kernel']", "first_nonfinite")] == 5
-  assert series["kept_step"] == 5
+  assert series["kept_steps"] == [5]
 
 
 def test_the_panel_runs_vv_nans_on_the_kept_step():
@@ -85,6 +87,49 @@ def test_the_panel_runs_vv_nans_on_the_kept_step():
   assert not gone["ok"] and "no longer kept" in gone["error"]
 
 
+def test_the_first_non_finite_steps_arguments_are_kept_as_a_host_copy():
+  """Donated arguments, 40 steps past the NaN: vv.nans still runs on that step's call, from
+  its host copy (built afresh each time); a later non-finite step is not copied."""
+  step, params, state, x = _training(nan_at=2)
+  donating = jax.jit(step.__wrapped__, donate_argnums=(0, 1))
+  w = watch(donating, keep=False)
+  for t in range(43):
+    params, state, _ = w(params, state, x, jnp.int32(t if t < 40 else 2))   # NaN again at 40..42
+  assert [e.first_nonfinite for e in w.events() if e.first_nonfinite is not None][0] == 2
+  assert w.series()["kept_steps"] == [2]
+  for _ in range(2):
+    d = w.nans(2)
+    assert d.kind == "nonfinite_cotangent" and "sqrt" in d.headline
+  with pytest.raises(ValueError, match=r"no longer kept.*steps 2\)"):
+    w.nans(40)
+
+
+def test_the_loops_last_steps_land_without_another_call():
+  """A loop shorter than the push interval: its last steps reach the listeners once the
+  interval ends (a timer's push), and no thread stays behind."""
+  heard: list = []
+  listener = lambda watched: heard.append(watched.series(watched.landed())["steps"])
+  step, params, state, x = _training(nan_at=-1)
+  w = watch(step)
+  add_listener(listener)
+  try:
+    for t in range(40):
+      params, state, _ = w(params, state, x, jnp.int32(t))
+    time.sleep(PUSH_EVERY + 0.5)
+  finally:
+    remove_listener(listener)
+  assert heard[0] < 40 and heard[-1] == 40, heard
+  pushes = lambda: [t for t in threading.enumerate() if t.name == "vjpviz-watch-push"]
+  assert not pushes()
+  add_listener(listener)
+  for t in range(3):      # a push, then a timer for the rest
+    params, state, _ = w(params, state, x, jnp.int32(t))
+  assert len(pushes()) == 1
+  heard.clear()
+  remove_listener(listener)   # the panel gone: the timer cancelled, its thread ended
+  assert not pushes() and not heard
+
+
 def test_ten_thousand_steps_stay_bounded_with_their_events():
   step, params, state, x = _training(nan_at=9_000)
   w = watch(step, keep=False)
@@ -93,7 +138,7 @@ def test_ten_thousand_steps_stay_bounded_with_their_events():
   message = _message(w.series())
   series = message["watch"]
   assert series["steps"] == 10_000 and len(series["points"]) <= POINTS
-  assert {3, 9_000} <= set(series["points"]) and series["kept_step"] is None
+  assert {3, 9_000} <= set(series["points"]) and series["kept_steps"] == [9_000]   # a copy
   assert all(len(l["norms"]) == len(series["points"]) for l in series["lines"])
   assert len(json.dumps(message)) < 64_000
 

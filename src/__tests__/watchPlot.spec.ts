@@ -29,7 +29,7 @@ function series(id = 'w1', steps = 6): WatchSeries {
       { step: 3, path: `${HOSTILE}['kernel']`, kind: 'stayed_zero' },
       { step: 5, path: "['Dense_0']['kernel']", kind: 'first_nonfinite' }
     ],
-    kept_step: 5
+    kept_steps: [5]
   };
 }
 
@@ -129,6 +129,17 @@ describe('WatchPlot', () => {
     expect(node.querySelector('img')).toBeNull();
     expect(node.textContent).toContain(HOSTILE);
     expect(node.querySelectorAll('button.jp-Vjpviz-watchNans')).toHaveLength(1);
+  });
+
+  it("says on the button whether the kernel keeps that step's arguments", () => {
+    const { kernel, model } = modelOnKernel();
+    const plot = new WatchPlot(model);
+    const button = () =>
+      plot.node.querySelector('button.jp-Vjpviz-watchNans') as HTMLElement;
+    kernel.open(push(series()));
+    expect(button().title).toBe("run vv.nans on step 5's call in the kernel");
+    kernel.open(push({ ...series(), kept_steps: [2, 9] }));
+    expect(button().title).toContain('(steps 2, 9)');
   });
 
   it("runs vv.nans from a non-finite event's button and says what it found", async () => {
