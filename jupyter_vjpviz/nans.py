@@ -215,15 +215,19 @@ def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | None:
   """``fun`` (a train step: it takes its gradients itself) run again with jit disabled,
   so that each gradient it takes is eager and watched: ``nans`` of the first one that is
   not finite. Its inputs donated to the jitted call are gone: then None, said. ``ran``:
-  the user's call ran the step already; this run's output is captured (an
-  ``io_callback`` in an eager step cannot be held back: it runs again)."""
+  the user's call ran the step already; this run's output is captured and its effects
+  held back (``replay.quiet``): where the step uses an effect's result, None, said."""
   if any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(args)):
     print(f"vjpviz: {function_names.function_name(fun)}'s inputs were donated to it; call it without "
           "donate_argnums to localise its NaN")
     return None
-  with (_hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit(),
-        replay.quiet() if ran else contextlib.nullcontext()):
-    fun(*args, **kwargs)
+  try:
+    with (_hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit(),
+          replay.quiet() if ran else contextlib.nullcontext()):
+      fun(*args, **kwargs)
+  except replay.NotJudged as e:
+    print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
+    return None
   return watch.diagnose()
 
 

@@ -8,30 +8,36 @@ goes through here, which keeps four promises:
   was not reached says "not judged: time budget". XLA computations cannot be
   interrupted, so each is bounded by construction (below) and the deadline is checked
   between them; nothing runs on a thread of ours after the budget;
-- loops capped: the program run is the user's jaxpr rewritten (``rewrite``) so that
-  each while loop (and a fori_loop with dynamic bounds, which is one) stops after
-  ``LOOP_CAP`` iterations; a run that hit the cap is reported (``LoopCapped``), and
-  its result is not used;
+- loops bounded: the program run is the user's jaxpr rewritten (``rewrite``) so that
+  each while loop (and a fori_loop with dynamic bounds, which is one) counts its
+  iterations and asks the host, every ``CHECK_EVERY`` of them, whether the deadline
+  has passed (one stopped there raises ``NotJudged``); at values of vjpviz's drawing it
+  also stops at a cap (``LoopCapped``, its result not used) derived from the most
+  iterations a loop needed at the user's own values (``_Account.cap``), or ``LOOP_CAP``
+  where no such run was seen;
 - no repeated side effects: equations with effects whose results nothing uses
   (``jax.debug.print``, ``jax.debug.callback``, an ``io_callback`` that logs) are
   dropped; one whose result is used (an ordered or io effect that feeds the
   program) is not run, and the check is not judged (``NotJudged``);
   ``pure_callback`` has no effect and runs; Python printing while the user's code
-  is traced again is captured;
+  is traced again is captured, and so are the effects of the runs that are eager
+  (``quiet``: a train step run again with jit disabled, a rule's Python);
 - what the checks draw stays small: see ``analysis.oracle`` (``shrunk``).
 
 The NaN search, the gradient report's measured pass and the value overlay run the
 user's program equation by equation rather than as one jaxpr: under ``replaying`` each
 equation they bind (``bind``) is rewritten the same way, so their graph keeps the
 program's own equations. At the values the user's call had, a loop ends where the
-user's did (its cap is what the user's run needed): there loops run uncapped
-(``replaying(capped=False)``), and the deadline bounds what runs between them.
+user's did: there loops run uncapped (``replaying(capped=False)``), bounded by the
+deadline only, and what they needed is recorded (``_Account.trips``) for the draws.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
+import math
 import os
 import threading
 import time
@@ -42,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core
 
-from ..capture.compat import changed_signatures
+from ..capture.compat import changed_signatures, effects
 
 BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
 """Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``,
@@ -50,7 +56,15 @@ BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
 the load): once before the user's exception (the diagnosis), once after it (judging fixes)."""
 
 LOOP_CAP = 500
-"""Iterations after which vjpviz stops a while loop of the user's it runs itself."""
+"""Iterations after which vjpviz stops a while loop of the user's it runs at values of its
+own drawing, where no run at the user's values told what the program needs."""
+
+TRIPS_TIMES, TRIPS_FLOOR = 4, 100
+"""Seen at the user's values, a cap of ``TRIPS_TIMES`` the most iterations a loop needed
+there, and at least ``TRIPS_FLOOR`` (a draw may need a few more than the user's values)."""
+
+CHECK_EVERY = 32
+"""Iterations between a loop's questions to the host whether the deadline has passed."""
 
 TIME_BUDGET = "not judged: time budget"
 
@@ -60,22 +74,37 @@ class NotJudged(Exception):
 
 
 class LoopCapped(NotJudged):
-  """A while loop of the user's ran past ``LOOP_CAP`` iterations where vjpviz ran it."""
+  """A while loop of the user's ran past its cap (``_Account.cap``) where vjpviz ran it."""
 
 
 @dataclasses.dataclass
 class _Account:
   start: float
   deadline: float
+  trips: int | None = None   # the most iterations a while loop needed at the user's values
 
   def share(self, fraction: float) -> float:
     """The time by which ``fraction`` of this account is spent."""
     return self.start + fraction * (self.deadline - self.start)
 
+  @property
+  def cap(self) -> int:
+    """Iterations after which a loop run at values of vjpviz's drawing is stopped."""
+    return LOOP_CAP if self.trips is None else max(TRIPS_FLOOR, TRIPS_TIMES * self.trips)
+
+
+@dataclasses.dataclass
+class _Loops:
+  """What the loops vjpviz ran reported (from XLA's host thread, hence global)."""
+  capped: int = 0      # stopped at their cap
+  stopped: int = 0     # stopped at the deadline
+  most: int = 0        # iterations of the longest that ended on its own, since ``observed``
+
 
 _local = threading.local()      # the open account; whether replaying; loops left uncapped
-_capped = [0]                  # while loops that hit their cap (counted by XLA's host thread)
-_capped_lock = threading.Lock()
+_loops = _Loops()
+_loops_lock = threading.Lock()
+_deadline = [math.inf]          # the open account's, for the loops' questions (host thread)
 
 
 def set_budget(seconds: float) -> None:
@@ -85,17 +114,20 @@ def set_budget(seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def account(seconds: float | None = None):
-  """The deadline of one failing call's analysis; nested, the outer one stands."""
+def account(seconds: float | None = None, trips: int | None = None):
+  """The deadline of one failing call's analysis; nested, the outer one stands.
+  ``trips``: what the user's run needed, seen by an earlier account of the same call."""
   if getattr(_local, "account", None) is not None:
     yield _local.account
     return
   now = time.monotonic()
-  _local.account = _Account(now, now + (BUDGET if seconds is None else seconds))
+  _local.account = _Account(now, now + (BUDGET if seconds is None else seconds), trips)
+  _deadline[0] = _local.account.deadline
   try:
     yield _local.account
   finally:
     _local.account = None
+    _deadline[0] = math.inf
 
 
 def current() -> _Account:
@@ -120,36 +152,61 @@ def run(fn: Callable, *args):
   captured, finished before it returns (values read back, loops' reports in), and
   ``LoopCapped`` if a capped loop of the user's stopped at its cap."""
   check()
-  before = _capped[0]
-  with quiet():
-    out = fn(*args)
-    jax.block_until_ready(out)
-    jax.effects_barrier()
-  _raise_if_capped(before)
+  with account(), _stopped_loops():
+    with quiet():
+      out = fn(*args)
+      jax.block_until_ready(out)
+      jax.effects_barrier()
   return out
 
 
 @contextlib.contextmanager
 def replaying(capped: bool = True):
   """Equations ``bind`` applies meanwhile are vjpviz's own runs of the user's program:
-  rewritten as ``rewrite`` says (while loops capped unless ``capped`` is False, where
-  the values are the user's own), each started only within the deadline, the user's
-  Python output captured; ``LoopCapped`` at the end if a capped loop stopped at its cap."""
+  rewritten as ``rewrite`` says, each started only within the deadline, the user's
+  Python output captured; ``LoopCapped`` at the end if a capped loop stopped at its cap.
+  ``capped=False``: the values are the user's own (``at_user_values``)."""
   was = getattr(_local, "replaying", False), getattr(_local, "uncapped", False)
-  _local.replaying, _local.uncapped = True, not capped
-  before = _capped[0]
+  _local.replaying, _local.uncapped = True, False
   try:
-    with quiet():
+    with (account(), _stopped_loops(),
+          contextlib.nullcontext() if capped else at_user_values(), quiet()):
       yield
       jax.effects_barrier()
   finally:
     _local.replaying, _local.uncapped = was
-  _raise_if_capped(before)
 
 
-def _raise_if_capped(before: int) -> None:
-  if _capped[0] != before:
-    raise LoopCapped(f"not judged: a while loop ran past {LOOP_CAP} iterations")
+@contextlib.contextmanager
+def at_user_values():
+  """Loops traced or run meanwhile are at the values the user's call had, where they end
+  as the user's did: uncapped, bounded by the deadline only; the most iterations any of
+  them needed becomes the open account's ``trips``, from which the draws' caps derive."""
+  was = getattr(_local, "uncapped", False)
+  _local.uncapped = True
+  with _loops_lock:
+    was_most, _loops.most = _loops.most, 0
+  try:
+    yield
+  finally:
+    _local.uncapped = was
+    jax.effects_barrier()
+    with _loops_lock:
+      most, _loops.most = _loops.most, max(was_most, _loops.most)
+    acct = getattr(_local, "account", None)
+    if acct is not None and most:
+      acct.trips = max(acct.trips or 0, most)
+
+
+@contextlib.contextmanager
+def _stopped_loops():
+  """``LoopCapped`` (or ``NotJudged`` at the deadline) if a loop run meanwhile was stopped."""
+  before = dataclasses.replace(_loops)
+  yield
+  if _loops.stopped != before.stopped:
+    raise NotJudged(f"{TIME_BUDGET} (a while loop of the program was stopped there)")
+  if _loops.capped != before.capped:
+    raise LoopCapped(f"not judged: a while loop ran past {current().cap} iterations")
 
 
 def bind(eqn, args) -> list:
@@ -158,14 +215,12 @@ def bind(eqn, args) -> list:
   if not getattr(_local, "replaying", False):
     return changed_signatures.bind(eqn, args)
   check()
-  before = _capped[0]
-  outs = _rewritten(eqn, args, any(not isinstance(v, core.DropVar) for v in eqn.outvars))
-  if outs is None:
-    return [None] * len(eqn.outvars)
-  if eqn.primitive.name == "while" and _cap() is not None and \
-      not any(isinstance(x, core.Tracer) for x in args):   # traced: told by ``replaying``
+  if eqn.primitive.name != "while" or any(isinstance(x, core.Tracer) for x in args):
+    outs = _rewritten(eqn, args, any(not isinstance(v, core.DropVar) for v in eqn.outvars))
+    return [None] * len(eqn.outvars) if outs is None else outs
+  with _stopped_loops():   # traced: told by ``replaying``
+    outs = _rewritten(eqn, args, True)
     jax.effects_barrier()
-    _raise_if_capped(before)
   return outs
 
 
@@ -178,14 +233,15 @@ def _rewritten(eqn, args, results_used: bool) -> list | None:
     if results_used:
       raise _uses_effect(eqn)
     return None   # printing, logging: the user saw it once
-  if eqn.primitive.name == "while" and _cap() is not None:
+  if eqn.primitive.name == "while":
     return _capped_while(eqn, args)
   return changed_signatures.bind(eqn.replace(params=_rewritten_params(eqn.params)), args)
 
 
 def _cap() -> int | None:
-  """The iterations after which a while loop vjpviz runs is stopped (None: as written)."""
-  return None if getattr(_local, "uncapped", False) else LOOP_CAP
+  """The iterations after which a while loop vjpviz runs is stopped (None: at the user's
+  values, where it ends as the user's did, or at the deadline)."""
+  return None if getattr(_local, "uncapped", False) else current().cap
 
 
 def _uses_effect(eqn) -> NotJudged:
@@ -195,9 +251,15 @@ def _uses_effect(eqn) -> NotJudged:
 
 @contextlib.contextmanager
 def quiet():
-  """Python output of the user's code while vjpviz traces or runs it, captured."""
-  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+  """Python output of the user's code while vjpviz traces or runs it, captured; the
+  effects it binds eagerly held back (``compat.effects``): ``NotJudged`` where the run
+  was given made-up results of one."""
+  with (contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()),
+        effects.held_back() as made_up):
     yield
+  if made_up:
+    raise NotJudged(f"not judged: the program uses the result of {made_up[0]}, which "
+                    "vjpviz does not run again")
 
 
 # ------------------------------------------------------------- the rewrite
@@ -253,7 +315,7 @@ def _is_array(x) -> bool:
 
 def _needs(jaxpr: core.Jaxpr) -> bool:
   for eqn in jaxpr.eqns:
-    if (eqn.primitive.name == "while" and _cap() is not None) or _side_effects(eqn):
+    if eqn.primitive.name == "while" or _side_effects(eqn):
       return True
     if any(_needs(_open(sub)) for sub in core.jaxprs_in_params(eqn.params)):
       return True
@@ -315,31 +377,54 @@ def _is_jaxpr(value) -> bool:
 
 
 def _capped_while(eqn, ins) -> list:
-  """The while loop of ``eqn`` with an iteration counter in its carry: it stops after
-  ``LOOP_CAP`` iterations, and says so through a callback of vjpviz's own."""
+  """The while loop of ``eqn`` with an iteration counter in its carry: it stops at its
+  cap (``_cap``) or once the deadline has passed (asked every ``CHECK_EVERY``
+  iterations), and its last test reports how it ended (``_report``), through callbacks
+  that are pure (theirs is the loop's answer), which no window holds back."""
+  cap = _cap()
   params = eqn.params
   cond, body = rewrite(params["cond_jaxpr"]), rewrite(params["body_jaxpr"])
   nc, nb = params["cond_nconsts"], params["body_nconsts"]
   cond_consts, body_consts, carry = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+  ended = functools.partial(_ended, -1 if cap is None else cap)
 
   def keep_going(state):
     i, values = state
     (more,) = core.eval_jaxpr(cond.jaxpr, cond.consts, *cond_consts, *values)
-    return jnp.logical_and(more, i < LOOP_CAP)
+    go = more if cap is None else jnp.logical_and(more, i < cap)
+    ask = jnp.logical_and(go, i % CHECK_EVERY == CHECK_EVERY - 1)
+    go = jnp.logical_and(go, jax.lax.cond(ask, _in_time, lambda i: jnp.bool_(True), i))
+    return jax.lax.cond(go, lambda i, more: jnp.bool_(True), ended, i, more)
 
   def step(state):
     i, values = state
     return i + 1, core.eval_jaxpr(body.jaxpr, body.consts, *body_consts, *values)
-  i, outs = jax.lax.while_loop(keep_going, step, (jnp.int32(0), list(carry)))
-  (more,) = core.eval_jaxpr(cond.jaxpr, cond.consts, *cond_consts, *outs)
-  jax.debug.callback(_report, jnp.logical_and(more, i >= LOOP_CAP))
+  _, outs = jax.lax.while_loop(keep_going, step, (jnp.int32(0), list(carry)))
   return list(outs)
 
 
-def _report(hit) -> None:
-  if bool(hit):
-    with _capped_lock:
-      _capped[0] += 1
+_BOOL = jax.ShapeDtypeStruct((), jnp.bool_)
+
+
+def _in_time(i) -> jax.Array:
+  return jax.pure_callback(lambda _: np.bool_(time.monotonic() < _deadline[0]), _BOOL, i)
+
+
+def _ended(cap: int, i, more) -> jax.Array:
+  return jax.pure_callback(functools.partial(_report, cap), _BOOL, i, more)
+
+
+def _report(cap: int, i, more) -> np.bool_:
+  """How a loop of vjpviz's ended: on its own after ``i`` iterations, or (``more``) at
+  its cap or the deadline; False, the loop's last answer."""
+  with _loops_lock:
+    if not bool(more):
+      _loops.most = max(_loops.most, int(i))
+    elif 0 <= cap <= int(i):
+      _loops.capped += 1
+    else:
+      _loops.stopped += 1
+  return np.bool_(False)
 
 
 # ------------------------------------------------------------- small draws
