@@ -42,7 +42,7 @@ _latest: list[str] = []              # ids of the latest delivery (one call's), 
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
 _listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc), fixes attached
-_following: collections.deque[list[Diagnosis]] = collections.deque(maxlen=HISTORY_LIMIT)
+_following: collections.deque[tuple[list[Diagnosis], int | None]] = collections.deque(maxlen=HISTORY_LIMIT)
 """Raised deliveries whose listeners and fixes follow (the oldest dropped past the limit)."""
 RAISED = Exception("an error vjpviz no longer holds")
 """What listeners get for ``exc`` when the error that was raised is not at hand."""
@@ -170,7 +170,7 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
   if exc is not None:
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
     _publish(found, exc, [])   # into the history and onto the exception; the rest follows
-    _following.append(found)
+    _following.append((found, replay.current().trips))   # what the user's loops needed
     return
   _remember_warnings(found)
   _finish(found, None)
@@ -186,10 +186,10 @@ def follow(exc: BaseException | None = None) -> None:
     return
   try:
     while _following:
-      found = _following.popleft()
+      found, trips = _following.popleft()
       ids = {d.id for d in found}
       raised = exc if ids & {d.id for d in getattr(exc, "__vjpviz__", ())} else RAISED
-      with replay.account():
+      with replay.account(trips=trips):
         _finish(found, raised)
   finally:
     applied.forget()

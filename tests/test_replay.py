@@ -1,5 +1,7 @@
 """vjpviz's own runs of the user's code (analysis/replay.py): bounded in time, loops and
 memory, and repeating none of the user's side effects; real JAX, real diagnoses."""
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,7 +68,34 @@ def test_a_capped_loop_is_reported_and_one_that_finishes_is_not():
     replay.run(run, jnp.int32(10 ** 9), jnp.float32(0))
 
 
+def count_to(n, x):
+  return jax.lax.fori_loop(0, n, lambda i, c: c + 1., x)   # dynamic bounds: a while loop
+
+
+def test_the_draws_cap_is_a_multiple_of_what_the_users_run_needed():
+  run = replay.bounded(count_to)   # traced at each call: at the cap of that moment
+  need = 3 * replay.LOOP_CAP
+  with replay.account():
+    with replay.at_user_values():   # uncapped there: the user's run ended
+      assert float(replay.run(run, jnp.int32(need), jnp.float32(0))) == need
+    assert replay.current().cap == replay.TRIPS_TIMES * need
+    assert float(replay.run(run, jnp.int32(2 * need), jnp.float32(0))) == 2 * need
+    with pytest.raises(replay.LoopCapped, match=f"ran past {replay.TRIPS_TIMES * need} "):
+      replay.run(run, jnp.int32(10 ** 9), jnp.float32(0))
+  with replay.account():           # no run at the user's values seen: the fixed cap
+    with pytest.raises(replay.LoopCapped, match=f"ran past {replay.LOOP_CAP} "):
+      replay.run(run, jnp.int32(need), jnp.float32(0))
+
+
 # ------------------------------------------------------------------ time
+
+def test_a_loop_that_never_ends_is_stopped_at_the_deadline(monkeypatch):
+  monkeypatch.setattr(replay, "LOOP_CAP", 2 ** 31 - 1)   # no cap: the deadline alone
+  forever = replay.bounded(lambda x: jax.lax.while_loop(lambda c: c > -1., lambda c: c + 1., x))
+  t = time.monotonic()
+  with replay.account(0.3), pytest.raises(replay.NotJudged, match="time budget"):
+    replay.run(forever, jnp.float32(0))
+  assert time.monotonic() - t < 3.
 
 def test_with_no_time_left_nothing_is_run_and_the_fixes_say_so(hook, monkeypatch):
   monkeypatch.setattr(replay, "BUDGET", 0.)
@@ -114,6 +143,28 @@ def test_a_program_using_an_io_callbacks_result_is_not_judged(hook):
   d = hook.last()
   assert len(calls) == 1
   assert any("uses the result of io_callback" in f.note for f in d.fixes), notes(d)
+
+
+def test_effects_in_a_rules_own_bwd_run_as_often_as_without_vjpviz(hook, capsys):
+  """The bwd reads its values in Python: the oracle runs it eagerly, not as a rewritten
+  jaxpr; its io_callback and print are held back all the same."""
+  counts = {}
+  for hooked in (False, True):
+    (hook.install if hooked else hook.uninstall)()
+    log = []
+    f = jax.custom_vjp(jnp.tanh)
+
+    def bwd(y, g):
+      io_callback(lambda v: log.append(float(v)), None, g.sum(), ordered=True)
+      jax.debug.print("bwd sees {}", g.sum())
+      scale = 1. if float(jnp.abs(g).max()) < 1e30 else 0.   # Python on its values
+      return ((g * (1 - y ** 2) * scale).sum(),)   # the bug: summed to a scalar
+    f.defvjp(lambda x: (jnp.tanh(x), jnp.tanh(x)), bwd)
+    with pytest.raises(Exception):
+      jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+    counts[hooked] = (capsys.readouterr().out.count("bwd sees"), len(log))
+  assert counts[True] == counts[False] == (1, 1)
+  assert hook.last().fixes, hook.last()
 
 
 # ------------------------------------------------------------------ memory

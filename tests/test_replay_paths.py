@@ -76,6 +76,33 @@ def test_a_watched_gradient_is_localised_without_running_its_effects_again(hook,
   assert found[0] is not None and found[0].function == "sqrt"
 
 
+def test_a_watched_jitted_step_is_run_again_without_its_effects(hook, capsys):
+  """``%%vjpviz --nans`` on a jitted train step: the step is run again with jit disabled
+  (eagerly: no jaxpr to rewrite) to localise its NaN; its effects are held back."""
+  log = []
+  loss = logged(log)
+  step = jax.jit(lambda x: x - 0.1 * jax.grad(loss)(x))
+  with gradients() as watch:
+    assert effects(capsys, log, lambda: step(X)) == (1, 1)   # the user's run
+  found = []
+  assert effects(capsys, log, lambda: found.append(watch.diagnose())) == (0, 0)
+  assert found[0] is not None and found[0].function == "sqrt"
+
+
+def test_a_step_using_an_effects_result_is_not_localised_and_says_so(hook, capsys):
+  calls = []
+
+  def loss(x):
+    scale = io_callback(lambda: calls.append(1) or np.float32(2.), jax.ShapeDtypeStruct((), jnp.float32))
+    return (jnp.where(x > 0, jnp.sqrt(x), 0.) * scale).sum()
+  step = jax.jit(lambda x: x - 0.1 * jax.grad(loss)(x))
+  with gradients() as watch:
+    step(X)
+  assert len(calls) == 1
+  assert watch.diagnose() is None and len(calls) == 1
+  assert "uses the result of io_callback" in capsys.readouterr().out
+
+
 def test_a_program_using_an_io_callbacks_result_is_not_searched_again():
   calls = []
 

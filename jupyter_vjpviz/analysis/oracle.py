@@ -285,13 +285,18 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
   fun = replay.bounded(fun)
   user, domains = _application(site, abstract_args)
   for k in range(n_draws):
-    args = user if k == 0 and user is not None and not shrunk else \
+    at_user = k == 0 and user is not None and not shrunk
+    args = user if at_user else \
         _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds, domains=domains)
     out = _shapes(fun, args)
     ct = _draw_ct(out, key, still | _zero_cts(site))
     try:
       try:
-        reference, pull = _reference(site, fun, args, ct, judge, pull)
+        if at_user:   # its loops end as the user's did: what they needed caps the draws'
+          with replay.at_user_values():
+            reference, _ = _reference(site, fun, args, ct, judge, None)
+        else:
+          reference, pull = _reference(site, fun, args, ct, judge, pull)
       except replay.NotJudged:
         raise
       except Exception as e:  # noqa: BLE001 - JAX cannot differentiate the primal
