@@ -128,11 +128,11 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   leaves = [flat[j] for j in positions]
   position = _invar_positions(origin, positions)
   param_flows = [_flow(x) for x in leaves]
-  env = nonfinite.forward(jaxpr, invals)
-  try:
-    with replay.replaying(capped=False):
+  env = nonfinite.forward(jaxpr, invals)   # the user's own run: their effects happen
+  try:   # vjpviz's, at the user's values: its loops end as theirs did, or at the deadline
+    with replay.account(replay.main_pass()), replay.replaying(capped=False):
       edges, got, complete = nonfinite.measured(jaxpr, invals, active, out_cts, env)
-  except replay.NotJudged as e:   # an effect whose result the program uses
+  except replay.NotJudged as e:   # an effect whose result the program uses, no time left
     return _unjudged(origin, paths, param_flows, str(e))
   values = [np.zeros(x.shape, x.dtype) if got[i] is None else np.asarray(got[i])
             for x, i in zip(leaves, position)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 import weakref
 
 import jax
@@ -55,6 +56,7 @@ def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
   args = tuple(jax.tree_util.tree_map(jax.numpy.asarray, a) if i in nums else a
                for i, a in enumerate(args))   # a Python float differentiated is an input
   raised = False
+  start = time.monotonic()
   try:
     try:
       grads = _gradient(fun, args, nums, kwargs, ran)
@@ -67,7 +69,8 @@ def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
     return None
   if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
     return None
-  with jax.debug_nans(False):
+  took = 0.0 if ran else time.monotonic() - start   # the user's own gradient's time
+  with jax.debug_nans(False), replay.account(replay.main_pass(took)):
     return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
 
 
@@ -77,7 +80,7 @@ def _gradient(fun, args, nums, kwargs, ran: bool):
   user's did), quiet and without the program's effects."""
   if not ran:
     return pull_ones(fun, args, nums, kwargs)
-  with replay.replaying(capped=False):
+  with replay.account(replay.main_pass()), replay.replaying(capped=False):
     return pull_ones(replay.bounded(fun), args, nums, kwargs)
 
 

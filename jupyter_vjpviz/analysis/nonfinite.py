@@ -569,7 +569,7 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
     fo = [j for j, v in enumerate(eqn.outvars) if inexact(v)]
     traced = jax.make_jaxpr(lambda a, c: pullback(lambda f: bind(eqn, f), a, wrt, fo,
                                                   [c[j] for j in fo]))(list(ins), cts)
-  with replay.account():
+  with replay.account(replay.BUDGET):   # within the search's own, stepping gets the budget
     found = first_nonfinite(opened(traced), jax.tree_util.tree_leaves((list(ins), cts)))
   if found is None:
     return None

@@ -66,6 +66,12 @@ there, and at least ``TRIPS_FLOOR`` (a draw may need a few more than the user's 
 CHECK_EVERY = 32
 """Iterations between a loop's questions to the host whether the deadline has passed."""
 
+MAIN_TIMES, MAIN_FLOOR = 20, 30.0
+"""vjpviz's pass at the user's own values (``vv.nans``' search, ``vv.grads``' measured pass),
+eager and equation by equation, may take ``MAIN_TIMES`` the user's own compiled gradient,
+and at least ``MAIN_FLOOR`` seconds (a 4k-equation model's search takes a few): bounds that
+cut no run that ends, and end one that does not (``main_pass``)."""
+
 TIME_BUDGET = "not judged: time budget"
 
 
@@ -113,12 +119,29 @@ def set_budget(seconds: float) -> None:
   BUDGET = max(0.0, float(seconds))
 
 
+def main_pass(user_seconds: float = 0.0) -> float:
+  """Seconds for vjpviz's pass at the user's values, after a gradient of the user's that
+  took ``user_seconds``; then ``BUDGET`` more, for the fixes."""
+  return BUDGET + max(MAIN_FLOOR, MAIN_TIMES * user_seconds)
+
+
 @contextlib.contextmanager
 def account(seconds: float | None = None, trips: int | None = None):
-  """The deadline of one failing call's analysis; nested, the outer one stands.
-  ``trips``: what the user's run needed, seen by an earlier account of the same call."""
+  """The deadline of one failing call's analysis; nested, the outer one stands, and
+  ``seconds`` given there may only bring it nearer meanwhile (a step of the analysis
+  bounded within the whole). ``trips``: what the user's run needed, seen by an earlier
+  account of the same call."""
   if getattr(_local, "account", None) is not None:
-    yield _local.account
+    outer = _local.account
+    if seconds is None:
+      yield outer
+      return
+    was = outer.deadline
+    outer.deadline = _deadline[0] = min(was, time.monotonic() + seconds)
+    try:
+      yield outer
+    finally:
+      outer.deadline = _deadline[0] = was
     return
   now = time.monotonic()
   _local.account = _Account(now, now + (BUDGET if seconds is None else seconds), trips)
@@ -200,12 +223,16 @@ def at_user_values():
 
 @contextlib.contextmanager
 def _stopped_loops():
-  """``LoopCapped`` (or ``NotJudged`` at the deadline) if a loop run meanwhile was stopped."""
+  """``LoopCapped`` (or ``NotJudged`` at the deadline) if a loop run meanwhile was stopped;
+  told once: the windows around this one do not tell it again."""
   before = dataclasses.replace(_loops)
   yield
-  if _loops.stopped != before.stopped:
+  with _loops_lock:
+    stopped, capped = _loops.stopped != before.stopped, _loops.capped != before.capped
+    _loops.stopped, _loops.capped = before.stopped, before.capped
+  if stopped:
     raise NotJudged(f"{TIME_BUDGET} (a while loop of the program was stopped there)")
-  if _loops.capped != before.capped:
+  if capped:
     raise LoopCapped(f"not judged: a while loop ran past {current().cap} iterations")
 
 
