@@ -46,6 +46,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jupyter_vjpviz as vv  # noqa: E402
+from jupyter_vjpviz.base import kinds  # noqa: E402
 from fix_corpus import judge  # noqa: E402
 from fix_corpus.cells import cell  # noqa: E402
 from fix_corpus import held_out  # noqa: E402
@@ -106,7 +107,7 @@ def build() -> list[Mutant]:
     _, ns = cell(base.code)
     subject = judge.Subject(base, ns, ns[base.name].fun)
     draws = judge.references(subject, seed=n)
-    verdict = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+    verdict = judge.judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws=draws)
     assert verdict.right, f"the correct {base.name} rule is not right: {verdict.detail}"
     for k, mutation in enumerate(base.mutations):
       filename, mns = cell(mutation.apply(base.code))
@@ -295,7 +296,7 @@ def judge_fixes(m: Mutant) -> list[judge.Verdict]:
   d = m.diagnosis
   if d is None or not d.fixes:
     return []
-  role = "fwd" if d.kind.startswith("fwd") else "bwd"
+  role = kinds.of(d.kind).role or "bwd"
   return [judge.judge_fix(m.subject, fix.code, role, m.draws) for fix in d.fixes]
 
 

@@ -119,7 +119,7 @@ def test_each_held_out_rule_is_right_and_its_wrong_version_is_not():
     subject, draws, right = judge.judged_as_written(base, ns, n)
     assert right.right, (case.name, case.note, right.detail)
     _, wrong_ns = cell(case.mutation().apply(base.code), "harness")
-    wrong = judge.judge_rules(subject, wrong_ns[base.name].fwd, wrong_ns[base.name].bwd, draws)
+    wrong = judge.judge_rules(subject, *judge.rules_of(wrong_ns[base.name]), draws=draws)
     assert not wrong.right, (case.name, case.note)
     if case.kind in held_out.VALUE_KINDS:
       assert wrong.typed, (case.name, case.note, wrong.detail)

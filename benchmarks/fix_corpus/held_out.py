@@ -7,7 +7,9 @@ that make it wrong, the way people get it wrong. The reference is the primal, un
 the cell defines ``reference`` (a rule whose gradient differs from its primal's on
 purpose: a straight-through estimator, gradient reversal, a gradient stopped by choice);
 a cell may define ``use(*args)``, calling the rule in context (scan, vmap, jit), which
-the failing grad differentiates instead of the bare rule.
+the failing grad differentiates instead of the bare rule. A cell may define a
+``jax.custom_jvp`` instead (the ``jvp_*`` kinds): its fixes are judged by the VJP JAX
+derives from the fixed jvp rule, against the reference's.
 
 ``kind`` says how the rule is wrong; ``VALUE_KINDS`` are always well-typed, wrong in value
 (JAX raises nothing: found only by ``vv.gradcheck`` as ``bwd_value``).
@@ -22,10 +24,16 @@ import jax
 
 import numpy as np
 
+try:
+  import equinox as eqx
+except ImportError:   # a JAX the installed equinox does not run on: its cases are left out
+  eqx = None
+
 from .rules import Base, Mutation, normal, positive
 
 KINDS = ("transposed", "reduction", "dtype", "swapped", "missing_tuple", "extra_output",
-         "structure", "sign_scale", "wrong_axis", "scatter", "surrogate")
+         "structure", "sign_scale", "wrong_axis", "scatter", "surrogate", "jvp_dtype", "jvp_shape",
+         "jvp_structure", "library_built")
 VALUE_KINDS = ("sign_scale", "wrong_axis")   # always well-typed (others may be too)
 
 
@@ -1066,6 +1074,237 @@ def reference(kappa):   # the same function in JAX's own terms, for the benchmar
 """
 
 
+# Written for issue 30's second part (custom_jvp tangents, library-built returns), measured
+# before any change for it.
+JVP_SOFTPLUS = """
+@jax.custom_jvp
+def softplus(x):
+  return jnp.logaddexp(x, 0.)
+
+@softplus.defjvp
+def softplus_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return softplus(x), t * jax.nn.sigmoid(x)
+"""
+
+JVP_F16 = """
+@jax.custom_jvp
+def swish16(x):
+  x32 = x.astype(jnp.float32)
+  return (x32 * jax.nn.sigmoid(x32)).astype(jnp.float16)
+
+@swish16.defjvp
+def swish16_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  x32 = x.astype(jnp.float32)
+  s = jax.nn.sigmoid(x32)
+  d = s * (1. + x32 * (1. - s))
+  return swish16(x), (t.astype(jnp.float32) * d).astype(jnp.float16)
+"""
+
+JVP_MATMUL = """
+@jax.custom_jvp
+def dense(x, w):
+  return x @ w
+
+@dense.defjvp
+def dense_jvp(primals, tangents):
+  (x, w), (tx, tw) = primals, tangents
+  return x @ w, tx @ w + x @ tw
+"""
+
+JVP_LSE = """
+@jax.custom_jvp
+def lse_rows(x):
+  m = x.max(-1, keepdims=True)
+  return (m + jnp.log(jnp.exp(x - m).sum(-1, keepdims=True)))[..., 0]
+
+@lse_rows.defjvp
+def lse_rows_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  y = lse_rows(x)
+  p = jnp.exp(x - y[..., None])
+  return y, (p * t).sum(-1)
+"""
+
+JVP_MOMENTS = """
+@jax.custom_jvp
+def moments(x):
+  mu = x.mean(0)
+  return mu, ((x - mu) ** 2).mean(0)
+
+@moments.defjvp
+def moments_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  mu, var = moments(x)
+  dmu = t.mean(0)
+  dvar = (2. * (x - mu) * (t - dmu)).mean(0)
+  return (mu, var), (dmu, dvar)
+"""
+
+JVP_ONE_TUPLE = """
+@jax.custom_jvp
+def sq_norm(x):
+  # returns a 1-tuple, as a layer returning (output,) does
+  return ((x * x).sum(-1),)
+
+@sq_norm.defjvp
+def sq_norm_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return sq_norm(x), ((2. * x * t).sum(-1),)
+"""
+
+JVP_STE = """
+@jax.custom_jvp
+def ste_round(x):
+  # straight-through rounding: round forward, identity tangent
+  return jnp.round(x)
+
+def reference(x):
+  return x + jax.lax.stop_gradient(jnp.round(x) - x)
+
+@ste_round.defjvp
+def ste_round_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return jnp.round(x), t
+"""
+
+JVP_SIGN_STE = """
+@jax.custom_jvp
+def sign_ste(w):
+  # binarised weights: sign forward, straight through inside [-1, 1]
+  return jnp.where(w >= 0, 1., -1.)
+
+def reference(w):
+  c = jnp.clip(w, -1., 1.)
+  return c + jax.lax.stop_gradient(jnp.where(w >= 0, 1., -1.) - c)
+
+@sign_ste.defjvp
+def sign_ste_jvp(primals, tangents):
+  (w,), (t,) = primals, tangents
+  return sign_ste(w), jnp.where(jnp.abs(w) <= 1., t, 0.)
+"""
+
+EQX_LINEAR = """
+import equinox as eqx
+
+from fix_corpus.held_out import Lin
+
+@jax.custom_vjp
+def linear(layer, x):
+  return layer.weight @ x + layer.bias
+
+def linear_fwd(layer, x):
+  return linear(layer, x), (layer, x)
+
+def linear_bwd(res, g):
+  layer, x = res
+  dW = jnp.outer(g, x)
+  db = g
+  dx = layer.weight.T @ g
+  return eqx.tree_at(lambda l: (l.weight, l.bias), layer, (dW, db)), dx
+
+linear.defvjp(linear_fwd, linear_bwd)
+"""
+
+REPLACED = """
+import dataclasses
+from fix_corpus.held_out import Affine
+
+@jax.custom_vjp
+def film(p, x):
+  # feature-wise modulation of a batch
+  return x * p.scale + p.shift
+
+def film_fwd(p, x):
+  return film(p, x), (p, x)
+
+def film_bwd(res, g):
+  p, x = res
+  dp = dataclasses.replace(p, scale=(g * x).sum(0), shift=g.sum(0))
+  return dp, g * p.scale
+
+film.defvjp(film_fwd, film_bwd)
+"""
+
+FLAX_PARAMS = """
+@jax.custom_vjp
+def dense_apply(variables, x):
+  p = variables['params']['dense']
+  return x @ p['kernel'] + p['bias']
+
+def dense_apply_fwd(variables, x):
+  return dense_apply(variables, x), (variables, x)
+
+def dense_apply_bwd(res, g):
+  variables, x = res
+  kernel = variables['params']['dense']['kernel']
+  grads = {'params': {'dense': {'kernel': x.T @ g, 'bias': g.sum(0)}}}
+  return grads, g @ kernel.T
+
+dense_apply.defvjp(dense_apply_fwd, dense_apply_bwd)
+"""
+
+TREE_MAP_DECAY = """
+@jax.custom_vjp
+def decayed(params, lam):
+  # an L2 penalty over a parameter tree
+  return lam * sum(jnp.sum(w ** 2) for w in jax.tree.leaves(params))
+
+def decayed_fwd(params, lam):
+  return decayed(params, lam), (params, lam)
+
+def decayed_bwd(res, g):
+  params, lam = res
+  dparams = jax.tree.map(lambda w: 2. * g * lam * w, params)
+  dlam = g * sum(jnp.sum(w ** 2) for w in jax.tree.leaves(params))
+  return dparams, dlam
+
+decayed.defvjp(decayed_fwd, decayed_bwd)
+"""
+
+POSITIONAL = """
+from fix_corpus.held_out import Affine
+
+@jax.custom_vjp
+def modulate(p, x):
+  return x * p.scale + p.shift
+
+def modulate_fwd(p, x):
+  return modulate(p, x), (p.scale, x)
+
+def modulate_bwd(res, g):
+  scale, x = res
+  return Affine((g * x).sum(0), g.sum(0)), g * scale
+
+modulate.defvjp(modulate_fwd, modulate_bwd)
+"""
+
+NAMED_WHERE = """
+import equinox as eqx
+
+from fix_corpus.held_out import Scale
+
+def gain_of(m):
+  return m.gain
+
+@jax.custom_vjp
+def rescale(m, x):
+  return x * m.gain + m.offset
+
+def rescale_fwd(m, x):
+  return rescale(m, x), (m, x)
+
+def rescale_bwd(res, g):
+  m, x = res
+  dm = eqx.tree_at(gain_of, m, (g * x).sum(0))
+  dm = eqx.tree_at(lambda t: t.offset, dm, g.sum(0))
+  return dm, g * m.gain
+
+rescale.defvjp(rescale_fwd, rescale_bwd)
+"""
+
+
 CASES = (
     c("ln_channels", "reduction", "gamma's gradient summed over the batch axis only",
       LAYER_NORM_CH, ("dgamma = (dy * xhat).sum(axis=(0, 2))", "dgamma = (dy * xhat).sum(0)"),
@@ -1277,7 +1516,53 @@ CASES = (
     c("vmf_log_norm", "sign_scale", "the 0.5/kappa term with the wrong sign (a host callback)",
       CALLBACK, ("(_ratio(kappa) - 0.5 / kappa)", "(_ratio(kappa) + 0.5 / kappa)"),
       lambda r: (positive(r, 5),)),
-)
+    # Written for issue 30's second part, measured before any change for it.
+    c("softplus", "jvp_dtype", "the tangent cast to bfloat16",
+      JVP_SOFTPLUS, ("return softplus(x), t * jax.nn.sigmoid(x)",
+                     "return softplus(x), (t * jax.nn.sigmoid(x)).astype(jnp.bfloat16)"),
+      lambda r: (normal(r, 3, 4),)),
+    c("swish16", "jvp_dtype", "the tangent left float32 for a float16 output",
+      JVP_F16, ("(t.astype(jnp.float32) * d).astype(jnp.float16)", "t.astype(jnp.float32) * d"),
+      lambda r: (normal(r, 3, 4).astype(np.float16),)),
+    c("dense", "jvp_shape", "x's tangent term written transposed",
+      JVP_MATMUL, ("tx @ w + x @ tw", "w.T @ tx.T + (x @ tw).T"),
+      lambda r: (normal(r, 4, 5), normal(r, 5, 3))),
+    c("lse_rows", "jvp_shape", "the tangent not summed over the reduced axis",
+      JVP_LSE, ("(p * t).sum(-1)", "p * t"),
+      lambda r: (normal(r, 3, 5),)),
+    c("moments", "jvp_structure", "the tangents as a list for a tuple output",
+      JVP_MOMENTS, ("(dmu, dvar)", "[dmu, dvar]"),
+      lambda r: (normal(r, 6, 3),)),
+    c("sq_norm", "jvp_structure", "a bare tangent for a 1-tuple output",
+      JVP_ONE_TUPLE, ("((2. * x * t).sum(-1),)", "(2. * x * t).sum(-1)"),
+      lambda r: (normal(r, 3, 4),)),
+    c("ste_round", "surrogate", "the straight-through tangent in bfloat16 (custom_jvp)",
+      JVP_STE, ("return jnp.round(x), t", "return jnp.round(x), t.astype(jnp.bfloat16)"),
+      lambda r: (2 * normal(r, 3, 5),)),
+    c("sign_ste", "surrogate", "the straight-through tangent transposed (custom_jvp)",
+      JVP_SIGN_STE, ("jnp.where(jnp.abs(w) <= 1., t, 0.)", "jnp.where(jnp.abs(w) <= 1., t, 0.).T"),
+      lambda r: (1.5 * normal(r, 4, 3),)),
+    c("film", "library_built", "the shift's gradient not summed, in dataclasses.replace",
+      REPLACED, ("shift=g.sum(0)", "shift=g"),
+      lambda r: (_affine(r), normal(r, 4, 3))),
+    c("dense_apply", "library_built", "the kernel's gradient transposed in a flax param dict",
+      FLAX_PARAMS, ("'kernel': x.T @ g", "'kernel': g.T @ x"),
+      lambda r: ({"params": {"dense": {"kernel": normal(r, 5, 3), "bias": normal(r, 3)}}},
+                 normal(r, 4, 5))),
+    c("decayed", "library_built", "each leaf's gradient cast to bfloat16 in jax.tree.map",
+      TREE_MAP_DECAY, ("lambda w: 2. * g * lam * w", "lambda w: (2. * g * lam * w).astype(jnp.bfloat16)"),
+      lambda r: ({"w": normal(r, 3, 4), "b": normal(r, 4)}, positive(r))),
+    c("modulate", "library_built", "the shift's gradient not summed, positional constructor",
+      POSITIONAL, ("Affine((g * x).sum(0), g.sum(0))", "Affine((g * x).sum(0), g)"),
+      lambda r: (_affine(r), normal(r, 4, 3))),
+) + ((   # equinox's own: only where it is installed
+    c("linear", "library_built", "dW = outer(x, g) inside eqx.tree_at",
+      EQX_LINEAR, ("dW = jnp.outer(g, x)", "dW = jnp.outer(x, g)"),
+      lambda r: (_lin(r), normal(r, 5))),
+    c("rescale", "library_built", "the gain's gradient not summed, eqx.tree_at with a named where",
+      NAMED_WHERE, ("eqx.tree_at(gain_of, m, (g * x).sum(0))", "eqx.tree_at(gain_of, m, g * x)"),
+      lambda r: (_scale(r), normal(r, 4, 3))),
+) if eqx is not None else ())
 
 
 
@@ -1291,3 +1576,23 @@ class Affine:
 
 def _affine(rng):
   return Affine(normal(rng, 3), normal(rng, 3))
+
+
+
+if eqx is not None:
+  class Lin(eqx.Module):
+    """An equinox linear layer (the cells import it, as ``Affine``)."""
+    weight: jax.Array
+    bias: jax.Array
+
+  class Scale(eqx.Module):
+    gain: jax.Array
+    offset: jax.Array
+
+
+def _lin(rng):
+  return Lin(normal(rng, 4, 5), normal(rng, 4))
+
+
+def _scale(rng):
+  return Scale(normal(rng, 3), normal(rng, 3))

@@ -75,16 +75,27 @@ def references(subject: Subject, seed: int = 0) -> list[Draw]:
 
 
 def judge_fix(subject: Subject, code: str, role: str, draws: list[Draw] | None = None) -> Verdict:
-  """The verdict on ``code`` replacing the rule (``role`` "fwd"/"bwd": what a lone def replaces)."""
+  """The verdict on ``code`` replacing the rule (``role`` "fwd"/"bwd"/"jvp": what a lone def
+  replaces)."""
   try:
-    fwd, bwd = compile_fix(subject, code, role)
+    rules = compile_fix(subject, code, role)
   except Exception as e:  # noqa: BLE001 - a fix that does not compile is wrong
     return Verdict(False, False, False, f"does not compile: {type(e).__name__}: {_first_line(e)}")
-  return judge_rules(subject, fwd, bwd, draws)
+  return judge_rules(subject, *rules, draws=draws)
 
 
-def compile_fix(subject: Subject, code: str, role: str):
-  """(fwd, bwd) after running ``code`` in a copy of the rule's namespace.
+def is_jvp(custom) -> bool:
+  """A ``jax.custom_jvp`` (its one rule is ``jvp``), not a ``jax.custom_vjp``."""
+  return isinstance(custom, jax.custom_jvp)
+
+
+def rules_of(custom) -> tuple:
+  """The rules as written: (jvp,) of a custom_jvp, (fwd, bwd) of a custom_vjp."""
+  return (custom.jvp,) if is_jvp(custom) else (custom.fwd, custom.bwd)
+
+
+def compile_fix(subject: Subject, code: str, role: str) -> tuple:
+  """The rules (``rules_of``'s order) after running ``code`` in a copy of the rule's namespace.
 
   A def named like a rule replaces it (or ending in ``_fwd``/``_bwd`` when the
   rule is a lambda); a lone def of another name replaces ``role``.
@@ -97,14 +108,15 @@ def compile_fix(subject: Subject, code: str, role: str):
   space.update(closure(custom_vjp))
   exec(compile(code, filename, "exec"), space)  # noqa: S102 - our own corpus's fixes
   defs = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
-  named = {_name(custom_vjp.fwd): "fwd", _name(custom_vjp.bwd): "bwd"}
-  rules = {"fwd": custom_vjp.fwd, "bwd": custom_vjp.bwd}
+  roles = ("jvp",) if is_jvp(custom_vjp) else ("fwd", "bwd")
+  rules = dict(zip(roles, rules_of(custom_vjp)))
+  named = {_name(rule): r for r, rule in rules.items()}
   for name in defs:
-    which = (named.get(name) or next((r for r in ("fwd", "bwd") if name.endswith("_" + r)), None)
+    which = (named.get(name) or next((r for r in roles if name.endswith("_" + r)), None)
              if len(defs) > 1 else named.get(name, role))
     if which:
       rules[which] = space[name]
-  return rules["fwd"], rules["bwd"]
+  return tuple(rules[r] for r in roles)
 
 
 def judged_as_written(base: Base, ns: dict, seed: int) -> tuple[Subject, list[Draw], Verdict]:
@@ -112,14 +124,20 @@ def judged_as_written(base: Base, ns: dict, seed: int) -> tuple[Subject, list[Dr
   reference's autodiff (``reference`` in ``ns``, else the primal) at ``seed``'s draws."""
   subject = Subject(base, ns, ns.get("reference", ns[base.name].fun))
   draws = references(subject, seed=seed)
-  return subject, draws, judge_rules(subject, subject.custom_vjp.fwd, subject.custom_vjp.bwd, draws)
+  return subject, draws, judge_rules(subject, *rules_of(subject.custom_vjp), draws=draws)
 
 
-def judge_rules(subject: Subject, fwd, bwd, draws: list[Draw] | None = None) -> Verdict:
-  """Rebuild the custom_vjp with ``fwd``/``bwd`` and compare it with the reference."""
+def judge_rules(subject: Subject, *rules, draws: list[Draw] | None = None) -> Verdict:
+  """Rebuild the custom rule with ``rules`` (``rules_of``'s order) and compare its VJP with
+  the reference's: a custom_jvp's through JAX's own linearisation and transpose of its rule,
+  which equals the reference's VJP exactly when its tangents equal the reference's JVP."""
   custom_vjp = subject.custom_vjp
-  fixed = jax.custom_vjp(custom_vjp.fun, nondiff_argnums=custom_vjp.nondiff_argnums)
-  fixed.defvjp(fwd, bwd, symbolic_zeros=custom_vjp.symbolic_zeros)
+  if is_jvp(custom_vjp):
+    fixed = jax.custom_jvp(custom_vjp.fun, nondiff_argnums=custom_vjp.nondiff_argnums)
+    fixed.defjvp(*rules, symbolic_zeros=custom_vjp.symbolic_zeros)
+  else:
+    fixed = jax.custom_vjp(custom_vjp.fun, nondiff_argnums=custom_vjp.nondiff_argnums)
+    fixed.defvjp(*rules, symbolic_zeros=custom_vjp.symbolic_zeros)
   zeros = False
   for i, draw in enumerate(draws if draws is not None else references(subject)):
     try:
