@@ -163,7 +163,10 @@ _ENTRIES = (
          silent=True),
     Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
          f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp",
-         needs=("_flatten_jvp",)),
+         rule_fixers=("types",), needs=("_flatten_jvp",)),
+    Kind("jvp_tangent_structure", lambda d: f"{_who(d)} returned a tangent tree {d.got}; it must "
+         f"have the primal output's structure {d.expected}", role="jvp", wrong=STRUCTURE,
+         rule_fixers=("tangent_tree",), needs=("_flatten_jvp",)),
     Kind("solve_type", _solve, role="solve", needs=("transposed_fun|_check_shapes",)),
 )
 

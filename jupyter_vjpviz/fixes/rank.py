@@ -16,7 +16,7 @@ import functools
 import inspect
 import time
 
-from ..analysis import oracle, replay
+from ..analysis import oracle, replay, tangents
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
 from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
@@ -53,7 +53,7 @@ class Judge:
                  "on their own yet", *deadline, runnable=False)
     site = rule.d.site
     try:
-      judge = verify.reference(site, rule.user_rules)
+      judge = cls.reference(rule)
     except replay.NotJudged as e:   # out of time, loops past their cap, effects it won't repeat
       return cls(rule, None, str(e), *deadline)
     except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
@@ -62,6 +62,11 @@ class Judge:
     if not judge.judge:
       return cls(rule, None, judge.reason, *deadline)
     return cls(rule, judge, judge.reason, *deadline, left_none=verify.left_none(rule.d))
+
+  @staticmethod
+  def reference(rule):
+    """The judge of this rule's candidates: the primal's derivative at the site."""
+    return verify.reference(rule.d.site, rule.user_rules)
 
   @property
   def differentiable(self) -> bool:
@@ -80,32 +85,39 @@ class Judge:
       return _unverifiable(fix, self.why_not)
     if time.monotonic() > self.end:
       return _unverifiable(fix, replay.TIME_BUDGET)
-    user_rules, site = self.rule.user_rules, self.rule.d.site
+    site = self.rule.d.site
     try:
-      fwd, bwd = verify.compile_candidate(user_rules, fix.code, self.rule.d.kind)
-      problems = verify.type_problems(site, fwd, bwd, user_rules.symbolic_zeros, user_rules.primal)
+      rules = verify.compile_candidate(self.rule.user_rules, fix.code, self.rule.d.kind)
+      problems = self.type_problems(rules)
     except Exception as e:  # noqa: BLE001 - a candidate that raises is no fix
       return _unverifiable(fix, _mesh_only(site, e)) if _mesh_only(site, e) else None
-    return None if problems else (fwd, bwd)
+    return None if problems else rules
 
-  def valued(self, fix: Fix, fwd, bwd, reserved: bool = False) -> Fix | None:
-    """A well-typed ``fix`` with the oracle's verdict on its values (``reserved``: the
-    fallback, judged within a second budget, as it is right whenever the primal is)."""
+  def type_problems(self, rules: tuple) -> list:
+    """What is ill-typed in the candidate ``rules`` (fwd, bwd), run abstractly at the site."""
+    user_rules = self.rule.user_rules
+    return verify.type_problems(self.rule.d.site, *rules, user_rules.symbolic_zeros, user_rules.primal)
+
+  def not_valued(self, fix: Fix, reserved: bool) -> Fix | None:
+    """``fix`` unverifiable where there is no oracle or no time left to run it; else None."""
     if self.oracle is None:
       return _unverifiable(fix, self.why_not)
     if time.monotonic() > (self.end if reserved else self.deadline):
       return _unverifiable(fix, f"type-checked; {replay.TIME_BUDGET}")
+    return None
+
+  def valued(self, fix: Fix, fwd, bwd, reserved: bool = False) -> Fix | None:
+    """A well-typed ``fix`` with the oracle's verdict on its values (``reserved``: the
+    fallback, judged within a second budget, as it is right whenever the primal is)."""
+    early = self.not_valued(fix, reserved)
+    if early is not None:
+      return early
     edited = verify.clone(self.rule.user_rules, fwd, bwd)
     own = self.rule_values if self.surrogate else None   # else only when needed
     if own is not None:
-      return self._against_surrogate(fix, edited, own)
-    if self.surrogate:   # its values are the reference, and the rule cannot run as written
-      if reserved:
-        return dataclasses.replace(
-            fix, title=f"{fix.title} (type-only: changes your surrogate's values)", exact=False,
-            verdict=TYPE_ONLY, note=f"it differentiates the primal, but {self.surrogate}")
-      return _unverifiable(fix, f"{self.surrogate}: its own values are the reference, and it "
-                           "cannot be run as written to compute them")
+      return self.against_surrogate(fix, verify.value_verdict(self.rule.d.site, edited, own.oracle))
+    if self.surrogate:
+      return self.surrogate_unrun(fix, reserved)
     verdict = verify.value_verdict(self.rule.d.site, edited, self.oracle)
     filled = verify.fills_none(verdict, self.left_none)
     if filled and verdict.status == oracle.RIGHT:
@@ -119,16 +131,32 @@ class Judge:
       return (self._keeping(fix, edited, own) if own is not None and own.differs else None) or judged
     return judged
 
+  def surrogate_unrun(self, fix: Fix, reserved: bool) -> Fix:
+    """``fix`` for a surrogate whose own values are the reference but which cannot run as
+    written: the fallback changes its values, any other candidate is not judged."""
+    if reserved:
+      return dataclasses.replace(
+          fix, title=f"{fix.title} (type-only: changes your surrogate's values)", exact=False,
+          verdict=TYPE_ONLY, note=f"it differentiates the primal, but {self.surrogate}")
+    return _unverifiable(fix, f"{self.surrogate}: its own values are the reference, and it "
+                         "cannot be run as written to compute them")
+
+  def marked(self) -> str | None:
+    """Why the rule is a surrogate, where the user marked it ``vjpviz.surrogate``."""
+    rules = self.rule.user_rules
+    if surrogates.is_surrogate(getattr(rules, "custom_vjp", getattr(rules, "custom_jvp", rules))):
+      return (f"the rule is marked vjpviz.surrogate (its gradient differs from "
+              f"{self.rule.d.function}'s on purpose)")
+    return None
+
   @functools.cached_property
   def surrogate(self) -> str | None:
     """Why the rule's own values are the reference, not the primal's derivative: the user
     marked it ``vjpviz.surrogate``, or it gives a gradient where the primal's is zero at
     every draw though its output depends on that input (a straight-through estimator of
     sign, round, a comparison: autodiff cannot judge it). None for any other rule."""
-    rules = self.rule.user_rules
-    if surrogates.is_surrogate(getattr(rules, "custom_vjp", rules)):
-      return (f"the rule is marked vjpviz.surrogate (its gradient differs from "
-              f"{self.rule.d.function}'s on purpose)")
+    if self.marked():
+      return self.marked()
     if self.oracle is None:
       return None
     flat = self.oracle.unjudged
@@ -147,9 +175,8 @@ class Judge:
             f"zero at every draw for {names} (piecewise constant), where your rule's is not; "
             "mark it with vjpviz.surrogate to say so")
 
-  def _against_surrogate(self, fix: Fix, edited, own: RuleValues) -> Fix | None:
-    """A surrogate rule is judged by its own values, not the primal's."""
-    kept = verify.value_verdict(self.rule.d.site, edited, own.oracle)
+  def against_surrogate(self, fix: Fix, kept: oracle.Verdict) -> Fix | None:
+    """A surrogate rule is judged by its own values (``kept``: the verdict against them)."""
     if kept.status == oracle.RIGHT:
       return dataclasses.replace(fix, exact=True, verdict=VERIFIED,
                                  note=f"keeps your rule's values ({kept.reason}): {self.surrogate}")
@@ -202,7 +229,7 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
   verified fixes; ``placeholders`` (zeros) are offered only where the reference
   is zero, or where there is no oracle to say.
   """
-  if judge.oracle is not None and not judge.zero_reference():
+  if placeholders and judge.oracle is not None and not judge.zero_reference():
     placeholders = []
   tiers = [(f, 0) for f in candidates] + [(f, 1) for f in fallbacks] + \
       [(f, 2) for f in placeholders]
@@ -267,3 +294,51 @@ def _runs_as_written(rule) -> bool:
   source.bare(tree.body[0])
   live = inspect.unwrap(getattr(rule.user_rules, role))
   return returns.compiles_to(tree, live if library_wrappers.user_code(live) else verify.home(rule.user_rules))
+
+
+class TangentJudge(Judge):
+  """A custom_jvp rule's judge: its candidates' tangents against the primal's JVP
+  (``analysis.tangents``), a surrogate's against its own tangents."""
+
+  @staticmethod
+  def reference(rule):
+    return tangents.Tangents.of(rule.d.site, rule.user_rules.primal)
+
+  def type_problems(self, rules: tuple) -> list:
+    return verify.tangent_type_problems(self.rule.d.site, self.rule.user_rules, *rules)
+
+  def zero_reference(self) -> bool:
+    return False
+
+  def valued(self, fix: Fix, jvp, reserved: bool = False) -> Fix | None:
+    early = self.not_valued(fix, reserved)
+    if early is not None:
+      return early
+    symbolic_zeros = self.rule.user_rules.symbolic_zeros
+    if self.surrogate:
+      own = self.rule_values
+      return (self.against_surrogate(fix, own.verdict(jvp, symbolic_zeros)) if own is not None
+              else self.surrogate_unrun(fix, reserved))
+    return _with_verdict(fix, self.oracle.verdict(jvp, symbolic_zeros), self.rule.d.site)
+
+  @functools.cached_property
+  def surrogate(self) -> str | None:
+    """The rule is marked, or gives a tangent where the primal's JVP is zero at every draw
+    (round, sign, comparisons: a straight-through estimator)."""
+    if self.marked():
+      return self.marked()
+    if self.oracle is None or not self.oracle.unjudged:
+      return None
+    own = self.rule_values
+    if own is not None and own.differs(self.oracle) is None:
+      return None   # the rule's own tangents are zero there too
+    names = ", ".join(f"`{self.oracle.out_names[k]}`" for k in sorted(self.oracle.unjudged))
+    return (f"your rule is a surrogate: {self.rule.d.function}'s own JVP is zero at every draw "
+            f"for {names} (piecewise constant), where your rule's is not; mark it with "
+            "vjpviz.surrogate to say so")
+
+  @functools.cached_property
+  def rule_values(self):
+    """The user's rule's own tangents as a reference, where it runs."""
+    rules = self.rule.user_rules
+    return self.oracle.of_rule(rules.jvp, rules.symbolic_zeros)

@@ -116,8 +116,10 @@ def of_role(user_rules, role: str, name: str = "rule") -> RuleSource | None:
   """The source of ``user_rules``'s ``role`` rule ("fwd" or "bwd"; ``user_rules`` is what
   ``library_wrappers.user_rules`` gives, or a custom_vjp), with the parameters its caller binds
   set apart."""
-  bound = getattr(user_rules, "bound", None)
-  return of(getattr(user_rules, role), name, bound(role) if bound else 0)
+  bound, rule = getattr(user_rules, "bound", None), getattr(user_rules, role, None)
+  if rule is None:   # a custom_jvp has no fwd
+    return None
+  return of(rule, name, bound(role) if bound else 0)
 
 
 def of(fn, name: str = "rule", bound: int = 0) -> RuleSource | None:

@@ -43,10 +43,10 @@ def suggestions(d: Diagnosis, custom_rule, rule: Rule | None) -> list[Fix]:
     return rank.unjudged(calls.suggestions(d), _NO_RULE)
   if rule is None:
     return []
-  judge = rank.Judge.of(rule)
+  judge = (rank.TangentJudge if kinds.of(d.kind).role == "jvp" else rank.Judge).of(rule)
   found = [f for family in kinds.of(d.kind).rule_fixers for f in _FIXERS[family](rule)]
   found += candidates.for_rule(rule)
-  fallbacks = primal.fallbacks(rule) if judge.differentiable else []
+  fallbacks = (primal.fallbacks(rule) + _jvp_fallback(rule)) if judge.differentiable else []
   return rank.rank(judge, found, fallbacks, _placeholders(rule))
 
 
@@ -89,6 +89,8 @@ class Rule:
   def keys(self) -> list:
     keys = source.path_keys(self.d.path)
     kind = kinds.of(self.d.kind)
+    if kind.role == "jvp":   # the tangent half of the rule's (primal output, tangent) pair
+      return [1, *keys]
     if kind.structural and kind.role == "bwd":   # a type's path is the user's return's already
       keys = source.users_return_keys(self.d.site, self.user_rules.bwd, keys)
     if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(
@@ -271,6 +273,8 @@ def _reachable_primals(rule: Rule):
   if kinds.of(rule.d.kind).role == "fwd":
     yield from dtypes.primal_params(rule, rule.src)
     return
+  if "fwd" not in verify.live_rules(rule.user_rules):   # a custom_jvp: the literal dtype
+    return
   fwd = source.of_role(rule.user_rules, "fwd")
   arrays = [aval for _, aval in dtypes.primal_params(rule, fwd)] if fwd else []
   for k, access in primal.saved_args(rule, fwd).items() if arrays else ():
@@ -440,6 +444,62 @@ def _literal(tree) -> str | None:
   return None
 
 
-_FIXERS = {"types": _type_fixes, "structure": _structure_fixes, "fwd": _fwd_fixes}
+# ---------------------------------------------------------- custom_jvp tangents
+
+def _tangent_tree_fixes(rule: Rule) -> list[Fix]:
+  """A tangent tree of another structure than the primal output's: the same leaves,
+  written in the output's structure (a tuple for a list, ``(t,)`` for a bare ``t``)."""
+  ret = rule.src.only_return()
+  want = _primal_output(rule)
+  if ret is None or want is None or not isinstance(ret.value, (ast.Tuple, ast.List)) \
+      or len(ret.value.elts) != 2:
+    return []
+  value = ret.value.elts[1]
+  n = want.num_leaves
+  elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) and n != 1 else [value]
+  if len(elts) != n:
+    return []
+  text = _literal(jax.tree_util.tree_unflatten(want, [rule.src.segment(e) for e in elts]))
+  if text is None:
+    return []
+  return [rule.fix(f"Return the tangents as {text}", [(value, text)],
+                   f"a jvp rule's tangents have the structure of {rule.d.function}'s output, "
+                   f"{want}", True)]
+
+
+def _primal_output(rule: Rule):
+  """The tree structure of the primal's output at the site's types (abstract), or None."""
+  site = rule.d.site
+  try:
+    out = jax.eval_shape(lambda *d: rule.user_rules.primal(*verify.arguments(site, d)),
+                         *jax.tree_util.tree_unflatten(site.in_tree,
+                                                       [trees.shape_struct(a) for a in site.in_avals]))
+  except Exception:  # noqa: BLE001 - a primal that cannot run abstractly: no structure known
+    return None
+  return jax.tree_util.tree_structure(out)
+
+
+def _jvp_fallback(rule: Rule) -> list[Fix]:
+  """The tangent computed by ``jax.jvp`` of the primal itself: right whenever the primal's
+  derivative is (an extra forward pass: a fix in the rule's own terms reads better)."""
+  user_rules = rule.user_rules
+  if "jvp" not in verify.live_rules(user_rules) or user_rules.symbolic_zeros \
+      or user_rules.nondiff_argnums or len(rule.src.params) != 2:
+    return []
+  name = next((k for k, v in rule.globals.items() if v is rule.d.site.custom_rule()), None)
+  ret = rule.src.only_return()
+  if name is None or ret is None or not isinstance(ret.value, (ast.Tuple, ast.List)) \
+      or len(ret.value.elts) != 2:
+    return []
+  primals, tangents = rule.src.params
+  jax_name = next((k for k, v in rule.globals.items() if v is jax), "jax")
+  return [rule.fix(f"Compute the tangent by differentiating {rule.d.function} (jax.jvp)",
+                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.fun, {primals}, {tangents})[1]")],
+                   f"the tangent of {rule.d.function}'s own derivative; costs a second forward "
+                   "pass", True)]
+
+
+_FIXERS = {"types": _type_fixes, "structure": _structure_fixes, "fwd": _fwd_fixes,
+           "tangent_tree": _tangent_tree_fixes}
 """The template families a kind's ``rule_fixers`` name."""
 

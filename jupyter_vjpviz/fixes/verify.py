@@ -26,13 +26,13 @@ import numpy as np
 from jax._src import core
 from jax._src import custom_derivatives as cd
 
-from ..analysis import oracle
+from ..analysis import oracle, tangents
 from ..analysis.diagnosis import Diagnosis
 from ..base import kinds, trees
 from ..capture import records
 from ..capture.naming import library_wrappers
 from ..capture.records import WARNING, Weak
-from ..capture.sites import check_sites, custom_rules
+from ..capture.sites import check_sites, custom_rules, jvp_rules
 from . import exprs, source
 
 _serial = itertools.count(1)
@@ -67,11 +67,15 @@ def verify_fix(diagnosis: Diagnosis, code: str, check) -> list[Diagnosis]:
 def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   """Types first (the whole differentiated call, abstractly), then values."""
   user_rules = _user_rules(diagnosis)
-  fwd, bwd = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
-  edited = clone(user_rules, fwd, bwd)
+  rules = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
+  edited = clone(user_rules, *rules)
   problems = _rechecked(diagnosis, edited, user_rules, check)
   if problems:
     return Checked(tuple(problems))
+  if "bwd" not in live_rules(user_rules):   # a custom_jvp's tangents, by the primal's JVP
+    verdict = tangent_verdict(diagnosis.site, user_rules, rules[0])
+    return Checked((), verdict) if verdict.status != oracle.WRONG else Checked(
+        (value_problem(diagnosis, verdict),), verdict)
   verdict = as_written(value_verdict(diagnosis.site, edited), left_none(diagnosis))
   wrong = verdict.status == oracle.WRONG
   return Checked((value_problem(diagnosis, verdict),) if wrong else (), verdict)
@@ -110,6 +114,16 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
   return judge.verdict(cvjp.fwd, cvjp.bwd, symbolic_zeros=cvjp.symbolic_zeros,
                        nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
+
+
+def tangent_verdict(site, user_rules, jvp) -> oracle.Verdict:
+  """The primal's JVP's verdict on a custom_jvp rule ``jvp`` at the site."""
+  try:
+    judge = tangents.Tangents.of(site, user_rules.primal)
+  except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
+    return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
+                          f"at random inputs ({type(e).__name__})", judge="")
+  return judge.verdict(jvp, user_rules.symbolic_zeros)
 
 
 def expected_args(site) -> tuple:
@@ -158,9 +172,11 @@ def fills_none(verdict: oracle.Verdict, none_leaves: frozenset) -> list[str]:
 def value_problem(diagnosis: Diagnosis, verdict: oracle.Verdict) -> Diagnosis:
   """A well-typed rule whose cotangents are not the primal's derivative, as a Diagnosis."""
   bad = [l for l in verdict.leaves if l.judged and not l.ok]
+  on_inputs = "bwd" in live_rules(_user_rules(diagnosis))   # else the leaves are outputs
   return Diagnosis(
       kind="bwd_value", severity=WARNING, function=diagnosis.function, rule=diagnosis.rule,
-      source=diagnosis.source, path=diagnosis.site.in_paths[bad[0].index] if bad else None,
+      source=diagnosis.source,
+      path=diagnosis.site.in_paths[bad[0].index] if bad and on_inputs else None,
       expected=f"the primal's derivative ({verdict.judge})", got=verdict.breaks(),
       message=None, detail=verdict.reason, rule_source=diagnosis.rule_source,
       call_site=diagnosis.call_site, argument=bad[0].name if bad else None,
@@ -272,7 +288,12 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
   path = home(user_rules).__code__.co_filename
   if not in_notebook(path):
     return Applied(applied=False, patch=file_patch(user_rules, code, diagnosis.kind), path=path)
-  fwd, bwd = _compile(user_rules, code, _globals(user_rules), diagnosis.kind)
+  rules = _compile(user_rules, code, _globals(user_rules), diagnosis.kind)
+  if "bwd" not in live_rules(user_rules):
+    user_rules.define(*rules)
+    jax.clear_caches()
+    return Applied(applied=True, path=path)
+  fwd, bwd = rules
   flags = dict(symbolic_zeros=user_rules.symbolic_zeros)
   if getattr(user_rules, "with_accums", False):   # before JAX 0.12 no custom_vjp has accumulators
     user_rules.defvjp_with_accums(fwd, bwd, **flags)
@@ -304,7 +325,7 @@ def file_patch(user_rules, code: str, kind: str) -> str:
 
 def _replacements(user_rules, code: str, kind: str, lines: list[str]):
   """(first line index, end index, new text) for each rule in ``code``."""
-  rules = {"fwd": user_rules.fwd, "bwd": user_rules.bwd}
+  rules = live_rules(user_rules)
   code = textwrap.dedent(code)
   for node, role in _roles(user_rules, _defs(code), kind):
     rule = inspect.unwrap(rules[role])
@@ -366,14 +387,15 @@ def _compile(user_rules, code: str, namespace: dict, kind: str):
   for node, _ in roles:
     node.decorator_list = []
   exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own rule
-  rules = {"fwd": user_rules.fwd, "bwd": user_rules.bwd}
+  rules = live_rules(user_rules)
   for node, role in roles:
     rules[role] = namespace[node.name]
-  return rules["fwd"], rules["bwd"]
+  return tuple(rules.values())
 
 
-def compile_candidate(user_rules, code: str, kind: str):
-  """(fwd, bwd) of a suggested fix, to judge it before anyone asked to run it.
+def compile_candidate(user_rules, code: str, kind: str) -> tuple:
+  """The rules (``live_rules``' order: fwd and bwd, or a custom_jvp's jvp) of a suggested
+  fix, to judge it before anyone asked to run it.
 
   Only the rules' bodies may run (as ``returns`` runs a copy of the rule): the
   defs are stripped of decorators, annotations and default expressions (the
@@ -385,12 +407,40 @@ def compile_candidate(user_rules, code: str, kind: str):
     source.bare(node)
   ns = namespace(user_rules)
   exec(compile(tree, f"<vjpviz-candidate-{next(_serial)}>", "exec"), ns)  # noqa: S102
-  rules = {"fwd": user_rules.fwd, "bwd": user_rules.bwd}
+  rules = live_rules(user_rules)
   for node, role in _roles(user_rules, tree.body, kind):
     live, new = inspect.unwrap(rules[role]), ns[node.name]
     new.__defaults__, new.__kwdefaults__ = live.__defaults__, live.__kwdefaults__
     rules[role] = new
-  return rules["fwd"], rules["bwd"]
+  return tuple(rules.values())
+
+
+def live_rules(user_rules) -> dict:
+  """The rules a fix may replace, by role: a custom_jvp's ``jvp``, else fwd and bwd."""
+  return dict(getattr(user_rules, "rules", None) or {"fwd": user_rules.fwd, "bwd": user_rules.bwd})
+
+
+def tangent_type_problems(site, user_rules, jvp) -> list:
+  """What JAX's check would find of ``jvp``'s (primal output, tangents) at the site's types,
+  and its primal output against the primal's (abstract: no FLOPs)."""
+  found = []
+
+  def run(*differentiable):
+    args = arguments(site, differentiable)
+    zeros = tuple(jax.tree_util.tree_map(
+        lambda a: jax.numpy.zeros(a.shape, custom_rules.ct_aval(jax.typeof(a)).dtype), d)
+        for d in differentiable)
+    pair = tangents.run_rule(site, jvp, args, zeros, user_rules.symbolic_zeros)
+    want = user_rules.primal(*args)
+    found.extend(jvp_rules.mismatches(pair, site.function, site.rule, None))
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or _types(pair[0]) != _types(want):
+      found.append("the rule's primal output is not the primal's")
+  records.state.suspended += 1
+  try:
+    jax.eval_shape(run, *_abstract_args(site))
+  finally:
+    records.state.suspended -= 1
+  return found
 
 
 def type_problems(site, fwd, bwd, symbolic_zeros: bool = False, primal=None) -> list:
@@ -454,7 +504,7 @@ def _roles(user_rules, defs: list[ast.FunctionDef], kind: str):
   A def named like a rule replaces it; a lone def of another name (a lambda
   made into a def) replaces the rule the diagnosis is about.
   """
-  roles = {_name(user_rules.fwd): "fwd", _name(user_rules.bwd): "bwd"}
+  roles = {_name(rule): role for role, rule in live_rules(user_rules).items()}
   alone = kinds.of(kind).role
   for node in defs:
     role = roles.get(node.name) or (alone if len(defs) == 1 else None)
@@ -470,9 +520,9 @@ def _defs(code: str | ast.Module) -> list[ast.FunctionDef]:
   return defs
 
 
-def clone(user_rules, fwd, bwd):
-  """A shallow copy of the user's custom_vjp with other rules: theirs is untouched."""
-  return user_rules.with_rules(fwd, bwd)
+def clone(user_rules, *rules):
+  """A shallow copy of the user's custom rule with other rules: theirs is untouched."""
+  return user_rules.with_rules(*rules)
 
 
 def _user_rules(diagnosis: Diagnosis):
@@ -487,6 +537,9 @@ def _user_rules(diagnosis: Diagnosis):
 def home(user_rules):
   """The user's function a fix of ``user_rules``'s bwd edits: the bwd, or the fwd where JAX's
   own bwd runs a closure the user's function returned (``jax.custom_gradient``)."""
+  rules = live_rules(user_rules)
+  if "bwd" not in rules:   # a custom_jvp: its one rule
+    return inspect.unwrap(next(iter(rules.values())))
   bwd = inspect.unwrap(user_rules.bwd)
   if library_wrappers.user_code(bwd):
     return bwd
@@ -505,7 +558,7 @@ def closure(user_rules) -> dict:
   ``beta``)."""
   found = {}
   primal = [user_rules.fun] if library_wrappers.user_code(user_rules.fun) else []
-  for rule in (*primal, user_rules.fwd, user_rules.bwd):
+  for rule in (*primal, *live_rules(user_rules).values()):
     try:
       found.update(inspect.getclosurevars(inspect.unwrap(rule)).nonlocals)
     except TypeError:

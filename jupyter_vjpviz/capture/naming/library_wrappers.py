@@ -19,6 +19,8 @@ import types
 from typing import Any
 from collections.abc import Callable
 
+import jax
+
 from ..sites import hijax_rules, retained_rules
 from . import frames
 
@@ -243,11 +245,44 @@ def copy_of(custom_vjp, **attributes):
   return clone
 
 
-def user_rules(custom_rule) -> UserRules | hijax_rules.HijaxRules:
-  """The user's side of ``custom_rule`` (a custom_vjp, or a hijax primitive's application):
-  what fixes read, verify runs and apply rebinds."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class JvpRules:
+  """A custom_jvp as its user wrote it: the primal and its one rule, ``jvp``; reads like
+  the custom_jvp itself (``nondiff_argnums``, ``symbolic_zeros``)."""
+  custom_jvp: Any
+
+  def __getattr__(self, name):
+    return getattr(self.custom_jvp, name)
+
+  @property
+  def primal(self) -> Callable:
+    return self.custom_jvp.fun
+
+  @property
+  def rules(self) -> dict:
+    """The rules a fix may replace, by role."""
+    return {"jvp": self.custom_jvp.jvp}
+
+  @staticmethod
+  def bound(role: str) -> int:
+    return 0
+
+  def with_rules(self, jvp: Callable):
+    """A shallow copy of the custom_jvp running ``jvp``: the user's is untouched."""
+    return copy_of(self.custom_jvp, jvp=jvp)
+
+  def define(self, jvp: Callable) -> None:
+    """Rebind the rule (a fix applied)."""
+    self.custom_jvp.defjvp(jvp, symbolic_zeros=self.custom_jvp.symbolic_zeros)
+
+
+def user_rules(custom_rule) -> UserRules | JvpRules | hijax_rules.HijaxRules:
+  """The user's side of ``custom_rule`` (a custom_vjp or custom_jvp, or a hijax primitive's
+  application): what fixes read, verify runs and apply rebinds."""
   if hijax_rules.is_primitive(custom_rule):
     return hijax_rules.HijaxRules(custom_rule)
+  if isinstance(custom_rule, jax.custom_jvp):
+    return JvpRules(custom_rule)
   found = {"fun": behind(custom_rule.fun), "fwd": user_fwd(custom_rule), "bwd": behind(custom_rule.bwd)}
   return UserRules(custom_vjp=custom_rule, **{role: fn for role, (fn, _) in found.items()},
                    paths={role: path or () for role, (_, path) in found.items()})

@@ -308,7 +308,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       in_avals=in_avals, in_tree=treedef, hijax=uses_hijax(cvjp),
       perturbed=(tuple(bool(x.perturbed) for _, x in leaves)
                  if any(_is_primal_box(x) for _, x in leaves) else None),
-      nondiff=tuple((i, _kept(args[i])) for i in cvjp.nondiff_argnums),
+      nondiff=tuple((i, kept_argument(args[i])) for i in cvjp.nondiff_argnums),
       custom_rule=weakref.ref(cvjp))
 
 
@@ -679,7 +679,7 @@ def _unbox(x):
   return x.value if isinstance(x, cd.CustomVJPPrimal) else x
 
 
-def _kept(x):
+def kept_argument(x):
   """A nondiff argument as a site may keep it: itself, unless a leaf must be replaced
   (``_without_arrays``); only then is the user's pytree rebuilt."""
   leaves, treedef = jax.tree_util.tree_flatten(x)

@@ -26,7 +26,8 @@ from .. import records
 from ..compat.patches import PatchSet
 from ..naming import function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
-from ..records import ERROR, Record
+from ..records import ERROR, Record, RuleSite
+from .custom_rules import kept_argument
 
 
 def install(patches: PatchSet) -> None:
@@ -76,13 +77,57 @@ def _wrap_flatten_jvp(original):
 
 
 def _primal_of(frame):
-  """A weak reference to the primal of the custom_jvp whose ``__call__`` is ``frame``; its
-  source is read only for a mismatch (this runs on every relu and gelu)."""
+  """The custom_jvp whose ``__call__`` is ``frame`` (a weak reference) and its nondiff
+  arguments as a site keeps them, read only for a mismatch (this runs on every relu and
+  gelu); None where the caller is not one."""
   caller = frame.f_locals.get("self")
-  try:
-    return weakref.ref(caller.fun) if isinstance(caller, cd.custom_jvp) else None
-  except TypeError:   # a primal that takes no weak reference: no source, as before
+  if not isinstance(caller, cd.custom_jvp):
     return None
+  try:
+    ref = weakref.ref(caller)
+  except TypeError:   # a custom_jvp that takes no weak reference: no source, no fixes
+    return None
+  args = frame.f_locals.get("args") or ()
+  nondiff = tuple((i, args[i]) for i in caller.nondiff_argnums if i < len(args))
+  return Applied(ref, nondiff)
+
+
+class Applied:
+  """One application of a custom_jvp, as its check site learns of it: the object (weakly)
+  and its nondiff arguments; the site a fix needs is built from it only for a mismatch."""
+  __slots__ = ("ref", "nondiff")
+
+  def __init__(self, ref, nondiff):
+    self.ref, self.nondiff = ref, nondiff
+
+  def __call__(self):
+    custom = self.ref()
+    return custom.fun if custom is not None else None
+
+  def site(self, primals, tangents, source, jvp_name, rule_source) -> RuleSite | None:
+    """The application as a ``RuleSite`` (its differentiable inputs, which had tangents,
+    its nondiff values, the custom_jvp itself): what fixes judge candidates at."""
+    custom = self.ref()
+    if custom is None or not isinstance(primals, (tuple, list)):
+      return None
+    leaves, tree = jax.tree_util.tree_flatten_with_path(tuple(primals))
+    given = jax.tree_util.tree_leaves(tangents, is_leaf=_is_zero)
+    params = function_names.positional_names(custom.fun)
+    positions = [i for i in range(len(primals) + len(self.nondiff))
+                 if i not in custom.nondiff_argnums]
+    return RuleSite(
+        function=function_names.function_name(custom.fun), source=source, rule=jvp_name,
+        fwd_rule=None, rule_source=rule_source, call_site=None, name_stack="", occurrence=None,
+        in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves),
+        in_names=tuple(function_names.argument_name(params, positions[p[0].idx],
+                                                    jax.tree_util.keystr(p[1:])) for p, _ in leaves),
+        in_avals=tuple(core.typeof(x) for _, x in leaves), in_tree=tree,
+        perturbed=(tuple(not _is_zero(t) for t in given) if len(given) == len(leaves) else None),
+        nondiff=tuple((i, kept_argument(v)) for i, v in self.nondiff), custom_rule=self.ref)
+
+
+def _is_zero(t) -> bool:
+  return isinstance(t, (cd.SymbolicZero, Zero))
 
 
 def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
@@ -93,30 +138,38 @@ def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
 
 def _watched(rule, primal_name, jvp_name, rule_source, primal, *args):
   pair = rule(*args)
-  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal,
-                           default=[]):
+  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal, None,
+                           args, default=[]):
     records.record(rec)
   return pair
 
 
 def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
-               primal=None, source: str | None = None) -> list[Record]:
-  """A record per tangent leaf whose type is not its primal output's tangent type."""
+               primal=None, source: str | None = None, args=()) -> list[Record]:
+  """A record per tangent leaf whose type is not its primal output's tangent type, or one
+  for a tangent tree of another structure than the primal output's. ``args``: what the
+  rule was applied to (primals, tangents), for the site its fixes are judged at."""
   if not isinstance(pair, (tuple, list)) or len(pair) != 2:
     return []  # JAX's own message says what a jvp rule must return
+  source = source or (function_names.function_source(primal()) if primal and primal() else None)
+  site = (primal.site(*args, source, jvp_name, rule_source)
+          if isinstance(primal, Applied) and len(args) == 2 else None)
   primals = jax.tree_util.tree_flatten_with_path(pair[0])[0]
-  tangents = jax.tree_util.tree_leaves(pair[1])
-  if len(primals) != len(tangents):
-    return []  # a structure mismatch: JAX's message shows both trees
+  want_tree = jax.tree_util.tree_structure(pair[0])
+  got_tree = jax.tree_util.tree_structure(pair[1], is_leaf=_is_zero)
+  if want_tree != got_tree:
+    return [Record(kind="jvp_tangent_structure", severity=ERROR, function=primal_name,
+                   source=source, path=None, expected=str(want_tree), got=str(got_tree),
+                   rule=jvp_name, site=site, rule_source=rule_source)]
+  tangents = jax.tree_util.tree_leaves(pair[1], is_leaf=_is_zero)
   found = []
   for i, ((path, p), t) in enumerate(zip(primals, tangents)):
     want = core.typeof(p).strip_weak_type().to_tangent_aval()
     got = (t.aval if isinstance(t, (cd.SymbolicZero, Zero)) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
       found.append(Record(
-          kind="jvp_tangent_type", severity=ERROR, function=primal_name,
-          source=source or (function_names.function_source(primal()) if primal and primal() else None),
-          path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
+          kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=source,
+          site=site, path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
           rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
           leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
           rule_source=rule_source))
