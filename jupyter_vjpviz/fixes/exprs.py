@@ -64,6 +64,15 @@ def summed_axes(got: tuple, want: tuple) -> tuple[int, ...] | None:
   return tuple(axes)
 
 
+def reduced_axis(got: tuple, want: tuple) -> int | None:
+  """The one axis of ``got`` whose removal leaves ``want`` (a reduction left out: a
+  tangent of ``logsumexp`` over the last axis that was never summed), where it is not
+  what broadcasting made (``summed_axes``)."""
+  if len(got) != len(want) + 1 or summed_axes(got, want) is not None:
+    return None
+  return next((k for k in range(len(got)) if got[:k] + got[k + 1:] == want), None)
+
+
 def summed(src: RuleSource, node: ast.expr, axes: tuple[int, ...], want: tuple) -> str:
   """``node`` reduced over ``axes`` back to ``want`` (the un-broadcast gradient)."""
   text = f"{paren(src, node)}.sum(axis={axes[0] if len(axes) == 1 else axes})"

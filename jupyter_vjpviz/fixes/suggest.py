@@ -212,6 +212,10 @@ def _reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
   if axes is not None:
     yield (f"sum over the broadcast axes {axes}", exprs.summed(src, node, axes, want),
            f"the primal {want} was broadcast to {got}: its gradient sums over the broadcast axes")
+  axis = exprs.reduced_axis(got, want)
+  if axis is not None:
+    yield (f"sum over axis {axis}", f"{exprs.paren(src, node)}.sum(axis={axis})",
+           f"{got} is {want} with axis {axis} kept: the output reduces over it, so must this")
   cut = exprs.slices(node)
   if cut and len(got) == len(want) and all(g <= w for g, w in zip(got, want)):
     yield ("remove the slice", exprs.unsliced(src, node),
