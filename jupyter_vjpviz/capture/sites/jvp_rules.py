@@ -163,14 +163,14 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
                    rule=jvp_name, site=site, rule_source=rule_source)]
   tangents = jax.tree_util.tree_leaves(pair[1], is_leaf=_is_zero)
   found = []
-  for i, ((path, p), t) in enumerate(zip(primals, tangents)):
+  for (path, p), t in zip(primals, tangents):
     want = core.typeof(p).strip_weak_type().to_tangent_aval()
     got = (t.aval if isinstance(t, (cd.SymbolicZero, Zero)) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
       found.append(Record(
           kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=source,
           site=site, path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
-          rule=jvp_name, flat_index=i, expected_aval=want, got_aval=got,
+          rule=jvp_name, expected_aval=want, got_aval=got,
           leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
           rule_source=rule_source))
   return found
