@@ -1,24 +1,19 @@
-"""vv.grads on a corpus of real zero-gradient patterns, and vv.watch's overhead.
+"""vv.grads on a corpus of real zero-gradient patterns (vv.watch's overhead:
+watch_overhead.py).
 
-Part 1 prints, per program, the zero-gradient reason expected for one named leaf (or
-the layer flag / partly-zero unit expected) against the one ``vv.grads`` found, and a
-final count. Part 2 times three training loops (optax with equinox, flax linen, flax
-nnx) wrapped by ``vv.watch`` against the same step unwrapped, interleaved in one
-process: the median of per-round ratios (target <= 1.05).
+Prints, per program, the zero-gradient reason expected for one named leaf (or the layer
+flag / partly-zero unit expected) against the one ``vv.grads`` found, and a final count.
 
-    PYTHONPATH=$PWD python benchmarks/grad_health.py [--corpus | --watch [WIDTH ...]]
+    PYTHONPATH=$PWD python benchmarks/grad_health.py
 """
 from __future__ import annotations
 
-import statistics
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 
 from jupyter_vjpviz.grads import grads
-from jupyter_vjpviz.watch import watch
 
 KEY = jax.random.PRNGKey(0)
 
@@ -87,6 +82,18 @@ def exploding_residual_stack():
   return deep, ws, "[0]", "layer: exploding"
 
 
+def named_scope_stack():
+  ws = {f"w{i}": 3.0 * jnp.eye(8) for i in range(4)}
+
+  def deep(ws, x):
+    x = jnp.abs(x) + 1.0
+    for i in range(4):
+      with jax.named_scope(f"block{i}"):   # the blocks by name, not by path
+        x = jnp.tanh(x @ ws[f"w{i}"])
+    return x.sum()
+  return deep, ws, "block0", "layer: vanishing"
+
+
 def unused_embedding_rows():
   p = {"emb": jax.random.normal(KEY, (32, 8)), "out": _dense(KEY, 8, 1)}
   ids = jnp.array([1, 5, 5, 9])
@@ -143,7 +150,7 @@ def nnx_model():
 
 CORPUS = [unused_head, frozen_encoder, integer_path, quantised_weights, dead_relu_layer,
           saturated_gate, bf16_underflow, vanishing_tanh_stack, exploding_residual_stack,
-          unused_embedding_rows, custom_rule_zeros, equinox_model, flax_model, nnx_model]
+          named_scope_stack, unused_embedding_rows, custom_rule_zeros, equinox_model, flax_model, nnx_model]
 
 
 def found_for(report, path: str, expected: str) -> str:
@@ -173,104 +180,5 @@ def corpus() -> None:
   print(f"{right}/{len(CORPUS)} as expected")
 
 
-# ------------------------------------------------------------------ watch overhead
-
-
-def _equinox_loop(width: int):
-  import equinox as eqx
-  import optax
-  model = eqx.nn.MLP(64, 8, width, 3, key=KEY)
-  opt = optax.adam(1e-3)
-  state = opt.init(eqx.filter(model, eqx.is_array))
-  x, y = jax.random.normal(KEY, (256, 64)), jnp.zeros((256, 8))
-
-  @eqx.filter_jit
-  def step(model, state):
-    loss, g = eqx.filter_value_and_grad(lambda m: ((jax.vmap(m)(x) - y) ** 2).mean())(model)
-    updates, state = opt.update(g, state, model)
-    return eqx.apply_updates(model, updates), state, loss
-  return step, (model, state)
-
-
-def _linen_loop(width: int):
-  import flax.linen as nn
-  import optax
-
-  class MLP(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-      for _ in range(3):
-        x = nn.relu(nn.Dense(width)(x))
-      return nn.Dense(8)(x)
-  net, opt = MLP(), optax.adam(1e-3)
-  x, y = jax.random.normal(KEY, (256, 64)), jnp.zeros((256, 8))
-  params = net.init(KEY, x)
-  state = opt.init(params)
-
-  @jax.jit
-  def step(params, state):
-    loss, g = jax.value_and_grad(lambda p: ((net.apply(p, x) - y) ** 2).mean())(params)
-    updates, state = opt.update(g, state, params)
-    return optax.apply_updates(params, updates), state, loss
-  return step, (params, state)
-
-
-def _nnx_loop(width: int):
-  import optax
-  from flax import nnx
-
-  class MLP(nnx.Module):
-    def __init__(self, rngs):
-      self.layers = nnx.List([nnx.Linear(64 if i == 0 else width, width, rngs=rngs)
-                              for i in range(3)])
-      self.out = nnx.Linear(width, 8, rngs=rngs)
-
-    def __call__(self, x):
-      for layer in self.layers:
-        x = nnx.relu(layer(x))
-      return self.out(x)
-  graphdef, params = nnx.split(MLP(nnx.Rngs(0)))
-  opt = optax.adam(1e-3)
-  state = opt.init(params)
-  x, y = jax.random.normal(KEY, (256, 64)), jnp.zeros((256, 8))
-
-  @jax.jit
-  def step(params, state):
-    loss, g = jax.value_and_grad(lambda p: ((nnx.merge(graphdef, p)(x) - y) ** 2).mean())(params)
-    updates, state = opt.update(g, state, params)
-    return optax.apply_updates(params, updates), state, loss
-  return step, (params, state)
-
-
-def _time(step, carry, n: int) -> float:
-  t0 = time.perf_counter()
-  for _ in range(n):
-    *carry, loss = step(*carry)
-  jax.block_until_ready(loss)
-  return (time.perf_counter() - t0) / n
-
-
-def watch_overhead(width: int, rounds: int = 7, n: int = 30) -> None:
-  """Three 3-hidden-layer MLPs of ``width`` on a batch of 256, adam."""
-  print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'watched ms':>11} {'ratio':>6}")
-  for name, make in (("equinox", _equinox_loop), ("linen", _linen_loop), ("nnx", _nnx_loop)):
-    step, carry = make(width)
-    watched = watch(step)
-    _time(step, carry, 2), _time(watched, carry, 2)    # compile both outside the timing
-    plain, wrapped = [], []
-    for _ in range(rounds):
-      plain.append(_time(step, carry, n))
-      wrapped.append(_time(watched, carry, n))
-      _ = watched.steps   # what a user reading the record pays, once per round
-    ratio = statistics.median(b / a for a, b in zip(plain, wrapped))
-    print(f"{name:<10} {width:>6} {statistics.median(plain) * 1e3:8.2f} "
-          f"{statistics.median(wrapped) * 1e3:11.2f} {ratio:6.3f}")
-
-
 if __name__ == "__main__":
-  which = sys.argv[1:] or ["--corpus", "--watch"]
-  if "--corpus" in which:
-    corpus()
-  if "--watch" in which:
-    for width in [int(w) for w in which if w.isdigit()] or [256]:
-      watch_overhead(width)
+  corpus()

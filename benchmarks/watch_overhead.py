@@ -1,0 +1,147 @@
+"""vv.watch's overhead on three training loops: optax with equinox, flax linen, flax nnx.
+
+Each loop trains a 3-hidden-layer MLP of ``--width`` on a batch of 256 with adam: the
+equinox step under ``eqx.filter_jit``, the linen step under ``jax.jit``, the nnx step under
+``nnx.jit`` with a live model and an ``nnx.Optimizer`` updated in place. Per round, the
+step is timed unwrapped then wrapped by ``vv.watch`` (``--steps`` calls each, in the same
+process, the record read once per round as a user would); the table gives the median
+step times and the median of the per-round ratios (issue 29's target: <= 1.05).
+
+    PYTHONPATH=$PWD python benchmarks/watch_overhead.py [--width 256 4096] [--rounds 7]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from jupyter_vjpviz.watch import watch
+
+KEY = jax.random.PRNGKey(0)
+BATCH, IN, OUT = 256, 64, 8
+
+
+def _data():
+  return jax.random.normal(KEY, (BATCH, IN)), jnp.zeros((BATCH, OUT))
+
+
+def equinox_loop(width: int):
+  """(step, run): ``run(step)`` takes one training step and returns its loss."""
+  import equinox as eqx
+  import optax
+  x, y = _data()
+  model = eqx.nn.MLP(IN, OUT, width, 3, key=KEY)
+  opt = optax.adam(1e-3)
+  carry = [model, opt.init(eqx.filter(model, eqx.is_array))]
+
+  @eqx.filter_jit
+  def step(model, state):
+    loss, g = eqx.filter_value_and_grad(lambda m: ((jax.vmap(m)(x) - y) ** 2).mean())(model)
+    updates, state = opt.update(g, state, model)
+    return eqx.apply_updates(model, updates), state, loss
+
+  def run(step):
+    carry[0], carry[1], loss = step(*carry)
+    return loss
+  return step, run
+
+
+def linen_loop(width: int):
+  import flax.linen as nn
+  import optax
+  x, y = _data()
+
+  class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      for _ in range(3):
+        x = nn.relu(nn.Dense(width)(x))
+      return nn.Dense(OUT)(x)
+  net, opt = MLP(), optax.adam(1e-3)
+  params = net.init(KEY, x)
+  carry = [params, opt.init(params)]
+
+  @jax.jit
+  def step(params, state):
+    loss, g = jax.value_and_grad(lambda p: ((net.apply(p, x) - y) ** 2).mean())(params)
+    updates, state = opt.update(g, state, params)
+    return optax.apply_updates(params, updates), state, loss
+
+  def run(step):
+    carry[0], carry[1], loss = step(*carry)
+    return loss
+  return step, run
+
+
+def nnx_loop(width: int):
+  import optax
+  from flax import nnx
+  x, y = _data()
+
+  class MLP(nnx.Module):
+    def __init__(self, rngs):
+      self.layers = nnx.List([nnx.Linear(IN if i == 0 else width, width, rngs=rngs)
+                              for i in range(3)])
+      self.out = nnx.Linear(width, OUT, rngs=rngs)
+
+    def __call__(self, x):
+      for layer in self.layers:
+        x = nnx.relu(layer(x))
+      return self.out(x)
+  model = MLP(nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+  @nnx.jit
+  def step(model, optimizer, x, y):
+    loss, g = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
+    optimizer.update(model, g)
+    return loss
+  return step, lambda step: step(model, optimizer, x, y)
+
+
+LOOPS = {"equinox": equinox_loop, "linen": linen_loop, "nnx": nnx_loop}
+
+
+def _seconds_per_step(step, run, n: int) -> float:
+  t0 = time.perf_counter()
+  for _ in range(n):
+    loss = run(step)
+  jax.block_until_ready(loss)
+  return (time.perf_counter() - t0) / n
+
+
+def overhead(name: str, width: int, rounds: int, steps: int) -> tuple[float, float, float]:
+  """(median plain step s, median watched step s, median of per-round ratios)."""
+  step, run = LOOPS[name](width)
+  watched = watch(step)
+  _seconds_per_step(step, run, 3), _seconds_per_step(watched, run, 3)   # compiled outside
+  plain, wrapped = [], []
+  for _ in range(rounds):
+    plain.append(_seconds_per_step(step, run, steps))
+    wrapped.append(_seconds_per_step(watched, run, steps))
+    _ = watched.steps   # what a user reading the record pays, once per round
+  return (statistics.median(plain), statistics.median(wrapped),
+          statistics.median(b / a for a, b in zip(plain, wrapped)))
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--width", type=int, nargs="+", default=[256])
+  parser.add_argument("--rounds", type=int, default=7)
+  parser.add_argument("--steps", type=int, default=30, help="steps per round and side")
+  parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+  args = parser.parse_args(argv)
+  print(f"{jax.devices()[0].platform}: median of {args.rounds} rounds x {args.steps} steps")
+  print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'watched ms':>11} {'ratio':>6}")
+  for width in args.width:
+    for name in args.loops:
+      plain, wrapped, ratio = overhead(name, width, args.rounds, args.steps)
+      print(f"{name:<10} {width:>6} {plain * 1e3:8.2f} {wrapped * 1e3:11.2f} {ratio:6.3f}",
+            flush=True)
+
+
+if __name__ == "__main__":
+  main()
