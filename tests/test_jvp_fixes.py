@@ -1,6 +1,7 @@
 """Fixes for custom_jvp rules whose tangents are of the wrong type or structure, with real
 JAX: each is judged by ``jax.jvp`` of the undecorated primal (a surrogate by its own
-tangents), and the first fix, applied, makes the gradient the primal's."""
+tangents), and the first fix, applied, makes the gradient the primal's. Each case runs with
+``jax_custom_jvp3`` off and on (where this JAX has it): the fixes are the same."""
 import itertools
 import linecache
 
@@ -13,6 +14,26 @@ import jupyter_vjpviz as vv
 from jupyter_vjpviz.check import apply_fix, verify_fix
 
 _cells = itertools.count(1)
+JVP3 = "jax_custom_jvp3"
+
+
+@pytest.fixture(autouse=True, params=["classic", JVP3])
+def jvp_path(request):
+  """The case on custom_jvp's classic path, then under ``jax_custom_jvp3`` (hijax's
+  ``custom_jvp3`` applies the rule; on JAX 0.11 ``jax.custom_jvp`` returns one)."""
+  if request.param == "classic":
+    yield
+    return
+  if JVP3 not in jax.config.values:
+    pytest.skip(f"jax {jax.__version__} has no {JVP3}")
+  was = getattr(jax.config, JVP3)
+  jax.config.update(JVP3, True)
+  jax.clear_caches()
+  try:
+    yield
+  finally:
+    jax.config.update(JVP3, was)
+    jax.clear_caches()
 
 
 def cell(code: str) -> dict:
@@ -89,7 +110,7 @@ def test_a_wrong_tangent_type_gets_a_verified_fix_in_the_rules_terms(code, name,
   assert first.title.startswith(title) and first.verdict == "verified", first
   assert "primal's JVP" in first.note
   assert any("jax.jvp" in f.title for f in d.fixes[1:])   # the fallback, after it
-  want = jax.grad(lambda x: ns[name].fun(x).sum())(x)
+  want = jax.grad(lambda x: ns[name].__wrapped__(x).sum())(x)   # the primal, on either class
   np.testing.assert_allclose(applied_grad(ns, name, x, d), want, rtol=1e-5)
 
 
@@ -129,7 +150,7 @@ def test_a_tangent_tree_of_another_structure_is_diagnosed_and_rewritten(code, na
   d = diagnosed(ns[name], x)
   assert d.kind == "jvp_tangent_structure" and d.rule == f"{name}_jvp"
   assert d.fixes[0].title == title and d.fixes[0].verdict == "verified"
-  want = jax.grad(lambda x: sum(jnp.sum(o) for o in jax.tree.leaves(ns[name].fun(x))))(x)
+  want = jax.grad(lambda x: sum(jnp.sum(o) for o in jax.tree.leaves(ns[name].__wrapped__(x))))(x)
   np.testing.assert_allclose(applied_grad(ns, name, x, d), want, rtol=1e-5)
 
 

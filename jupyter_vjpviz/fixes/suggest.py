@@ -23,6 +23,7 @@ import jax
 from ..analysis.diagnosis import Diagnosis, Fix
 from ..base import kinds, trees
 from ..base.safety import safely
+from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
 from ..capture.sites.custom_rules import ct_aval
 from . import calls, candidates, dtypes, exprs, primal, rank, returns, rule_text, source, verify
@@ -490,15 +491,17 @@ def _jvp_fallback(rule: Rule) -> list[Fix]:
   if "jvp" not in verify.live_rules(user_rules) or user_rules.symbolic_zeros \
       or user_rules.nondiff_argnums or len(rule.src.params) != 2:
     return []
-  name = next((k for k, v in rule.globals.items() if v is rule.d.site.custom_rule()), None)
+  custom = rule.d.site.custom_rule()
+  name = next((k for k, v in rule.globals.items() if v is custom), None)
   ret = rule.src.only_return()
   if name is None or ret is None or not isinstance(ret.value, (ast.Tuple, ast.List)) \
       or len(ret.value.elts) != 2:
     return []
   primals, tangents = rule.src.params
+  fun = custom_jvp3.own_name(custom, "fun")
   jax_name = next((k for k, v in rule.globals.items() if v is jax), "jax")
   return [rule.fix(f"Compute the tangent by differentiating {rule.d.function} (jax.jvp)",
-                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.fun, {primals}, {tangents})[1]")],
+                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.{fun}, {primals}, {tangents})[1]")],
                    f"the tangent of {rule.d.function}'s own derivative; costs a second forward "
                    "pass", True)]
 

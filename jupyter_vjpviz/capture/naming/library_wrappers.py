@@ -19,8 +19,7 @@ import types
 from typing import Any
 from collections.abc import Callable
 
-import jax
-
+from ..compat import custom_jvp3
 from ..sites import hijax_rules, retained_rules
 from . import frames
 
@@ -252,16 +251,16 @@ class JvpRules:
   custom_jvp: Any
 
   def __getattr__(self, name):
-    return getattr(self.custom_jvp, name)
+    return custom_jvp3.attribute(self.custom_jvp, name)
 
   @property
   def primal(self) -> Callable:
-    return self.custom_jvp.fun
+    return custom_jvp3.primal(self.custom_jvp)
 
   @property
   def rules(self) -> dict:
     """The rules a fix may replace, by role."""
-    return {"jvp": self.custom_jvp.jvp}
+    return {"jvp": custom_jvp3.attribute(self.custom_jvp, "jvp")}
 
   @staticmethod
   def bound(role: str) -> int:
@@ -269,11 +268,11 @@ class JvpRules:
 
   def with_rules(self, jvp: Callable):
     """A shallow copy of the custom_jvp running ``jvp``: the user's is untouched."""
-    return copy_of(self.custom_jvp, jvp=jvp)
+    return copy_of(self.custom_jvp, **{custom_jvp3.own_name(self.custom_jvp, "jvp"): jvp})
 
   def define(self, jvp: Callable) -> None:
     """Rebind the rule (a fix applied)."""
-    self.custom_jvp.defjvp(jvp, symbolic_zeros=self.custom_jvp.symbolic_zeros)
+    self.custom_jvp.defjvp(jvp, symbolic_zeros=self.symbolic_zeros)
 
 
 def user_rules(custom_rule) -> UserRules | JvpRules | hijax_rules.HijaxRules:
@@ -281,7 +280,7 @@ def user_rules(custom_rule) -> UserRules | JvpRules | hijax_rules.HijaxRules:
   application): what fixes read, verify runs and apply rebinds."""
   if hijax_rules.is_primitive(custom_rule):
     return hijax_rules.HijaxRules(custom_rule)
-  if isinstance(custom_rule, jax.custom_jvp):
+  if custom_jvp3.is_custom_jvp(custom_rule):
     return JvpRules(custom_rule)
   found = {"fun": behind(custom_rule.fun), "fwd": user_fwd(custom_rule), "bwd": behind(custom_rule.bwd)}
   return UserRules(custom_vjp=custom_rule, **{role: fn for role, (fn, _) in found.items()},

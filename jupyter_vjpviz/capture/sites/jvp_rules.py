@@ -23,6 +23,7 @@ from jax._src.ad_util import Zero
 
 from ...base import safety
 from .. import records
+from ..compat import custom_jvp3 as jvp3_compat
 from ..compat.patches import PatchSet
 from ..naming import function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
@@ -43,23 +44,32 @@ def _wrap_jvp3_call(original):
   def __call__(self, *args, **kwargs):
     rule = getattr(self, "jvp_fun", None)
     if records.current_session() is not None and rule is not None:
-      self = safety.safely(_watched_copy, self, rule, default=self)
+      applied = safety.safely(_jvp3_applied, self, sys._getframe(1), args, default=None)
+      self = safety.safely(_watched_copy, self, rule, applied, default=self)
     return original(self, *args, **kwargs)
   return functools.update_wrapper(__call__, original)
 
 
-def _watched_copy(vjp3, rule):
-  view = copy.copy(vjp3)
-  primal = getattr(vjp3, "f", None)
+def _jvp3_applied(jvp3, frame, args) -> Applied | None:
+  """The user's custom_jvp behind a ``custom_jvp3`` application: on JAX 0.12 the
+  ``jax.custom_jvp`` whose ``__call__`` (``frame``) made it afresh, on 0.11 the
+  ``custom_jvp3`` itself (``jax.custom_jvp`` returns one under the flag)."""
+  caller = frame.f_locals.get("self")
+  return _applied(caller if isinstance(caller, cd.custom_jvp) else jvp3, args)
+
+
+def _watched_copy(jvp3, rule, applied: Applied | None):
+  view = copy.copy(jvp3)
+  primal = getattr(jvp3, "f", None)
   name = function_names.function_name(primal)
   source = function_names.function_source(primal)
   jvp_name = function_names.function_name(rule)
   rule_source = function_names.function_source(rule)
 
-  def watched(*args):
+  def watched(*args):   # (*nondiff values, primals, tangents), as custom_jvp3 calls it
     pair = rule(*args)
     for rec in safety.safely(mismatches, pair, name, jvp_name, rule_source,
-                             lambda: primal, source, default=[]):
+                             applied or (lambda: primal), source, args[-2:], default=[]):
       records.record(rec)
     return pair
   view.jvp_fun = functools.update_wrapper(watched, rule)
@@ -81,14 +91,15 @@ def _primal_of(frame):
   arguments as a site keeps them, read only for a mismatch (this runs on every relu and
   gelu); None where the caller is not one."""
   caller = frame.f_locals.get("self")
-  if not isinstance(caller, cd.custom_jvp):
-    return None
+  return _applied(caller, frame.f_locals.get("args") or ()) if isinstance(caller, cd.custom_jvp) else None
+
+
+def _applied(custom, args) -> Applied | None:
   try:
-    ref = weakref.ref(caller)
+    ref = weakref.ref(custom)
   except TypeError:   # a custom_jvp that takes no weak reference: no source, no fixes
     return None
-  args = frame.f_locals.get("args") or ()
-  nondiff = tuple((i, args[i]) for i in caller.nondiff_argnums if i < len(args))
+  nondiff = tuple((i, args[i]) for i in jvp3_compat.nondiff_argnums(custom) if i < len(args))
   return Applied(ref, nondiff)
 
 
@@ -102,7 +113,7 @@ class Applied:
 
   def __call__(self):
     custom = self.ref()
-    return custom.fun if custom is not None else None
+    return jvp3_compat.primal(custom) if custom is not None else None
 
   def site(self, primals, tangents, source, jvp_name, rule_source) -> RuleSite | None:
     """The application as a ``RuleSite`` (its differentiable inputs, which had tangents,
@@ -112,11 +123,11 @@ class Applied:
       return None
     leaves, tree = jax.tree_util.tree_flatten_with_path(tuple(primals))
     given = jax.tree_util.tree_leaves(tangents, is_leaf=_is_zero)
-    params = function_names.positional_names(custom.fun)
-    positions = [i for i in range(len(primals) + len(self.nondiff))
-                 if i not in custom.nondiff_argnums]
+    fun, nondiff_argnums = jvp3_compat.primal(custom), jvp3_compat.nondiff_argnums(custom)
+    params = function_names.positional_names(fun)
+    positions = [i for i in range(len(primals) + len(self.nondiff)) if i not in nondiff_argnums]
     return RuleSite(
-        function=function_names.function_name(custom.fun), source=source, rule=jvp_name,
+        function=function_names.function_name(fun), source=source, rule=jvp_name,
         fwd_rule=None, rule_source=rule_source, call_site=None, name_stack="", occurrence=None,
         in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves),
         in_names=tuple(function_names.argument_name(params, positions[p[0].idx],
