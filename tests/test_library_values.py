@@ -41,7 +41,10 @@ W, B, X = jnp.arange(12.).reshape(3, 4) / 12, jnp.arange(3.) / 3, jnp.arange(4.)
 
 
 def _diagnosed(code, loss, *args):
+  """The diagnosis of ``loss``'s gradient at ``args`` (a callable one: of the cell's names,
+  for a value of a class the cell defines)."""
   ns = cell(code)
+  args = [a(ns) if callable(a) else a for a in args]
   with pytest.raises((ValueError, TypeError, RuntimeError)):
     jax.grad(ns[loss])(*args)
   d = vv.last()
@@ -105,9 +108,11 @@ def test_a_dict_call_and_an_unpacked_dict_are_followed(hook):
 
 
 @pytest.mark.parametrize("build", ["dataclasses.replace(p, weight=jnp.outer(x, g), bias=g)",
-                                   "p._replace(w=jnp.outer(x, g), b=g)"])
-def test_a_field_set_by_replace_is_fixed_where_it_is_set(hook, build):
-  named = "_replace" in build
+                                   "p._replace(w=jnp.outer(x, g), b=g)",
+                                   "Linear(jnp.outer(x, g), g)",    # an equinox Module's fields
+                                   "Params(jnp.outer(x, g), g)"])   # a NamedTuple's
+def test_a_field_set_by_replace_or_a_positional_constructor_is_fixed_where_it_is_set(hook, build):
+  named = "_replace" in build or build.startswith("Params")
   code = PRIMAL + f"""
 def lin(p, x): return {'p.w' if named else 'p.weight'} @ x + {'p.b' if named else 'p.bias'}
 f = jax.custom_vjp(lin)
@@ -118,10 +123,31 @@ def f_bwd(res, g):
 f.defvjp(f_fwd, f_bwd)
 def loss(p, x): return jnp.sin(f(p, x)).sum()
 """
-  ns = cell(code)
-  p = ns["Params"](W, B) if named else ns["Linear"](W, B)
-  d = _diagnosed(code, "loss", p, X)
+  d = _diagnosed(code, "loss", lambda ns: ns["Params" if named else "Linear"](W, B), X)
   _fixed_where(d, "jnp.outer(x, g)", "jnp.outer(g, x)")
+
+
+def test_a_named_where_of_eqx_tree_at_and_a_rebound_local_are_followed(hook):
+  """``where`` a function of the cell (``gain_of``), and the tree rebound from itself by a
+  second ``tree_at``: the leaf is the first one's replacement."""
+  code = PRIMAL + """
+def weight_of(l):
+  return l.weight
+
+def lin(l, x): return l.weight @ x + l.bias
+f = jax.custom_vjp(lin)
+def f_fwd(l, x): return lin(l, x), (l, x)
+def f_bwd(res, g):
+  l, x = res
+  dl = eqx.tree_at(weight_of, l, jnp.outer(x, g))
+  dl = eqx.tree_at(lambda t: t.bias, dl, g)
+  return dl, l.weight.T @ g
+f.defvjp(f_fwd, f_bwd)
+def loss(l, x): return jnp.sin(f(l, x)).sum()
+"""
+  ns = cell(code)
+  d = _diagnosed(code, "loss", ns["Linear"](W, B), X)
+  _fixed_where(d, "eqx.tree_at(weight_of, l, jnp.outer(x, g))", "jnp.outer(g, x)")
 
 
 def test_a_leaf_computed_by_a_mapped_function_is_fixed_inside_it(hook):

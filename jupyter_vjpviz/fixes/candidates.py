@@ -98,7 +98,7 @@ class Scope:
     hits = hits or sorted(seen)
     rets = rule.src.returns()
     nodes = [source.element(rets[k].value, rule.keys)   # else what built it (eqx.tree_at, ...)
-             or source.leaf_expression(rets[k].value, rule.keys, rule.src.node) for k in hits]
+             or source.leaf_expression(rets[k].value, rule.keys, rule.src.node, rule.globals) for k in hits]
     first = hits[0]
     return cls(rule, seen[first].scope, [n for n in nodes if n is not None] if None not in nodes
                else [], seen[first].value, rets[first], verify.namespace(rule.user_rules))

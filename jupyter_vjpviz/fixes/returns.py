@@ -39,10 +39,10 @@ def failing_elements(rule) -> list[ast.expr] | None:
   if not returns:
     return None
   if len(returns) == 1:
-    element = source.leaf_expression(returns[0].value, rule.keys, rule.src.node)
+    element = source.leaf_expression(returns[0].value, rule.keys, rule.src.node, rule.globals)
     return [element] if element is not None else None
   hits = failing_returns(rule)
-  elements = [source.leaf_expression(returns[k].value, rule.keys, rule.src.node) for k in hits or ()]
+  elements = [source.leaf_expression(returns[k].value, rule.keys, rule.src.node, rule.globals) for k in hits or ()]
   return elements if elements and None not in elements else None
 
 

@@ -11,6 +11,7 @@ import inspect
 import linecache
 import re
 import textwrap
+import types
 
 from ..base import syntax
 from ..capture.naming import arguments
@@ -278,33 +279,34 @@ def literal_at(value: ast.expr, keys: list, fn: ast.FunctionDef) -> ast.expr | N
   return None
 
 
-def leaf_expression(value: ast.expr, keys: list,
-                    fn: ast.FunctionDef | None = None) -> ast.expr | None:
+def leaf_expression(value: ast.expr, keys: list, fn: ast.FunctionDef | None = None,
+                    names: dict | None = None) -> ast.expr | None:
   """The expression that computes the leaf at ``keys`` of a returned value, followed back
   through what built it (``_built``): displays, ``dict(...)`` and keyword constructors,
   locals, ``eqx.tree_at``, ``dataclasses.replace``/``_replace`` and flax's dict helpers.
   Under a tree map (``jax.tree.map(lambda a: a.T, grads)``) it is the mapped function's
-  body, which computes every leaf (so an edit there edits them all). None where the leaf
-  is built by code it cannot see into (an opaque helper's result)."""
+  body, which computes every leaf (so an edit there edits them all). ``names``: the rule's
+  globals, to read a positional constructor's fields and a named ``where`` function. None
+  where the leaf is built by code it cannot see into (an opaque helper's result)."""
   for _ in range(64):   # each step consumes a key or follows one builder; never a cycle
     body = _mapped_body(value, fn)
     if body is not None:
       return body
-    step = _built(value, keys, fn)
+    step = _built(value, keys, fn, names or {})
     if step is None:
       return value if not keys else None
     value, keys = step
   return None
 
 
-def _built(node: ast.expr, keys: list, fn: ast.FunctionDef | None) -> tuple | None:
+def _built(node: ast.expr, keys: list, fn: ast.FunctionDef | None, names: dict) -> tuple | None:
   """(expression, keys left) one step closer to what built the leaf at ``keys`` of ``node``."""
   if isinstance(node, ast.Name):
     if fn is None:
       return None
-    return _local(fn, node.id, keys) if keys else _only_use(fn, node.id)
+    return _local(fn, node.id, keys, node.lineno) if keys else _only_use(fn, node.id)
   if isinstance(node, ast.Call):
-    return _helper(node, keys)
+    return _helper(node, keys, names)
   if not keys:
     return None
   inner = element(node, keys[:1])
@@ -316,13 +318,15 @@ def _built(node: ast.expr, keys: list, fn: ast.FunctionDef | None) -> tuple | No
   return None
 
 
-def _local(fn: ast.FunctionDef, name: str, keys: list) -> tuple | None:
-  """What ``fn`` last stored at the entry ``keys`` of local ``name`` (``grads['w'] = v``),
-  else what it assigned to ``name`` whole (``grads = {...}``, ``dw, db = a, b``)."""
-  found = assigned(fn, name, keys)
+def _local(fn: ast.FunctionDef, name: str, keys: list, line: int) -> tuple | None:
+  """What ``fn`` last stored before ``line`` at the entry ``keys`` of local ``name``
+  (``grads['w'] = v``), else what it assigned to ``name`` whole (``grads = {...}``,
+  ``dw, db = a, b``); a rebinding from itself (``dm = eqx.tree_at(..., dm, ...)``) reads
+  the value before it."""
+  found = assigned(fn, name, keys, line)
   if found is not None:
     return found, []
-  whole = assigned(fn, name, [])
+  whole = assigned(fn, name, [], line)
   if whole is not None and not (isinstance(whole, ast.Name) and whole.id == name):
     return whole, keys
   return None
@@ -349,19 +353,23 @@ _TREE_AT = "tree_at"
 _COPIES = ("dict", "FrozenDict", "freeze", "unfreeze", "copy", "deepcopy")
 
 
-def _helper(call: ast.Call, keys: list) -> tuple | None:
+def _helper(call: ast.Call, keys: list, names: dict) -> tuple | None:
   """Through a call that builds a tree from its arguments: ``eqx.tree_at``,
   ``dataclasses.replace(obj, w=...)`` / ``obj._replace(w=...)`` / flax's ``obj.replace``,
-  ``dict(w=...)`` / ``Params(w=...)`` keywords, and copies (``freeze(d)``, ``dict(d)``)."""
+  ``dict(w=...)`` / ``Params(w=...)`` keywords or positional arguments (of a class whose
+  fields are known), and copies (``freeze(d)``, ``dict(d)``)."""
   name = _called(call)
   if name == _TREE_AT:
-    return _tree_at(call, keys)
+    return _tree_at(call, keys, names)
   replaced = name in ("replace", "_replace") and (
       isinstance(call.func, ast.Attribute) and not call.args
       or name == "replace" and len(call.args) == 1)
   named = [k.value for k in call.keywords if keys and k.arg == keys[0]]
   if named:
     return named[0], keys[1:]
+  fields = _fields(_resolved(call.func, names)) if keys and call.args else ()
+  if keys and keys[0] in fields[:len(call.args)]:
+    return call.args[fields.index(keys[0])], keys[1:]
   if replaced:
     return (call.args[0] if call.args else call.func.value), keys
   if name in _COPIES and len(call.args) == 1:
@@ -369,17 +377,17 @@ def _helper(call: ast.Call, keys: list) -> tuple | None:
   return None
 
 
-def _tree_at(call: ast.Call, keys: list) -> tuple | None:
+def _tree_at(call: ast.Call, keys: list, names: dict) -> tuple | None:
   """``eqx.tree_at(where, tree, replace)``: a leaf under one of ``where``'s paths is the
   replacement's entry (the tuple's, for several paths); any other is ``tree``'s."""
   args = dict(zip(("where", "pytree", "replace"), call.args))
   args.update((k.arg, k.value) for k in call.keywords if k.arg)
-  where, tree = args.get("where"), args.get("pytree")
-  if not isinstance(where, ast.Lambda) or len(where.args.args) != 1 or tree is None:
+  where, tree = _where(args.get("where"), names), args.get("pytree")
+  if where is None or tree is None:
     return None
-  root = where.args.args[0].arg
-  many = isinstance(where.body, (ast.Tuple, ast.List))
-  paths = [_access_keys(e, root) for e in (where.body.elts if many else [where.body])]
+  root, body = where
+  many = isinstance(body, (ast.Tuple, ast.List))
+  paths = [_access_keys(e, root) for e in (body.elts if many else [body])]
   for k, path in enumerate(paths):
     if path is not None and keys[:len(path)] == path:
       if "replace" in args:
@@ -387,6 +395,43 @@ def _tree_at(call: ast.Call, keys: list) -> tuple | None:
       replace_fn = args.get("replace_fn")
       return (replace_fn.body, []) if isinstance(replace_fn, ast.Lambda) else None
   return (tree, keys) if None not in paths else None
+
+
+def _where(node: ast.expr | None, names: dict) -> tuple[str, ast.expr] | None:
+  """(parameter, returned expression) of ``tree_at``'s ``where``: a one-argument lambda,
+  or a function of the rule's globals returning one expression (``def gain_of(m):
+  return m.gain``)."""
+  if isinstance(node, ast.Name) and callable(names.get(node.id)):
+    src = of(names[node.id])
+    rets = src.returns() if src is not None else []
+    node = (ast.Lambda(src.node.args, rets[0].value)
+            if len(rets) == 1 and len(src.node.body) == 1 else None)
+  if not isinstance(node, ast.Lambda) or len(node.args.args) != 1:
+    return None
+  return node.args.args[0].arg, node.body
+
+
+def _resolved(node: ast.expr, names: dict):
+  """The global a name or attribute chain (``Affine``, ``mod.Affine``) stands for; None
+  where it is not one."""
+  if isinstance(node, ast.Name):
+    return names.get(node.id)
+  if isinstance(node, ast.Attribute):
+    owner = _resolved(node.value, names)
+    return getattr(owner, node.attr, None) if isinstance(owner, types.ModuleType) else None
+  return None
+
+
+def _fields(cls) -> tuple[str, ...]:
+  """The fields a class's constructor takes positionally, in order: a NamedTuple's, a
+  dataclass's (an equinox Module is one) init fields; () for anything else."""
+  if not isinstance(cls, type):
+    return ()
+  if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+    return tuple(cls._fields)
+  if dataclasses.is_dataclass(cls):
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init and not f.kw_only)
+  return ()
 
 
 def _access_keys(node: ast.expr, root: str) -> list | None:
@@ -410,13 +455,16 @@ def _called(call: ast.Call) -> str:
   return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
-def assigned(fn: ast.FunctionDef, name: str, keys: list) -> ast.expr | None:
-  """The value of ``fn``'s last statement that sets the entry ``keys`` of local ``name``
+def assigned(fn: ast.FunctionDef, name: str, keys: list,
+             before: int | None = None) -> ast.expr | None:
+  """The value of ``fn``'s last statement (before line ``before``, if given) that sets the
+  entry ``keys`` of local ``name``
   (``[]``: ``name = v``): ``name['w'] = v``, ``name.w.value = v``, or an in-place
   ``name['w'][...] = v`` (which sets the array of the object there, wherever it keeps it)."""
   found = None
   for stmt in ast.walk(fn):
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+        and (before is None or stmt.lineno < before):
       for target, value in _pairs(stmt.targets[0], stmt.value):
         entry = _entry(target, name)
         if entry is not None and (entry[0] == keys or entry[1] and keys[:len(entry[0])] == entry[0]):
