@@ -11,8 +11,8 @@ from __future__ import annotations
 import weakref
 
 import jax
-from jax._src import core
 
+from .capture.compat.private import core
 from . import pipeline
 from .analysis.diagnosis import Diagnosis
 from .analysis.partial_vjp import pull_ones

@@ -19,8 +19,8 @@ import os
 
 import jax
 import numpy as np
-from jax._src import core
 
+from .capture.compat.private import core
 from .analysis import grad_paths, nonfinite, program, replay
 from .analysis.flows import mark_flows, program_inputs
 from .analysis.graph import Graph

@@ -15,8 +15,8 @@ import weakref
 
 import jax
 import numpy as np
-from jax._src import core
 
+from .capture.compat.private import core
 from . import pipeline
 from .analysis import locate, nonfinite, nonfinite_explain, program, replay
 from .analysis.diagnosis import Diagnosis

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-from jax._src import core
 
+from ..capture.compat.private import core
 from . import nonfinite, program
 from .graph import Graph
 from .nonfinite_eval import inexact

@@ -21,8 +21,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core
 
+from ..capture.compat.private import core
 from ..capture.naming.function_names import scope_names
 from . import program
 from .nonfinite import _source

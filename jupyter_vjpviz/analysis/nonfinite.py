@@ -35,8 +35,8 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core
 
+from ..capture.compat.private import core
 from ..capture.naming import frames
 from . import repeated_blocks, replay
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,

@@ -21,9 +21,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core
-from jax._src.interpreters import partial_eval as pe
 
+from ..capture.compat.private import core, pe
 from .partial_vjp import vjp_wrt
 from .program import consts, rule_call, scan_groups, sub_jaxprs
 from .replay import bind   # as written, or as vjpviz's own run (``replay.replaying``)

@@ -9,8 +9,7 @@ is the "double where" trap: the untaken branch gets a zero cotangent, and
 """
 from __future__ import annotations
 
-from jax._src import core
-
+from ..capture.compat.private import core
 from .nonfinite import Culprit, Flow, Summary
 from .nonfinite_eval import CALLS
 from .program import rule_call, sub_jaxprs

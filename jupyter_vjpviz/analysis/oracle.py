@@ -24,9 +24,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core
-from jax._src import custom_derivatives as cd
 
+from ..capture.compat.private import cd, core
 from ..base import trees
 from ..capture import applied, records
 from ..capture.records import RuleSite, Weak

@@ -9,8 +9,8 @@ import inspect
 
 import jax
 import numpy as np
-from jax._src import core
 
+from ..capture.compat.private import core
 from ..capture.naming import function_names
 from ..capture.sites.custom_rules import ct_aval
 

@@ -25,9 +25,8 @@ from typing import Any, NamedTuple
 from collections.abc import Callable, Iterator
 
 import jax
-from jax._src import core
-from jax._src.state.types import AbstractRef
 
+from ..capture.compat.private import core, state
 from ..capture import records
 from ..capture.compat import changed_signatures
 from ..capture.naming import frames, function_names
@@ -726,7 +725,7 @@ def _is_aval(leaf) -> bool:
 
 def _shape_struct(aval):
   """A ShapeDtypeStruct for ``aval``, keeping an explicit sharding (shard_map checks it)."""
-  if isinstance(aval, AbstractRef):
+  if isinstance(aval, state.AbstractRef):
     inner = aval.inner_aval
     return jax.ShapeDtypeStruct(inner.shape, inner.dtype, is_ref=True)
   sharding = getattr(aval, "sharding", None)

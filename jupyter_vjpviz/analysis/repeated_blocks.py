@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
-from jax._src import core
 
+from ..capture.compat.private import core
 from .nonfinite_eval import hashable_params
 from .replay import bind
 

@@ -46,9 +46,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core
 
 from ..capture.compat import changed_signatures, effects
+from ..capture.compat.private import core
 
 BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
 """Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``,

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import custom_derivatives as cd
 
+from ..capture.compat.private import cd
 from ..capture.records import RuleSite
 from . import oracle, replay
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from ..capture.compat.private import source_info_util
 from ..capture.naming import frames as capture_frames
 from ..capture.naming import function_names
 
@@ -217,6 +218,5 @@ def _name(code) -> str:
 
 
 def _where(code, lasti: int) -> str:
-  from jax._src import source_info_util
   frame = source_info_util.raw_frame_to_frame(code, lasti)
   return f"{frame.file_name}:{frame.start_line}"

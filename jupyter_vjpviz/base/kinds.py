@@ -31,6 +31,9 @@ RULES = "custom_vjp"                                  # its __call__, or its fwd
 F_VJP = "_vjp3_bwd|_vjp_pullback_wrapper"             # before JAX 0.8, the pullback wrapper
 WITH_REFS = "_vjp_accum"
 ACCUMULATE = "ct_check"
+JVP = "_flatten_jvp"
+SOLVE = "transposed_fun|_check_shapes"
+HIJAX_BWD = "_accum_args_grad|HiPrim|VJPHiPrimitive"   # before JAX 0.12, the base vjp_bwd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +166,11 @@ _ENTRIES = (
          silent=True),
     Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
          f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp",
-         rule_fixers=("types",), needs=("_flatten_jvp",)),
+         rule_fixers=("types",), needs=(JVP,)),
     Kind("jvp_tangent_structure", lambda d: f"{_who(d)} returned a tangent tree {d.got}; it must "
          f"have the primal output's structure {d.expected}", role="jvp", wrong=STRUCTURE,
-         rule_fixers=("tangent_tree",), needs=("_flatten_jvp",)),
-    Kind("solve_type", _solve, role="solve", needs=("transposed_fun|_check_shapes",)),
+         rule_fixers=("tangent_tree",), needs=(JVP,)),
+    Kind("solve_type", _solve, role="solve", needs=(SOLVE,)),
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in _ENTRIES}

@@ -17,6 +17,11 @@ _DOING = {"capture": "watch this VJP", "analysis": "diagnose", "fixes": "suggest
 """What vjpviz was doing, by the module that failed (its most specific part first)."""
 
 
+class Unavailable(Exception):
+  """A JAX internal this needs is absent from the running JAX: its capability is off, and
+  the capabilities line said so once (``capture.compat.private``); nothing more to say."""
+
+
 def safely(fn: Callable, *args, default: Any = None) -> Any:
   """Run vjpviz's own code; if it fails, say so in one line and carry on.
 
@@ -26,6 +31,8 @@ def safely(fn: Callable, *args, default: Any = None) -> Any:
   """
   try:
     return fn(*args)
+  except Unavailable:
+    return default
   except Exception as e:  # noqa: BLE001 - our bug must not become the user's
     where = getattr(fn, "__qualname__", None) or type(fn).__name__
     if (where, type(e).__name__) not in _reported_failures:

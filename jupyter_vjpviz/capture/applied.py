@@ -19,7 +19,7 @@ import weakref
 
 import jax
 import numpy as np
-from jax._src import core
+from .compat.private import core
 
 KEPT = 8
 """Applications remembered per thread, the latest first out of date."""

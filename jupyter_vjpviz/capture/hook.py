@@ -15,11 +15,11 @@ import sys
 import threading
 
 import jax
-from jax._src import source_info_util, traceback_util
 
 from . import records
 from .code_events import CodeEvents
-from .compat import capabilities
+from .compat import capabilities, private
+from .compat.private import source_info_util, traceback_util
 from .compat.patches import PatchSet
 from .naming import frames
 from .sites import check_sites, custom_rules, entry_points, entry_points_before_0_10, linear_maps
@@ -42,6 +42,11 @@ def install(sink: entry_points.Sink, announce: bool = False) -> None:
 
 def _install(sink: entry_points.Sink, announce: bool) -> None:
   global _excluded
+  core = [n.key for n in private.missing() if n.capability == private.EVERYTHING]
+  if core:   # JAX's data model moved: nothing of vjpviz can read a program
+    print(f"vjpviz is off on jax {jax.__version__}: JAX lacks {', '.join(core)} "
+          "(capture/compat/private.py).", file=sys.stderr)
+    return
   if not _excluded:
     # Our wrapper frames must look like JAX's own: hidden from filtered
     # tracebacks and never taken for the user's call site.
@@ -56,7 +61,7 @@ def _install(sink: entry_points.Sink, announce: bool) -> None:
   check_sites.install(_patches, sink, events)
   linear_maps.install(_patches, sink, events)
   caps = capabilities.of(hook_points()[0])
-  if not caps.tested or caps.missing or _patches.skipped:
+  if not caps.tested or caps.missing or caps.off or _patches.skipped:
     print(f"{caps.line()}; {len(_patches.skipped)} hook points skipped (%vjpviz says why).",
           file=sys.stderr)
   elif announce:

@@ -17,8 +17,8 @@ import dataclasses
 import weakref
 
 import jax
-from jax._src import core
 
+from ..capture.compat.private import core
 from .. import pipeline
 from ..analysis import flows, nonfinite, replay
 from ..analysis.diagnosis import Diagnosis

@@ -26,8 +26,8 @@ from typing import Any
 from collections.abc import Iterator
 
 import jax
-from jax._src import core
 
+from ..capture.compat.private import core
 from ..analysis.diagnosis import Fix
 from ..base import kinds, syntax, trees
 from ..capture import records

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax._src import core
 
+from ..capture.compat.private import core
 from ..analysis import nonfinite, oracle, replay
 from ..analysis.diagnosis import UNVERIFIABLE, VERIFIED, Fix
 from ..analysis.locate import source_line

@@ -23,10 +23,9 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
-from jax._src import core
-from jax._src import custom_derivatives as cd
 
 from ..analysis import oracle, tangents
+from ..capture.compat.private import cd, core
 from ..analysis.diagnosis import Diagnosis
 from ..base import kinds, trees
 from ..capture import records

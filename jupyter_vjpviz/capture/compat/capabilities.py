@@ -16,15 +16,15 @@ import jax
 
 from ...base import kinds
 from ..sites import vjp3_rules
+from . import private
 
 TESTED = ("0.6", "0.12")   # the oldest and newest JAX minor versions the test script runs
-_HIJAX_BWD = "_accum_args_grad|HiPrim|VJPHiPrimitive"   # before JAX 0.12, the base vjp_bwd
 
 NEEDS: dict[str, tuple[str, ...]] = {k.name: k.needs for k in kinds.KINDS.values() if k.needs}
 """The hook points each kind is recorded at (``Kind.needs``): all must be hooked."""
 
 SOURCES: dict[str, tuple[str, ...]] = {
-    "hijax primitives": (_HIJAX_BWD,),
+    "hijax primitives": (kinds.HIJAX_BWD,),
 }
 """Rules other than custom_vjp whose bwd is checked, and the hook points that takes."""
 
@@ -37,6 +37,7 @@ class Capabilities:
   sources: tuple[str, ...]        # rule sources beyond custom_vjp that are watched
   hijax_path: bool                # custom_vjp under jax_custom_vjp3 is watched
   tested: bool                    # this JAX's minor version is in TESTED's range
+  off: tuple[str, ...] = ()       # "name: what it costs", for each private name JAX lacks
 
   def line(self) -> str:
     """One line: what this JAX gets, for ``%load_ext`` and ``%vjpviz``."""
@@ -44,20 +45,35 @@ class Capabilities:
     path = "" if self.hijax_path else "; its jax_custom_vjp3 path is not watched"
     missing = f"; not on this JAX: {', '.join(self.missing)}" if self.missing else ""
     tested = "" if self.tested else f" (tested on jax {TESTED[0]} to {TESTED[1]})"
+    off = f"; off, JAX lacking {'; '.join(self.off)}" if self.off else ""
     return (f"vjpviz on jax {self.jax}{tested}: diagnoses {', '.join(self.kinds)} "
-            f"in {rules} rules{path}{missing}")
+            f"in {rules} rules{path}{missing}{off}")
 
 
 def of(points: list[str]) -> Capabilities:
-  """What the wrapped hook ``points`` let vjpviz diagnose on the running JAX."""
+  """What the wrapped hook ``points`` let vjpviz diagnose on the running JAX, less what
+  the private names it lacks cost (``private.missing()``: each entry's capability)."""
   hooked = {name for point in points for name in re.split(r"[.\s]", point)}
-  has = lambda need: all(hooked.intersection(n.split("|")) for n in need)
+  gone = private.missing()
+  lost = {alt for name in gone for alt in name.capability.split("|")}
+  wrapped = lambda need: all(hooked.intersection(n.split("|")) for n in need)
+  has = lambda need: wrapped(need) and not lost.intersection(a for n in need for a in n.split("|"))
   kinds = tuple(k for k, need in NEEDS.items() if has(need))
   return Capabilities(
       jax=jax.__version__, kinds=kinds,
-      missing=tuple(k for k in NEEDS if k not in kinds),
+      missing=tuple(k for k in NEEDS if not wrapped(NEEDS[k])),
       sources=tuple(s for s, need in SOURCES.items() if has(need)),
-      hijax_path=_hijax_path_watched(has), tested=_tested())
+      hijax_path=_hijax_path_watched(has), tested=_tested(),
+      off=tuple(f"{name.key}: {_cost(name)}" for name in gone))
+
+
+def _cost(name: private.Name) -> str:
+  """What a private name's absence takes: the kinds recorded at its capability, or the
+  capability itself (fixes, NaN localisation, ...)."""
+  alts = set(name.capability.split("|"))
+  lost = [k for k, need in {**NEEDS, **SOURCES}.items()
+          if alts.intersection(a for n in need for a in n.split("|"))]
+  return ", ".join(lost) or name.capability
 
 
 def no_monitoring() -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 
-from jax._src import source_info_util
+from .private import source_info_util
 
 _FRAME_OF_SOURCE_INFO = "source_info" in inspect.signature(source_info_util.user_frame).parameters
 

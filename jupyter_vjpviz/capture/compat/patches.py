@@ -10,6 +10,8 @@ import dataclasses
 from typing import Any
 from collections.abc import Callable
 
+from . import private
+
 _MISSING = object()
 
 
@@ -42,7 +44,14 @@ class PatchSet:
 
   def apply(self, owner: Any, name: Any,
             make_replacement: Callable[[Any], Any]) -> None:
-    """Replace ``owner.name`` with ``make_replacement(original)``; skip if absent."""
+    """Replace ``owner.name`` with ``make_replacement(original)``; skip if absent. An
+    ``owner`` of the private names' registry means where JAX keeps that name."""
+    if isinstance(owner, private.Namespace):
+      place = private.owner(f"{owner}.{name}")
+      if place is None:
+        self.skip(f"{owner}.{name}", "absent in this JAX")
+        return
+      owner, name = place
     original = _get(owner, name)
     if original is _MISSING:
       self.skip(label(owner, name), "absent in this JAX")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
+from ..compat.private import source_info_util
+
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -68,7 +70,6 @@ def user_frame(traceback):
   """The innermost frame of the user's own code (JAX only skips its own files), or None."""
   if traceback is None:
     return None
-  from jax._src import source_info_util
   codes, lasti = traceback.raw_frames()
   for code, i in zip(codes, lasti):
     if _users(code.co_filename):
@@ -80,7 +81,6 @@ def live_user_frame(frame):
   """The innermost frame of the user's own code on the live stack from ``frame`` out, or
   None. JAX's traceback of a function jitted itself (``jax.jit(rule)``) starts at that
   function: the user's call of the jitted function is only on the live stack."""
-  from jax._src import source_info_util
   while frame is not None and not _users(frame.f_code.co_filename):
     frame = frame.f_back
   if frame is None:
@@ -90,5 +90,4 @@ def live_user_frame(frame):
 
 
 def _users(filename: str) -> bool:
-  from jax._src import source_info_util
   return not library_file(filename) and source_info_util.is_user_filename(filename)

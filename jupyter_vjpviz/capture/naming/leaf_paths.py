@@ -12,7 +12,7 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 import jax
-from jax._src import core
+from ..compat.private import core
 
 MISSING = "missing"
 """A leaf one side of the comparison does not have."""

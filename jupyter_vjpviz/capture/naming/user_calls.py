@@ -22,9 +22,8 @@ import types
 
 import jax
 import numpy as np
-from jax._src import core
-from jax._src import custom_derivatives as cd
 
+from ..compat.private import cd, core
 from ...base import safety
 from ..records import Origin, Session
 from . import arguments, code_watch, function_names, library_wrappers

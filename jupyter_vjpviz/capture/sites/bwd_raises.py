@@ -18,8 +18,8 @@ import textwrap
 
 import jax
 import numpy as np
-from jax._src import core
 
+from ..compat.private import core
 from ...base import syntax, trees
 from .. import records
 from ..naming import leaf_paths

@@ -13,15 +13,12 @@ import types
 from collections.abc import Callable
 
 import jax
-from jax._src import api, core, pjit
-from jax._src import custom_derivatives as cd
-from jax._src.interpreters import ad
-from jax._src.interpreters import partial_eval as pe
 
+from ..compat.private import ad, api, cd, core, pe, pjit
 from ...base import safety, trees
 from .. import records
 from ..code_events import CodeEvents
-from ..compat import dtype_exemption, jax_flags
+from ..compat import dtype_exemption, jax_flags, private
 from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
@@ -36,7 +33,7 @@ def install(patches: PatchSet, sink: Callable | None = None,
   _install_custom_vjp(patches, events)
   hijax_prims.install(patches)
   jvp_rules.install(patches)
-  if sink is not None:
+  if sink is not None and private.has("pjit._run_python_pjit"):
     patches.apply(pjit, "_run_python_pjit", lambda o: wrap_run_staged(o, sink))
 
 
@@ -245,7 +242,7 @@ def _install_rules_of(cls, patches: PatchSet, events: CodeEvents | None) -> None
       patches.apply(cls, name, lambda default, name=name: RuleAttribute(name, code, default))
     else:
       patches.add(cls, name, RuleAttribute(name, code))
-  if events is not None:
+  if events is not None and private.has("cd.custom_vjp.__call__"):   # its locals read by name
     events.watch(code, _applied)
   else:
     patches.apply(cls, "__call__", _wrap_custom_vjp_call)

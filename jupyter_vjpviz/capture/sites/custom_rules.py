@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import sys
 import threading
 import weakref
@@ -20,10 +19,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import core, source_info_util
-from jax._src import custom_derivatives as cd
-from jax._src.state.types import AbstractRef
 
+from ..compat.private import cd, core, hijax, source_info_util, state
 from ...base import kinds, safety, surrogates, trees
 from .. import applied, records
 from ..compat import dtype_exemption, jax_flags
@@ -251,7 +248,7 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   user's function returned, which JAX closure-converts in fwd; its debug info
   says which function that was and where it is defined.
   """
-  closed = getattr(cd, "Residuals", None)
+  closed = cd.Residuals
   if closed is None or not isinstance(res, closed):
     return site
   rule, rule_source = function_names.function_of(res.jaxpr)
@@ -390,10 +387,9 @@ def _defer_fwd_check(cvjp, args, out, site) -> None:
 # custom_vjp's ``_flatten_fwd`` (its ``maybe_out_type``, filled once JAX has traced the
 # primal: under jit, checkpoint, scan, ...), hijax's fwd ``rule`` (its ``traced``) and, on
 # JAX 0.9 to 0.11, ``CustomVJPTraced.vjp_fwd`` of the custom_vjp3 class (its ``self``).
-_HIJAX_FILE = os.path.join(os.path.dirname(cd.__file__), "hijax.py")
 _JAX_FWD_CALLERS = {("_flatten_fwd", cd.__file__): ("maybe_out_type", None),
-                    ("rule", _HIJAX_FILE): ("traced", "out_avals"),
-                    ("vjp_fwd", _HIJAX_FILE): ("self", "out_aval")}
+                    ("rule", hijax.__file__): ("traced", "out_avals"),
+                    ("vjp_fwd", hijax.__file__): ("self", "out_aval")}
 
 
 def _jax_primal_out(frame, depth: int = 12):
@@ -661,7 +657,7 @@ def _cannot_compare(expected, got, error: Exception) -> None:
 
 
 def ct_aval(primal):
-  if isinstance(primal, AbstractRef):
+  if isinstance(primal, state.AbstractRef):
     primal = primal.inner_aval
   # JAX before 0.10 has no to_ct_aval: there a cotangent's type is the tangent's.
   return getattr(primal, "to_ct_aval", primal.to_tangent_aval)()

@@ -14,7 +14,8 @@ import weakref
 from collections.abc import Callable
 
 import jax
-from jax._src import api, core, traceback_util
+from ..compat.private import api, core, traceback_util
+from ..compat import private
 
 from ...base import safety
 from .. import records
@@ -92,28 +93,20 @@ def install(patches: PatchSet, sink: Sink, events: CodeEvents | None = None) -> 
   patches.apply(api, "_vjp3_bwd", lambda o: _wrap_backward(o, sink))
 
 
-_REQUIRED = {"vjp": ("fun", "primals"), "_vjp3_callable": ("jaxpr",),
-             "_vjp3_bwd": ("jaxpr", "out_tree", "out_primal_avals", "out_ct")}
+_WATCHED = ("vjp", "_vjp3_callable", "_vjp3_bwd")
 
 
 def _watch(events: CodeEvents, sink: Sink) -> bool:
   """Watch the three entry points' frames; False (nothing watched) on a JAX whose
-  functions do not have the parameters read here."""
-  codes = {name: getattr(getattr(api, name), "__wrapped__", getattr(api, name)).__code__
-           for name in _REQUIRED}
-  if not all(set(need) <= set(_parameters(codes[n])) for n, need in _REQUIRED.items()):
+  functions do not have the parameters read here (``private``'s entries say which)."""
+  if not all(private.has(f"api.{name}") for name in _WATCHED):
     return False
+  codes = {name: inspect.unwrap(getattr(api, name)).__code__ for name in _WATCHED}
   finish = lambda opened, value, exc: _finish(opened, value, exc)
   events.watch(codes["vjp"], lambda frame: _vjp_started(frame, sink), finish)
   events.watch(codes["_vjp3_callable"], lambda frame: _call_started(frame, sink), finish)
   events.watch(codes["_vjp3_bwd"], lambda frame: _backward_started(frame, sink), finish)
   return True
-
-
-def _parameters(code) -> tuple[str, ...]:
-  n = (code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
-       + bool(code.co_flags & inspect.CO_VARKEYWORDS))
-  return code.co_varnames[:n]
 
 
 def _vjp_started(frame, sink):

@@ -18,7 +18,8 @@ JAX accepted while tracing is told once the program ran (or failed lowering).
 """
 from __future__ import annotations
 
-from jax._src import api, pjit
+from ..compat.private import api, pjit
+from ..compat import private
 
 from ...base import safety
 from .. import records
@@ -28,11 +29,11 @@ from . import check_sites, entry_points
 
 
 def install(patches: PatchSet, sink: entry_points.Sink) -> None:
-  if hasattr(api, "_vjp"):
+  if private.has("api._vjp"):
     patches.apply(api, "_vjp", lambda o: _wrap_vjp(o, sink))
-  if hasattr(api, "_vjp_pullback_wrapper"):
+  if private.has("api._vjp_pullback_wrapper"):
     patches.apply(api, "_vjp_pullback_wrapper", lambda o: _wrap_pullback(o, sink))
-  if not hasattr(pjit, "_run_python_pjit") and hasattr(pjit, "_python_pjit_helper"):
+  if private.has("pjit._python_pjit_helper"):
     patches.apply(pjit, "_python_pjit_helper", lambda o: check_sites.wrap_run_staged(o, sink))
 
 

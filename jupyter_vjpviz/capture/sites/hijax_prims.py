@@ -19,8 +19,8 @@ import threading
 import weakref
 
 import jax
-from jax._src import core
-from jax._src.interpreters import ad
+from ..compat.private import ad, core, hijax
+from ..compat import private
 
 from ...base import safety
 from .. import records
@@ -61,15 +61,13 @@ _local = _Local()
 
 
 def install(patches: PatchSet) -> None:
-  try:
-    from jax._src import hijax
-    lin_p, prim_p = hijax.call_hi_primitive_linearized_p, hijax.call_hi_primitive_p
-  except (ImportError, AttributeError):
+  if not all(map(private.has, ("hijax.call_hi_primitive_p", "hijax.call_hi_primitive_linearized_p",
+                               "ad.primitive_linearizations", "ad.fancy_transposes"))):
     patches.skip("hijax primitives", "absent in this JAX")
     return
-  patches.apply(ad.primitive_linearizations, prim_p, _wrap_linearize)
-  patches.apply(ad.fancy_transposes, lin_p, _wrap_transpose)
-  if hasattr(hijax, "_accum_args_grad"):
+  patches.apply(ad.primitive_linearizations, hijax.call_hi_primitive_p, _wrap_linearize)
+  patches.apply(ad.fancy_transposes, hijax.call_hi_primitive_linearized_p, _wrap_transpose)
+  if private.has("hijax._accum_args_grad"):
     patches.apply(hijax, "_accum_args_grad", _wrap_accum_args_grad)
   elif hijax_rules.HiPrim is not None:   # before JAX 0.12 the default vjp_bwd accumulates inline
     patches.apply(hijax_rules.HiPrim, "vjp_bwd", _wrap_default_vjp_bwd)

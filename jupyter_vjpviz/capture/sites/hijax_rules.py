@@ -17,11 +17,9 @@ from collections.abc import Callable
 
 import jax
 
-try:
-  from jax._src import hijax as _hijax
-except ImportError:   # a JAX without hijax
-  _hijax = None
-HiPrim = getattr(_hijax, "HiPrim", None) or getattr(_hijax, "VJPHiPrimitive", None)
+from ..compat.private import ad, hijax
+
+HiPrim = hijax.HiPrim
 """The class a user's hijax primitive subclasses: ``HiPrim`` (JAX 0.11 on), before it
 ``VJPHiPrimitive`` (0.8 to 0.10); None where JAX has neither."""
 
@@ -152,7 +150,6 @@ def _into_value_accums(prim, res, ct):
   """An accumulator rule run as JAX 0.12's ``vjp_bwd_retval_logs`` runs it (older JAX
   returns nothing there, or has no such method): handed value accumulators (a Ref input's
   of its contents), their values returned."""
-  from jax._src.interpreters import ad
   accums = [ad.ValAccum(getattr(a, "inner_aval", a).to_ct_aval()) for a in prim.in_avals_flat]
   prim.vjp_bwd(res, ct, *jax.tree_util.tree_unflatten(prim.in_tree, accums))
   return jax.tree_util.tree_unflatten(prim.in_tree, [a.freeze() for a in accums])

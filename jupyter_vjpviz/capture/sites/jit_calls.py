@@ -14,8 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from jax._src import api, core, pjit
-
+from ..compat.private import api, core, pjit
 from ...base import safety
 from ..compat.patches import PatchSet
 
@@ -28,7 +27,7 @@ def watching(observer):
       observer, fun, args, kwargs, outs))
   patches = PatchSet()
   patches.apply(pjit, "_run_python_pjit", lambda original: _compiling(original, tell))
-  state = getattr(api, "_post_hook_state", None)
+  state = api._post_hook_state
   previous = state.swap_local(_cached(state.value, tell)) if state is not None else None
   try:
     yield patches

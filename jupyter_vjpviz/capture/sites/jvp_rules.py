@@ -16,11 +16,9 @@ import sys
 import weakref
 
 import jax
-from jax._src import core
-from jax._src import custom_derivatives as cd
-from jax._src import linear_util as lu
-from jax._src.ad_util import Zero
 
+from ..compat import private
+from ..compat.private import ad, cd, core, hijax, lu
 from ...base import safety
 from .. import records
 from ..compat import custom_jvp3 as jvp3_compat
@@ -33,9 +31,8 @@ from .custom_rules import kept_argument
 
 def install(patches: PatchSet) -> None:
   patches.apply(cd, "_flatten_jvp", _wrap_flatten_jvp)
-  if "jax_custom_jvp3" in jax.config.values:
-    from jax._src import hijax
-    patches.apply(getattr(hijax, "custom_jvp3", None), "__call__", _wrap_jvp3_call)
+  if "jax_custom_jvp3" in jax.config.values and private.has("hijax.custom_jvp3"):
+    patches.apply(hijax.custom_jvp3, "__call__", _wrap_jvp3_call)
 
 
 def _wrap_jvp3_call(original):
@@ -176,7 +173,7 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
   found = []
   for (path, p), t in zip(primals, tangents):
     want = core.typeof(p).strip_weak_type().to_tangent_aval()
-    got = (t.aval if isinstance(t, (cd.SymbolicZero, Zero)) else core.typeof(t)).strip_weak_type()
+    got = (t.aval if isinstance(t, (cd.SymbolicZero, ad.Zero)) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
       found.append(Record(
           kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=source,

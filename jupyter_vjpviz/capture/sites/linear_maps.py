@@ -24,9 +24,9 @@ import inspect
 import sys
 
 import jax
-from jax._src import api, core
-from jax._src.interpreters import partial_eval as pe
 
+from ..compat import private
+from ..compat.private import api, core, pe, solves
 from ...base import kinds, safety, trees
 from .. import records
 from ..code_events import CodeEvents
@@ -39,7 +39,7 @@ from . import check_sites, hijax_prims, hijax_rules
 
 def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
   start = lambda frame: frame if records.active() else None
-  code = safety.safely(_transposed_code, default=None)
+  code = safety.safely(_transposed_code, default=None) if private.has("api.linear_transpose") else None
   if code is None:
     patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
   elif events is None or not events.watch_raises(code, start, lambda frame, _value, exc: _report(
@@ -47,10 +47,6 @@ def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
       safety.safely(linear_origin, frame))):
     patches.skip("linear_transpose's transposed_fun", "watched only at raise statements of "
                  "their own, with sys.monitoring")
-  try:
-    from jax._src.lax.control_flow import solves
-  except ImportError:
-    return
   check = getattr(getattr(solves, "_check_shapes", None), "__code__", None)
   if events is None or check is None or not events.watch_raises(
       check, start, lambda frame, _value, exc: _report([safety.safely(shapes_record, frame)],

@@ -21,8 +21,8 @@ import weakref
 
 import jax
 import numpy as np
-from jax._src import core
 
+from ..compat.private import core
 from ..records import Record, Strong
 
 BUDGET = 400       # objects looked at; a rule set needing more is not held

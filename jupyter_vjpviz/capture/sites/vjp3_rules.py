@@ -15,16 +15,17 @@ import functools
 import weakref
 
 import jax
-from jax._src import custom_derivatives as cd
+from ..compat.private import cd, config
+from ..compat import private
 
 
 @functools.cache
 def separate_class() -> type | None:
   """The class ``jax.custom_vjp`` makes under ``jax_custom_vjp3`` when it is not
   ``custom_vjp`` (JAX 0.9 to 0.11); None where it is, or where the flag is absent."""
-  if "jax_custom_vjp3" not in jax.config.values:
+  if "jax_custom_vjp3" not in jax.config.values or not private.has("config.custom_vjp3"):
     return None
-  with cd.config.custom_vjp3(True):
+  with config.custom_vjp3(True):
     made = jax.custom_vjp(lambda x: x)
   return None if isinstance(made, cd.custom_vjp) else type(made)
 
@@ -70,3 +71,16 @@ def as_custom_vjp(rule):
     cd.custom_vjp.defvjp(view, rules[0], rules[1], symbolic_zeros=rules[2],
                          optimize_remat=rules[3])
   return view
+
+
+def names(value, cvjp) -> bool:
+  """Whether a name bound to ``value`` in the user's code names ``cvjp``: the custom_vjp
+  itself, or the user's ``custom_vjp3`` a ``CustomVjp3`` stands for."""
+  user = getattr(cvjp, "_user", None)
+  return value is cvjp or (user is not None and value is user())
+
+
+def primal_attribute(cvjp) -> str:
+  """How the user's object exposes its primal: ``.fun`` on a custom_vjp, ``.f`` on the
+  ``custom_vjp3`` a ``CustomVjp3`` stands for."""
+  return "f" if isinstance(cvjp, CustomVjp3) else "fun"
