@@ -98,14 +98,6 @@ KERNELS = {
     "bwd_value (gradcheck)": (always, gradcheck_of_doubled_rule),
 }
 
-def _vjp3_class_watched() -> bool:
-  """Whether a custom_vjp made under jax_custom_vjp3 is read as one: on JAX 0.12 it is a
-  custom_vjp; on 0.9 to 0.11 it is hijax's own class, whose diagnoses vjpviz makes alike
-  but whose fixes it judges otherwise (some verified fixes missing): a known gap, left out here."""
-  from jupyter_vjpviz.capture.sites import vjp3_rules
-  return vjp3_rules.separate_class() is None
-
-
 SETTINGS = {**{name: (name,) for name in jax_features.UPGRADE_FLAGS},
             "all together": jax_features.UPGRADE_FLAGS}
 
@@ -167,8 +159,6 @@ def test_each_kind_is_diagnosed_alike_with_the_upgrade_flags_off_and_on(kernel):
   compared = []
   for setting, flags in SETTINGS.items():
     flags = tuple(f for f in flags if f in jax.config.values)
-    if "jax_custom_vjp3" in flags and not _vjp3_class_watched():
-      flags = tuple(f for f in flags if f != "jax_custom_vjp3")
     if not flags:
       continue
     plain, hooked, found = run(thunk, flags)

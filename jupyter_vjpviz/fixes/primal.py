@@ -19,6 +19,7 @@ import jax
 
 from ..analysis.diagnosis import Fix
 from ..base import kinds, trees
+from ..capture.sites import vjp3_rules
 from ..capture.sites.custom_rules import ct_aval
 from . import dtypes, source, verify
 from .source import RuleSource
@@ -212,8 +213,9 @@ def _primal_name(rule) -> str | None:
   if method and bound:
     return f"{bound[0]}.{method}"
   cvjp = rule.d.site.custom_rule()
-  name = next((k for k, v in verify.namespace(rule.user_rules).items() if v is cvjp), None)
-  return f"{name}.fun" if name else None
+  name = next((k for k, v in verify.namespace(rule.user_rules).items()
+               if vjp3_rules.names(v, cvjp)), None)
+  return f"{name}.{vjp3_rules.primal_attribute(cvjp)}" if name else None
 
 
 def _fresh(name: str, used: list[str]) -> str:

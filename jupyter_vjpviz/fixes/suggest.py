@@ -25,6 +25,7 @@ from ..base import kinds, trees
 from ..base.safety import safely
 from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
+from ..capture.sites import vjp3_rules
 from ..capture.sites.custom_rules import ct_aval
 from . import calls, candidates, dtypes, exprs, primal, rank, returns, rule_text, source, verify
 from .source import RuleSource
@@ -405,7 +406,8 @@ def _fwd_fixes(rule: Rule) -> list[Fix]:
 
 
 def _primal_call(rule: Rule) -> str | None:
-  name = next((k for k, v in rule.globals.items() if v is rule.d.site.custom_rule()), None)
+  cvjp = rule.d.site.custom_rule()
+  name = next((k for k, v in rule.globals.items() if vjp3_rules.names(v, cvjp)), None)
   return f"{name}({', '.join(rule.src.params)})" if name else None
 
 
