@@ -156,7 +156,8 @@ NAMES: tuple[Name, ...] = (
        params=("jaxpr", "out_tree", "out_primal_avals", "out_ct"), since="0.7",
        why="every backward pass starts there: the session the check sites fill"),
     _n("api._vjp", f"{_API}:_vjp", kinds.F_VJP, until="0.10"),
-    _n("api._vjp_pullback_wrapper", f"{_API}:_vjp_pullback_wrapper", kinds.F_VJP, until="0.9"),
+    _n("api._vjp_pullback_wrapper", f"{_API}:_vjp_pullback_wrapper", EVERYTHING, until="0.7",
+       why="every backward pass starts there before _vjp3_bwd (JAX 0.7; it stays until 0.9)"),
     _n("api._vjp_accum", f"{_API}:_vjp_accum", kinds.WITH_REFS, since="0.11"),
     _n("api._is_ref", f"{_API}:_is_ref", kinds.WITH_REFS, since="0.7"),
     _n("api._post_hook_state", f"{_API}:_post_hook_state", JIT_RUNS, None, since="0.8",
@@ -279,11 +280,16 @@ def missing() -> list[Name]:
   return [n for n in NAMES if n.key not in _found and _due(n)]
 
 
+def _release(version: str) -> tuple[int, ...]:
+  return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+_HERE = _release(jax.__version__)   # as imported: the JAX these names were resolved in
+
+
 def _due(name: Name) -> bool:
   """Whether the running JAX is one that has ``name`` (``since`` <= it < ``until``)."""
-  minor = lambda v: tuple(int(p) for p in v.split(".")[:3] if p.isdigit())
-  here = minor(jax.__version__)
-  return minor(name.since) <= here and (name.until is None or here < minor(name.until))
+  return _release(name.since) <= _HERE and (name.until is None or _HERE < _release(name.until))
 
 
 @contextlib.contextmanager
