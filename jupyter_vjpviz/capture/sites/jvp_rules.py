@@ -135,7 +135,7 @@ class Applied:
 
 
 def _is_zero(t) -> bool:
-  return isinstance(t, (cd.SymbolicZero, Zero))
+  return isinstance(t, (cd.SymbolicZero, ad.Zero))
 
 
 def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
