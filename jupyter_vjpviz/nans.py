@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import sys
 import time
 import weakref
 
@@ -224,14 +226,42 @@ def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | None:
     print(f"vjpviz: {function_names.function_name(fun)}'s inputs were donated to it; call it without "
           "donate_argnums to localise its NaN")
     return None
+  args, kwargs = _detached(args, kwargs)
   try:
     with (_hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit(),
-          replay.quiet() if ran else contextlib.nullcontext()):
+          _replayable_nnx(), replay.quiet() if ran else contextlib.nullcontext()):
       fun(*args, **kwargs)
   except replay.NotJudged as e:
     print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
     return None
   return watch.diagnose()
+
+
+def _detached(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+  """The call's flax nnx modules cloned (their arrays shared, not copied), so that running
+  the step again leaves the user's own model and optimizer as they were."""
+  nnx = sys.modules.get("flax.nnx")
+  if nnx is None or not any(isinstance(x, nnx.Pytree) for x in (*args, *kwargs.values())):
+    return args, kwargs
+  return nnx.clone((args, kwargs))
+
+
+@contextlib.contextmanager
+def _replayable_nnx():
+  """flax's ``nnx.grad``/``nnx.value_and_grad`` meanwhile (where flax is loaded) hand
+  ``jax.vjp`` their tree-mode function (``graph_updates=False``), which takes the modules'
+  states and can be run again: their graph-mode one reads the 'grad' update context of
+  the call it came from and pops a deque of its states."""
+  nnx = sys.modules.get("flax.nnx")
+  names = ("grad", "value_and_grad") if nnx is not None else ()
+  originals = [getattr(nnx, name) for name in names]
+  for name, original in zip(names, originals):
+    setattr(nnx, name, functools.partial(original, graph_updates=False))
+  try:
+    yield
+  finally:
+    for name, original in zip(names, originals):
+      setattr(nnx, name, original)
 
 
 @jax.jit
