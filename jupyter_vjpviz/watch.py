@@ -14,9 +14,18 @@ Listeners (``add_listener``: the panel's channel registers one) hear of a watch 
 every ``PUSH_EVERY`` seconds, from a call; they read the series landed so far (``landed``,
 ``series``: downsampled, one line per layer, the events), never waiting for a copy.
 A throttled call leaves a timer behind (one thread, ended by its push or ``close``) so
-that a loop's last steps land without another call. The last call's arguments are kept
-(a reference, no copy), and the first non-finite step's as a host copy, so that
-``vv.nans`` can run on them (the panel's button on a non-finite event).
+that a loop's last steps land without another call.
+
+The last call's arguments are kept (a reference, no copy), so that ``vv.nans`` can run on
+them (the panel's button on a non-finite event); the first non-finite step's too, at no
+cost per step, best-effort: at the next call (or a read), the last call's are kept on if
+its health array is already on the host (``is_ready``, never waited for) and not finite.
+An accelerator running steps behind the host can miss it (then a later non-finite call
+is kept, if any is seen so), and arguments donated to the step, or live nnx modules
+(updated in place: the kept call holds their state after the step), cannot be kept so.
+``keep_first_nonfinite=True`` keeps that step exactly, as a host copy made inside the
+compiled step, at the price of a host callback compiled into every step (~2 ms a step on
+a TPU even when its branch is not taken: benchmarks/watch_overhead.py).
 """
 from __future__ import annotations
 
@@ -60,14 +69,18 @@ class LeafEvents:
 class Watched:
   """A jitted training step that records its gradient's health per call."""
 
-  def __init__(self, step, stayed: int = STAYED, keep: bool = True):
+  def __init__(self, step, stayed: int = STAYED, keep: bool = True,
+               keep_first_nonfinite: bool = False):
     self.__wrapped__, self.stayed, self.keep = step, stayed, keep
+    self.keep_first_nonfinite = keep_first_nonfinite
     self.id = f"w{next(_ids)}"
     _watches[self.id] = self
     self._calls = 0
-    self._kept: tuple | None = None   # (step, args, kwargs) of the last call
-    self._first_bad: tuple | None = None   # (step, tree, leaves) of the first non-finite one
+    self._kept: tuple | None = None   # (step, args, kwargs, health) of the last call
+    self._first_bad: tuple | None = None   # (step, () -> (args, kwargs)) of the first
+                                           # non-finite call: _kept's, or a host copy
     self._armed = None    # on the device: [no non-finite step yet, calls so far]
+    self._live = False    # the step's gradient is of live nnx modules
     self._pushed_at = self._called_at = 0.0
     self._timer: threading.Timer | None = None
     self._lock = threading.Lock()    # the steps' arrays, read by a trailing push's thread
@@ -81,15 +94,19 @@ class Watched:
     self._direct = _jitted_as(step, self._traced)
 
   def __call__(self, *args, **kwargs):
-    self._kept = (self._calls, args, kwargs) if self.keep else None
+    kept = (self._calls, args, kwargs)
     self._calls += 1
-    if self._armed is None:
-      self._armed = jnp.array([1, 0], jnp.int32)
-    kwargs = {**kwargs, ARMED: self._armed}
+    if self.keep_first_nonfinite:
+      if self._armed is None:
+        self._armed = jnp.array([1, 0], jnp.int32)
+      kwargs = {**kwargs, ARMED: self._armed}
     if self._direct is not None:
-      out, health, self._armed = self._direct(*args, **kwargs)
+      out, health, armed = self._direct(*args, **kwargs)
     else:
-      out, health, self._armed = self._filtered(args, kwargs)
+      out, health, armed = self._filtered(args, kwargs)
+    self._armed = armed if self.keep_first_nonfinite else None
+    self._promote()
+    self._kept = (*kept, health) if self.keep else None
     with self._lock:
       self._pending.append(health)
       if len(self._pending) == BATCH:   # one dispatch and one async copy per BATCH steps
@@ -104,6 +121,19 @@ class Watched:
         self._timer.name, self._timer.daemon = "vjpviz-watch-push", True
         self._timer.start()
     return out
+
+  def _promote(self) -> None:
+    """The last call's arguments kept as the first non-finite step's, if none is yet, its
+    health array is on the host already and not finite, and they are intact (not donated,
+    not live modules updated in place since)."""
+    if self._kept is None or self._first_bad is not None or self.keep_first_nonfinite:
+      return
+    health = self._kept[3]
+    if self._live or not health.is_ready() or np.isfinite(np.asarray(health)).all():
+      return
+    step, args, kwargs, _ = self._kept
+    if not any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
+      self._first_bad = (step, lambda: (args, kwargs))
 
   def _flush(self) -> None:
     """The pending steps' arrays stacked and copied to the host (held: ``_lock``)."""
@@ -140,7 +170,7 @@ class Watched:
   def _traced(self, *args, **kwargs):
     """The step's outputs, its first gradient's squared norm per leaf, and ``ARMED``
     carried on (``_guarded``)."""
-    armed = kwargs.pop(ARMED)
+    armed = kwargs.pop(ARMED, None)
     call = (args, kwargs)
     box: list = []
     with _seen_through(box):
@@ -149,6 +179,7 @@ class Watched:
       raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
                        "eqx.filter_value_and_grad, nnx.value_and_grad)")
     grads, live = box[0]
+    self._live = live
     flat = [(leaf_paths.without_value(kp) if live else kp, g)
             for kp, g in jax.tree_util.tree_flatten_with_path(grads)[0]
             if isinstance(g, jax.Array) and jnp.issubdtype(g.dtype, jnp.inexact)]
@@ -156,13 +187,14 @@ class Watched:
                   for kp, _ in flat]
     self._keypaths = [kp for kp, _ in flat]
     health = jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
-    return out, health, self._guarded(health, armed, call)
+    return out, health, None if armed is None else self._guarded(health, armed, call)
 
   def _guarded(self, health, armed, call):
     """``armed`` updated: its first entry cleared at a non-finite step, its second counting
     calls. At the first non-finite step, its arguments are copied to the host (a pure
     callback in a branch not taken otherwise: no transfer at any other step), one copy, where they
-    take at most ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after."""
+    take at most ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after. Only with
+    ``keep_first_nonfinite``: the callback costs every step ~2 ms on an accelerator."""
     flat, tree = jax.tree_util.tree_flatten(call)
     at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
     bad = ~jnp.all(jnp.isfinite(health))
@@ -176,7 +208,9 @@ class Watched:
           leaves = list(statics)
           for k, x in zip(at, arrays):
             leaves[k] = np.array(x)
-          watched._first_bad = (int(step), tree, leaves)
+          # built afresh for each run: the step may update them in place (nnx modules)
+          watched._first_bad = (int(step), lambda: jax.tree_util.tree_unflatten(
+              tree, [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in leaves]))
         return np.int32(0)
       # A pure callback, its result used: an effect would take the step off jit's C++
       # dispatch (a third more time per step on CPU).
@@ -276,7 +310,8 @@ class Watched:
 
   def kept_steps(self) -> list[int]:
     """The steps whose arguments are kept (``nans`` runs on them): the last call's and the
-    first non-finite one's."""
+    first non-finite one's (where it was seen: the module's docstring)."""
+    self._promote()
     return sorted({kept[0] for kept in (self._kept, self._first_bad) if kept is not None})
 
   def nans(self, step: int):
@@ -284,19 +319,18 @@ class Watched:
     last call's, the first non-finite one's): the nonfinite_cotangent Diagnosis, or None
     when its gradient is finite. ValueError when that call's arguments are gone (or were
     donated)."""
+    self._promote()
     if self._first_bad is not None and self._first_bad[0] == step:
-      _, tree, leaves = self._first_bad   # built afresh: the step may update them in place
-      args, kwargs = jax.tree_util.tree_unflatten(
-          tree, [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in leaves])
+      args, kwargs = self._first_bad[1]()
       return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
     if self._kept is None or self._kept[0] != step:
       raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
-                       "call's and the first non-finite one's (steps "
-                       f"{', '.join(map(str, self.kept_steps())) or 'none'}); run "
-                       "vv.nans(step, *args, argnums=None) on that call's arguments")
-    _, args, kwargs = self._kept
-    if any(getattr(x, "is_deleted", lambda: False)()
-           for x in jax.tree_util.tree_leaves((args, kwargs))):
+                       "call's and the first non-finite one's where it saw it in time (steps "
+                       f"{', '.join(map(str, self.kept_steps())) or 'none'}); "
+                       "vv.watch(step, keep_first_nonfinite=True) keeps the first for sure, "
+                       "or run vv.nans(step, *args, argnums=None) on that call's arguments")
+    _, args, kwargs, _ = self._kept
+    if any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
     return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
 
@@ -321,12 +355,17 @@ class Watched:
             "</div>")
 
 
-def watch(step, *, stayed: int = STAYED, keep: bool = True) -> Watched:
+def watch(step, *, stayed: int = STAYED, keep: bool = True,
+          keep_first_nonfinite: bool = False) -> Watched:
   """``step`` (a train step that takes one gradient, jitted or not) with its gradient's
   health recorded per call: ``.norms`` [steps, leaves], ``.events()``, ``.paths``; its
   non-array arguments are static, as under ``eqx.filter_jit``. ``keep``: hold the last
-  call's arguments (one more reference to them) for ``.nans(step)``."""
-  return Watched(step, stayed, keep)
+  call's arguments (one more reference to them) for ``.nans(step)``, and the first
+  non-finite call's where its health is seen in time (not donated arguments, not live
+  nnx modules). ``keep_first_nonfinite``: that call's arguments copied to the host for
+  sure, donated or live ones too, by a host callback compiled into the step, which costs
+  every step (~2 ms a step on a TPU v5e, against a step's ~0.6 ms)."""
+  return Watched(step, stayed, keep, keep_first_nonfinite)
 
 
 _ids = itertools.count(1)
@@ -398,6 +437,11 @@ def _jitted_as(step, traced):
   from flax import nnx   # the step is flax's own
   return nnx.jit(traced, graph=getattr(step, "graph", True),
                  graph_updates=type(step).__name__ == "JitWrapped", **options)
+
+
+def _deleted(x) -> bool:
+  """An array donated to a call since (its buffer gone)."""
+  return isinstance(x, jax.Array) and x.is_deleted()
 
 
 def _health(g) -> jax.Array:

@@ -87,12 +87,34 @@ def test_the_panel_runs_vv_nans_on_the_kept_step():
   assert not gone["ok"] and "no longer kept" in gone["error"]
 
 
-def test_the_first_non_finite_steps_arguments_are_kept_as_a_host_copy():
+def test_the_first_non_finite_call_is_kept_when_its_health_is_seen_in_time():
+  """A loop that reads its loss each step: the NaN step's health is on the host by the
+  next call, so its arguments (references) stay kept at no cost per step; donated ones
+  cannot be, and vv.nans says how to keep them."""
+  step, params, state, x = _training(nan_at=2)
+  w = watch(step)
+  for t in range(10):
+    params, state, value = w(params, state, x, jnp.int32(t))
+    float(value)
+  assert w.kept_steps() == [2, 9] and w.series()["kept_steps"] == [2, 9]
+  d = w.nans(2)
+  assert d.kind == "nonfinite_cotangent" and "sqrt" in d.headline
+  step, params, state, x = _training(nan_at=2)
+  w = watch(jax.jit(step.__wrapped__, donate_argnums=(0, 1)))
+  for t in range(10):
+    params, state, value = w(params, state, x, jnp.int32(t))
+    float(value)
+  assert w.kept_steps() == [9]
+  with pytest.raises(ValueError, match="keep_first_nonfinite=True"):
+    w.nans(2)
+
+
+def test_keep_first_nonfinite_copies_that_call_to_the_host():
   """Donated arguments, 40 steps past the NaN: vv.nans still runs on that step's call, from
   its host copy (built afresh each time); a later non-finite step is not copied."""
   step, params, state, x = _training(nan_at=2)
   donating = jax.jit(step.__wrapped__, donate_argnums=(0, 1))
-  w = watch(donating, keep=False)
+  w = watch(donating, keep=False, keep_first_nonfinite=True)
   for t in range(43):
     params, state, _ = w(params, state, x, jnp.int32(t if t < 40 else 2))   # NaN again at 40..42
   assert [e.first_nonfinite for e in w.events() if e.first_nonfinite is not None][0] == 2
@@ -102,6 +124,41 @@ def test_the_first_non_finite_steps_arguments_are_kept_as_a_host_copy():
     assert d.kind == "nonfinite_cotangent" and "sqrt" in d.headline
   with pytest.raises(ValueError, match=r"no longer kept.*steps 2\)"):
     w.nans(40)
+
+
+@pytest.mark.parametrize("keep_first_nonfinite", [False, True])
+def test_vv_nans_on_a_watched_nnx_step_localises_its_nan(keep_first_nonfinite):
+  """An nnx.jit step taking nnx.value_and_grad and updating an nnx.Optimizer in place: vv.nans
+  on its NaN step (the last call's live modules, or the host copy made before the step)
+  names the sqrt, and leaves the user's model and optimizer as they were."""
+  nnx = pytest.importorskip("flax.nnx")
+
+  class MLP(nnx.Module):
+    def __init__(self, rngs):
+      self.a, self.b = nnx.Linear(3, 3, rngs=rngs), nnx.Linear(3, 1, rngs=rngs)
+
+    def __call__(self, x):
+      return self.b(jnp.tanh(self.a(x)))
+  x = jax.random.normal(jax.random.key(1), (8, 3))
+
+  @nnx.jit
+  def step(model, optimizer, t):
+    def loss(m):
+      h = m(x)
+      return (h ** 2).mean() + jnp.sqrt(jnp.where(t == 2, 0.0, 1.0) * (h ** 2).sum())
+    value, g = nnx.value_and_grad(loss)(model)
+    optimizer.update(model, g)
+    return value
+  model = MLP(nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, optax.sgd(1e-2), wrt=nnx.Param)
+  w = watch(step, keep_first_nonfinite=keep_first_nonfinite)
+  for t in range(3):
+    w(model, optimizer, jnp.int32(t))
+  kernel = model.a.kernel[...]
+  assert w.kept_steps() == [2]
+  d = w.nans(2)
+  assert d.kind == "nonfinite_cotangent" and "sqrt" in d.headline
+  assert int(optimizer.step[...]) == 3 and model.a.kernel[...] is kernel
 
 
 def test_the_loops_last_steps_land_without_another_call():
@@ -138,7 +195,7 @@ def test_ten_thousand_steps_stay_bounded_with_their_events():
   message = _message(w.series())
   series = message["watch"]
   assert series["steps"] == 10_000 and len(series["points"]) <= POINTS
-  assert {3, 9_000} <= set(series["points"]) and series["kept_steps"] == [9_000]   # a copy
+  assert {3, 9_000} <= set(series["points"]) and series["kept_steps"] == []
   assert all(len(l["norms"]) == len(series["points"]) for l in series["lines"])
   assert len(json.dumps(message)) < 64_000
 
