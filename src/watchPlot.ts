@@ -92,11 +92,16 @@ export class WatchPlot extends Widget {
   private _nansButton(series: WatchSeries, step: number): HTMLElement {
     const button = document.createElement('button');
     button.className = 'jp-Vjpviz-watchNans';
-    button.textContent = 'vv.nans';
-    button.title = series.kept_steps.includes(step)
+    const kept = series.kept_steps.includes(step);
+    button.textContent = kept
+      ? `vv.nans on step ${step}`
+      : `step ${step} not kept`;
+    button.disabled = !kept;
+    button.title = kept
       ? `run vv.nans on step ${step}'s call in the kernel`
-      : "the kernel keeps the last call's and the first non-finite step's arguments only " +
-        `(steps ${series.kept_steps.join(', ') || 'none'})`;
+      : `the kernel did not keep step ${step}'s arguments (it keeps steps ` +
+        `${series.kept_steps.join(', ') || 'none'}): vv.watch(step, ` +
+        'keep_first_nonfinite=True) keeps the first non-finite one for sure';
     const status = document.createElement('span');
     status.className = 'jp-Vjpviz-watchNansStatus';
     button.onclick = async () => {

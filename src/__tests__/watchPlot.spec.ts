@@ -138,8 +138,13 @@ describe('WatchPlot', () => {
       plot.node.querySelector('button.jp-Vjpviz-watchNans') as HTMLElement;
     kernel.open(push(series()));
     expect(button().title).toBe("run vv.nans on step 5's call in the kernel");
+    expect(button().textContent).toBe('vv.nans on step 5');
+    expect((button() as HTMLButtonElement).disabled).toBe(false);
     kernel.open(push({ ...series(), kept_steps: [2, 9] }));
-    expect(button().title).toContain('(steps 2, 9)');
+    expect(button().textContent).toBe('step 5 not kept');
+    expect((button() as HTMLButtonElement).disabled).toBe(true);
+    expect(button().title).toContain('(it keeps steps 2, 9)');
+    expect(button().title).toContain('keep_first_nonfinite=True');
   });
 
   it("runs vv.nans from a non-finite event's button and says what it found", async () => {
