@@ -45,7 +45,7 @@ class Capabilities:
     path = "" if self.hijax_path else "; its jax_custom_vjp3 path is not watched"
     missing = f"; not on this JAX: {', '.join(self.missing)}" if self.missing else ""
     tested = "" if self.tested else f" (tested on jax {TESTED[0]} to {TESTED[1]})"
-    off = f"; off, JAX lacking {'; '.join(self.off)}" if self.off else ""
+    off = f"; off: {_grouped(self.off)}" if self.off else ""
     return (f"vjpviz on jax {self.jax}{tested}: diagnoses {', '.join(self.kinds)} "
             f"in {rules} rules{path}{missing}{off}")
 
@@ -65,6 +65,15 @@ def of(points: list[str]) -> Capabilities:
       sources=tuple(s for s, need in SOURCES.items() if has(need)),
       hijax_path=_hijax_path_watched(has), tested=_tested(),
       off=tuple(f"{name.key}: {_cost(name)}" for name in gone))
+
+
+def _grouped(off: tuple[str, ...]) -> str:
+  """``off``'s "name: cost" entries as "cost (JAX lacks name, name)", one per cost."""
+  lacking: dict[str, list[str]] = {}
+  for entry in off:
+    name, cost = entry.split(": ", 1)
+    lacking.setdefault(cost, []).append(name)
+  return "; ".join(f"{cost} (JAX lacks {', '.join(names)})" for cost, names in lacking.items())
 
 
 def _cost(name: private.Name) -> str:
