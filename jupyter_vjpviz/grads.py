@@ -31,6 +31,7 @@ from .capture.records import Origin
 from .render import grads_view
 
 CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
+LEARNING_RATES = (1e-6, 1.0)   # what users set: a block no rate in it trains is flagged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Layer:
   param_norm: float
   ratio: float | None
   flag: str | None = None       # "vanishing" | "exploding"
+  why: str | None = None        # what the flag was raised on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +150,8 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   partly = tuple(p for k, g in enumerate(values) if k not in zeros
                  for p in _partly(paths[k], g, position[k] in gathered))
   grad_flows = [_flow(g) for g in values]
-  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows)
+  eps = max((float(np.finfo(x.dtype).eps) for x in leaves if inexact(x)), default=0.0)
+  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows, eps)
   graph = dataclasses.replace(_with_primals(mark_flows(_graph(origin), edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
@@ -254,9 +257,9 @@ def _flow(x) -> nonfinite.Flow:
   return nonfinite.Flow.of(nonfinite.flow(x), int(np.size(x)))
 
 
-def _layers(paths, scopes, grad_flows, param_flows) -> tuple[Layer, ...]:
+def _layers(paths, scopes, grad_flows, param_flows, eps) -> tuple[Layer, ...]:
   """Per block, in depth order, each flagged where its gradient norm is over ``CHANGE``
-  times above or below the next one's. The blocks are the named scopes the leaves are read
+  times above or below the next one's, or its update ratio is out of reach (``_flag``). The blocks are the named scopes the leaves are read
   in, where they make two or more (``_named_blocks``); else the repeated blocks of a stacked
   model (``nonfinite.strip``'s grouping of the paths)."""
   named = _named_blocks(scopes)
@@ -270,13 +273,30 @@ def _layers(paths, scopes, grad_flows, param_flows) -> tuple[Layer, ...]:
   layers = []
   for k, (name, norm, param) in enumerate(rows):
     deeper = rows[k + 1][1] if k + 1 < len(rows) else None
-    flag = None
-    if deeper is not None and deeper > 0 and norm < deeper / CHANGE:
-      flag = "vanishing"
-    elif deeper is not None and norm > deeper * CHANGE:
-      flag = "exploding"
-    layers.append(Layer(name, norm, param, norm / param if param else None, flag))
+    ratio = norm / param if param else None
+    flag, why = _flag(norm, deeper, ratio, eps)
+    layers.append(Layer(name, norm, param, ratio, flag, why))
   return tuple(layers)
+
+
+def _flag(norm, deeper, ratio, eps) -> tuple[str | None, str | None]:
+  """A block's flag, and why: its gradient norm over ``CHANGE`` times below or above the
+  next block's; else an update ratio ‖g‖/‖w‖ no learning rate a user sets makes work:
+  below the weights' rounding ``eps`` at the highest (the update is lost adding it), or
+  over the weights themselves at the lowest."""
+  if deeper is not None and deeper > 0 and norm < deeper / CHANGE:
+    return "vanishing", (f"‖g‖ {deeper / norm:.3g}x below the next block's" if norm else
+                         "no gradient, where the next block has one")
+  if deeper is not None and norm > deeper * CHANGE:
+    return "exploding", f"‖g‖ {norm / deeper:.3g}x above the next block's"
+  low, high = LEARNING_RATES
+  if ratio is not None and 0 < ratio * high < eps:
+    return "vanishing", (f"‖g‖/‖w‖ {ratio:.3g}: at a learning rate of {high:g} the update is "
+                         f"below the weights' rounding ({eps:.3g}) and is lost")
+  if ratio is not None and ratio * low > 1:
+    return "exploding", (f"‖g‖/‖w‖ {ratio:.3g}: at a learning rate of {low:g} the update "
+                         "still outweighs the weights")
+  return None, None
 
 
 def _named_blocks(scopes) -> list[tuple[str, list[int]]]:

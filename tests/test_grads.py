@@ -113,6 +113,27 @@ def test_stack_layers_in_depth_order_with_vanishing_flagged():
   assert "<svg" in r._repr_html_()
 
 
+@pytest.mark.parametrize("dtype, scale", [(jnp.float32, 1e8), (jnp.bfloat16, 1e3)])
+def test_a_block_whose_updates_round_away_at_any_learning_rate_is_flagged(dtype, scale):
+  """Gradient norms even from block to block (no 10x change), but block 2's weights are so
+  large against its gradient that even a learning rate of 1 moves them less than their
+  rounding: lost in float32 at 1e8 times the others' scale, in bfloat16 already at 1e3."""
+  blocks = [{"w": jnp.eye(4, dtype=dtype), "table": jnp.full(64, scale if k == 2 else 0.01, dtype)}
+            for k in range(5)]
+
+  def deep(blocks, x):
+    for b in blocks:
+      t = b["table"].astype(jnp.float32)
+      x = x @ b["w"].astype(jnp.float32) + (t - jax.lax.stop_gradient(t)).mean()   # adds 0
+    return (x ** 2).sum()
+  r = grads(deep, blocks, jnp.ones(4))
+  norms = [layer.grad_norm for layer in r.layers]
+  assert max(norms) / min(norms) < 10
+  assert [layer.flag for layer in r.layers] == [None, None, "vanishing", None, None]
+  assert "is lost" in r.layers[2].why and "rounding" in str(r)
+  assert r.to_dict()["layers"][2]["why"] == r.layers[2].why
+
+
 def test_named_scope_layers_in_program_order_with_vanishing_flagged():
   nn = pytest.importorskip("flax.linen")
   eye3 = lambda key, shape, dtype=jnp.float32: 3.0 * jnp.eye(*shape, dtype=dtype)

@@ -35,7 +35,7 @@ def text(r) -> str:
     lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason})")
   for layer in r.layers:
     ratio = f"{layer.ratio:.3g}" if layer.ratio is not None else "-"
-    flag = f"  ✖ {layer.flag}" if layer.flag else ""
+    flag = f"  ✖ {layer.flag}: {layer.why}" if layer.flag else ""
     lines.append(f"  layer {layer.name}: ‖g‖ {layer.grad_norm:.3g}  ‖w‖ {layer.param_norm:.3g}"
                  f"  ratio {ratio}{flag}")
   if not r.layers:
