@@ -259,9 +259,10 @@ def _flow(x) -> nonfinite.Flow:
 
 def _layers(paths, scopes, grad_flows, param_flows, eps) -> tuple[Layer, ...]:
   """Per block, in depth order, each flagged where its gradient norm is over ``CHANGE``
-  times above or below the next one's, or its update ratio is out of reach (``_flag``). The blocks are the named scopes the leaves are read
-  in, where they make two or more (``_named_blocks``); else the repeated blocks of a stacked
-  model (``nonfinite.strip``'s grouping of the paths)."""
+  times above or below the next one's, or its update ratio is out of reach (``_flag``).
+  The blocks are the named scopes the leaves are read in, where they make two or more
+  (``_named_blocks``); else the repeated blocks of a stacked model (``nonfinite.strip``'s
+  grouping of the paths)."""
   named = _named_blocks(scopes)
   if named:
     rows = [(name, nonfinite.Flow.joined([grad_flows[k] for k in ks]).norm,
