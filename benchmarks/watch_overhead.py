@@ -43,10 +43,16 @@ def equinox_loop(width: int):
     updates, state = opt.update(g, state, model)
     return eqx.apply_updates(model, updates), state, loss
 
+  return step, _carrying(carry)
+
+
+def _carrying(carry: list):
+  """A runner of a functional step ``(params, state) -> (params, state, loss)``: each call
+  carries the new params and optimizer state into the next."""
   def run(step):
     carry[0], carry[1], loss = step(*carry)
     return loss
-  return step, run
+  return run
 
 
 def linen_loop(width: int):
@@ -70,10 +76,7 @@ def linen_loop(width: int):
     updates, state = opt.update(g, state, params)
     return optax.apply_updates(params, updates), state, loss
 
-  def run(step):
-    carry[0], carry[1], loss = step(*carry)
-    return loss
-  return step, run
+  return step, _carrying(carry)
 
 
 def nnx_loop(width: int):
