@@ -165,7 +165,93 @@ def test_custom_linear_solve_of_the_wrong_shape_is_named(hook, as_, under_grad):
   assert (d.path, d.expected, d.got) == ("b", "float32[3]", "float32[3,1]")
   assert d.detail == f"custom_linear_solve calls it as {as_}"
   assert d.source == line_of("return lambda b: jax.lax.custom_linear_solve(")
-  assert d.fixes == () and vv.last() is d
+  assert vv.last() is d
+  first = d.fixes[0]                            # judged by the system's solution
+  assert (first.title, first.verdict) == ("Sum over axis 1", "verified"), d.fixes
+  assert "return jnp.linalg.solve(A, b)[:, None].sum(axis=1)" in first.code
+
+
+# A matrix that is not symmetric: a transpose_solve fix is judged by the transposed system.
+N = jnp.array([[2., 1., 0.], [0., 3., 1.], [1., 0., 4.]])
+
+
+def n_solve(matvec, b):
+  return jnp.linalg.solve(N, b)
+
+
+def n_transpose_solve_column(vecmat, b):
+  return jnp.linalg.solve(N.T, b)[:, None]
+
+
+def n_transpose_solve_wrong_matrix(vecmat, b):
+  return jnp.linalg.solve(N, b)[:, None]          # N, not N.T: well-typed once summed, wrong
+
+
+def n_transpose_solve_half(vecmat, b):
+  return jnp.linalg.solve(N.T, b).astype(jnp.float16)
+
+
+def n_grad(transpose_solve):
+  f = lambda b: jax.lax.custom_linear_solve(lambda x: N @ x, b, n_solve,  # noqa: E731
+                                            transpose_solve=transpose_solve)
+  return lambda: jax.grad(lambda b: (f(b) * jnp.arange(1., 4.)).sum())(jnp.ones(3))
+
+
+def _solve_fixes(d):
+  return [(f.title.partition(" (")[0], f.verdict) for f in d.fixes]
+
+
+@pytest.mark.needs("solve_type")
+def test_a_transpose_solve_fix_is_judged_by_the_transposed_system(hook):
+  raises(n_grad(n_transpose_solve_column))
+  d = only("solve_type")
+  assert d.fixes[0].verdict == "verified" and "N.T, b)[:, None].sum(axis=1)" in d.fixes[0].code
+  vv.clear()
+  raises(n_grad(n_transpose_solve_wrong_matrix))
+  d = only("solve_type")
+  assert _solve_fixes(d)[0] == ("Sum over axis 1", "type-only"), d.fixes
+  assert "differ from the linear system's solution" in d.fixes[0].note
+
+
+@pytest.mark.needs("solve_type")
+def test_a_solve_of_a_matvec_of_traced_values_gets_unverifiable_fixes(hook):
+  f = lambda m, b: jax.lax.custom_linear_solve(lambda x: m @ x, b, column_solve)  # noqa: E731
+  raises(lambda: jax.jit(f)(N, jnp.ones(3)))
+  d = only("solve_type")
+  assert d.fixes and all(f.verdict == "unverifiable" for f in d.fixes)
+  assert "depends on traced values" in d.fixes[0].note
+
+
+@pytest.mark.needs("solve_type")
+@pytest.mark.parametrize("under_grad", [True, False])
+def test_a_solve_of_the_wrong_dtype_jax_lets_through_is_a_warning_with_fixes(hook, under_grad):
+  run = n_grad(n_transpose_solve_half) if under_grad else (
+      lambda: jax.lax.custom_linear_solve(lambda x: N @ x, jnp.ones(3), n_transpose_solve_half))
+  vv.uninstall()
+  plain = run()
+  vv.install()
+  vv.clear()
+  hooked = run()
+  assert hooked.dtype == plain.dtype and np.array_equal(np.asarray(hooked), np.asarray(plain))
+  d = only("solve_dtype")
+  assert (d.severity, d.rule, d.path, d.expected, d.got) == (
+      "warning", "n_transpose_solve_half", "b", "float32[3]", "float16[3]")
+  assert d.detail == f"custom_linear_solve calls it as {'transpose_solve' if under_grad else 'solve'}"
+  assert "JAX let it through" in d.headline
+  # as solve the matrix is N (float16 -> N's system is wrong: N.T's solution), as
+  # transpose_solve N.T: the cast removed is right only there
+  fixes = _solve_fixes(d)
+  if under_grad:
+    assert fixes[:2] == [("Remove the cast", "verified"), ("Cast to float32", "verified")]
+    assert "return jnp.linalg.solve(N.T, b).astype(b.dtype)" in d.fixes[1].code
+  else:
+    assert fixes and all(v == "type-only" for _, v in fixes), fixes
+
+
+def test_a_solve_of_the_right_dtype_gives_no_warning(hook):
+  vv.clear()
+  n_grad(lambda vecmat, b: jnp.linalg.solve(N.T, b))()
+  assert vv.diagnoses() == []
 
 
 # ------------------------------------------------------- unchanged for the user

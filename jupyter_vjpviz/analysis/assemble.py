@@ -52,7 +52,8 @@ def diagnose(session: Session, exc: BaseException | None,
         name_stack=site.name_stack if site else "", instance=_instance(own, node, rec, repeats[key(rec)]),
         detail=rec.detail or _swapped(leaves) or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False, raised_at=rec.raised_at,
-        expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves))
+        expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves,
+        solver=rec.solver))
   return out
 
 

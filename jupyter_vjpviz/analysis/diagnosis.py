@@ -107,6 +107,8 @@ class Diagnosis:
   got_aval: Any = dataclasses.field(default=None, repr=False, compare=False)
   site: Any = dataclasses.field(default=None, repr=False, compare=False)
   """The capture stage's RuleSite (avals, paths, a weakref to the custom_vjp)."""
+  solver: Any = dataclasses.field(default=None, repr=False, compare=False)
+  """A custom_linear_solve solve at fault (``records.Solver``: weak references)."""
   leaves: tuple = ()
   """Every ``MismatchedLeaf`` of this rule application, the one the fields above are
   about first: one failure is one diagnosis. Empty for one read from JAX's message."""

@@ -122,6 +122,16 @@ def _solve(d) -> str:
   return f"{who} returned {d.got}{' for ' + d.path if d.path else ''}; it must return {d.expected}"
 
 
+def _solve_dtype(d) -> str:
+  """A solve whose dtype JAX let through: the solution (and gradient) has that dtype."""
+  who = f"{d.function}'s {d.rule}" if d.function and d.rule else d.rule or "a solve"
+  if d.severity != "error":
+    return (f"{who} returned {d.got}{' for ' + d.path if d.path else ''}; JAX let it through, "
+            f"so the solution is {d.got} where it should be {d.expected}")
+  return (f"{who} returned {d.got}{' for ' + d.path if d.path else ''}; JAX accepted it there "
+          f"and failed further on; it must return {d.expected}")
+
+
 def _accumulator(d) -> str:
   if d.rule:
     return f"{_who(d)} pushed {d.got} into the accumulator{_where(d)}; the cotangent must be {d.expected}"
@@ -171,6 +181,7 @@ _ENTRIES = (
          f"have the primal output's structure {d.expected}", role="jvp", wrong=STRUCTURE,
          rule_fixers=("tangent_tree",), needs=(JVP,)),
     Kind("solve_type", _solve, role="solve", needs=(SOLVE,)),
+    Kind("solve_dtype", _solve_dtype, role="solve", silent=True, needs=(SOLVE,)),
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in _ENTRIES}

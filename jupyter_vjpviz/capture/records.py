@@ -96,6 +96,19 @@ class Strong:
 
 
 @dataclasses.dataclass(frozen=True)
+class Solver:
+  """A solve the user handed ``custom_linear_solve`` (its ``solve`` or ``transpose_solve``),
+  held weakly, and the matrix of the linear map it inverts (``matvec``'s, transposed for
+  ``transpose_solve``), materialised on the host where the solve failed, so a fix of the
+  solve can be judged by the system's solution; None, with ``why``, where it could not be."""
+  solve: Weak
+  b_tree: Any            # PyTreeDef of ``b``
+  b_avals: tuple         # the aval of each leaf of ``b``
+  matrix: Any = dataclasses.field(default=None, compare=False, repr=False)   # numpy, or None
+  why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Record:
   """One mismatch at one check site."""
   kind: str
@@ -113,6 +126,7 @@ class Record:
   detail: str | None = None        # one line from us, when JAX's own text is poor
   rule_source: str | None = None   # file:line of a rule that has no site (a custom_jvp's jvp)
   raised_at: str | None = None     # file:line of the rule's own statement that raised with it
+  solver: Solver | None = None     # a custom_linear_solve solve at fault (fixes judge by it)
   leaves: tuple[Leaf, ...] = ()
   """Expected beside got at each leaf this is about, by key path: for the structure kinds
   every leaf of either tree. Empty where the site knows no path (a rule's input leaf

@@ -80,6 +80,26 @@ def summed(src: RuleSource, node: ast.expr, axes: tuple[int, ...], want: tuple) 
   return text if leading else f"{text}.reshape({want})"
 
 
+def reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
+  """(title, new text, reason) for each shape rewrite the two shapes justify."""
+  perm = permutation(got, want)
+  if perm is not None:
+    yield ("transpose", transposed(src, node, perm),
+           f"{got} is {want} with its axes permuted: the gradient needs the transposed product")
+  axes = summed_axes(got, want)
+  if axes is not None:
+    yield (f"sum over the broadcast axes {axes}", summed(src, node, axes, want),
+           f"the primal {want} was broadcast to {got}: its gradient sums over the broadcast axes")
+  axis = reduced_axis(got, want)
+  if axis is not None:
+    yield (f"sum over axis {axis}", f"{paren(src, node)}.sum(axis={axis})",
+           f"{got} is {want} with axis {axis} kept: the output reduces over it, so must this")
+  cut = slices(node)
+  if cut and len(got) == len(want) and all(g <= w for g, w in zip(got, want)):
+    yield ("remove the slice", unsliced(src, node),
+           f"{src.segment(cut[0])} keeps only part of the gradient, which must be {want}")
+
+
 def slices(node: ast.expr) -> list[ast.Subscript]:
   """The ``x[a:b]``-style subscripts inside ``node`` (not ``res[0]`` indexing)."""
   def sliced(s):

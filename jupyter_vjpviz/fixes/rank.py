@@ -27,7 +27,7 @@ VALUE_SHARE = 0.5
 longer run by value; abstract checks and the fallback, right whenever the primal is, have
 the rest."""
 
-_ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}
+ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}
 
 
 @dataclasses.dataclass
@@ -245,7 +245,7 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
     judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules, reserved=tier == 1)
     if judged is not None and not (by_value and judged.verdict == TYPE_ONLY):
       # a rule wrong in value was well-typed already: a fix still wrong mends nothing
-      ranked.append(((_ORDER[judged.verdict], tier, not fix.exact, n), judged))
+      ranked.append(((ORDER[judged.verdict], tier, not fix.exact, n), judged))
   return [fix for _, fix in sorted(ranked, key=lambda r: r[0])]
 
 

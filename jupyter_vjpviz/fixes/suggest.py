@@ -27,13 +27,17 @@ from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
 from ..capture.sites import vjp3_rules
 from ..capture.sites.custom_rules import ct_aval
-from . import calls, candidates, dtypes, exprs, primal, rank, returns, rule_text, source, verify
+from . import (calls, candidates, dtypes, exprs, primal, rank, returns, rule_text, solves,
+               source, verify)
 from .source import RuleSource
 
 
 def attach(d: Diagnosis) -> Diagnosis:
   """``d`` with its rule's text (``rule_text``) and its fixes, both read off the one failing
   Rule found here; fixes that cannot be judged cost the fixes, not the text."""
+  if d.solver is not None:   # a custom_linear_solve solve: judged by its linear system
+    d = dataclasses.replace(d, rule_text=rule_text.of(d, None))
+    return dataclasses.replace(d, fixes=tuple(safely(solves.suggestions, d, default=[])))
   custom_rule = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
   rule = safely(Rule.of, d, library_wrappers.user_rules(custom_rule)) if custom_rule is not None else None
   d = dataclasses.replace(d, rule_text=rule_text.of(d, rule))
@@ -176,7 +180,7 @@ def _expression_fixes(rule: Rule, nodes: list[ast.expr], fallback: bool = True) 
 
 def _rewrites(rule: Rule, node: ast.expr, want, got, dtype: str | None):
   """(title, new text, reason) for ``node``: shape rewrites, each followed by a cast if due."""
-  reshaped = list(_reshapes(rule.src, node, tuple(got.shape), tuple(want.shape)))
+  reshaped = list(exprs.reshapes(rule.src, node, tuple(got.shape), tuple(want.shape)))
   if got.shape == want.shape:
     reshaped.append(("", exprs.uncast(rule.src, node), ""))
   if dtype is None:
@@ -202,26 +206,6 @@ def _collective_fixes(rule: Rule, nodes: list[ast.expr], want, got) -> list[Fix]
                           [(call, exprs.revaried(rule.src.segment(call), tuple(lost)))],
                           "keeps the reduction and restores the varying axes", exact=False))
   return fixes
-
-
-def _reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
-  """(title, new text, reason) for each shape rewrite the two shapes justify."""
-  perm = exprs.permutation(got, want)
-  if perm is not None:
-    yield ("transpose", exprs.transposed(src, node, perm),
-           f"{got} is {want} with its axes permuted: the gradient needs the transposed product")
-  axes = exprs.summed_axes(got, want)
-  if axes is not None:
-    yield (f"sum over the broadcast axes {axes}", exprs.summed(src, node, axes, want),
-           f"the primal {want} was broadcast to {got}: its gradient sums over the broadcast axes")
-  axis = exprs.reduced_axis(got, want)
-  if axis is not None:
-    yield (f"sum over axis {axis}", f"{exprs.paren(src, node)}.sum(axis={axis})",
-           f"{got} is {want} with axis {axis} kept: the output reduces over it, so must this")
-  cut = exprs.slices(node)
-  if cut and len(got) == len(want) and all(g <= w for g, w in zip(got, want)):
-    yield ("remove the slice", exprs.unsliced(src, node),
-           f"{src.segment(cut[0])} keeps only part of the gradient, which must be {want}")
 
 
 def _reshaped(rule: Rule, nodes: list[ast.expr], want, got) -> Fix:

@@ -12,18 +12,23 @@ depends on who handed the cotangent over:
   (``solve_type``).
 
 ``custom_linear_solve`` checks its solves' output shapes itself (``_check_shapes``); what
-it was handed is read there. Both are watched at their ``raise`` statements only
-(``CodeEvents.watch_raises``), and read from the raising frame: a call that passes JAX's
-check costs nothing (without ``sys.monitoring``, ``_check_shapes`` is wrapped and
-``transposed_fun`` not watched). Where no session is open (a transpose called outside any
-VJP), the sink hears of the failure as a session of its own.
+it was handed is read there, in a wrapper: a shape that differs is an error (JAX raises),
+a dtype alone a warning (``solve_dtype``: JAX compares shapes only, and lets it through).
+The wrapper runs where JAX traces the solves, once per call of ``custom_linear_solve``.
+``transposed_fun`` is watched at its ``raise`` statements only (``CodeEvents.watch_raises``,
+with ``sys.monitoring``), and read from the raising frame: a call that passes JAX's check
+costs nothing. Where no session is open (a transpose or solve called outside any VJP), the
+sink hears of the finding as a session of its own.
 """
 from __future__ import annotations
 
 import inspect
 import sys
+import weakref
 
 import jax
+import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from ..compat import private
 from ..compat.private import api, core, pe, solves
@@ -33,7 +38,7 @@ from ..code_events import CodeEvents
 from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
-from ..records import ERROR, Origin, Record, Session
+from ..records import ERROR, WARNING, Origin, Record, Session, Solver, Weak
 from . import check_sites, hijax_prims, hijax_rules
 
 
@@ -47,10 +52,9 @@ def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
       safety.safely(linear_origin, frame))):
     patches.skip("linear_transpose's transposed_fun", "watched only at raise statements of "
                  "their own, with sys.monitoring")
-  check = getattr(getattr(solves, "_check_shapes", None), "__code__", None)
-  if events is None or check is None or not events.watch_raises(
-      check, start, lambda frame, _value, exc: _report([safety.safely(shapes_record, frame)],
-                                                       exc, sink)):
+  if getattr(solves, "_check_shapes", None) is None:
+    patches.skip("custom_linear_solve's _check_shapes", "not found in this JAX")
+  else:
     patches.apply(solves, "_check_shapes", lambda o: _wrap_check_shapes(o, sink))
 
 
@@ -63,10 +67,12 @@ def _transposed_code():
               and {"out_avals", "out_tree", "jaxpr"} <= set(c.co_freevars))
 
 
-def _report(found: list[Record], exc: BaseException, sink, origin: Origin | None = None) -> None:
-  """Into the open session; else, as JAX raises outside any VJP, straight to the sink."""
+def _report(found: list[Record], exc: BaseException | None, sink,
+            origin: Origin | None = None) -> None:
+  """Into the open session; else (JAX raises, or lets a dtype through, outside any VJP)
+  straight to the sink."""
   found = [rec for rec in found if rec is not None]
-  if not found or exc is None:
+  if not found:
     return
   if records.current_session() is not None:
     for rec in found:
@@ -171,41 +177,107 @@ def _made_by(jaxpr, i: int):
 # --------------------------------------------------------- custom_linear_solve
 
 def _wrap_check_shapes(original, sink):
-  """Where no monitoring slot is free: JAX's check in a wrapper with its parameter names."""
+  """JAX's check in a wrapper with its parameter names: what raises is read as it raises,
+  and a dtype JAX lets through (it compares shapes only) is a warning. It runs where JAX
+  traces the solves, once per ``custom_linear_solve`` call, never per step of a jit."""
   def check_shapes(func_name, expected_name, actual, expected):
     try:
-      return original(func_name, expected_name, actual, expected)
+      out = original(func_name, expected_name, actual, expected)
     except Exception as e:
       if records.active():
-        _report([safety.safely(shapes_record, sys._getframe())], e, sink)
+        _report([safety.safely(solve_record, sys._getframe(), _other_shape)], e, sink)
         safety.safely(frames.strip, e)
       raise
+    if records.active():
+      _report([safety.safely(solve_record, sys._getframe(), _other_dtype)], None, sink)
+    return out
   check_shapes.__wrapped__ = original
   return check_shapes
 
 
-def shapes_record(frame) -> Record:
-  """The first leaf the user's ``func_name`` (``solve``, ``transpose_solve``) returned with
-  another shape than ``expected_name``'s, read from what JAX's ``_check_shapes`` (``frame``)
-  compared; its caller holds the user's function."""
+def _other_shape(got, want) -> bool:
+  return got.shape != want.shape
+
+
+def _other_dtype(got, want) -> bool:
+  return got.dtype != want.dtype
+
+
+def solve_record(frame, differs) -> Record | None:
+  """The first leaf the user's ``func_name`` (``solve``, ``transpose_solve``) returned
+  that ``differs`` from ``expected_name``'s, read from what JAX's ``_check_shapes``
+  (``frame``) compared (a shape: JAX raises; a dtype alone: JAX lets it through, a
+  warning); its caller holds the user's function, bound to the linear map."""
   local = frame.f_locals
   func_name, expected_name = local["func_name"], local["expected_name"]
   got = [core.typeof(x) for x in jax.tree_util.tree_leaves(local["actual"])]
   want = [core.typeof(x) for x in jax.tree_util.tree_leaves(list(local["expected"]))]
-  i = next((i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape),
-           min(len(got), len(want)))
+  i = next((i for i, (g, w) in enumerate(zip(got, want)) if differs(g, w)),
+           None if len(got) == len(want) else min(len(got), len(want)))
+  if i is None:
+    return None
   g, w = (got[i] if i < len(got) else None), (want[i] if i < len(want) else None)
   key = (jax.tree_util.SequenceKey(i),) if max(len(got), len(want)) > 1 else ()
   text = lambda aval: aval.str_short() if aval is not None else leaf_paths.MISSING
   fun = frame.f_back.f_locals.get("fun")   # JAX's shape-checked wrapper of the user's solve
   user = function_names.unwrap(fun) if callable(fun) else None
   call = frames.live_user_frame(frame)
+  shape = g is None or w is None or g.shape != w.shape
   return Record(
-      kind="solve_type", severity=ERROR, function="custom_linear_solve",
+      kind="solve_type" if shape else "solve_dtype", severity=ERROR if shape else WARNING,
+      function="custom_linear_solve",
       source=f"{call.file_name}:{call.start_line}" if call else None,
       path=f"{expected_name}{jax.tree_util.keystr(key)}", expected=text(w), got=text(g),
       flat_index=i, expected_aval=w, got_aval=g,
       rule=function_names.function_name(user) if user is not None else func_name,
       rule_source=function_names.function_source(user) if user is not None else None,
       detail=f"custom_linear_solve calls it as {func_name}",
-      leaves=(Leaf(leaf_paths.keys(key), text(w), text(g)),))
+      leaves=(Leaf(leaf_paths.keys(key), text(w), text(g)),),
+      solver=safety.safely(_solver, frame, func_name, user, want))
+
+
+MAX_UNKNOWNS = 1024
+"""A solve's linear map is materialised (to judge its fixes) up to this many unknowns."""
+
+
+def _solver(frame, func_name: str, user, want) -> Solver | None:
+  """The user's solve, weakly, and its linear map's matrix, read from
+  ``custom_linear_solve``'s own frame."""
+  if func_name not in ("solve", "transpose_solve") or user is None:
+    return None
+  caller = frame.f_back
+  while caller is not None and not (caller.f_code.co_name == "custom_linear_solve"
+                                    and "matvec" in caller.f_locals):
+    caller = caller.f_back
+  if caller is None:
+    return None
+  tree = jax.tree_util.tree_structure(caller.f_locals["b"])
+  matrix, why = _matrix(caller.f_locals["matvec"], tree, want)
+  if matrix is not None and func_name == "transpose_solve":
+    matrix = matrix.T
+  return Solver(Weak(_weakref(user)), tree, tuple(want), matrix, why)
+
+
+def _weakref(fn):
+  """A bound method by its object and function: the method object is made anew each read."""
+  return weakref.WeakMethod(fn) if inspect.ismethod(fn) else weakref.ref(fn)
+
+
+def _matrix(matvec, tree, avals):
+  """(``matvec``'s matrix on the host, "") by ``jax.jacfwd`` at ``b``'s type, evaluated
+  now (not staged into the trace JAX is building); (None, why) where it cannot be."""
+  size = sum(int(np.prod(a.shape)) for a in avals)
+  if size > MAX_UNKNOWNS:
+    return None, f"b has {size} elements: its matrix is not materialised past {MAX_UNKNOWNS}"
+  example = jax.tree_util.tree_unflatten(tree, [np.zeros(a.shape, a.dtype) for a in avals])
+  records.state.suspended += 1
+  try:
+    with jax.ensure_compile_time_eval():
+      flat, unravel = ravel_pytree(example)
+      jac = jax.jacfwd(lambda v: ravel_pytree(matvec(unravel(v)))[0])(flat)
+      return np.asarray(jac), ""
+  except Exception as e:  # noqa: BLE001 - a matvec of the traced values (under jit, grad of A)
+    return None, (f"the matvec could not be evaluated outside the failing trace "
+                  f"({type(e).__name__}): it depends on traced values")
+  finally:
+    records.state.suspended -= 1
