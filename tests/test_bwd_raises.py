@@ -131,6 +131,49 @@ def test_a_statement_whose_value_fails_is_no_diagnosis(hook, capsys):
   assert "vjpviz: could not" not in capsys.readouterr().err
 
 
+@nnx.custom_vjp(graph_updates=False)
+def mix_tree(m, x):
+  return jnp.tanh(x @ m.w)
+
+
+def mix_tree_fwd(m, x):
+  y = mix_tree(m, x)
+  return y, (y, x, m)
+
+
+def mix_tree_bwd(res, g):
+  y, x, m = res
+  m_g = nnx.clone(m)                # the nnx docs' graph_updates=False idiom
+  gz = g * (1 - y ** 2)
+  m_g.w[...] = gz.T @ x             # transposed: wrong
+  return (m_g, gz @ m.w.T)
+
+
+mix_tree.defvjp(mix_tree_fwd, mix_tree_bwd)
+
+
+def test_an_in_place_write_in_a_tree_mode_rule_is_diagnosed_and_fixed(hook):
+  """``graph_updates=False`` runs the rules through flax's decorated ``SimpleBwdFn``: the
+  cotangent is a module (``nnx.clone``), and the write that raises is its ``m_g.w``."""
+  model = Scale(4, 3)
+  x = jnp.linspace(-1, 1, 20).reshape(5, 4)
+  step = nnx.jit(lambda m: nnx.grad(lambda m: mix_tree(m, x).sum())(m))
+  plain, hooked, d = _plain_and_hooked(lambda: step(model))
+  assert plain is not None and plain[0] is ValueError and hooked == plain
+  assert d is not None
+  assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "mix_tree", "mix_tree_bwd", "m.w.value")
+  assert (d.expected, d.got, d.path) == ("float32[4,3]", "float32[3,4]", "[0].w")
+  line = _line_of(mix_tree_bwd, 'gz.T @ x')
+  assert d.raised_at == f"{HERE}:{line}"
+  assert d.headline.startswith(f"mix_tree's bwd rule mix_tree_bwd raised at line {line} writing "
+                               "float32[3,4] for input m.w.value: float32[4,3]"), d.headline
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert "m_g.w[...] = (gz.T @ x).T" in first.code or "x.T @ gz" in first.code, first.code
+  assert vv.verify_fix(d, first.code) == []
+  assert mix_tree.custom_vjp_fn.bwd.bwd is mix_tree_bwd     # verifying ran copies of flax's wrappers
+
+
 @jax.custom_vjp
 def softclip(x):
   return jnp.tanh(x)

@@ -502,6 +502,97 @@ def test_flax_nnx_custom_vjp_is_the_users_rule_fixed_where_it_sets_the_gradient(
   assert [(p.kind, p.argument) for p in vv.verify_fix(d, doubled)] == [("bwd_value", "m.w.value")]
 
 
+# ------------------------------------------------- flax nnx.custom_vjp(graph_updates=False)
+
+class NAffine(nnx.Module):
+  def __init__(self):
+    self.w = nnx.Param(jnp.linspace(0.5, 1.5, 12).reshape(3, 4))
+    self.b = nnx.Param(jnp.zeros((4,)))
+
+
+@nnx.custom_vjp(graph_updates=False)
+def affine(m, x):
+  return x @ m.w[...] + m.b[...]
+
+
+def affine_fwd(m, x):
+  return affine(m, x), (m, x)
+
+
+def affine_bwd_transposed(res, g):
+  m, x = res
+  m_g = nnx.clone(m)                  # the nnx docs' way: the cotangent is a module
+  m_g.w.set_value((x.T @ g).T)        # transposed: wrong (set_value does not check)
+  m_g.b.set_value(g.sum(0))
+  return m_g, g @ m.w[...].T
+
+
+def affine_bwd_half(res, g):
+  m, x = res
+  m_g = nnx.clone(m)
+  m_g.w.set_value((x.T @ g).astype(jnp.float16))      # JAX lets it through
+  m_g.b.set_value(g.sum(0))
+  return m_g, g @ m.w[...].T
+
+
+@nnx.custom_vjp(graph=False)             # flax's tree mode: the module is a plain pytree
+def affine_pure(m, x):
+  return x @ m.w[...] + m.b[...]
+
+
+def affine_pure_fwd(m, x):
+  return affine_pure(m, x), (m, x)
+
+
+def _affine_step(bwd, primal=affine, fwd=affine_fwd, graph=True):
+  """flax's custom_vjp without graph updates hands JAX ``SimpleFwdFn``/``SimpleBwdFn``,
+  whose ``__call__`` is decorated (it copies the arguments first): the user's rules are
+  behind that decorator, the module flattened into a ``TreeState`` (a pytree in tree mode)."""
+  primal.defvjp(fwd, bwd)
+  step = nnx.jit(lambda m, x: nnx.grad(lambda m: primal(m, x).sum(), graph=graph)(m), graph=graph)
+  return lambda: step(NAffine(), jnp.linspace(-1, 1, 6).reshape(2, 3))
+
+
+def test_flax_nnx_tree_mode_custom_vjp_names_the_modules_input_and_fixes_the_rule(hook):
+  d = _diagnosed(_affine_step(affine_bwd_transposed))
+  assert (d.kind, d.function, d.rule, d.argument) == ("bwd_type", "affine", "affine_bwd_transposed",
+                                                      "m.w.value")
+  assert (d.expected, d.got, d.path) == ("float32[3,4]", "float32[4,3]", "[0].w.value")
+  assert d.headline.startswith("affine's bwd rule affine_bwd_transposed returned float32[4,3] for "
+                               "input m.w.value: float32[3,4]"), d.headline
+  _in_this_file(d.rule_source)
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert "  m_g.w.set_value((x.T @ g))" in first.code, first.code
+  before = affine.custom_vjp_fn.bwd.bwd
+  assert vv.verify_fix(d, first.code) == []
+  doubled = first.code.replace("set_value((x.T @ g))", "set_value(2 * (x.T @ g))")
+  assert [(p.kind, p.argument) for p in vv.verify_fix(d, doubled)] == [("bwd_value", "m.w.value")]
+  assert affine.custom_vjp_fn.bwd.bwd is before       # verifying ran copies of flax's wrappers
+
+
+def test_flax_nnx_graph_false_custom_vjp_is_fixed_the_same_way(hook):
+  d = _diagnosed(_affine_step(affine_bwd_transposed, affine_pure, affine_pure_fwd, graph=False))
+  assert (d.kind, d.function, d.rule, d.argument, d.path) == (
+      "bwd_type", "affine_pure", "affine_bwd_transposed", "m.w.value", "[0].w.value")
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert "  m_g.w.set_value((x.T @ g))" in first.code, first.code
+  assert vv.verify_fix(d, first.code) == []
+
+
+def test_flax_nnx_tree_mode_custom_vjp_a_silent_dtype_is_named_and_cast(hook):
+  vv.clear()
+  grads = _affine_step(affine_bwd_half)()
+  assert grads.w[...].dtype == jnp.float16             # as without vjpviz
+  d = vv.last()
+  assert (d.kind, d.rule, d.argument, d.got) == ("silent_dtype", "affine_bwd_half", "m.w.value",
+                                                 "float16[3,4]")
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert vv.verify_fix(d, first.code) == []
+
+
 # ------------------------------------------------------------- equinox filter_custom_vjp
 
 class Layer(eqx.Module):

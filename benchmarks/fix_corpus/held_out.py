@@ -29,6 +29,11 @@ try:
 except ImportError:   # a JAX the installed equinox does not run on: its cases are left out
   eqx = None
 
+try:
+  from flax import nnx
+except ImportError:   # a JAX the installed flax does not run on: its case is left out
+  nnx = None
+
 from .rules import Base, Mutation, normal, positive
 
 KINDS = ("transposed", "reduction", "dtype", "swapped", "missing_tuple", "extra_output",
@@ -1227,6 +1232,28 @@ def film_bwd(res, g):
 film.defvjp(film_fwd, film_bwd)
 """
 
+NNX_TREE_MODE = """
+from flax import nnx
+
+from fix_corpus.held_out import NLin
+
+@nnx.custom_vjp(graph_updates=False)
+def nnx_linear(m, x):
+  return x @ m.w[...] + m.b[...]
+
+def nnx_linear_fwd(m, x):
+  return nnx_linear(m, x), (m, x)
+
+def nnx_linear_bwd(res, g):
+  m, x = res
+  m_g = nnx.clone(m)
+  m_g.w.set_value(x.T @ g)
+  m_g.b.set_value(g.sum(0))
+  return m_g, g @ m.w[...].T
+
+nnx_linear.defvjp(nnx_linear_fwd, nnx_linear_bwd)
+"""
+
 FLAX_PARAMS = """
 @jax.custom_vjp
 def dense_apply(variables, x):
@@ -1562,7 +1589,12 @@ CASES = (
     c("rescale", "library_built", "the gain's gradient not summed, eqx.tree_at with a named where",
       NAMED_WHERE, ("eqx.tree_at(gain_of, m, (g * x).sum(0))", "eqx.tree_at(gain_of, m, g * x)"),
       lambda r: (_scale(r), normal(r, 4, 3))),
-) if eqx is not None else ())
+) if eqx is not None else ()) + ((   # flax nnx's own: only where it is installed
+    c("nnx_linear", "library_built", "the kernel's gradient transposed, set on an nnx.clone "
+      "of the module (nnx.custom_vjp(graph_updates=False))",
+      NNX_TREE_MODE, ("m_g.w.set_value(x.T @ g)", "m_g.w.set_value(g.T @ x)"),
+      lambda r: (_nlin(r), normal(r, 4, 5))),
+) if nnx is not None else ())
 
 
 
@@ -1596,3 +1628,15 @@ def _lin(rng):
 
 def _scale(rng):
   return Scale(normal(rng, 3), normal(rng, 3))
+
+
+if nnx is not None:
+  class NLin(nnx.Module):
+    """A flax nnx linear layer (the cells import it, as ``Lin``)."""
+
+    def __init__(self, w, b):
+      self.w, self.b = nnx.Param(w), nnx.Param(b)
+
+
+def _nlin(rng):
+  return NLin(normal(rng, 5, 3), normal(rng, 3))

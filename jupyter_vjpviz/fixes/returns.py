@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import warnings
 from typing import Any
 
 import jax
@@ -119,13 +120,16 @@ def compiles_to(tree: ast.Module, live) -> bool:
 
 
 def at(tree, keys: list):
-  """The subtree of ``tree`` at a path's keys, or None."""
-  for key in keys:
-    try:
-      tree = getattr(tree, key) if isinstance(key, str) and not isinstance(tree, dict) \
-          else tree[key]
-    except (KeyError, IndexError, TypeError, AttributeError):
-      return None
+  """The subtree of ``tree`` at a path's keys, or None. Reading it must not warn: flax
+  nnx's ``Variable.value``, the key its flattening names, is deprecated to its users."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    for key in keys:
+      try:
+        tree = getattr(tree, key) if isinstance(key, str) and not isinstance(tree, dict) \
+            else tree[key]
+      except (KeyError, IndexError, TypeError, AttributeError):
+        return None
   return tree
 
 

@@ -460,17 +460,36 @@ def assigned(fn: ast.FunctionDef, name: str, keys: list,
   """The value of ``fn``'s last statement (before line ``before``, if given) that sets the
   entry ``keys`` of local ``name``
   (``[]``: ``name = v``): ``name['w'] = v``, ``name.w.value = v``, or an in-place
-  ``name['w'][...] = v`` (which sets the array of the object there, wherever it keeps it)."""
+  ``name['w'][...] = v`` or ``name.w.set_value(v)`` (which set the array of the object
+  there, wherever it keeps it)."""
   found = None
   for stmt in ast.walk(fn):
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
-        and (before is None or stmt.lineno < before):
-      for target, value in _pairs(stmt.targets[0], stmt.value):
-        entry = _entry(target, name)
-        if entry is not None and (entry[0] == keys or entry[1] and keys[:len(entry[0])] == entry[0]):
-          if found is None or stmt.lineno > found[0]:
-            found = (stmt.lineno, value)
+    if before is not None and getattr(stmt, "lineno", before) >= before:
+      continue
+    for target, value, in_place in _stores(stmt):
+      entry = _entry(target, name)
+      if entry is not None and (entry[0] == keys or (entry[1] or in_place)
+                                and keys[:len(entry[0])] == entry[0]):
+        if found is None or stmt.lineno > found[0]:
+          found = (stmt.lineno, value)
   return found[1] if found is not None else None
+
+
+_SETTERS = ("set_value",)
+"""Methods that set their object's array in place: flax nnx's ``Variable.set_value``,
+the spelling its deprecated ``.value =`` points to."""
+
+
+def _stores(stmt: ast.AST):
+  """(target, value, in place) of each store a statement makes: an assignment's, or a
+  setter's call (``m_g.w.set_value(v)`` stores ``v`` in ``m_g.w``, in place)."""
+  if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+    yield from ((t, v, False) for t, v in _pairs(stmt.targets[0], stmt.value))
+  elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+    call = stmt.value
+    if isinstance(call.func, ast.Attribute) and call.func.attr in _SETTERS \
+        and len(call.args) == 1 and not call.keywords:
+      yield call.func.value, call.args[0], True
 
 
 def _pairs(target: ast.expr, value: ast.expr):

@@ -74,8 +74,8 @@ def _called(fn):
     yield from (((("kw", k),), a) for k, a in fn.keywords.items() if _callable(a))
     return
   if not isinstance(fn, types.FunctionType):   # a callable object (flax nnx's FwdFn, BwdFn)
-    code = getattr(getattr(type(fn), "__call__", None), "__code__", None)  # noqa: B004 - its code
-    yield from _loaded(fn, code, ()) if code is not None else ()
+    for code in _call_codes(type(fn)):
+      yield from _loaded(fn, code, ())
     return
   code = fn.__code__
   for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
@@ -87,6 +87,19 @@ def _called(fn):
       yield (("cell", name),), value
     else:
       yield from _loaded(value, code, (("cell", name),))
+
+
+def _call_codes(cls):
+  """The code of a class's ``__call__`` and of each function its decorators wrap
+  (``__wrapped__``: flax nnx's ``SimpleFwdFn`` copies its arguments in a wrapper around
+  the method that loads ``self.fwd``)."""
+  call, seen = getattr(cls, "__call__", None), set()  # noqa: B004 - the method itself
+  while call is not None and id(call) not in seen:
+    seen.add(id(call))
+    code = getattr(call, "__code__", None)
+    if code is not None:
+      yield code
+    call = getattr(call, "__wrapped__", None)
 
 
 def _loaded(obj, code, steps: Path):
