@@ -8,6 +8,7 @@ candidates, judged right by the primal's own autodiff (analysis.oracle), and
 that no ill-typed candidate comes before it.
 """
 import ast
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -209,11 +210,97 @@ def loss(x, w): return jnp.sin(scale(x, w)).sum()
 """, (P("dp"), P()), (P("dp"), P()), jnp.arange(128.).reshape(8, 16) / 128, jnp.arange(16.))
   fixes = found(d)
   assert "jax.lax.psum(dw, 'dp')" in fixes[0].code
-  rebind(d, fixes[0].code)   # apply_fix would check it outside the mesh
+  # judged, and applied, inside a shard_map over the mesh the call ran in
+  assert d.fixes[0].code == fixes[0].code and d.fixes[0].verdict == "verified", d.fixes[0]
+  assert "shard_map over an equivalent mesh ('dp': 4)" in d.fixes[0].note
+  assert hook.verify_fix(d, fixes[0].code) == []
+  assert hook.apply_fix(d, fixes[0].code).applied
   x, w = jnp.arange(128.).reshape(8, 16) / 128, jnp.arange(16.)
   want = jax.grad(lambda x, w: jnp.sin(x * w).sum(), argnums=(0, 1))(x, w)
   for got, ref in zip(run(x, w), want):
     np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+@pytest.mark.needs("bwd check of varying axes")
+def test_an_all_reduce_rule_is_fixed_by_its_transpose_checked_on_the_mesh(hook):
+  """Issue 30: a data-parallel mean whose bwd returns pmean(g), invariant where x varies.
+  Removing the pmean does not type-check on the mesh (g is invariant) and is dropped;
+  the collective's own transpose leads, verified where the program ran."""
+  code = """
+@jax.custom_vjp
+def allreduce(x): return jax.lax.pmean(x, 'dp')
+def allreduce_fwd(x): return allreduce(x), None
+def allreduce_bwd(_, g): return (jax.lax.pmean(g, 'dp'),)
+allreduce.defvjp(allreduce_fwd, allreduce_bwd)
+def loss(x): return jnp.sin(allreduce(x)).sum()
+"""
+  x = jnp.arange(32.).reshape(8, 4) / 32
+  d, run = _shard_mapped(hook, code, P("dp"), P("dp"), x)
+  mesh = d.site.mesh   # where it ran, as plain data
+  assert (mesh.axis_names, mesh.axis_sizes, mesh.manual, mesh.platform) == (
+      ("dp",), (4,), ("dp",), "cpu")
+  assert mesh.out_varying == (frozenset(),)   # the mean is the same on every device
+  first = d.fixes[0]
+  assert first.title == "Replace jax.lax.pmean by its transpose" and first.verdict == "verified"
+  assert "(jax.lax.pcast(g, 'dp', to='varying') / jax.lax.axis_size('dp'),)" in first.code \
+      or "jax.lax.pvary(g, 'dp') / jax.lax.axis_size('dp')" in first.code, first.code
+  assert "shard_map over an equivalent mesh ('dp': 4)" in first.note
+  assert all(f.verdict != "verified" for f in d.fixes if f.title.startswith("Remove"))
+  removed = "def allreduce_bwd(_, g):\n  return (g,)\n"
+  assert [p.kind for p in hook.verify_fix(d, removed)] == ["bwd_type"]   # types, on the mesh
+  marked = next(f for f in d.fixes if f.title.startswith("Mark"))
+  assert marked.verdict == "type-only"   # g on every device: 4 times the mean's cotangent
+  assert [p.kind for p in hook.verify_fix(d, marked.code)] == ["bwd_value"]
+  assert not hook.apply_fix(d, removed).applied
+  assert hook.apply_fix(d, first.code).applied
+  want = jax.grad(lambda x: jnp.sin(x.reshape(4, 2, 4).mean(0)).sum())(x)
+  np.testing.assert_allclose(run(x)[0], want, rtol=1e-5)
+
+
+@pytest.mark.needs("bwd check of varying axes")
+def test_a_rule_under_a_partly_manual_mesh_is_checked_on_the_same_axes(hook):
+  """shard_map manual over 'dp' only of a ('dp', 'tp') mesh: the fixes run on a mesh of
+  both axes with only 'dp' manual, as the call did."""
+  mesh = jax.make_mesh((2, 2), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  ns = cell("""
+@jax.custom_vjp
+def allreduce(x): return jax.lax.psum(x, 'dp')
+def allreduce_fwd(x): return allreduce(x), None
+def allreduce_bwd(_, g): return (jax.lax.psum(g, 'dp'),)
+allreduce.defvjp(allreduce_fwd, allreduce_bwd)
+def loss(x): return jnp.sin(allreduce(x)).sum()
+""")
+  run = jax.jit(jax.shard_map(jax.grad(ns["loss"]), mesh=mesh, in_specs=P("dp"),
+                              out_specs=P("dp"), axis_names={"dp"}))
+  with pytest.raises(ValueError):
+    run(jnp.arange(32.).reshape(8, 4) / 32)
+  d = hook.last()
+  assert (d.site.mesh.axis_sizes, d.site.mesh.manual) == ((2, 2), ("dp",))
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "('dp': 2, 'tp': 2)" in first.note
+  assert "jax.lax.pcast(g, 'dp', to='varying')" in first.code or "pvary(g, 'dp')" in first.code
+
+
+@pytest.mark.needs("bwd check of varying axes")
+def test_a_mesh_this_process_cannot_make_leaves_fixes_unverified(hook, monkeypatch):
+  """Fewer devices than the mesh the call ran on: nothing is verified, and the note says why."""
+  from jupyter_vjpviz.analysis import on_mesh
+  d, _ = _shard_mapped(hook, """
+@jax.custom_vjp
+def allreduce(x): return jax.lax.pmean(x, 'dp')
+def allreduce_fwd(x): return allreduce(x), None
+def allreduce_bwd(_, g): return (jax.lax.pmean(g, 'dp'),)
+allreduce.defvjp(allreduce_fwd, allreduce_bwd)
+def loss(x): return jnp.sin(allreduce(x)).sum()
+""", P("dp"), P("dp"), jnp.arange(32.).reshape(8, 4) / 32)
+  on_mesh._mesh.cache_clear()
+  monkeypatch.setattr(jax, "devices", lambda *a: [])
+  try:
+    again = suggest.attach(dataclasses.replace(d, fixes=()))
+  finally:
+    on_mesh._mesh.cache_clear()
+  assert again.fixes and all(f.verdict != "verified" for f in again.fixes)
+  assert "mesh of 4 cpu devices; this process has 0" in again.fixes[0].note
 
 
 @pytest.mark.needs("bwd check of varying axes")

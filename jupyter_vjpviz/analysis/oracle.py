@@ -102,6 +102,7 @@ class Verdict:
   reason: str
   leaves: tuple[LeafError, ...] = ()
   judge: str = "autodiff"     # "autodiff" | "finite differences" | ""
+  where: str = ""             # where it was judged, when not plainly: inside a shard_map
 
   @property
   def right(self) -> bool:
@@ -183,7 +184,7 @@ class Oracle:
     """
     with _suspended():
       try:
-        run = _compiled(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
+        run = _compiled(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
         outs = [_flatten_cts(self.site, run((d.args, d.ct))) for d in self.draws]
       except replay.NotJudged as e:
@@ -199,7 +200,7 @@ class Oracle:
         return Verdict(UNVERIFIABLE, self.reason, judge="")
       leaves = self._compare(outs)
       if any(l.judged and not l.ok for l in leaves):   # at the rule's own precision, if lower
-        floor = _rule_rtol(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
+        floor = _rule_rtol(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                            (self.draws[0].args, self.draws[0].ct))
         leaves = dataclasses.replace(self, floor=floor)._compare(outs) if floor > self.floor \
             else leaves
@@ -213,6 +214,11 @@ class Oracle:
     return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points{assumes}",
                    tuple(leaves), self.judge)
 
+  def rule(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool,
+           perturbed: tuple[bool, ...] | None) -> Callable:
+    """The rule's cotangents as a function of one draw ``(args, output cotangent)``."""
+    return lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed)
+
   @property
   def named(self) -> str:
     return RULE_VALUES if self.judge == RULE_VALUES else f"the primal's {self.judge}"
@@ -224,7 +230,7 @@ class Oracle:
     candidate keeps what a rule computes, where it differs from the primal's on purpose."""
     with _suspended():
       try:
-        run = _compiled(lambda a: _run_rule(self.site, a, fwd, bwd, symbolic_zeros, perturbed),
+        run = _compiled(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
         raw = [run((d.args, d.ct)) for d in self.draws]
         aligned = [_aligned(self.site, r) for r in raw]
@@ -357,7 +363,7 @@ def _reference(site, fun, args, ct, judge: str, pull):
   if judge != "autodiff":
     replay.run(fun, *args)
     return None, pull
-  pull = pull or _compiled(lambda a: _pullback(site, fun, *a), (args, ct))
+  pull = pull or _compiled(lambda a: pullback(site, fun, *a), (args, ct))
   return tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct)))), pull
 
 
@@ -460,7 +466,7 @@ def _around(rng, shape, lo: float, hi: float):
   return rng.standard_normal(shape) * max(-lo, hi)
 
 
-def _pullback(site: RuleSite, fun, args, ct):
+def pullback(site: RuleSite, fun, args, ct):
   """The cotangents JAX's autodiff of the primal gives its differentiable arguments."""
   positions = _differentiable_positions(site, len(args))
   return vjp_wrt(fun, args, positions)[1](ct)

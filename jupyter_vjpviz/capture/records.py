@@ -60,6 +60,9 @@ class RuleSite:
   method: Any = dataclasses.field(default=None, compare=False, repr=False)
   """For a hijax primitive: (weakref to its class, the rule's attribute name), so fixes
   can read the rule (``getattr``) and rebind it (``setattr``)."""
+  mesh: Any = dataclasses.field(default=None, compare=False, repr=False)
+  """``mesh_context.MeshContext``: the shard_map mesh the application ran in (None outside
+  one), where a fix of the rule is type-checked and judged."""
   traced: Any = dataclasses.field(default=None, compare=False, repr=False)
   """The forward session's count of fwd traces per (function, call site, name stack), still
   counting: fewer traces than the graph has applications means a traced body was reused."""

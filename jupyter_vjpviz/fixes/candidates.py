@@ -915,6 +915,11 @@ def _collectives(s: Scope) -> Iterator[Candidate]:
       yield s.candidate(0, f"Remove {s.src.segment(call.func)}",
                         [(call, s.src.segment(call.args[0]))],
                         f"the cotangent of an input varying over {lost} varies over them too")
+      transposed = exprs.collective_transposed(s.src, call, tuple(lost))
+      if transposed is not None:   # where the cotangent itself is invariant (an all-reduce's)
+        yield s.candidate(0.5, f"Replace {s.src.segment(call.func)} by its transpose",
+                          [(call, transposed)], f"the cotangent of an input varying over "
+                          f"{lost} is each device's share of the reduction")
     yield s.candidate(1, f"Mark the cotangent varying over {_axes_text(lost)}",
                       [(n, exprs.revaried(s.src.segment(n), tuple(lost))) for n in s.nodes],
                       "keeps the computation and restores the varying axes")

@@ -149,10 +149,27 @@ def revaried(text: str, axes: tuple) -> str:
   return f"jax.lax.pcast({text}, {axes}, to='varying')"
 
 
+def collective_transposed(src, call: ast.Call, axes: tuple) -> str | None:
+  """``call``, a ``psum`` or ``pmean`` a bwd applied to a cotangent that must vary over
+  ``axes``, replaced by the collective's own transpose: each device's share of the sum
+  (the cotangent marked varying again), divided by the axes' size for a mean. None for
+  other collectives."""
+  how = _name(call)
+  if how not in ("psum", "pmean"):
+    return None
+  given = call.args[1] if len(call.args) > 1 else next(
+      (k.value for k in call.keywords if k.arg == "axis_name"), None)
+  named = src.segment(given) if given is not None else repr(axes[0] if len(axes) == 1 else axes)
+  varied = revaried(src.segment(call.args[0]), named)
+  return varied if how == "psum" else f"{varied} / jax.lax.axis_size({named})"
+
+
+def _name(call: ast.Call) -> str:
+  f = call.func
+  return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
 def collectives(node: ast.expr) -> list[ast.Call]:
   """Calls to a cross-device reduction inside ``node``, outermost first."""
-  def name(call):
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
   return [n for n in ast.walk(node)
-          if isinstance(n, ast.Call) and name(n) in _COLLECTIVES and n.args]
+          if isinstance(n, ast.Call) and _name(n) in _COLLECTIVES and n.args]

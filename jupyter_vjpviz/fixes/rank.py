@@ -16,7 +16,7 @@ import functools
 import inspect
 import time
 
-from ..analysis import oracle, replay, tangents
+from ..analysis import on_mesh, oracle, replay, tangents
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
 from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
@@ -255,7 +255,7 @@ def unjudged(fixes: list[Fix], why: str) -> list[Fix]:
 
 
 def _with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
-  if verdict.status == oracle.RIGHT and _varying(site):
+  if verdict.status == oracle.RIGHT and _varying(site) and not verdict.where:
     return _unverifiable(fix, "its values equal the primal's derivative, judged outside its "
                          "shard_map: the varying mesh axes it returns are not checked there")
   if verdict.status == oracle.RIGHT:
@@ -280,10 +280,11 @@ def _varying(site) -> bool:
 
 
 def _mesh_only(site, error) -> str | None:
-  """Why a candidate that raised is kept anyway: it can only run inside its shard_map."""
-  if not _varying(site):
+  """Why a candidate that raised is kept anyway: it can only run inside its shard_map, and
+  no equivalent mesh could be made here (where one is, it raised there: no fix)."""
+  if not _varying(site) or on_mesh.runs_there(site):
     return None
-  return f"not judged: it runs only inside its shard_map ({str(error)[:120]})"
+  return f"not judged: it runs only inside its shard_map ({on_mesh.why_not(site) or str(error)[:120]})"
 
 
 def _runs_as_written(rule) -> bool:

@@ -202,6 +202,12 @@ def _collective_fixes(rule: Rule, nodes: list[ast.expr], want, got) -> list[Fix]
                           f"the cotangent of an input varying over {lost} varies over them "
                           "too; JAX's transpose already sums where the primal was invariant",
                           exact=True))
+    transposed = exprs.collective_transposed(rule.src, call, tuple(lost))
+    if transposed is not None:   # where the cotangent itself is invariant (an all-reduce's)
+      fixes.append(rule.fix(f"Replace {rule.src.segment(call.func)} by its transpose",
+                            [(call, transposed)],
+                            f"the cotangent of an input varying over {lost} is each device's "
+                            "share of the reduction: the collective's own transpose", exact=True))
     fixes.append(rule.fix(f"Mark the {rule.src.segment(call.func)} result varying again",
                           [(call, exprs.revaried(rule.src.segment(call), tuple(lost)))],
                           "keeps the reduction and restores the varying axes", exact=False))

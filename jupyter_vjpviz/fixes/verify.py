@@ -24,7 +24,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ..analysis import oracle, tangents
+from ..analysis import on_mesh, oracle, tangents
 from ..capture.compat.private import cd, core
 from ..analysis.diagnosis import Diagnosis
 from ..base import kinds, trees
@@ -82,14 +82,15 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
 
 def reference(site, user_rules) -> oracle.Oracle:
   """The primal's derivative at random inputs; where the primal runs only inside its
-  library's call (flax nnx's), fwd's primal output with the rule set aside stands in."""
+  library's call (flax nnx's), fwd's primal output with the rule set aside stands in; on
+  the mesh the application ran in, where it ran inside shard_map (``on_mesh``)."""
   try:
-    return oracle.Oracle.of(site, user_rules.primal)
+    return on_mesh.oracle_for(site, user_rules.primal)
   except Exception:
     stand_in = primal_by_fwd(user_rules)
     if stand_in is None:
       raise
-    return oracle.Oracle.of(site, stand_in, by_fwd=True)
+    return on_mesh.oracle_for(site, stand_in, by_fwd=True)
 
 
 def _rechecked(diagnosis: Diagnosis, edited, user_rules, check) -> list[Diagnosis]:
@@ -190,8 +191,14 @@ def namespace(user_rules) -> dict:
 
 
 def recheck(diagnosis: Diagnosis, cvjp, check) -> list[Diagnosis]:
-  """Differentiate ``cvjp`` abstractly at the failing call's input types with ``check``."""
+  """Differentiate ``cvjp`` abstractly at the failing call's input types with ``check``:
+  inside a shard_map over its mesh where the call ran in one (JAX's varying-axes checks
+  and the hook's run there as they did in the user's program)."""
   site = diagnosis.site
+  placed = on_mesh.there(site)
+  if placed is not None:
+    return check(placed.wrap(lambda *a: cvjp(*arguments(site, a)), list(range(len(site.in_tree.children())))),
+                 *on_mesh.abstract_args(site, placed), argnums=custom_rules.perturbed_args(site))
   abstract_args = _abstract_args(site)
   return check(lambda *a: _given_cotangents(site, cvjp(*arguments(site, a))), *abstract_args,
                argnums=custom_rules.perturbed_args(site))
@@ -269,9 +276,11 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
     if look is not None:
       look(args, out, cts)
     return cts
+  placed = on_mesh.there(site)
   records.state.suspended += 1
   try:
-    return jax.eval_shape(run, *_abstract_args(site))
+    return placed.eval_shape(run, site) if placed is not None else \
+        jax.eval_shape(run, *_abstract_args(site))
   finally:
     records.state.suspended -= 1
 
@@ -448,7 +457,7 @@ def type_problems(site, fwd, bwd, symbolic_zeros: bool = False, primal=None) -> 
   """What the capture stage would record of ``bwd(fwd(args))`` at the site's types, and
   fwd's primal output against ``primal``'s (abstract: no FLOPs)."""
   found = []
-  judged = _outside_mesh(site)
+  judged = site if on_mesh.runs_there(site) else _outside_mesh(site)
 
   def look(args, out, cts):
     found.extend(custom_rules.compare_cotangents(judged, cts))
@@ -488,7 +497,8 @@ def _primal_output(primal, args):
 
 def _outside_mesh(site):
   """``site`` with its avals' varying mesh axes dropped: a rule run outside its
-  shard_map (as here) has none, so only shapes and dtypes can be compared."""
+  shard_map (where no equivalent mesh can be made here) has none, so only shapes and
+  dtypes can be compared."""
   plain = tuple(core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
                 if exprs.varying(a) else a for a in site.in_avals)
   return dataclasses.replace(site, in_avals=plain)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..compat.private import cd, core, hijax, source_info_util, state
 from ...base import kinds, safety, surrogates, trees
-from .. import applied, records
+from .. import applied, mesh_context, records
 from ..compat import dtype_exemption, jax_flags
 from ..naming import (arguments, code_watch, frames, function_names, leaf_paths, library_wrappers,
                       user_calls)
@@ -213,6 +213,7 @@ def _tagged(cvjp, args, out_res, spelled):
         detail=f"fwd rule {site.fwd_rule} must return a pair (primal_out, residuals)")))
     return out_res
   out, res = out_res
+  site = safety.safely(_placed, site, out, default=site)
   if function_names.inside_jax(site.rule_source):   # the bwd is JAX's own: jax.custom_gradient
     site = safety.safely(_with_closed_rule, site, res, default=site)
   safety.safely(_defer_fwd_check, cvjp, args, out, site)
@@ -239,6 +240,12 @@ def observe_sites(callback):
     yield
   finally:
     _site_observers.callbacks.remove(callback)
+
+
+def _placed(site: RuleSite, out) -> RuleSite:
+  """``site`` with the mesh it is traced in, where it runs inside a shard_map."""
+  mesh = mesh_context.of(out)
+  return site if mesh is None else dataclasses.replace(site, mesh=mesh)
 
 
 def _with_closed_rule(site: RuleSite, res) -> RuleSite:
