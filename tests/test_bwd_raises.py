@@ -1,17 +1,21 @@
-"""A bwd rule that raises on its own line while writing a cotangent of the wrong type.
+"""A bwd rule that raises on its own line while writing or computing a cotangent.
 
 flax nnx's idiom writes a gradient in place (``m_g['w'][...] = v``); a transposed ``v``
 raises a broadcasting error inside the user's rule, before JAX has a cotangent to
 check. The statement names the slot (a local the rule returns), the site the cotangent
-it must hold: a ``bwd_type`` at that line. A failure that names no slot precisely (the
-value itself fails, an immutable array written) is no diagnosis. The user's exception is
-the one they get without vjpviz.
+it must hold: a ``bwd_type`` at that line. Where an operation computing the value raises
+for the types it was given (``jnp.zeros(5).at[1:3].set(v)`` with a ``v`` of 3 elements)
+it is a ``bwd_raised`` naming the operation, its types and the input whose cotangent the
+value reaches, with fixes read off those types and judged by the primal's derivative. A
+failure of values (the user's own check) or of an immutable array written is no
+diagnosis. The user's exception is the one they get without vjpviz.
 """
 import gc
 import inspect
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 nnx = pytest.importorskip("flax.nnx")
 eqx = pytest.importorskip("equinox")
@@ -124,11 +128,15 @@ def mix_bwd_failing_value(res, g):
   return (m_g, out_g @ m.w.T)
 
 
-def test_a_statement_whose_value_fails_is_no_diagnosis(hook, capsys):
+def test_a_write_whose_value_raises_is_diagnosed_at_the_operation(hook):
+  """The product itself fails: no value is written, the operation and its types are told."""
   plain, hooked, d = _plain_and_hooked(_mix_step(mix_bwd_failing_value))
   assert plain is not None and hooked == plain
-  assert d is None or d.kind != "bwd_type", d.headline
-  assert "vjpviz: could not" not in capsys.readouterr().err
+  assert (d.kind, d.rule, d.argument, d.expected) == (
+      "bwd_raised", "mix_bwd_failing_value", "m.w.value", "float32[4,3]")
+  assert d.got == "float32[5,3] @ float32[5,4]"
+  assert d.raised_at == f"{HERE}:{_line_of(mix_bwd_failing_value, '@ x')}"
+  assert d.message == plain[1]
 
 
 @nnx.custom_vjp(graph_updates=False)
@@ -213,6 +221,99 @@ def test_the_diagnosis_keeps_no_array_of_the_failing_call(hook):
   assert [d.kind for d in vv.diagnoses()] == ["bwd_type"] * 3
   extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
   assert extra == [], f"device buffers kept alive: {extra}"
+
+
+# ------------------------------------- an operation of the rule that raises for its types
+
+@jax.custom_vjp
+def middle(x, y):
+  return x[1:4] * 2.0 + y
+
+
+def middle_fwd(x, y):
+  return middle(x, y), None
+
+
+def middle_bwd(res, g):
+  g_full = jnp.zeros(5).at[1:3].set(2.0 * g)     # x[1:4] has 3 elements: wrong slice
+  return (g_full, g)
+
+
+def middle_bwd_returned(res, g):
+  return (jnp.zeros(5).at[1:3].set(2.0 * g), g)
+
+
+def _middle_grad(rule, jit=False):
+  middle.defvjp(middle_fwd, rule)
+  grad = jax.grad(lambda x, y: middle(x, y).sum(), argnums=(0, 1))
+  grad = jax.jit(grad) if jit else grad
+  return lambda: grad(jnp.arange(5.), jnp.ones(3))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_an_indexed_update_that_raises_is_diagnosed_with_a_verified_fix(hook, jit):
+  plain, hooked, d = _plain_and_hooked(_middle_grad(middle_bwd, jit))
+  assert plain is not None and plain[0] is ValueError and hooked == plain
+  assert "Incompatible types for broadcasting" in plain[1]
+  assert (d.kind, d.severity, d.function, d.rule) == ("bwd_raised", "error", "middle", "middle_bwd")
+  assert (d.argument, d.path, d.expected) == ("x", "[0]", "float32[5]")
+  assert d.got == ".at[1:3].set of float32[3] into float32[2]"
+  line = _line_of(middle_bwd, ".at[1:3]")
+  assert d.raised_at == f"{HERE}:{line}" and d.message == plain[1]
+  assert d.headline == (f"middle's bwd rule middle_bwd raised at line {line} computing the "
+                        "cotangent of input x (float32[5]): .at[1:3].set of float32[3] into "
+                        "float32[2].")
+  assert "`jnp.zeros(5).at[1:3].set(2.0 * g)`" in d.detail
+  out = d.to_dict()
+  DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": out})
+  assert out["rule_source_bad_line"] == line
+  verdicts = {f.title.split(" (")[0]: f.verdict for f in d.fixes}
+  assert verdicts["Fit the slice to the update: .at[1:4]"] == "verified", verdicts
+  assert verdicts["Fit the slice to the update: .at[0:3]"] == "type-only", verdicts
+  first = d.fixes[0]
+  assert ".at[1:4].set(2.0 * g)" in first.code and vv.verify_fix(d, first.code) == []
+  assert [p.kind for p in vv.verify_fix(d, inspect.getsource(middle_bwd))] == ["bwd_raised"]
+
+
+def test_the_vjpviz_note_is_the_one_thing_added(hook):
+  vv.uninstall()
+  plain = _raised(_middle_grad(middle_bwd))
+  vv.install()
+  hooked = _raised(_middle_grad(middle_bwd))
+  added = [n for n in hooked.__notes__ if n not in getattr(plain, "__notes__", [])]
+  assert len(added) == 1 and added[0].startswith("vjpviz: middle's bwd rule middle_bwd raised")
+
+
+def _raised(run):
+  try:
+    run()
+  except ValueError as e:
+    return e
+  raise AssertionError("the wrong slice must raise")
+
+
+def test_a_returned_expression_that_raises_names_the_element_it_computes(hook):
+  plain, hooked, d = _plain_and_hooked(_middle_grad(middle_bwd_returned))
+  assert plain is not None and hooked == plain
+  assert (d.kind, d.argument, d.expected) == ("bwd_raised", "x", "float32[5]")
+  assert any(".at[1:4].set(2.0 * g), g)" in f.code and f.verdict == "verified" for f in d.fixes)
+
+
+def checked(g):
+  if not np.isfinite(float(g.max())):     # the user's own check, on values
+    raise ValueError("a non-finite cotangent")
+  return g
+
+
+def middle_bwd_by_value(res, g):
+  g_full = jnp.zeros(5).at[1:4].set(2.0 * checked(g / 0.0))
+  return (g_full, g)
+
+
+def test_a_statement_that_raises_for_its_values_is_no_diagnosis(hook):
+  plain, hooked, d = _plain_and_hooked(_middle_grad(middle_bwd_by_value))
+  assert plain is not None and plain[0] is ValueError and hooked == plain
+  assert d is None, d.headline
 
 
 # ------------------------------------------- a library's own check, after the user's bwd

@@ -53,7 +53,7 @@ def diagnose(session: Session, exc: BaseException | None,
         detail=rec.detail or _swapped(leaves) or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False, raised_at=rec.raised_at,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves,
-        solver=rec.solver))
+        solver=rec.solver, operation=rec.operation))
   return out
 
 

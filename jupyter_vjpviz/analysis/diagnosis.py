@@ -109,6 +109,9 @@ class Diagnosis:
   """The capture stage's RuleSite (avals, paths, a weakref to the custom_vjp)."""
   solver: Any = dataclasses.field(default=None, repr=False, compare=False)
   """A custom_linear_solve solve at fault (``records.Solver``: weak references)."""
+  operation: Any = dataclasses.field(default=None, repr=False, compare=False)
+  """bwd_raised: the operation of the rule's statement that raised, with the types it was
+  given (``capture.sites.failing_operation.Failed``: text and avals, no array)."""
   leaves: tuple = ()
   """Every ``MismatchedLeaf`` of this rule application, the one the fields above are
   about first: one failure is one diagnosis. Empty for one read from JAX's message."""
@@ -156,7 +159,8 @@ class Diagnosis:
     return _rendering("html")(self)
 
 
-_NOT_FLAT = ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves", "rule_text")
+_NOT_FLAT = ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves", "rule_text",
+             "operation")
 """Fields to_dict does not copy as they are: serialised by their own to_dict, or never sent."""
 
 

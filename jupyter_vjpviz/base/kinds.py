@@ -107,6 +107,14 @@ def _made(d) -> str:
   return f"raised at line {raised_at.rpartition(':')[2]} writing" if raised_at else "returned"
 
 
+def _raised(d) -> str:
+  """A statement of the rule raised for the types it was given, before any cotangent."""
+  line = (d.raised_at or "").rpartition(":")[2]
+  of = f"the cotangent of input {_input(d)}" if _input(d) else "a cotangent"
+  must = f" ({d.expected})" if d.expected else ""
+  return f"{_who(d)} raised at line {line} computing {of}{must}: {d.got}"
+
+
 def _silent_dtype(d) -> str:
   if d.severity != "error":
     return (f"{_who(d)} returned {d.got}{_where(d)}; JAX let it through, so the gradient is "
@@ -142,6 +150,7 @@ def _accumulator(d) -> str:
 _ENTRIES = (
     Kind("bwd_type", lambda d: f"{_who(d)} {_made(d)} {d.got}{_where(d)}; the cotangent must be "
          f"{d.expected}", role="bwd", rule_fixers=("types",), needs=(RULES,)),
+    Kind("bwd_raised", _raised, role="bwd", rule_fixers=("raised",), needs=(RULES,)),
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
          rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"

@@ -130,6 +130,7 @@ class Record:
   rule_source: str | None = None   # file:line of a rule that has no site (a custom_jvp's jvp)
   raised_at: str | None = None     # file:line of the rule's own statement that raised with it
   solver: Solver | None = None     # a custom_linear_solve solve at fault (fixes judge by it)
+  operation: Any = None            # bwd_raised: the operation that raised (failing_operation.Failed)
   leaves: tuple[Leaf, ...] = ()
   """Expected beside got at each leaf this is about, by key path: for the structure kinds
   every leaf of either tree. Empty where the site knows no path (a rule's input leaf

@@ -27,8 +27,8 @@ from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
 from ..capture.sites import vjp3_rules
 from ..capture.sites.custom_rules import ct_aval
-from . import (calls, candidates, dtypes, exprs, primal, rank, returns, rule_text, solves,
-               source, verify)
+from . import (calls, candidates, dtypes, exprs, primal, raised, rank, returns, rule_text,
+               solves, source, verify)
 from .source import RuleSource
 
 
@@ -499,6 +499,6 @@ def _jvp_fallback(rule: Rule) -> list[Fix]:
 
 
 _FIXERS = {"types": _type_fixes, "structure": _structure_fixes, "fwd": _fwd_fixes,
-           "tangent_tree": _tangent_tree_fixes}
+           "tangent_tree": _tangent_tree_fixes, "raised": raised.fixes}
 """The template families a kind's ``rule_fixers`` name."""
 

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+from typing import Any
 
 import jax
 import numpy as np
@@ -25,6 +26,7 @@ from .. import records
 from ..naming import leaf_paths
 from ..naming.leaf_paths import Key, keystr
 from ..records import ERROR, Record
+from . import failing_operation
 from .retained_rules import retained
 
 _WHOLE = object()   # ``[...]`` / ``[:]``: the write replaces the whole array there
@@ -36,9 +38,10 @@ class _Attr(str):
 
 
 def raised(site, bwd, user_code, exc: BaseException, ct_aval, compare) -> None:
-  """Defer a ``bwd_type`` record for ``exc`` raised by the user's bwd, if its failing
-  statement wrote a value into a known cotangent slot. ``ct_aval(primal)`` and
-  ``compare(expected, got)`` (False: they differ) are the bwd check's own."""
+  """Defer a record for ``exc`` raised on a statement of the user's bwd: a ``bwd_type``
+  where the statement wrote a value of the wrong type into a known cotangent slot, a
+  ``bwd_raised`` where computing the value itself raised for its types. ``ct_aval(primal)``
+  and ``compare(expected, got)`` (False: they differ) are the bwd check's own."""
   session = records.current_session()
   code = user_code or getattr(bwd, "__code__", None)
   if session is None or code is None:
@@ -46,50 +49,128 @@ def raised(site, bwd, user_code, exc: BaseException, ct_aval, compare) -> None:
   frame, line = _failing_frame(exc.__traceback__, code)
   fn = _function(code) if frame is not None else None
   stmt = _statement(fn, line - code.co_firstlineno + 1) if fn is not None else None
-  if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+  value = getattr(stmt, "value", None) if isinstance(stmt, _COMPUTING) else None
+  scope = frame.f_locals if value is not None else {}
+  env = _abstract_env(value, scope) if value is not None else None
+  if env is None:
     return
+  text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
+  where = f"{code.co_filename}:{line}"
+  written = _written_slot(site, fn, stmt, scope, ct_aval, compare)
+  at = Statement(site, fn, stmt, _SOURCES[code][0], where, text.strip(), code.co_filename,
+                 frame.f_globals, env, type(exc))
+  session.deferred.append((len(session.records), lambda: _finding(at, written, ct_aval, compare)))
+
+
+_COMPUTING = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+  """The user's statement that raised, and what is needed to evaluate it abstractly."""
+  site: Any
+  fn: ast.FunctionDef
+  stmt: ast.stmt
+  source: str              # the rule's dedented source, which ``fn``'s positions index
+  where: str               # file:line
+  text: str
+  filename: str
+  globals: dict
+  env: dict                # the locals it reads, arrays as ShapeDtypeStructs
+  raised: type
+
+
+def _written_slot(site, fn, stmt, scope, ct_aval, compare):
+  """(input leaf, its path, its cotangent type) of the slot a write ``local[k] = v`` fills,
+  where it holds that cotangent's type now; else None."""
+  if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+    return None
   target = _target(stmt.targets[0])
   at_return = _returned_at(fn, target[0]) if target else None
-  scope = frame.f_locals
   if at_return is None or target[0] not in scope:
-    return
+    return None
   written = [k for k in target[1] if k is not _WHOLE]
   k = _slot(site, at_return, written)
   if k is None:
-    return
+    return None
   expected = ct_aval(site.in_avals[k])
   held = _held_type(scope[target[0]], written, _WHOLE in target[1])
   if held is None or compare(expected, held) is not True:
-    return
-  env = _abstract_env(stmt.value, scope)
-  if env is None:
-    return
-  path = keystr((Key("index", at_return),) + _keys(scope[target[0]], written))
-  text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
-  where = f"{code.co_filename}:{line}"
-  expr = compile(ast.fix_missing_locations(ast.Expression(stmt.value)), code.co_filename, "eval")
-  glb = frame.f_globals
-  session.deferred.append((len(session.records), lambda: _finding(
-      site, k, path, expected, expr, glb, env, where, text, compare)))
+    return None
+  return k, keystr((Key("index", at_return),) + _keys(scope[target[0]], written)), expected
 
 
-def _finding(site, k, path, expected, expr, glb, env, where, text, compare) -> list[Record]:
+def _finding(at: Statement, written, ct_aval, compare) -> list[Record]:
+  expr = compile(ast.fix_missing_locations(ast.Expression(at.stmt.value)), at.filename, "eval")
   try:
-    got = jax.eval_shape(lambda e: eval(expr, glb, dict(e)), env)  # noqa: S307 - the user's own line
+    got = jax.eval_shape(lambda e: eval(expr, at.globals, dict(e)), at.env)  # noqa: S307 - the user's own line
   except Exception:  # noqa: BLE001 - the value itself failed: nothing was written
+    return _failed_value(at, written, ct_aval)
+  if written is None or not isinstance(got, jax.ShapeDtypeStruct):
     return []
-  if not isinstance(got, jax.ShapeDtypeStruct):
-    return []
+  k, path, expected = written
   got = core.ShapedArray(got.shape, got.dtype, weak_type=got.weak_type)
   if compare(expected, got) is not False:
     return []
+  site = at.site
   return [retained(Record(
       kind="bwd_type", severity=ERROR, function=site.function, source=site.source,
       rule=site.rule, site=site, path=path, expected=expected.str_short(),
-      got=got.str_short(), flat_index=k, expected_aval=expected, got_aval=got, raised_at=where,
-      detail=f"{site.rule} raised at {where} before returning: `{text.strip()}` writes "
+      got=got.str_short(), flat_index=k, expected_aval=expected, got_aval=got,
+      raised_at=at.where,
+      detail=f"{site.rule} raised at {at.where} before returning: `{at.text}` writes "
              f"{got.str_short()} where the cotangent of {site.in_names[k]} must be "
              f"{expected.str_short()}"))]
+
+
+def _failed_value(at: Statement, written, ct_aval) -> list[Record]:
+  """A ``bwd_raised`` record when an operation of the statement raises on the types alone
+  (as the user's did), about the input whose cotangent its value reaches, where one does."""
+  failed = failing_operation.locate(at.stmt.value, at.source, at.filename, at.globals, at.env,
+                                    at.raised)
+  if failed is None:
+    return []
+  site = at.site
+  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed)
+  expected = ct_aval(site.in_avals[k]) if k is not None else None
+  of = f"the cotangent of {site.in_names[k]}" if k is not None else "a cotangent"
+  return [retained(Record(
+      kind="bwd_raised", severity=ERROR, function=site.function, source=site.source,
+      rule=site.rule, site=site, path=site.in_paths[k] if k is not None else None,
+      expected=expected.str_short() if expected is not None else None, got=failed.asked,
+      flat_index=k, expected_aval=expected, raised_at=at.where, operation=failed,
+      detail=f"{site.rule} raised at {at.where} computing {of}: `{failed.text}` "
+             f"({failed.asked}) in `{at.text}`"))]
+
+
+def _input_reached(site, fn, stmt, failed) -> int | None:
+  """The one input leaf whose returned slot the statement's value reaches: the element of a
+  returned literal that holds the failing operation (a ``return``), or that reads a local
+  the statement's value flows into; None unless exactly one slot does."""
+  if isinstance(stmt, ast.Return):
+    hit = lambda e: any(getattr(n, "lineno", None) == failed.lineno
+                        and getattr(n, "col_offset", None) == failed.col_offset
+                        for n in ast.walk(e))
+    returns = [stmt]
+  else:
+    held = failing_operation.reaching(fn, stmt)
+    hit = lambda e: bool(failing_operation.names_read(e) & held)
+    returns = [n for n in syntax.own_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
+  paths = {p for r in returns for p in _literal_paths(r.value, hit)}
+  if len(paths) != 1:
+    return None
+  path = paths.pop()
+  return _slot(site, path[0], list(path[1:])) if path and isinstance(path[0], int) else None
+
+
+def _literal_paths(node, hit, keys: tuple = ()) -> list[tuple]:
+  """The keys of each innermost element of a returned literal (tuples, lists, dicts with
+  constant keys) that ``hit`` accepts."""
+  if isinstance(node, (ast.Tuple, ast.List)):
+    return [p for i, e in enumerate(node.elts) for p in _literal_paths(e, hit, keys + (i,))]
+  if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys):
+    return [p for k, v in zip(node.keys, node.values) for p in _literal_paths(v, hit, keys + (k.value,))]
+  return [keys] if hit(node) else []
 
 
 def returned_then_raised(site, code, returned, exc: BaseException, ct_aval) -> None:
