@@ -366,7 +366,30 @@ def test_a_missing_key_equinox_rejects_after_the_users_bwd_returned_is_diagnosed
   assert vv.verify_fix(d, GOOD_GATED_NORM_BWD) == []
   bad = inspect.getsource(gated_norm_bwd)
   assert [p.kind for p in vv.verify_fix(d, bad)] == ["bwd_structure"]
-  assert all(f.verdict != "verified" for f in d.fixes)   # a None for "shift" changes its gradient
+  # None for "shift" would change its gradient: its value is the primal's derivative there
+  [fix] = [f for f in d.fixes if f.verdict == "verified"]
+  assert fix.title == "Add the missing key 'shift' by differentiating gated_norm"
+  assert "_, pullback = jax.vjp(gated_norm.fn, inputs)" in fix.code
+  assert "'shift': dinputs[0]['shift']}" in fix.code and vv.verify_fix(d, fix.code) == []
+
+
+def gated_norm_bwd_unreturned(saved, g, perturbed, inputs):
+  x, gain = saved
+  xc = x - x.mean(-1, keepdims=True)
+  gx = g * gain
+  dshift = g.sum(0)  # noqa: F841 - computed, never returned: the mistake
+  return {"gain": (g * xc).sum(0)}, gx - gx.mean(-1, keepdims=True)
+
+
+def test_a_missing_key_the_rule_computed_is_returned_first(hook):
+  """The candidate search reads the rule's locals from the return it reached, equinox's
+  check raising after it: the local of the missing leaf's type is the fix ranked first."""
+  plain, hooked, d = _plain_and_hooked(_gated_norm_grad(gated_norm_bwd_unreturned))
+  assert plain is not None and hooked == plain
+  assert (d.kind, d.argument) == ("bwd_structure", "inputs[0]['shift']")
+  first = d.fixes[0]
+  assert (first.title, first.verdict) == ("Return the missing entries from dshift", "verified")
+  assert "return {\"gain\": (g * xc).sum(0), 'shift': dshift}, gx" in first.code
 
 
 def test_a_none_equinox_takes_as_a_zero_is_not_called_missing(hook):

@@ -697,6 +697,52 @@ def test_equinox_a_transposition_mapped_over_every_leaf_is_fixed_and_verified(ho
   assert (doubled.kind, doubled.rule) == ("bwd_value", "run_bwd")
 
 
+@eqx.filter_custom_vjp
+def scaled_affine(inputs, scale):
+  params, x = inputs
+  return scale * (x @ params["w"]) + params["b"]
+
+
+@scaled_affine.def_fwd
+def scaled_affine_fwd(perturbed, inputs, scale):
+  params, x = inputs
+  return scaled_affine(inputs, scale), (x, params["w"])
+
+
+@scaled_affine.def_bwd
+def scaled_affine_bwd(residuals, g, perturbed, inputs, scale):
+  x, w = residuals
+  return {"w": scale * x.T @ g}, scale * g @ w.T       # no "b"
+
+
+def _scaled_affine_grad():
+  params = {"w": jnp.linspace(-1., 1., 6).reshape(3, 2), "b": jnp.zeros(2)}
+  x = jnp.linspace(-1., 1., 12).reshape(4, 3)
+  return lambda: eqx.filter_grad(lambda p: jnp.tanh(scaled_affine((p, x), 0.5)).sum())(params)
+
+
+def test_equinox_a_missing_key_is_added_by_differentiating_the_users_primal(hook):
+  """equinox's own check raises after the user's bwd returned, so the rule cannot be run
+  whole; the key is added in the rule's own return, its value read off jax.vjp of the
+  user's primal (``scaled_affine.fn``) at the bwd's own arguments, judged by the oracle."""
+  with pytest.raises(RuntimeError):
+    _scaled_affine_grad()()
+  gc.collect()
+  d = vv.last()
+  assert (d.kind, d.rule, d.argument) == ("bwd_structure", "scaled_affine_bwd", "inputs[0]['b']")
+  verified = [f for f in d.fixes if f.verdict == "verified"]
+  assert verified, [(f.title, f.verdict, f.note) for f in d.fixes]
+  fix = verified[0]
+  assert fix.title == "Add the missing key 'b' by differentiating scaled_affine"
+  assert "jax.vjp(lambda inputs: scaled_affine.fn(inputs, scale), inputs)" in fix.code
+  assert "return {\"w\": scale * x.T @ g, 'b': dinputs[0]['b']}, scale * g @ w.T" in fix.code
+  before = scaled_affine.fn_bwd
+  assert vv.verify_fix(d, fix.code) == []
+  assert scaled_affine.fn_bwd is before
+  wrong = fix.code.replace("dinputs[0]['b']", "2 * dinputs[0]['b']")
+  assert [p.kind for p in vv.verify_fix(d, wrong)] == ["bwd_value"]
+
+
 def test_a_diffrax_style_solver_on_filter_custom_vjp_is_the_users_rule(hook):
   """A library's solver with a user-supplied vector field (the diffrax/optimistix shape)."""
   def make_solver(vector_field):

@@ -769,7 +769,9 @@ def _entries(s: Scope) -> Iterator[Candidate]:
   """Missing entries of a returned tuple or dict, filled from locals of their type."""
   if not kinds.of(s.rule.d.kind).structural:
     return
-  want = verify.expected_args(s.rule.d.site)
+  want = verify.expected_returned(s.rule.d, s.rule.keys)
+  if want is None:
+    return
   top = _filled(s, s.ret.value, s.returned, want, _arg_names(s.rule.d.site))
   for edits, filled in itertools.islice(top, PER_GENERATOR):
     if edits and filled:   # zeros alone are the templates' placeholder, not a search result

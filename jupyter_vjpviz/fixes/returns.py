@@ -86,8 +86,15 @@ def returned(rule) -> dict[int, Returned] | None:
     reporting.__defaults__, reporting.__kwdefaults__ = live.__defaults__, live.__kwdefaults__
     verify.run_rules(rule.d.site, rule.user_rules.fwd, reporting, rule.user_rules.symbolic_zeros)
   except Exception:  # noqa: BLE001 - a rule that cannot run abstractly: no branch is known
-    return None
+    # unless the rule returned and a library's check of its return raised (equinox's tree)
+    return seen if seen and _behind_a_library(rule.user_rules) else None
   return seen
+
+
+def _behind_a_library(user_rules) -> bool:
+  """The user's bwd runs inside a library's (``library_wrappers.UserRules.paths``)."""
+  paths = getattr(user_rules, "paths", None)
+  return isinstance(paths, dict) and bool(paths.get("bwd"))
 
 
 def _types(scope: dict) -> dict:

@@ -27,8 +27,8 @@ from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
 from ..capture.sites import vjp3_rules
 from ..capture.sites.custom_rules import ct_aval
-from . import (calls, candidates, dtypes, exprs, primal, raised, rank, returns, rule_text,
-               solves, source, verify)
+from . import (calls, candidates, dtypes, exprs, missing_leaves, primal, raised, rank, returns,
+               rule_text, solves, source, verify)
 from .source import RuleSource
 
 
@@ -52,7 +52,8 @@ def suggestions(d: Diagnosis, custom_rule, rule: Rule | None) -> list[Fix]:
   judge = (rank.TangentJudge if kinds.of(d.kind).role == "jvp" else rank.Judge).of(rule)
   found = [f for family in kinds.of(d.kind).rule_fixers for f in _FIXERS[family](rule)]
   found += candidates.for_rule(rule)
-  fallbacks = (primal.fallbacks(rule) + _jvp_fallback(rule)) if judge.differentiable else []
+  fallbacks = (primal.fallbacks(rule) + _jvp_fallback(rule) + missing_leaves.fixes(rule)) \
+      if judge.differentiable else []
   return rank.rank(judge, found, fallbacks, _placeholders(rule))
 
 

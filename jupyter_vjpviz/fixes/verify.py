@@ -132,6 +132,34 @@ def expected_args(site) -> tuple:
   return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))
 
 
+def expected_returned(diagnosis: Diagnosis, keys: list):
+  """What the user's own bwd must return: ``expected_args``, or where a library hands it on
+  under a prefix (equinox's bwd answers for ``vjp_arg``, the site's first argument) the
+  subtree there (``returned_head``). None where no prefix is known."""
+  head = returned_head(diagnosis, keys)
+  if head is None:
+    return None
+  want = expected_args(diagnosis.site)
+  for key in head:
+    want = want[key]
+  return want
+
+
+def returned_head(diagnosis: Diagnosis, keys: list) -> list | None:
+  """The keys in the site's args tree above what the user's bwd returns: what the site's
+  path of the finding's leaf has before the user's ``keys`` of it (``[0]`` for equinox's
+  ``vjp_arg``; ``[]`` for a custom_vjp's own rule). None where the two do not end alike."""
+  keys = list(keys)
+  if not keys or diagnosis.path in diagnosis.site.in_paths:
+    theirs = source.path_keys(diagnosis.path)
+  else:   # a library's check named the leaf by the user's path: its site path is a leaf's
+    theirs = next((full for full in ([k.key for k in l.path] for l in diagnosis.leaves)
+                   if len(full) > len(keys) and full[len(full) - len(keys):] == keys), None)
+  if theirs is None or len(theirs) < len(keys) or theirs[len(theirs) - len(keys):] != keys:
+    return None
+  return theirs[:len(theirs) - len(keys)]
+
+
 def left_none(diagnosis: Diagnosis) -> frozenset:
   """The input leaves whose cotangent the user's rule returns as None (no gradient, by
   choice): a fix that keeps them None is not the fix that zeroes them."""

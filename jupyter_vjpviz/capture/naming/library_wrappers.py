@@ -159,6 +159,23 @@ def rebind(root, path: Path, new) -> None:
                      "apply the fix in your source and re-run it")
 
 
+def spelled(root, path: Path, names: dict) -> str | None:
+  """How code that sees ``names`` (a rule's globals) reaches the function at ``path`` from
+  ``root``: the name of the object nearest that function on the way, then the attributes
+  after it (equinox's ``affine.fn``, ``affine`` being its ``filter_custom_vjp``); None where
+  a step after every named object is no attribute (a closure cell, a partial's part)."""
+  objects, holder = [root], root
+  for kind, name in path:
+    holder = _step(holder, kind, name)
+    objects.append(holder)
+  for at in range(len(objects) - 1, -1, -1):
+    named = next((k for k, v in names.items() if v is objects[at]), None)
+    if named is not None:
+      rest = path[at:]
+      return named + "".join(f".{n}" for _, n in rest) if all(k == "attr" for k, _ in rest) else None
+  return None
+
+
 def _step(holder, kind: str, name: str):
   if kind == "func":
     return holder.func
