@@ -125,7 +125,7 @@ def mix_bwd_failing_value(res, g):
   ((m_g, _), out_g), (y, x, m) = g, res
   m_g = jax.tree.map(lambda t: t, m_g)
   m_g['w'][...] = (out_g * (1 - y ** 2)) @ x     # the product itself fails: nothing is written
-  return (m_g, out_g @ m.w.T)
+  return (m_g, (out_g * (1 - y ** 2)) @ m.w.T)
 
 
 def test_a_write_whose_value_raises_is_diagnosed_at_the_operation(hook):
@@ -137,6 +137,10 @@ def test_a_write_whose_value_raises_is_diagnosed_at_the_operation(hook):
   assert d.got == "float32[5,3] @ float32[5,4]"
   assert d.raised_at == f"{HERE}:{_line_of(mix_bwd_failing_value, '@ x')}"
   assert d.message == plain[1]
+  # the operands transposed or swapped where that gives the slot's float32[4,3]: one way
+  assert [(f.title, f.verdict) for f in d.fixes] == [
+      ("Fit the operands: x.T @ (out_g * (1 - y ** 2))", "verified")]
+  assert vv.verify_fix(d, d.fixes[0].code) == []
 
 
 @nnx.custom_vjp(graph_updates=False)
@@ -314,6 +318,31 @@ def test_a_statement_that_raises_for_its_values_is_no_diagnosis(hook):
   plain, hooked, d = _plain_and_hooked(_middle_grad(middle_bwd_by_value))
   assert plain is not None and plain[0] is ValueError and hooked == plain
   assert d is None, d.headline
+
+
+@jax.custom_vjp
+def gate(x, w):
+  return x * w
+
+
+def gate_bwd(res, g):
+  x, w = res
+  return (g * w.T, g * x)       # a stray transpose: float32[3,4] * float32[4,3]
+
+
+gate.defvjp(lambda x, w: (gate(x, w), (x, w)), gate_bwd)
+
+
+def test_an_elementwise_operation_that_raises_gets_its_operands_fitted(hook):
+  x, w = jnp.linspace(-1., 1., 12).reshape(3, 4), jnp.linspace(.5, 2., 12).reshape(3, 4)
+  plain, hooked, d = _plain_and_hooked(lambda: jax.grad(lambda x: gate(x, w).sum())(x))
+  assert plain is not None and hooked == plain
+  assert (d.kind, d.argument, d.expected, d.got) == (
+      "bwd_raised", "x", "float32[3,4]", "float32[3,4] * float32[4,3]")
+  first = d.fixes[0]
+  assert (first.title, first.verdict) == ("Fit the operands: g * w", "verified"), \
+      [(f.title, f.verdict) for f in d.fixes]
+  assert "return (g * w, g * x)" in first.code
 
 
 # ------------------------------------------- a library's own check, after the user's bwd

@@ -5,13 +5,17 @@ The capture stage found the operation that raised and what it was given
 ``x[i]`` has two readings, both read off the two types: the index selects the wrong
 region (each slice widened or narrowed to ``v``'s extent, from its start or to its end),
 or ``v`` is the wrong value for it (rewritten to ``x[i]``'s type as a returned cotangent
-is: transposed, summed, reshaped). Each is only a candidate: the oracle judges it against
+is: transposed, summed, reshaped). A binary operation whose operands do not fit gets them
+transposed, or a product's swapped, where their types then fit. Each is only a candidate: the oracle judges it against
 the primal's own derivative like any fix.
 """
 from __future__ import annotations
 
 import ast
 import math
+import operator
+
+import jax
 
 from ..analysis.diagnosis import Fix
 from . import exprs
@@ -19,21 +23,81 @@ from . import exprs
 
 def fixes(rule) -> list[Fix]:
   failed = rule.d.operation
-  if failed is None or failed.update is None:
-    return []
-  call = _node(rule, failed)
-  if call is None:
+  node = _node(rule, failed) if failed is not None else None
+  if isinstance(node, ast.BinOp) and len(failed.operands) == 2:
+    return _fitted_operands(rule, node, failed)
+  if node is None or failed.update is None:
     return []
   _, slot, value = failed.update
-  return _fitted_index(rule, call, slot, value) + _fitted_value(rule, call, slot, value)
+  return _fitted_index(rule, node, slot, value) + _fitted_value(rule, node, slot, value)
 
 
-def _node(rule, failed) -> ast.Call | None:
-  """The failing call in the rule's source, where it is the text that raised."""
-  found = [n for n in ast.walk(rule.src.node) if isinstance(n, ast.Call)
+def _node(rule, failed) -> ast.expr | None:
+  """The failing operation in the rule's source, where it is the text that raised."""
+  found = [n for n in ast.walk(rule.src.node) if isinstance(n, (ast.Call, ast.BinOp))
            and (n.lineno, n.col_offset) == (failed.lineno, failed.col_offset)
            and rule.src.segment(n) == failed.text]
   return found[0] if len(found) == 1 else None
+
+
+def _fitted_operands(rule, node: ast.BinOp, failed) -> list[Fix]:
+  """A binary operation whose operands do not fit: each matrix operand transposed, and a
+  product's operands swapped, where that fits their types (evaluated on them); where the
+  operation is the whole value of a cotangent whose type is known, only those giving it."""
+  (_, a), (_, b) = failed.operands
+  sides = [(node.left, a), (node.right, b)]
+  orders = [sides, sides[::-1]] if isinstance(node.op, ast.MatMult) else [sides]
+  symbol, apply = _OPS.get(type(node.op), (None, None))
+  if symbol is None:
+    return []
+  whole = _whole_value(rule, node)
+  found = []
+  for (l, la), (r, ra) in orders:
+    for tl, tr in ((False, False), (True, False), (False, True), (True, True)):
+      if (l is node.left and not tl and not tr) or any(t and len(x.shape) != 2
+                                                        for t, x in ((tl, la), (tr, ra))):
+        continue
+      out = _result(apply, la, ra, tl, tr)
+      if out is None or (whole and rule.d.expected_aval is not None
+                         and tuple(out.shape) != tuple(rule.d.expected_aval.shape)):
+        continue
+      text = f"{_side(rule, l, tl)} {symbol} {_side(rule, r, tr)}"
+      found.append(rule.fix(f"Fit the operands: {text}", [(node, text)],
+                            f"{failed.asked} does not fit; {text} is {out.str_short()}",
+                            exact=False))
+  return found
+
+
+_OPS = {ast.MatMult: ("@", operator.matmul), ast.Add: ("+", operator.add),
+        ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul), ast.Div: ("/", operator.truediv)}
+
+
+def _side(rule, node: ast.expr, transpose: bool) -> str:
+  return exprs.transposed(rule.src, node, (1, 0)) if transpose else exprs.paren(rule.src, node)
+
+
+def _result(apply, a, b, ta: bool, tb: bool):
+  """The type of ``a op b`` with the operands transposed as asked; None where it raises."""
+  seen = []
+
+  def run(x, y):
+    seen.append(jax.typeof(apply(x.T if ta else x, y.T if tb else y)))
+  try:
+    jax.eval_shape(run, jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(b.shape, b.dtype))
+  except Exception:  # noqa: BLE001 - operands that do not fit this way either
+    return None
+  return seen[0]
+
+
+def _whole_value(rule, node: ast.expr) -> bool:
+  """``node`` is all a cotangent slot gets: the value of a write into one, or of a local
+  returned as it is."""
+  returned = {e.id for r in rule.src.returns() if isinstance(r.value, (ast.Tuple, ast.List))
+              for e in r.value.elts if isinstance(e, ast.Name)}
+  return any(isinstance(s, ast.Assign) and s.value is node and len(s.targets) == 1
+             and (isinstance(s.targets[0], (ast.Subscript, ast.Attribute))
+                  or isinstance(s.targets[0], ast.Name) and s.targets[0].id in returned)
+             for s in ast.walk(rule.src.node))
 
 
 def _fitted_index(rule, call: ast.Call, slot, value) -> list[Fix]:
