@@ -277,6 +277,10 @@ def test_an_indexed_update_that_raises_is_diagnosed_with_a_verified_fix(hook, ji
   first = d.fixes[0]
   assert ".at[1:4].set(2.0 * g)" in first.code and vv.verify_fix(d, first.code) == []
   assert [p.kind for p in vv.verify_fix(d, inspect.getsource(middle_bwd))] == ["bwd_raised"]
+  # differentiating the primal replaces the statement that raised, ranked after the slice
+  [by_primal] = [f for f in d.fixes if f.title.startswith("Compute the gradient of x by")]
+  assert by_primal.verdict == "verified" and d.fixes.index(by_primal) > d.fixes.index(first)
+  assert ".at[1:3]" not in by_primal.code and "g_full" not in by_primal.code, by_primal.code
 
 
 def test_the_vjpviz_note_is_the_one_thing_added(hook):

@@ -21,7 +21,7 @@ from ..analysis.diagnosis import Fix
 from ..base import kinds, trees
 from ..capture.sites import vjp3_rules
 from ..capture.sites.custom_rules import ct_aval
-from . import dtypes, source, verify
+from . import dtypes, raised, source, verify
 from .source import RuleSource
 
 
@@ -90,14 +90,23 @@ def fallback(rule, whole: bool) -> Fix | None:
     unpack.append(f"{dtypes.unused(ct + '_in', rule.src)} = {ct}")
     ct = unpack[-1].split(" = ")[0]
   if unpack and not isinstance(first, ast.Return):
-    edits.append(rule.src.before(first, unpack))
+    edits.append(before_first := rule.src.before(first, unpack))
   lines, results = _pullback(rule, fwd, name, reach, targets, whole, ct)
+  replaced = []
   for ret in rule.src.returns():
     at = [ret.value] if whole else [source.element(ret.value, [k]) for k in targets]
     if None in at:
       return None
     edits += [rule.src.before(ret, (unpack if ret is first else []) + lines)]
     edits += list(zip(at, results))
+    replaced += at
+  drop = raised.dropped(rule, replaced)   # a statement that raised computing what is replaced
+  if drop is None:
+    return None
+  if drop and unpack and drop[0][0].lineno == first.lineno:   # the unpacking takes its place
+    edits.remove(before_first)
+    drop = [(drop[0][0], "".join(f"{' ' * first.col_offset}{line}\n" for line in unpack))]
+  edits += drop
   differentiable = _differentiable_params(rule, fwd)
   what = "every cotangent" if whole else \
       f"the gradient of {' and '.join(differentiable[k] for k in targets)}"

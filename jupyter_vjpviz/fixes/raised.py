@@ -12,12 +12,15 @@ the primal's own derivative like any fix.
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import operator
 
 import jax
 
 from ..analysis.diagnosis import Fix
+from ..base import syntax
+from ..capture.sites import failing_operation
 from . import exprs
 
 
@@ -155,3 +158,36 @@ def _fitted_value(rule, call: ast.Call, slot, value) -> list[Fix]:
                           "same number of elements; check that the order is the gradient's",
                           exact=False))
   return found
+
+
+def dropped(rule, replaced: list[ast.expr]) -> list | None:
+  """For a fix that rewrites ``replaced`` (return elements) whole: the edit removing the
+  statement that raised (its lines), where what it stores is read nowhere else; ``[]``
+  where no statement of the rule raised, or it is a return (the rewrite is in it); None
+  where it cannot go (its result is read elsewhere): the fix would still raise."""
+  stmt = _raising_statement(rule)
+  if stmt is None or isinstance(stmt, ast.Return):
+    return [] if not rule.d.raised_at or stmt is not None else None
+  stored = failing_operation.names_stored(stmt) if isinstance(stmt, ast.Assign) else set()
+  inside = {id(n) for node in [*replaced, stmt] for n in ast.walk(node)}
+  read = [n for n in syntax.own_nodes(rule.src.node) if isinstance(n, ast.Name)
+          and isinstance(n.ctx, ast.Load) and n.id in stored and id(n) not in inside]
+  if not stored or read or stmt.end_lineno >= len(rule.src.text.splitlines()):
+    return None
+  lines = ast.Pass(lineno=stmt.lineno, col_offset=0, end_lineno=stmt.end_lineno + 1, end_col_offset=0)
+  return [(lines, "")]
+
+
+def _raising_statement(rule) -> ast.stmt | None:
+  """The rule's statement on the line that raised (``Diagnosis.raised_at``)."""
+  line = (rule.d.raised_at or "").rpartition(":")[2]
+  try:
+    start = inspect.getsourcelines(inspect.unwrap(rule.user_rules.bwd))[1]
+  except (OSError, TypeError, AttributeError):
+    return None
+  if not line.isdigit():
+    return None
+  at = int(line) - start + 1
+  hits = [n for n in syntax.own_nodes(rule.src.node) if isinstance(n, ast.stmt)
+          and n.lineno <= at <= (n.end_lineno or n.lineno)]
+  return min(hits, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
