@@ -255,10 +255,10 @@ def _middle_grad(rule, jit=False):
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_an_indexed_update_that_raises_is_diagnosed_with_a_verified_fix(hook, jit):
+def test_an_indexed_update_that_raises_is_diagnosed_with_a_verified_fix(path, jit):
   plain, hooked, d = _plain_and_hooked(_middle_grad(middle_bwd, jit))
   assert plain is not None and plain[0] is ValueError and hooked == plain
-  assert "Incompatible types for broadcasting" in plain[1]
+  assert "for broadcasting" in plain[1]     # JAX's words, which vary by version
   assert (d.kind, d.severity, d.function, d.rule) == ("bwd_raised", "error", "middle", "middle_bwd")
   assert (d.argument, d.path, d.expected) == ("x", "[0]", "float32[5]")
   assert d.got == ".at[1:3].set of float32[3] into float32[2]"
