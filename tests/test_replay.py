@@ -145,6 +145,19 @@ def test_a_program_using_an_io_callbacks_result_is_not_judged(hook):
   assert any("uses the result of io_callback" in f.note for f in d.fixes), notes(d)
 
 
+def test_a_ref_made_read_and_written_inside_the_program_is_no_effect_on_the_world():
+  """Such a program may be run again as it is: nothing it does leaves it."""
+  def f(x):
+    r = jax.new_ref(x)
+    r[...] = r[...] * 2.
+    return r[...]
+  if not hasattr(jax, "new_ref"):
+    pytest.skip("this JAX has no jax.new_ref")
+  jaxpr = jax.make_jaxpr(f)(jnp.ones(3)).jaxpr
+  assert [e for e in jaxpr.eqns if e.effects]
+  assert not any(replay._side_effects(e) for e in jaxpr.eqns) and not replay._needs(jaxpr)
+
+
 def test_effects_in_a_rules_own_bwd_run_as_often_as_without_vjpviz(hook, capsys):
   """The bwd reads its values in Python: the oracle runs it eagerly, not as a rewritten
   jaxpr; its io_callback and print are held back all the same."""

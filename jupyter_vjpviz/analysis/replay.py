@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..capture.compat import changed_signatures, effects
-from ..capture.compat.private import core
+from ..capture.compat.private import core, effect_types
 
 BUDGET = float(os.environ.get("VJPVIZ_BUDGET") or 2.0)
 """Seconds of extra wall time vjpviz may spend per failing call (``vjpviz.install(budget=)``,
@@ -349,14 +349,11 @@ def _needs(jaxpr: core.Jaxpr) -> bool:
   return False
 
 
-_OWN_EFFECTS = tuple(getattr(core, name) for name in ("JaxprInputEffect", "NamedAxisEffect")
-                     if hasattr(core, name))
-"""Effects that stay inside the program: a Ref's reads and writes, a collective's axis."""
-
-
 def _side_effects(eqn) -> list:
-  """The equation's effects on the world."""
-  return [e for e in eqn.effects if not isinstance(e, _OWN_EFFECTS)]
+  """The equation's effects on the world: not those that stay inside the program (a Ref
+  made there, its reads and writes, a collective's axis)."""
+  own = (core.InternalMutableArrayEffect, effect_types.JaxprInputEffect, core.NamedAxisEffect)
+  return [e for e in eqn.effects if not isinstance(e, own)]
 
 
 def _interpret(jaxpr: core.Jaxpr, consts, args) -> list:

@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import jax
 
+from . import private
+from .private import hijax
+
 _JVP3_NAMES = {"fun": "f", "jvp": "jvp_fun", "nondiff_argnums": "static_argnums",
                "symbolic_zeros": "symz"}
 
 
-def _jvp3_class():
-  try:
-    from jax._src.hijax import custom_jvp3
-  except ImportError:   # a JAX without the flag
-    return None
-  return custom_jvp3
-
-
 def is_custom_jvp(obj) -> bool:
-  jvp3 = _jvp3_class()
-  return isinstance(obj, jax.custom_jvp) or (jvp3 is not None and isinstance(obj, jvp3))
+  return isinstance(obj, jax.custom_jvp) or (private.has("hijax.custom_jvp3")   # the flag's JAX
+                                             and isinstance(obj, hijax.custom_jvp3))
 
 
 def own_name(custom, name: str) -> str:

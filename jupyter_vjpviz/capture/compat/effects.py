@@ -1,6 +1,6 @@
 """The primitives that act on the world when bound eagerly (``io_callback``,
-``jax.debug.callback``, ``jax.debug.print``), found in whichever JAX module this version
-keeps them, and a window in which this thread's eager runs of them are held back.
+``jax.debug.callback``, ``jax.debug.print``), found where ``private`` says this version keeps
+them, and a window in which this thread's eager runs of them are held back.
 
 vjpviz rewrites the programs it traces (``analysis.replay.rewrite`` drops their
 equations, knowing whether their results are used), but some of its runs are eager: a
@@ -12,26 +12,14 @@ anywhere, and the wrapper holds back only the calls made on a thread inside one.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 
 import jax.numpy as jnp
 
-_WHERE = (("jax._src.callback", "io_callback_p"), ("jax._src.debugging", "debug_callback_p"),
-          ("jax._src.debugging", "debug_print_p"))
+from .private import callbacks
 
-
-def _primitives() -> tuple:
-  found = []
-  for module, name in _WHERE:
-    try:
-      found.append(getattr(importlib.import_module(module), name))
-    except (ImportError, AttributeError):   # this JAX has it elsewhere, or not at all
-      continue
-  return tuple(found)
-
-
-PRIMITIVES = _primitives()
+PRIMITIVES = tuple(p for p in (callbacks.io_callback_p, callbacks.debug_callback_p,
+                               callbacks.debug_print_p) if p is not None)
 
 _local = threading.local()     # this thread's open windows; names of results made up
 _lock = threading.Lock()

@@ -123,6 +123,16 @@ NAMES: tuple[Name, ...] = (
         "trace_ctx", "EvalTrace", "trace_state_clean", "eval_context")),
     _n("core.NamedAxisEffect", f"{_C}:NamedAxisEffect", NANS, _NoInstances,
        why="an effect that stays in the program; a JAX without it has none such"),
+    _n("effect_types.JaxprInputEffect", "jax._src.effects:JaxprInputEffect", NANS, _NoInstances,
+       why="a Ref's reads and writes, which stay in the program; a JAX without it has none"),
+    _n("core.InternalMutableArrayEffect", f"{_C}:InternalMutableArrayEffect", NANS, _NoInstances,
+       why="a Ref made inside the program; a JAX without it has none"),
+    # the primitives that act on the world when bound eagerly: held back in vjpviz's reruns
+    *(_n(f"callbacks.{a}", f"jax._src.{m}:{a}", NANS, None, since=since,
+         why="None: a JAX without it has no such primitive to hold back")
+      for m, a, since in (("callback", "io_callback_p", "0.6"),
+                          ("debugging", "debug_callback_p", "0.6"),
+                          ("debugging", "debug_print_p", "0.7.2"))),
     _n("core.primal_dtype_to_tangent_dtype", f"{_C}:primal_dtype_to_tangent_dtype", FIXES),
     _n("pe.DynamicJaxprTrace", f"{_PE}:DynamicJaxprTrace", EVERYTHING, why=CORE),
     _n("pe.JaxprTrace", f"{_PE}:JaxprTrace", EVERYTHING, why=CORE),
@@ -260,9 +270,11 @@ def _resolve_all(absent: set[str]) -> None:
 
 
 _resolve_all({k for k in os.environ.get("VJPVIZ_PRIVATE_ABSENT", "").split(",") if k})
-core, cd, ad, pe, api, lu, state, config, pjit, solves, hijax, source_info_util, traceback_util = (
-    _spaces[s] for s in ("core", "cd", "ad", "pe", "api", "lu", "state", "config", "pjit",
-                         "solves", "hijax", "source_info_util", "traceback_util"))
+(core, effect_types, callbacks, cd, ad, pe, api, lu, state, config, pjit, solves, hijax,
+ source_info_util, traceback_util) = (
+    _spaces[s] for s in ("core", "effect_types", "callbacks", "cd", "ad", "pe", "api", "lu", "state",
+                         "config", "pjit", "solves", "hijax", "source_info_util",
+                         "traceback_util"))
 
 
 def has(key: str) -> bool:
