@@ -154,6 +154,8 @@ NAMES: tuple[Name, ...] = (
     _n("cd._flatten_jvp", f"{_CD}:_flatten_jvp", JVP),
     _n("cd._flatten_fwd", f"{_CD}:_flatten_fwd", kinds.RULES, params=("maybe_out_type",),
        why="its frame's local holds the primal's output types"),
+    _n("cd._flatten_bwd", f"{_CD}:_flatten_bwd", TRACEBACKS,
+       why="where the instrumented bwd takes the place of JAX's call_wrapped frame"),
     _n("cd._temporary_dtype_exception", f"{_CD}:_temporary_dtype_exception", kinds.RULES,
        _never_exempt, why="marked for removal in 0.12: without it JAX checks dtypes strictly"),
     _n("config.custom_vjp3", "jax._src.config:custom_vjp3", kinds.RULES, since="0.9",

@@ -8,6 +8,7 @@ it leaves our code we unlink them (``tb_next`` is writable), so even the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import TracebackType
 
 from ..compat.private import source_info_util
@@ -19,19 +20,40 @@ def _ours(tb: TracebackType) -> bool:
   return tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR + os.sep)
 
 
+# JAX's ``call_wrapped``, whose frame ``sites.direct_calls`` calls around: (its code, a
+# thunk of a traceback entry of it, the codes of the transformations it calls there).
+_call_wrapped: list = []
+
+
+def called_around(code, entry: Callable[[], TracebackType | None], transformations: set) -> None:
+  """JAX's ``call_wrapped`` (``code``) is called around: in the user's tracebacks, an
+  ``entry()`` of it goes back above each transformation it would have called."""
+  _call_wrapped[:] = [(code, entry, transformations)]
+
+
 def strip(exc: BaseException) -> None:
-  """Remove our frames from ``exc``'s traceback, in place."""
-  head = tb = exc.__traceback__
-  while head is not None and _ours(head):
-    head = head.tb_next
-  tb = head
+  """Remove our frames from ``exc``'s traceback, in place, and put back JAX's
+  ``call_wrapped`` frames called around (``called_around``)."""
+  kept = []
+  tb = exc.__traceback__
   while tb is not None:
-    nxt = tb.tb_next
-    while nxt is not None and _ours(nxt):
-      nxt = nxt.tb_next
+    if not _ours(tb):
+      if _called_around(tb, kept[-1] if kept else None):
+        kept.extend(filter(None, [_call_wrapped[0][1]()]))
+      kept.append(tb)
+    tb = tb.tb_next
+  for tb, nxt in zip(kept, kept[1:] + [None]):
     tb.tb_next = nxt
-    tb = nxt
-  exc.__traceback__ = head
+  exc.__traceback__ = kept[0] if kept else None
+
+
+def _called_around(tb: TracebackType, caller: TracebackType | None) -> bool:
+  """``tb`` is a transformation ``call_wrapped`` would have called, by a frame not it."""
+  if not _call_wrapped or caller is None:
+    return False
+  code, _, transformations = _call_wrapped[0]
+  return (tb.tb_frame.f_code in transformations
+          and caller.tb_frame.f_code is not code and caller.tb_frame.f_code not in transformations)
 
 
 # ------------------------------------------------------------ the user's files

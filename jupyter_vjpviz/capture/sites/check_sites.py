@@ -8,6 +8,7 @@ up with ``getattr`` by ``PatchSet``: a JAX without one simply loses that site.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import types
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
 from ..records import ERROR, WARNING, Record, RuleSite, Session
-from . import custom_rules, hijax_prims, jvp_rules, through_primal, vjp3_rules
+from . import custom_rules, direct_calls, hijax_prims, jvp_rules, through_primal, vjp3_rules
 
 
 def install(patches: PatchSet, sink: Callable | None = None,
@@ -31,10 +32,15 @@ def install(patches: PatchSet, sink: Callable | None = None,
   patches.apply(api, "_vjp_accum", _wrap_vjp_accum)
   patches.apply(ad, "ct_check", _wrap_ct_check)
   _install_custom_vjp(patches, events)
+  direct_calls.install(patches, custom_rules.InstrumentedFwd, custom_rules.InstrumentedBwd)
   hijax_prims.install(patches)
   jvp_rules.install(patches)
   if sink is not None and private.has("pjit._run_python_pjit"):
-    patches.apply(pjit, "_run_python_pjit", lambda o: wrap_run_staged(o, sink))
+    if events is not None:   # no frame of ours under a jitted function run
+      events.watch(inspect.unwrap(pjit._run_python_pjit).__code__, _run_started,
+                   lambda _, __, exc: _run_finished(sink, exc))
+    else:
+      patches.apply(pjit, "_run_python_pjit", lambda o: wrap_run_staged(o, sink))
 
 
 def staged() -> bool:
@@ -47,6 +53,17 @@ def staged() -> bool:
       return True
     trace = trace.parent_trace
   return False
+
+
+def _run_started(_frame):
+  """Only the outermost run: not each jitted jnp call of an eager grad."""
+  return True if records.active() and core.trace_state_clean() else None
+
+
+def _run_finished(sink, exc: BaseException | None) -> None:
+  safety.safely(sink, Session("run", None), exc)
+  if exc is not None:
+    safety.safely(frames.strip, exc)
 
 
 def wrap_run_staged(original, sink):
@@ -62,10 +79,9 @@ def wrap_run_staged(original, sink):
     try:
       out = original(*args, **kwargs)
     except BaseException as e:
-      safety.safely(sink, Session("run", None), e)
-      safety.safely(frames.strip, e)
+      _run_finished(sink, e)
       raise
-    safety.safely(sink, Session("run", None), None)
+    _run_finished(sink, None)
     return out
   run_python_pjit.__wrapped__ = original
   return run_python_pjit

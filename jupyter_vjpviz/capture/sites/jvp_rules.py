@@ -26,6 +26,7 @@ from ..compat.patches import PatchSet
 from ..naming import function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
 from ..records import ERROR, Record, RuleSite
+from . import direct_calls
 from .custom_rules import kept_argument
 
 
@@ -75,10 +76,14 @@ def _watched_copy(jvp3, rule, applied: Applied | None):
 
 def _wrap_flatten_jvp(original):
   def flatten_jvp(jvp, primal_name, jvp_name, *rest):
-    if records.current_session() is not None:   # outside a VJP, no one would hear of it
-      primal = safety.safely(_primal_of, sys._getframe(1), default=None)
-      jvp = safety.safely(_watch, jvp, primal_name, jvp_name, primal, default=jvp)
-    return original(jvp, primal_name, jvp_name, *rest)
+    if records.current_session() is None:   # outside a VJP, no one would hear of it
+      return original(jvp, primal_name, jvp_name, *rest)
+    primal = safety.safely(_primal_of, sys._getframe(1), default=None)
+    watched = safety.safely(_watch, jvp, primal_name, jvp_name, primal, default=None)
+    made = original(watched or jvp, primal_name, jvp_name, *rest)
+    if watched is not None:   # ``_watched`` in place of JAX's call_wrapped frame
+      safety.safely(direct_calls.direct, made[0])
+    return made
   flatten_jvp.__wrapped__ = original
   return flatten_jvp
 
