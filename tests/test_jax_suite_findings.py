@@ -210,7 +210,8 @@ def _raising_rules():
           lambda: jax.grad(h)(1.)]
 
 
-@pytest.mark.parametrize("filtering", ["auto", "off"])
+@pytest.mark.parametrize("filtering", [
+    "auto", pytest.param("off", marks=pytest.mark.needs(jax_features.WATCHED))])
 def test_an_error_in_or_after_a_rule_has_the_frames_it_has_without_vjpviz(filtering, capsys):
   """The rules are called around JAX's ``call_wrapped`` frame: its entry is put back."""
   def frames():

@@ -21,14 +21,17 @@ def _ours(tb: TracebackType) -> bool:
 
 
 # JAX's ``call_wrapped``, whose frame ``sites.direct_calls`` calls around: (its code, a
-# thunk of a traceback entry of it, the codes of the transformations it calls there).
+# thunk of a traceback entry of it, the codes of the transformations it would have called,
+# and of every transformation of the functions called so).
 _call_wrapped: list = []
 
 
-def called_around(code, entry: Callable[[], TracebackType | None], transformations: set) -> None:
+def called_around(code, entry: Callable[[], TracebackType | None], outermost: set,
+                  transformations: set) -> None:
   """JAX's ``call_wrapped`` (``code``) is called around: in the user's tracebacks, an
-  ``entry()`` of it goes back above each transformation it would have called."""
-  _call_wrapped[:] = [(code, entry, transformations)]
+  ``entry()`` of it goes back above each of the ``outermost`` transformations called by
+  a frame that is neither it nor one of the ``transformations``."""
+  _call_wrapped[:] = [(code, entry, outermost, transformations)]
 
 
 def strip(exc: BaseException) -> None:
@@ -51,8 +54,8 @@ def _called_around(tb: TracebackType, caller: TracebackType | None) -> bool:
   """``tb`` is a transformation ``call_wrapped`` would have called, by a frame not it."""
   if not _call_wrapped or caller is None:
     return False
-  code, _, transformations = _call_wrapped[0]
-  return (tb.tb_frame.f_code in transformations
+  code, _, outermost, transformations = _call_wrapped[0]
+  return (tb.tb_frame.f_code in outermost
           and caller.tb_frame.f_code is not code and caller.tb_frame.f_code not in transformations)
 
 

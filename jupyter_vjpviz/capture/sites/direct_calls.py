@@ -89,7 +89,7 @@ def install(patches: PatchSet, fwd_type: type, bwd_type: type) -> None:
   if _CalledDirectly is not None:
     _frame = _frame or _call_wrapped_frame()
     frames.called_around(_CalledDirectly.__base__.call_wrapped.__code__, call_wrapped_entry,
-                         _transformations)
+                         _outermost, _transformations)
   patches.apply(cd, "_flatten_fwd", lambda original: flattening(original, fwd_type))
   patches.apply(cd, "_flatten_bwd", lambda original: flattening(original, bwd_type))
 
@@ -106,12 +106,17 @@ def flattening(original, rule_type: type):
   return flatten
 
 
-_transformations: set = set()   # the code of each transformation a direct call calls
+# The code of the transformations of the WrappedFuns called directly: all of them, and
+# the outermost of each (what its ``call_wrapped`` would have called).
+_transformations: set = set()
+_outermost: set = set()
 
 
 def direct(fun) -> None:
   """Make ``fun``, a ``WrappedFun`` JAX just made, one called without JAX's frame."""
   if _CalledDirectly is not None and type(fun) is _CalledDirectly.__base__:
     fun.__class__ = _CalledDirectly
-    _transformations.update(c for c in (getattr(gen, "__code__", None) for gen, _ in fun.transforms)
-                            if c is not None)
+    codes = [getattr(gen, "__code__", None) for gen, _ in fun.transforms]
+    _transformations.update(c for c in codes if c is not None)
+    if codes and codes[0] is not None:
+      _outermost.add(codes[0])
