@@ -693,3 +693,30 @@ def test_an_extra_none_of_a_clipping_rule_is_dropped_keeping_its_values():
   assert first.title == "Drop the extra cotangents" and first.verdict == "verified", \
       [(f.title, f.verdict) for f in d.fixes]
   assert "return (jnp.clip(g, -1., 1.),)" in first.code
+
+
+HALF_SOFTPLUS = """
+@jax.custom_vjp
+def softplus(x):
+  return jnp.logaddexp(x, 0.)
+def softplus_fwd(x):
+  return softplus(x), x
+def softplus_bwd(x, g):
+  s = jax.nn.sigmoid(x.astype(jnp.float16))
+  return (g.astype(jnp.float16) * s,)
+softplus.defvjp(softplus_fwd, softplus_bwd)
+def loss(x): return jnp.sin(softplus(x)).sum()
+"""
+
+
+def test_a_fix_right_only_at_the_precision_the_rule_computes_in_leads_but_is_not_exact():
+  """A bwd computing in float16 on purpose forgets to cast back: the cast keeps the user's
+  precision and leads, verified at float16's tolerance; it is not claimed exact (equal to
+  the primal's derivative at float32), and its note says at what precision it was judged."""
+  ns = cell(HALF_SOFTPLUS)
+  d = diagnosis(ns["loss"], jnp.linspace(-3., 3., 12))
+  first = d.fixes[0]
+  assert first.title.startswith("Cast to float32") and first.verdict == "verified"
+  assert not first.exact and "lower precision the rule computes in" in first.note
+  exact = [f for f in d.fixes if f.exact]
+  assert exact and all(f.verdict == "verified" and "precision" not in f.note for f in exact)

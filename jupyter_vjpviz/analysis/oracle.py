@@ -103,6 +103,7 @@ class Verdict:
   leaves: tuple[LeafError, ...] = ()
   judge: str = "autodiff"     # "autodiff" | "finite differences" | ""
   where: str = ""             # where it was judged, when not plainly: inside a shard_map
+  relaxed: bool = False       # right only at the lower precision the rule computes in
 
   @property
   def right(self) -> bool:
@@ -198,12 +199,12 @@ class Oracle:
         return Verdict(FAILED, f"the rule raised {type(e).__name__}: {e}"[:300], judge=self.judge)
       if not self.judge:
         return Verdict(UNVERIFIABLE, self.reason, judge="")
-      leaves = self._compare(outs)
+      leaves, relaxed = self._compare(outs), False
       if any(l.judged and not l.ok for l in leaves):   # at the rule's own precision, if lower
         floor = _rule_rtol(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                            (self.draws[0].args, self.draws[0].ct))
-        leaves = dataclasses.replace(self, floor=floor)._compare(outs) if floor > self.floor \
-            else leaves
+        if floor > self.floor:
+          leaves, relaxed = dataclasses.replace(self, floor=floor)._compare(outs), True
       leaves = [l for l in leaves if perturbed is None or not symbolic_zeros or perturbed[l.index]]
     if any(l.judged and not l.ok for l in leaves):
       return Verdict(WRONG, "; ".join(l.describe() for l in leaves if l.judged and not l.ok),
@@ -211,8 +212,9 @@ class Oracle:
     if any(not l.judged for l in leaves):
       return Verdict(UNVERIFIABLE, self.reason or _not_finite(leaves), tuple(leaves), self.judge)
     assumes = f" ({self.assumes})" if self.assumes else ""
-    return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points{assumes}",
-                   tuple(leaves), self.judge)
+    precision = ", at the lower precision the rule computes in" if relaxed else ""
+    return Verdict(RIGHT, f"equal to {self.named} at {len(self.draws)} random points"
+                   f"{precision}{assumes}", tuple(leaves), self.judge, relaxed=relaxed)
 
   def rule(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool,
            perturbed: tuple[bool, ...] | None) -> Callable:

@@ -258,8 +258,9 @@ def _with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
   if verdict.status == oracle.RIGHT and _varying(site) and not verdict.where:
     return _unverifiable(fix, "its values equal the primal's derivative, judged outside its "
                          "shard_map: the varying mesh axes it returns are not checked there")
-  if verdict.status == oracle.RIGHT:
-    return dataclasses.replace(fix, exact=True, verdict=VERIFIED, note=verdict.reason)
+  if verdict.status == oracle.RIGHT:   # not exact where equal only at the rule's precision
+    return dataclasses.replace(fix, exact=not verdict.relaxed, verdict=VERIFIED,
+                               note=verdict.reason)
   if verdict.status == oracle.WRONG:
     breaks = verdict.breaks() or "its cotangents differ from the primal's derivative"
     return dataclasses.replace(fix, title=f"{fix.title} (type-only: {breaks})", exact=False,
