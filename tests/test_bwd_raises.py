@@ -349,6 +349,28 @@ def test_an_elementwise_operation_that_raises_gets_its_operands_fitted(hook):
   assert "return (g * w, g * x)" in first.code
 
 
+@jax.custom_vjp
+def window(x):
+  return x[1:4] * 2.0
+
+
+window.defvjp(lambda x: (window(x), None),
+              lambda res, g: (jnp.zeros(5).at[1:3].set(2.0 * g),))   # a lambda rule
+
+
+def test_a_lambda_rule_that_raises_is_diagnosed_and_fixed_in_its_own_text(hook):
+  plain, hooked, d = _plain_and_hooked(lambda: jax.grad(lambda x: window(x).sum())(jnp.ones(5)))
+  assert plain is not None and hooked == plain
+  assert (d.kind, d.argument, d.expected, d.got) == (
+      "bwd_raised", "x", "float32[5]", ".at[1:3].set of float32[3] into float32[2]")
+  with open(HERE) as f:
+    line = next(n for n, text in enumerate(f, 1) if "lambda res, g: (jnp.zeros(5).at[1:3]" in text)
+  assert d.raised_at == f"{HERE}:{line}"
+  first = d.fixes[0]
+  assert (first.title, first.verdict) == ("Fit the slice to the update: .at[1:4]", "verified")
+  assert "return (jnp.zeros(5).at[1:4].set(2.0 * g),)" in first.code
+
+
 # ------------------------------------------- a library's own check, after the user's bwd
 
 @eqx.filter_custom_vjp

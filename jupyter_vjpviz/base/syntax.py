@@ -14,3 +14,22 @@ def own_nodes(node: ast.AST) -> Iterator[ast.AST]:
     yield child
     if not isinstance(child, _SCOPES):
       yield from own_nodes(child)
+
+
+def lambda_node(tree: ast.AST, code) -> ast.Lambda | None:
+  """The one lambda in ``tree`` on ``code``'s first line with ``code``'s parameters."""
+  params = list(code.co_varnames[:code.co_argcount])
+  found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+           and [a.arg for a in n.args.args] == params and n.lineno == code.co_firstlineno]
+  return found[0] if len(found) == 1 else None
+
+
+def as_def(lam: ast.Lambda, name: str) -> ast.FunctionDef:
+  """A lambda as the def it stands for, its body the return value, spans kept: edits
+  splice into the lambda's own text."""
+  span = dict(lineno=lam.lineno, col_offset=lam.col_offset, end_lineno=lam.end_lineno,
+              end_col_offset=lam.end_col_offset)
+  body = ast.Return(value=lam.body, lineno=lam.body.lineno, col_offset=lam.body.col_offset,
+                    end_lineno=lam.body.end_lineno, end_col_offset=lam.body.end_col_offset)
+  return ast.FunctionDef(name=name, args=lam.args, body=[body], decorator_list=[], returns=None,
+                         type_params=[], **span)

@@ -36,10 +36,12 @@ def fixes(rule) -> list[Fix]:
 
 
 def _node(rule, failed) -> ast.expr | None:
-  """The failing operation in the rule's source, where it is the text that raised."""
-  found = [n for n in ast.walk(rule.src.node) if isinstance(n, (ast.Call, ast.BinOp))
-           and (n.lineno, n.col_offset) == (failed.lineno, failed.col_offset)
-           and rule.src.segment(n) == failed.text]
+  """The failing operation in the rule's source: the text that raised, at its place, or
+  the one node with that text (a lambda rule's source is the def it stands for)."""
+  same = [n for n in ast.walk(rule.src.node) if isinstance(n, (ast.Call, ast.BinOp))
+          and rule.src.segment(n) == failed.text]
+  placed = [n for n in same if (n.lineno, n.col_offset) == (failed.lineno, failed.col_offset)]
+  found = placed or same
   return found[0] if len(found) == 1 else None
 
 
@@ -179,7 +181,11 @@ def dropped(rule, replaced: list[ast.expr]) -> list | None:
 
 
 def _raising_statement(rule) -> ast.stmt | None:
-  """The rule's statement on the line that raised (``Diagnosis.raised_at``)."""
+  """The rule's statement on the line that raised (``Diagnosis.raised_at``); a rule whose
+  body is one return (a lambda's), that return."""
+  body = rule.src.node.body
+  if rule.d.raised_at and len(body) == 1 and isinstance(body[0], ast.Return):
+    return body[0]
   line = (rule.d.raised_at or "").rpartition(":")[2]
   try:
     start = inspect.getsourcelines(inspect.unwrap(rule.user_rules.bwd))[1]

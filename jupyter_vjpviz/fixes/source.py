@@ -154,19 +154,8 @@ def nested(fn, where: str, name: str = "rule") -> RuleSource | None:
     if isinstance(node, ast.FunctionDef) and node is not outer.node and node.lineno == lineno:
       return dataclasses.replace(outer, node=node)
     if isinstance(node, ast.Lambda) and node.lineno == lineno:
-      return dataclasses.replace(outer, node=_as_def(node, name))
+      return dataclasses.replace(outer, node=syntax.as_def(node, name))
   return None
-
-
-def _as_def(lam: ast.Lambda, name: str) -> ast.FunctionDef:
-  """A lambda as the def it stands for, its body the return value, spans kept: edits
-  splice into the lambda's own text."""
-  span = dict(lineno=lam.lineno, col_offset=lam.col_offset, end_lineno=lam.end_lineno,
-              end_col_offset=lam.end_col_offset)
-  body = ast.Return(value=lam.body, lineno=lam.body.lineno, col_offset=lam.body.col_offset,
-                    end_lineno=lam.body.end_lineno, end_col_offset=lam.body.end_col_offset)
-  return ast.FunctionDef(name=name, args=lam.args, body=[body], decorator_list=[], returns=None,
-                         type_params=[], **span)
 
 
 def _from_lambda(code, name: str) -> RuleSource | None:
@@ -177,7 +166,7 @@ def _from_lambda(code, name: str) -> RuleSource | None:
   """
   text = "".join(linecache.getlines(code.co_filename))
   try:
-    found = lambda_node(ast.parse(text), code)
+    found = syntax.lambda_node(ast.parse(text), code)
   except SyntaxError:
     return None
   if found is None:
@@ -188,14 +177,6 @@ def _from_lambda(code, name: str) -> RuleSource | None:
     body = f"({body})"
   as_def = f"def {name}({', '.join(params)}):\n  return {body}\n"
   return RuleSource(as_def, ast.parse(as_def).body[0])
-
-
-def lambda_node(tree: ast.AST, code) -> ast.Lambda | None:
-  """The one lambda in ``tree`` on ``code``'s first line with ``code``'s parameters."""
-  params = list(code.co_varnames[:code.co_argcount])
-  found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
-           and [a.arg for a in n.args.args] == params and n.lineno == code.co_firstlineno]
-  return found[0] if len(found) == 1 else None
 
 
 _KEY = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]|\.(\w+)")

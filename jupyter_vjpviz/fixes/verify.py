@@ -27,7 +27,7 @@ import numpy as np
 from ..analysis import on_mesh, oracle, tangents
 from ..capture.compat.private import cd, core
 from ..analysis.diagnosis import Diagnosis
-from ..base import kinds, trees
+from ..base import kinds, syntax, trees
 from ..capture import records
 from ..capture.naming import library_wrappers
 from ..capture.records import WARNING, Weak
@@ -390,7 +390,7 @@ def _lambda_replacement(rule, name: str, text: str, lines: list[str]):
   statement that uses it (``act.defvjp(fwd, lambda r, g: ...)``), at its indentation.
   """
   tree = ast.parse("".join(lines))
-  found = source.lambda_node(tree, rule.__code__)
+  found = syntax.lambda_node(tree, rule.__code__)
   if found is None:
     raise ValueError(f"cannot tell which lambda on line {rule.__code__.co_firstlineno} of "
                      f"{rule.__code__.co_filename} is the rule: define it with def by hand")

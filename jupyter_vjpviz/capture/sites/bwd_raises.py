@@ -7,13 +7,16 @@ raised assigns into a local the rule returns, the slot it fills is known (its pa
 return, matched to the one input the user's names put there) and so is the cotangent
 that slot must hold; the value written is typed abstractly from the frame's locals (their
 avals), as the session ends. Only a slot that holds that cotangent's type now, written
-with another type, is a finding: anything less precise is none.
+with another type, is a finding: anything less precise is none. Where the value itself
+raises for its types, the operation that did is found (``failing_operation``): a
+``bwd_raised``. A lambda rule reads as the def it stands for, its body returned.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import inspect
+import linecache
 import textwrap
 from typing import Any
 
@@ -48,7 +51,7 @@ def raised(site, bwd, user_code, exc: BaseException, ct_aval, compare) -> None:
     return
   frame, line = _failing_frame(exc.__traceback__, code)
   fn = _function(code) if frame is not None else None
-  stmt = _statement(fn, line - code.co_firstlineno + 1) if fn is not None else None
+  stmt = _statement(fn, line - _SOURCES[code][2] + 1) if fn is not None else None
   value = getattr(stmt, "value", None) if isinstance(stmt, _COMPUTING) else None
   scope = frame.f_locals if value is not None else {}
   env = _abstract_env(value, scope) if value is not None else None
@@ -246,23 +249,41 @@ def _failing_frame(tb, code):
   return found
 
 
-_SOURCES: dict = {}   # code -> (dedented source, its FunctionDef)
+_SOURCES: dict = {}   # code -> (source text, its FunctionDef, the line its positions count from)
 
 
 def _function(code) -> ast.FunctionDef | None:
   if code not in _SOURCES:
     if len(_SOURCES) >= _LIMIT:
       _SOURCES.clear()
-    try:
-      lines, _ = inspect.getsourcelines(code)
-      text = textwrap.dedent("".join(lines))
-      node = ast.parse(text).body[0]
-    except (OSError, TypeError, SyntaxError, IndexError):
+    found = _lambda(code) if code.co_name == "<lambda>" else _def(code)
+    if found is None:
       return None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-      return None
-    _SOURCES[code] = (text, node)
+    _SOURCES[code] = found
   return _SOURCES[code][1]
+
+
+def _def(code):
+  try:
+    lines, _ = inspect.getsourcelines(code)
+    text = textwrap.dedent("".join(lines))
+    node = ast.parse(text).body[0]
+  except (OSError, TypeError, SyntaxError, IndexError):
+    return None
+  if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    return None
+  return text, node, code.co_firstlineno
+
+
+def _lambda(code):
+  """A lambda rule as the def it stands for (``return`` its body), read from its whole file
+  (a lambda on a continuation line of ``defvjp(...)`` is no statement of its own)."""
+  text = "".join(linecache.getlines(code.co_filename))
+  try:
+    lam = syntax.lambda_node(ast.parse(text), code)
+  except SyntaxError:
+    return None
+  return (text, syntax.as_def(lam, "rule"), 1) if lam is not None else None
 
 
 def _statement(fn, line: int):
