@@ -349,6 +349,25 @@ def test_an_elementwise_operation_that_raises_gets_its_operands_fitted(hook):
   assert "return (g * w, g * x)" in first.code
 
 
+def test_a_raised_diagnosis_keeps_no_array_of_the_failing_call(hook):
+  """The statement's locals are evaluated as avals after the call: only types outlive it."""
+  baseline = {id(a) for a in jax.live_arrays()}
+  middle.defvjp(middle_fwd, middle_bwd)
+  for step in range(3):
+    x, y = jnp.full(5, float(step)), jnp.full(3, 2.0)
+    try:
+      jax.grad(lambda x, y: middle(x, y).sum(), argnums=(0, 1))(x, y)
+    except ValueError:
+      pass
+    else:
+      raise AssertionError("the wrong slice must raise")
+  del x, y
+  gc.collect()
+  assert [d.kind for d in vv.diagnoses()] == ["bwd_raised"] * 3
+  extra = [a.shape for a in jax.live_arrays() if id(a) not in baseline]
+  assert extra == [], f"device buffers kept alive: {extra}"
+
+
 @jax.custom_vjp
 def window(x):
   return x[1:4] * 2.0

@@ -743,6 +743,39 @@ def test_equinox_a_missing_key_is_added_by_differentiating_the_users_primal(hook
   assert [p.kind for p in vv.verify_fix(d, wrong)] == ["bwd_value"]
 
 
+@eqx.filter_custom_vjp
+def shifted(inputs):
+  params, x = inputs
+  return x * params["scale"] + params["shift"]
+
+
+@shifted.def_fwd
+def shifted_fwd(perturbed, inputs):
+  return shifted(inputs), inputs[0]["scale"]
+
+
+@shifted.def_bwd
+def shifted_bwd(scale, g, perturbed, inputs):
+  grads = {"scale": (g * inputs[1]).sum(0)}     # no "shift"
+  g = g * scale                                 # the cotangent rebound before the return
+  return grads, g
+
+
+def test_equinox_a_missing_key_of_a_dict_built_before_the_return_is_added_there(hook):
+  """The key goes into the dict literal where the rule builds it; the primal is
+  differentiated first in the body, before the rule rebinds its cotangent."""
+  params = {"scale": jnp.linspace(.5, 1.5, 3), "shift": jnp.zeros(3)}
+  x = jnp.linspace(-1., 1., 12).reshape(4, 3)
+  with pytest.raises(RuntimeError):
+    eqx.filter_grad(lambda p: jnp.sin(shifted((p, x))).sum())(params)
+  d = vv.last()
+  [fix] = [f for f in d.fixes if f.verdict == "verified"]
+  body = fix.code.split("\n")
+  assert body[2:4] == ["  _, pullback = jax.vjp(shifted.fn, inputs)", "  dinputs, = pullback(g)"]
+  assert "  grads = {\"scale\": (g * inputs[1]).sum(0), 'shift': dinputs[0]['shift']}" in fix.code
+  assert vv.verify_fix(d, fix.code) == []
+
+
 def test_a_diffrax_style_solver_on_filter_custom_vjp_is_the_users_rule(hook):
   """A library's solver with a user-supplied vector field (the diffrax/optimistix shape)."""
   def make_solver(vector_field):

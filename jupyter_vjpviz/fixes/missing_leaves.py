@@ -5,7 +5,8 @@ bwd the primal's own arguments after its own (``residuals, grad_obj, perturbed, 
 *args``) and checks the tree it returns against the first of them itself. A key missing
 from a dict the rule returns is then added in the rule's own terms, its value read off
 ``jax.vjp`` of the user's primal (reached as the rule's globals name it: ``affine.fn``)
-at those arguments, the leaf at the user's own keys::
+at those arguments (first in the body, before anything rebinds them), the leaf at the
+user's own keys::
 
     _, pullback = jax.vjp(lambda inputs: affine.fn(inputs, scale), inputs)
     dinputs, = pullback(g)
@@ -61,7 +62,7 @@ def fixes(rule) -> list[Fix]:
   names = ", ".join(repr(k[-1]) for k in keys)
   return [Fix(f"Add the missing {'key' if len(keys) == 1 else 'keys'} {names} by "
               f"differentiating {d.function}",
-              rule.src.replace([rule.src.before(ret, lines)] + new),
+              rule.src.replace([rule.src.before(rule.src.first_statement, lines)] + new),
               f"jax.vjp of {primal} at the rule's own arguments gives every leaf of "
               f"{args[0]}'s gradient; costs one extra forward pass of {d.function} in the "
               "backward pass", exact=True)]
