@@ -554,3 +554,35 @@ def test_cotangent_fix_for_a_dict_output_casts_only_the_failing_leaf():
   (g,) = eval(fix.code, {"jnp": jnp, "f_vjp": f_vjp, "ct": ct})
   plain = jax.grad(lambda x: jnp.sin(x).sum() + x.sum() + x.sum())(V)
   assert_grads_equal((g,), (plain,))
+
+
+FORGOT_RESIDUALS = """
+C = 0.7978845608028654
+
+@jax.custom_vjp
+def gelu(x):
+  return 0.5 * x * (1. + jnp.tanh(C * (x + 0.044715 * x ** 3)))
+
+def gelu_fwd(x):
+  t = jnp.tanh(C * (x + 0.044715 * x ** 3))
+  return 0.5 * x * (1. + t)
+
+def gelu_bwd(res, g):
+  x, t = res
+  dt = (1. - t ** 2) * C * (1. + 3 * 0.044715 * x ** 2)
+  return (g * (0.5 * (1. + t) + 0.5 * x * dt),)
+
+gelu.defvjp(gelu_fwd, gelu_bwd)
+def loss(x): return jnp.sin(gelu(x)).sum()
+"""
+
+
+def test_a_fwd_that_forgot_its_residuals_saves_what_bwd_unpacks():
+  """Before: only '(output, None)' was offered, and bwd's ``x, t = res`` fails on None."""
+  ns = cell(FORGOT_RESIDUALS)
+  x = jnp.linspace(-2., 2., 7)
+  d, fix, got = fixed_grad(ns, "loss", (x,))
+  assert d.kind == "fwd_structure" and fix.verdict == "verified"
+  assert "return 0.5 * x * (1. + t), (x, t)" in fix.code
+  want = jax.grad(lambda x: jnp.sin(jax.nn.gelu(x, approximate=True)).sum())(x)
+  np.testing.assert_allclose(got[0], want, rtol=1e-5)

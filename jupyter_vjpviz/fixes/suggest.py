@@ -380,9 +380,14 @@ def _fwd_fixes(rule: Rule) -> list[Fix]:
   value = ret.value
   call = _primal_call(rule)
   if not (isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == 2):
-    return [rule.fix("Return (primal output, residuals)",
-                     [(value, f"{call or rule.src.segment(value)}, None")],
-                     "fwd returns a pair; with residuals None the bwd rule gets None", False)]
+    output, read = rule.src.segment(value), _residuals_bwd_reads(rule)
+    saving = [rule.fix(f"Return (primal output, {read})", [(value, f"{output}, {read}")],
+                       f"fwd returns a pair: the output, and the residuals bwd unpacks ({read})",
+                       False)] if read else []
+    return saving + [rule.fix("Return (primal output, residuals)",
+                              [(value, f"{call or output}, None")],
+                              "fwd returns a pair; with residuals None the bwd rule gets None",
+                              False)]
   fixes = []
   want, got = rule.d.expected_aval, rule.d.got_aval
   node = source.element(value.elts[0], rule.keys)
@@ -394,6 +399,26 @@ def _fwd_fixes(rule: Rule) -> list[Fix]:
     fixes.append(rule.fix(f"Compute the primal output with {call}", [(value.elts[0], call)],
                           "fwd must return exactly what the primal function returns", True))
   return fixes
+
+
+def _residuals_bwd_reads(rule: Rule) -> str | None:
+  """``(x, t)`` where bwd unpacks its residuals as ``x, t = res`` and fwd has each name
+  (a parameter or a local it assigns): what a fwd that forgot its residuals should save."""
+  bwd = source.of_role(rule.user_rules, "bwd")
+  position = len(rule.user_rules.nondiff_argnums)
+  if bwd is None or len(bwd.params) <= position:
+    return None
+  res = bwd.params[position]
+  known = set(rule.src.params) | {n.id for a in ast.walk(rule.src.node) if isinstance(a, ast.Assign)
+                                  for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+  for a in ast.walk(bwd.node):
+    if (isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.value, ast.Name)
+        and a.value.id == res and isinstance(a.targets[0], (ast.Tuple, ast.Name))):
+      target = a.targets[0]
+      names = [e.id for e in getattr(target, "elts", [target]) if isinstance(e, ast.Name)]
+      if names and len(names) == len(getattr(target, "elts", [target])) and set(names) <= known:
+        return f"({', '.join(names)})" if isinstance(target, ast.Tuple) else names[0]
+  return None
 
 
 def _primal_call(rule: Rule) -> str | None:
