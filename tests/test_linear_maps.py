@@ -1,6 +1,7 @@
 """The cotangent handed to ``jax.linear_transpose``'s function, and the solves JAX checks or
 transposes: ``custom_root``'s ``tangent_solve`` and ``custom_linear_solve``'s solves."""
 import gc
+import json
 import traceback
 
 import jax
@@ -10,6 +11,7 @@ import pytest
 
 import jax_features
 from diagnosed import only, raises
+from kernel_helpers import DIAGNOSIS
 import jupyter_vjpviz as vv
 
 THIS = __file__
@@ -169,6 +171,9 @@ def test_custom_linear_solve_of_the_wrong_shape_is_named(hook, as_, under_grad):
   first = d.fixes[0]                            # judged by the system's solution
   assert (first.title, first.verdict) == ("Sum over axis 1", "verified"), d.fixes
   assert "return jnp.linalg.solve(A, b)[:, None].sum(axis=1)" in first.code
+  sent = json.loads(json.dumps(d.to_dict()))    # the panel's message: the solve is not sent
+  DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": sent})
+  assert "solver" not in sent
 
 
 # A matrix that is not symmetric: a transpose_solve fix is judged by the transposed system.

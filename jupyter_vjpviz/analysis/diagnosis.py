@@ -160,7 +160,7 @@ class Diagnosis:
 
 
 _NOT_FLAT = ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves", "rule_text",
-             "operation")
+             "operation", "solver")
 """Fields to_dict does not copy as they are: serialised by their own to_dict, or never sent."""
 
 
