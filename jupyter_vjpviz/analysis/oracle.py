@@ -44,7 +44,7 @@ DRAWS = 3
 # Relative tolerance by dtype, scaled by the largest reference magnitude of the leaf:
 # two correct formulations of one gradient agree to a few ulps times the depth of
 # the computation, not elementwise near zero.
-_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 RULE_VALUES = "the rule's own values"
 """``Oracle.judge`` of a reference made of a rule's own cotangents (``Oracle.of_rule``)."""
 _FD_RTOL = 1e-2      # central differences in float32; float64 where it can be enabled
@@ -640,7 +640,7 @@ def _computed_rtol(traced: _Traced) -> float:
 
 def _jaxpr_rtol(jaxpr) -> float:
   dtypes = {str(v.aval.dtype) for v in _outvars(jaxpr) if hasattr(v.aval, "dtype")}
-  return max((_RTOL[d] for d in dtypes if d in _RTOL), default=0.0)
+  return max((RTOL[d] for d in dtypes if d in RTOL), default=0.0)
 
 
 def _rule_rtol(fn, example) -> float:
@@ -684,7 +684,7 @@ def _leaf_error(i, name, refs, gots, primal, judged: bool, floor: float = 0.0) -
       k = np.unravel_index(int(np.argmax(abs_difference)), abs_difference.shape)
       where = tuple(int(j) for j in k)
       at = (float(np.real(r[k])), float(np.real(g[k])))
-  rtol = max(_RTOL.get(dtype, 1e-4), floor)
+  rtol = max(RTOL.get(dtype, 1e-4), floor)
   ok = worst <= rtol * scale + rtol * 1e-2
   return LeafError(i, name, worst, worst / scale if scale else math.inf if worst else 0.0,
                    where, reference_zero=scale == 0.0,

@@ -80,6 +80,28 @@ def summed(src: RuleSource, node: ast.expr, axes: tuple[int, ...], want: tuple) 
   return text if leading else f"{text}.reshape({want})"
 
 
+def typed_rewrites(src: RuleSource, node: ast.expr, want, got, dtype: str | None, why: str):
+  """(title, new text, reason) for ``node`` of aval ``got`` where ``want`` is due: each
+  shape rewrite (or the node itself, without its cast, where the shapes agree), followed
+  by a cast to ``dtype`` (its spelling) where the dtypes differ, ``why`` its reason."""
+  rewrites = list(reshapes(src, node, tuple(got.shape), tuple(want.shape)))
+  if got.shape == want.shape:
+    rewrites.append(("", uncast(src, node), ""))
+  if dtype is None:
+    return rewrites
+  return [((t + " and " if t else "") + f"cast to {want.dtype}", cast(text, dtype),
+           (r + "; " if r else "") + why) for t, text, r in rewrites]
+
+
+def common(per_node: list[list[tuple]]):
+  """(Title, texts per node, reason) for each titled rewrite every node has: one fix
+  edits every return that produced the failing leaf the same way."""
+  options = [{t: (text, r) for t, text, r in rewrites if t} for rewrites in per_node]
+  for title, (_, reason) in options[0].items():
+    if all(title in o for o in options):
+      yield title[0].upper() + title[1:], [o[title][0] for o in options], reason
+
+
 def reshapes(src: RuleSource, node: ast.expr, got: tuple, want: tuple):
   """(title, new text, reason) for each shape rewrite the two shapes justify."""
   perm = permutation(got, want)

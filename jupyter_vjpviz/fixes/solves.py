@@ -22,12 +22,12 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Diagnosis, Fix
-from ..capture import records
+from ..capture.hook import hook_aside
 from . import exprs, rank, source
 
 TRIALS = 3          # random right-hand sides
-_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 _serial = itertools.count(1)
 
 
@@ -66,23 +66,16 @@ def _dtype_text(src, solver, dtype, namespace: dict) -> str:
 
 
 def _rewrites(src, nodes, want, got, dtype: str | None):
-  """(title, text per node, reason): each rewrite the types justify, cast where due."""
+  """(title, text per node, reason): each rewrite the types justify, cast where due, and
+  a cast the solve applied removed where that alone gives b's type."""
+  why = f"the solution has b's dtype, {want.dtype}"
   per_node = []
   for node in nodes:
-    options = list(exprs.reshapes(src, node, tuple(got.shape), tuple(want.shape)))
-    if got.shape == want.shape:
-      uncast = exprs.uncast(src, node)
-      if uncast != src.segment(node):
-        options.append(("remove the cast", uncast, f"the solution has b's type, {want.str_short()}"))
-      options.append(("", uncast, ""))
-    if dtype is not None:
-      options += [((t + " and " if t else "") + f"cast to {want.dtype}", exprs.cast(text, dtype),
-                   (r + "; " if r else "") + f"the solution has b's dtype, {want.dtype}")
-                  for t, text, r in options if not t.startswith("remove the cast")]
-    per_node.append({t: (text, r) for t, text, r in options if t})
-  for title, (_, reason) in per_node[0].items():
-    if all(title in options for options in per_node):
-      yield title[0].upper() + title[1:], [o[title][0] for o in per_node], reason
+    uncast = exprs.uncast(src, node)
+    removed = [("remove the cast", uncast, f"the solution has b's type, {want.str_short()}")] \
+        if got.shape == want.shape and uncast != src.segment(node) else []
+    per_node.append(removed + exprs.typed_rewrites(src, node, want, got, dtype, why))
+  yield from exprs.common(per_node)
 
 
 def _fix(src, nodes, title, texts, reason) -> Fix:
@@ -130,7 +123,7 @@ class _Judge:
       return _judged(fix, UNVERIFIABLE, self.why)
     errors = [np.max(np.abs(np.asarray(ravel_pytree(out)[0], np.float64) - x))
               / max(np.max(np.abs(x)), 1e-30) for out, x in zip(outs, self.solutions)]
-    rtol = _RTOL.get(str(self.solver.b_avals[0].dtype), 1e-4)
+    rtol = oracle.RTOL.get(str(self.solver.b_avals[0].dtype), 1e-4)
     if max(errors) <= rtol:
       return _judged(fix, VERIFIED, "equal to the linear system's solution (matvec's matrix "
                      f"solved at {TRIALS} random right-hand sides)")
@@ -185,9 +178,5 @@ def _hook_aside():
   """vjpviz's hook stands aside while a fix is judged (its runs are not the user's), and
   the fix runs now, not staged into a trace JAX may be building (a warning is delivered
   where JAX traces the solve)."""
-  records.state.suspended += 1
-  try:
-    with jax.ensure_compile_time_eval():
-      yield
-  finally:
-    records.state.suspended -= 1
+  with hook_aside(), jax.ensure_compile_time_eval():
+    yield

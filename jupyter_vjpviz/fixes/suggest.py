@@ -167,28 +167,14 @@ def _expression_fixes(rule: Rule, nodes: list[ast.expr], fallback: bool = True) 
   if dtype is not None and got.shape == want.shape and _reachable_dtype(rule, want.dtype) is None:
     saved = dtypes.saved_dtype_fix(rule, nodes)   # right for any input dtype: before the literal
     fixes += [saved] if saved is not None else []
-  per_node = [dict((t, (text, r)) for t, text, r in _rewrites(rule, n, want, got, dtype))
-              for n in nodes]
-  for title, (_, reason) in per_node[0].items():
-    if title and all(title in options for options in per_node):
-      edits = [(n, options[title][0]) for n, options in zip(nodes, per_node)]
-      fixes.append(rule.fix(title[0].upper() + title[1:], edits, reason, exact=True))
+  why = f"the gradient of a {want.dtype} input is {want.dtype}"
+  per_node = [exprs.typed_rewrites(rule.src, n, want, got, dtype, why) for n in nodes]
+  for title, texts, reason in exprs.common(per_node):
+    fixes.append(rule.fix(title, list(zip(nodes, texts)), reason, exact=True))
   fixes += _collective_fixes(rule, nodes, want, got)
   if not fixes and fallback and math.prod(got.shape) == math.prod(want.shape):
     fixes.append(_reshaped(rule, nodes, want, got))
   return fixes
-
-
-def _rewrites(rule: Rule, node: ast.expr, want, got, dtype: str | None):
-  """(title, new text, reason) for ``node``: shape rewrites, each followed by a cast if due."""
-  reshaped = list(exprs.reshapes(rule.src, node, tuple(got.shape), tuple(want.shape)))
-  if got.shape == want.shape:
-    reshaped.append(("", exprs.uncast(rule.src, node), ""))
-  if dtype is None:
-    return reshaped
-  return [((t + " and " if t else "") + f"cast to {want.dtype}", exprs.cast(text, dtype),
-           (r + "; " if r else "") + f"the gradient of a {want.dtype} input is {want.dtype}")
-          for t, text, r in reshaped]
 
 
 def _collective_fixes(rule: Rule, nodes: list[ast.expr], want, got) -> list[Fix]:
