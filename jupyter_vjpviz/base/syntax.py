@@ -33,3 +33,19 @@ def as_def(lam: ast.Lambda, name: str) -> ast.FunctionDef:
                     end_lineno=lam.body.end_lineno, end_col_offset=lam.body.end_col_offset)
   return ast.FunctionDef(name=name, args=lam.args, body=[body], decorator_list=[], returns=None,
                          type_params=[], **span)
+
+
+def names_read(node: ast.AST) -> set[str]:
+  return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def names_stored(stmt: ast.stmt) -> set[str]:
+  """The locals a statement binds or writes into (``m_g['w'][...] = v``: ``m_g``)."""
+  targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+      [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
+  found = set()
+  for t in targets:
+    for n in ast.walk(t):
+      if isinstance(n, ast.Name):
+        found.add(n.id)
+  return found

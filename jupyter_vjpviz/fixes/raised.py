@@ -20,7 +20,6 @@ import jax
 
 from ..analysis.diagnosis import Fix
 from ..base import syntax
-from ..capture.sites import failing_operation
 from . import exprs
 
 
@@ -170,7 +169,7 @@ def dropped(rule, replaced: list[ast.expr]) -> list | None:
   stmt = _raising_statement(rule)
   if stmt is None or isinstance(stmt, ast.Return):
     return [] if not rule.d.raised_at or stmt is not None else None
-  stored = failing_operation.names_stored(stmt) if isinstance(stmt, ast.Assign) else set()
+  stored = syntax.names_stored(stmt) if isinstance(stmt, ast.Assign) else set()
   inside = {id(n) for node in [*replaced, stmt] for n in ast.walk(node)}
   read = [n for n in syntax.own_nodes(rule.src.node) if isinstance(n, ast.Name)
           and isinstance(n.ctx, ast.Load) and n.id in stored and id(n) not in inside]

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from ..analysis.diagnosis import Diagnosis, Fix
-from ..base import kinds, trees
+from ..base import kinds, syntax, trees
 from ..base.safety import safely
 from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
@@ -395,8 +395,8 @@ def _residuals_bwd_reads(rule: Rule) -> str | None:
   if bwd is None or len(bwd.params) <= position:
     return None
   res = bwd.params[position]
-  known = set(rule.src.params) | {n.id for a in ast.walk(rule.src.node) if isinstance(a, ast.Assign)
-                                  for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+  known = set(rule.src.params).union(*(syntax.names_stored(a) for a in ast.walk(rule.src.node)
+                                       if isinstance(a, ast.stmt)))
   for a in ast.walk(bwd.node):
     if (isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.value, ast.Name)
         and a.value.id == res and isinstance(a.targets[0], (ast.Tuple, ast.Name))):

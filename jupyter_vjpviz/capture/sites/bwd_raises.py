@@ -157,7 +157,7 @@ def _input_reached(site, fn, stmt, failed) -> int | None:
     returns = [stmt]
   else:
     held = failing_operation.reaching(fn, stmt)
-    hit = lambda e: bool(failing_operation.names_read(e) & held)
+    hit = lambda e: bool(syntax.names_read(e) & held)
     returns = [n for n in syntax.own_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
   paths = {p for r in returns for p in _literal_paths(r.value, hit)}
   if len(paths) != 1:

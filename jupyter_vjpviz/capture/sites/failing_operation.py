@@ -143,29 +143,14 @@ def _update(node, filename, glb, env, segment):
   return segment(ref.slice), slot, value
 
 
-def names_read(node: ast.AST) -> set[str]:
-  return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-def names_stored(stmt: ast.stmt) -> set[str]:
-  """The locals a statement binds or writes into (``m_g['w'][...] = v``: ``m_g``)."""
-  targets = stmt.targets if isinstance(stmt, ast.Assign) else \
-      [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
-  found = set()
-  for t in targets:
-    for n in ast.walk(t):
-      if isinstance(n, ast.Name):
-        found.add(n.id)
-  return found
-
-
 def reaching(fn: ast.FunctionDef, stmt: ast.stmt) -> set[str]:
   """The locals that hold what ``stmt`` computes, directly or through later assignments."""
-  tainted = names_stored(stmt)
+  tainted = syntax.names_stored(stmt)
   later = [s for s in syntax.own_nodes(fn) if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign))
            and s.lineno > stmt.lineno and s.value is not None]
   for _ in range(8):
-    grown = tainted | {name for s in later if names_read(s.value) & tainted for name in names_stored(s)}
+    grown = tainted | {name for s in later if syntax.names_read(s.value) & tainted
+                       for name in syntax.names_stored(s)}
     if grown == tainted:
       break
     tainted = grown
