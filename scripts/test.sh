@@ -118,6 +118,10 @@ suite() {
     ok=0
   fi
   echo "${p:-0} $f $ok" >"$logs/$name.count"
+  # The failing tests by name (pytest, jest, Playwright), and browser tests that passed
+  # only on their retry, for the last lines of the run.
+  grep -E '^(FAILED|ERROR) |^ *(✘|✕) |^ui-tests: flaky' "$logs/$name.log" | head -n 20 \
+    >"$logs/$name.failures" || true
 }
 
 # One JAX release's suites: as they are, then with the upgrade flags on (where it has one).
@@ -187,6 +191,9 @@ for count in "$logs"/*.count; do
   passed=$((passed + p))
   failed=$((failed + f))
   ((ok)) || status=1
+done
+for failures in "$logs"/*.failures; do
+  [[ -s $failures ]] && sed "s/^/$(basename "$failures" .failures): /" "$failures"
 done
 echo "total: $passed passed, $failed failed"
 exit $status

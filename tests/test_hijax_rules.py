@@ -4,6 +4,7 @@ into accumulators), bound through a helper function. Each wrong rule is diagnose
 custom_vjp rule is; each correct one is a silent control."""
 import gc
 import inspect
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -239,6 +240,27 @@ def test_correct_primitives_are_silent_and_unchanged(hook, run):
   vv.uninstall()
   plain = run()
   assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), hooked, plain))
+
+
+class Raising(SinTimesY):
+  def vjp_bwd_retval(self, res, g):
+    raise ValueError("the user's rule raised")
+
+
+@pytest.mark.parametrize("filtering", ["auto", "off"])
+def test_an_error_inside_a_rule_reaches_the_user_unchanged(hook, filtering):
+  """Its type, message and every frame (JAX's own too, unfiltered) as without vjpviz."""
+  run = lambda: jax.grad(lambda x, y: Raising(jax.typeof(x), jax.typeof(y))(x, y).sum())(X, Y)
+  frames = lambda e: [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(e.__traceback__)]
+  jax.config.update("jax_traceback_filtering", filtering)
+  try:
+    hooked = raises(run)
+    vv.uninstall()
+    plain = raises(run)
+  finally:
+    jax.config.update("jax_traceback_filtering", "auto")
+  assert (type(hooked), str(hooked)) == (type(plain), str(plain)) == (ValueError, "the user's rule raised")
+  assert frames(hooked) == frames(plain)
 
 
 def test_residuals_reach_the_rule_unchanged_after_uninstall(hook):

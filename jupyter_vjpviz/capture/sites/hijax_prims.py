@@ -257,9 +257,11 @@ def _wrap_default_vjp_bwd(original):
     top = current()
     if top is None or top.site is None or not records.active():
       return original(self, res, outgrad, *arg_accums)
-    logs = hasattr(self, "vjp_bwd_retval_logs")   # JAX 0.11: the value and its logs
-    made = self.vjp_bwd_retval_logs(res, outgrad) if logs else self.vjp_bwd_retval(res, outgrad)
-    given, out = _Returned(self, made), []
+    try:   # the rule called from JAX's own frame, so that its errors read as without us
+      original(_Rule(self), res, outgrad, *arg_accums)
+    except _Made as e:
+      made, logs = e.args
+    given, out = _Rule(self, made), []
     accumulate = lambda accums, _: out.append(original(given, res, outgrad, *accums))
     _wrap_accum_args_grad(accumulate)(arg_accums, made[0] if logs else made)
     return out[0] if out else None
@@ -267,16 +269,26 @@ def _wrap_default_vjp_bwd(original):
   return vjp_bwd
 
 
-class _Returned:
-  """A primitive whose rule already ran: JAX's default ``vjp_bwd`` reads its value."""
+class _Made(Exception):
+  """What the rule returned, and whether with its logs (JAX 0.11's
+  ``vjp_bwd_retval_logs``), stopping JAX's ``vjp_bwd`` before it accumulates."""
 
-  def __init__(self, prim, made):
+
+class _Rule:
+  """The primitive as JAX's default ``vjp_bwd`` sees it: one whose rule runs and stops
+  there with its value (``_Made``), or, given that value (``made``), hands it back."""
+
+  def __init__(self, prim, made=None):
     self._prim, self._made = prim, made
 
   def vjp_bwd_retval(self, res, outgrad):
+    if self._made is None:
+      raise _Made(self._prim.vjp_bwd_retval(res, outgrad), False)
     return self._made
 
   def vjp_bwd_retval_logs(self, res, outgrad):
+    if self._made is None:
+      raise _Made(self._prim.vjp_bwd_retval_logs(res, outgrad), True)
     return self._made
 
   def __getattr__(self, name):
