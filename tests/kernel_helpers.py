@@ -33,6 +33,7 @@ def validator(definition: str) -> jsonschema.Draft7Validator:
 REQUEST = validator("RequestMessage")
 REPLY = validator("ReplyMessage")
 DIAGNOSIS = validator("DiagnosisMessage")
+VERIFY = validator("VerifyResult")
 
 SETUP = "%load_ext vjpviz\n" + softclip.SOURCE + "x = jnp.ones((4, 5)); w = jnp.ones((5, 3))\n"
 """A cell loading vjpviz and defining softclip with its broken rule, and its inputs."""

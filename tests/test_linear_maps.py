@@ -11,7 +11,8 @@ import pytest
 
 import jax_features
 from diagnosed import only, raises
-from kernel_helpers import DIAGNOSIS
+from kernel_helpers import DIAGNOSIS, VERIFY
+from jupyter_vjpviz.deliver import comm
 import jupyter_vjpviz as vv
 
 THIS = __file__
@@ -216,6 +217,51 @@ def test_a_transpose_solve_fix_is_judged_by_the_transposed_system(hook):
   d = only("solve_type")
   assert _solve_fixes(d)[0] == ("Sum over axis 1", "type-only"), d.fixes
   assert "differ from the linear system's solution" in d.fixes[0].note
+
+
+@pytest.mark.needs("solve_type")
+def test_an_edited_solve_is_verified_by_its_linear_system(hook):
+  """The panel's Verify on a solve: the edit judged as the candidates are, by the system."""
+  raises(n_grad(n_transpose_solve_column))
+  d = only("solve_type")
+  right = "def n_transpose_solve_column(vecmat, b):\n  return jnp.linalg.solve(N.T, b)\n"
+  assert vv.verify_fix(d, right) == []
+  verified = comm.verify_result(d, right)
+  VERIFY.validate(verified)
+  assert (verified["pass"], verified["verdict"]) == (True, "verified")
+  assert "equal to the linear system's solution" in verified["summary"]
+  wrong_values = right.replace("N.T, b", "N, b")
+  [problem] = vv.verify_fix(d, wrong_values)
+  assert problem.kind == "bwd_value" and "differ from the linear system's solution" in problem.got
+  assert comm.verify_result(d, wrong_values)["verdict"] == "type-only"
+  [problem] = vv.verify_fix(d, right.replace("b)\n", "b)[:, None]\n"))
+  assert problem.kind == "solve_type" and problem.got == "it returns float32[3, 1], not b's type float32[3]"
+  [problem] = vv.verify_fix(d, right.replace("N.T", "M.T"))
+  assert problem.got == "it raised NameError: name 'M' is not defined"
+
+
+@pytest.mark.needs("solve_type")
+def test_apply_rebinds_a_notebook_solve_and_patches_a_file_one(hook):
+  raises(n_grad(n_transpose_solve_column))
+  d = only("solve_type")
+  fixed = "def n_transpose_solve_column(vecmat, b):\n  return jnp.linalg.solve(N.T, b)\n"
+  applied = vv.apply_fix(d, fixed)           # this file's solve: a patch, the file untouched
+  assert (applied.applied, applied.path) == (False, THIS)
+  assert "-  return jnp.linalg.solve(N.T, b)[:, None]\n+  return jnp.linalg.solve(N.T, b)\n" in applied.patch
+  assert "[:, None]" in open(THIS).read().split("def n_transpose_solve_column")[1].split("def ")[0]
+  cell = {"jnp": jnp, "N": N}                 # a solve defined in a notebook cell
+  exec(compile("def cell_solve(vecmat, b):\n  return jnp.linalg.solve(N.T, b)[:, None]\n",
+               "<ipython-input-7>", "exec"), cell)
+  vv.clear()
+  raises(n_grad(cell["cell_solve"]))
+  d = only("solve_type")
+  wrong = fixed.replace("n_transpose_solve_column", "cell_solve").replace("N.T, b", "N.T, b)[:, None")
+  assert vv.apply_fix(d, wrong).problems and not vv.apply_fix(d, wrong).applied   # verified first
+  assert vv.apply_fix(d, fixed.replace("n_transpose_solve_column", "cell_solve")).applied
+  plain = jax.grad(lambda b: (jnp.linalg.solve(N, b) * jnp.arange(1., 4.)).sum())(jnp.ones(3))
+  vv.clear()
+  again = n_grad(cell["cell_solve"])()       # the cell run again: its new solve
+  assert vv.diagnoses() == [] and np.allclose(again, plain, rtol=1e-5)
 
 
 @pytest.mark.needs("solve_type")

@@ -16,6 +16,7 @@ _ids = itertools.count(1)
 VERIFIED, TYPE_ONLY, UNVERIFIABLE = "verified", "type-only", "unverifiable"
 """A fix's verdict: equal to the primal's own derivative; well-typed but wrong (``note``
 says what it breaks); or not judged (``note`` says why: no oracle, out of time)."""
+VERDICT_ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}   # which fixes lead
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,3 +49,8 @@ def names_stored(stmt: ast.stmt) -> set[str]:
       if isinstance(n, ast.Name):
         found.add(n.id)
   return found
+
+
+def indent_of(line: str) -> str:
+  """The whitespace a source line starts with."""
+  return line[:len(line) - len(line.lstrip())]

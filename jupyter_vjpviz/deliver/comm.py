@@ -326,8 +326,7 @@ def verify_result(d, code: str) -> dict:
     return {"pass": False, "summary": "; ".join(p["headline"] for p in problems),
             "problems": problems}
   verdict = _VERDICTS.get(outcome.verdict.status, UNVERIFIABLE)
-  summary = {VERIFIED: "the edited rule type-checks and equals the primal's derivative "
-                         f"({outcome.verdict.reason})",
+  summary = {VERIFIED: f"the edited rule type-checks and is right: {outcome.verdict.reason}",
              TYPE_ONLY: "; ".join(p["headline"] for p in problems),
              UNVERIFIABLE: "the edited rule type-checks at the failing call's types; its "
                              f"values were not judged: {outcome.verdict.reason}"}[verdict]

@@ -27,6 +27,7 @@ from ..capture.compat.private import core
 from ..analysis import nonfinite, oracle, replay
 from ..analysis.diagnosis import UNVERIFIABLE, VERIFIED, Fix
 from ..analysis.locate import source_line
+from ..base import syntax
 from ..analysis.nonfinite import Culprit, Localisation
 from ..analysis.nonfinite_eval import Patch, evaluate
 from ..analysis.nonfinite_explain import chosen_away, overflowed
@@ -298,7 +299,7 @@ def _rewrite(line: str | None, funcs: tuple[str, ...], make) -> str | None:
   for node in ast.walk(tree) if tree is not None else ():
     if isinstance(node, ast.Call) and _called(node) in funcs and node.args:
       args = ", ".join(ast.get_source_segment(text, a) for a in (*node.args, *node.keywords))
-      return _indent(line) + text.replace(ast.get_source_segment(text, node), make(args), 1)
+      return syntax.indent_of(line) + text.replace(ast.get_source_segment(text, node), make(args), 1)
   return None
 
 
@@ -308,7 +309,7 @@ def _rewrite_div(line: str | None) -> str | None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
       n, d = (ast.get_source_segment(text, x) for x in (node.left, node.right))
       new = f"jnp.where({d} != 0, {n} / jnp.where({d} != 0, {d}, 1.0), 0.0)"
-      return _indent(line) + text.replace(ast.get_source_segment(text, node), new, 1)
+      return syntax.indent_of(line) + text.replace(ast.get_source_segment(text, node), new, 1)
   return None
 
 
@@ -325,7 +326,3 @@ def _called(node) -> str | None:
     f = node.func
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
   return None
-
-
-def _indent(line: str) -> str:
-  return line[:len(line) - len(line.lstrip())]

@@ -17,7 +17,7 @@ import inspect
 import time
 
 from ..analysis import on_mesh, oracle, replay, tangents
-from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
+from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERDICT_ORDER, VERIFIED, Fix
 from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
 from . import exprs, returns, source, verify
@@ -26,8 +26,6 @@ VALUE_SHARE = 0.5
 """Of the failing call's budget (``analysis.replay``), the part after which fixes are no
 longer run by value; abstract checks and the fallback, right whenever the primal is, have
 the rest."""
-
-ORDER = {VERIFIED: 0, UNVERIFIABLE: 1, TYPE_ONLY: 2}
 
 
 @dataclasses.dataclass
@@ -245,7 +243,7 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
     judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules, reserved=tier == 1)
     if judged is not None and not (by_value and judged.verdict == TYPE_ONLY):
       # a rule wrong in value was well-typed already: a fix still wrong mends nothing
-      ranked.append(((ORDER[judged.verdict], tier, not fix.exact, n), judged))
+      ranked.append(((VERDICT_ORDER[judged.verdict], tier, not fix.exact, n), judged))
   return [fix for _, fix in sorted(ranked, key=lambda r: r[0])]
 
 

@@ -17,15 +17,16 @@ import contextlib
 import inspect
 import itertools
 import linecache
+import textwrap
 
 import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..analysis import oracle
-from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Diagnosis, Fix
+from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERDICT_ORDER, VERIFIED, Diagnosis, Fix
 from ..capture.hook import hook_aside
-from . import exprs, rank, source
+from . import exprs, source
 
 TRIALS = 3          # random right-hand sides
 _serial = itertools.count(1)
@@ -46,7 +47,7 @@ def suggestions(d: Diagnosis) -> list[Fix]:
   dtype = _dtype_text(src, solver, want.dtype, namespace) if got.dtype != want.dtype else None
   fixes = [judge(_fix(src, nodes, *c), namespace, src.node.name)
            for c in _rewrites(src, nodes, want, got, dtype)]
-  return sorted((f for f in fixes if f is not None), key=lambda f: rank.ORDER[f.verdict])
+  return sorted((f for f in fixes if f is not None), key=lambda f: VERDICT_ORDER[f.verdict])
 
 
 def _failing_elements(src, d: Diagnosis, namespace: dict) -> list[ast.expr]:
@@ -110,25 +111,73 @@ class _Judge:
 
   def __call__(self, fix: Fix, namespace: dict, name: str) -> Fix | None:
     """``fix`` judged: None if it is of the wrong type or cannot run."""
+    verdict, note = self.judge(fix.code, namespace, name)
+    if verdict is None:
+      return None
+    if verdict == TYPE_ONLY:
+      fix = Fix(f"{fix.title} (type-only: {note})", fix.code, fix.reason)
+    return _judged(fix, verdict, note)
+
+  def judge(self, code: str, namespace: dict, name: str) -> tuple[str | None, str]:
+    """(VERIFIED, TYPE_ONLY or UNVERIFIABLE, and why) for the solve ``name`` that ``code``
+    defines; (None, what is wrong) where it does not run or returns another type than b's."""
     try:
-      fixed = _compiled(fix.code, namespace, name)
+      fixed = _compiled(code, namespace, name)
       with _hook_aside():
         outs = [fixed(self.operator, b) for b in self.bs] if self.bs else \
             [jax.eval_shape(lambda b: fixed(self.operator, b), _abstract_b(self.solver))]
-    except Exception:  # noqa: BLE001 - a candidate that does not run is no fix
-      return None
-    if any(_types(out) != _types_of(self.solver) for out in outs):
-      return None
+    except Exception as e:  # noqa: BLE001 - a candidate that does not run is no fix
+      return None, f"it raised {type(e).__name__}: {e}"[:300]
+    wrong = next((out for out in outs if _types(out) != _types_of(self.solver)), None)
+    if wrong is not None:
+      return None, f"it returns {_type_text(wrong)}, not b's type {_type_text(_abstract_b(self.solver))}"
     if not self.bs:
-      return _judged(fix, UNVERIFIABLE, self.why)
+      return UNVERIFIABLE, self.why
     errors = [np.max(np.abs(np.asarray(ravel_pytree(out)[0], np.float64) - x))
               / max(np.max(np.abs(x)), 1e-30) for out, x in zip(outs, self.solutions)]
     rtol = oracle.RTOL.get(str(self.solver.b_avals[0].dtype), 1e-4)
     if max(errors) <= rtol:
-      return _judged(fix, VERIFIED, "equal to the linear system's solution (matvec's matrix "
-                     f"solved at {TRIALS} random right-hand sides)")
-    note = f"its values differ from the linear system's solution (relative error {max(errors):.2g})"
-    return _judged(Fix(f"{fix.title} (type-only: {note})", fix.code, fix.reason), TYPE_ONLY, note)
+      return VERIFIED, ("equal to the linear system's solution (matvec's matrix solved at "
+                        f"{TRIALS} random right-hand sides)")
+    return TYPE_ONLY, ("its values differ from the linear system's solution (relative error "
+                       f"{max(errors):.2g})")
+
+
+def judged_edit(d: Diagnosis, code: str) -> tuple[str | None, str]:
+  """The user's edited solve (``code``, a ``def`` of the solve's name) judged as the
+  candidates are: ``_Judge.judge``'s (verdict, why)."""
+  solve, name = _solve_of(d)
+  return _Judge(d.solver).judge(code, _namespace(solve), name)
+
+
+def applied_edit(d: Diagnosis, code: str) -> tuple[bool, str | None, str]:
+  """``code`` put in place of the solve: rebound in its notebook's namespace (the solver
+  looks its solve up there when the cell runs again), or, for a solve in a ``.py`` file,
+  a unified diff to apply by hand. (rebound, patch, path)."""
+  solve, name = _solve_of(d)
+  path = solve.__code__.co_filename
+  if not source.in_notebook(path):
+    text = textwrap.dedent(code).strip("\n") + "\n"
+    return False, source.file_diff(path, [source.replacing_def(solve, text)]), path
+  solve.__globals__[name] = _compiled(code, solve.__globals__, name, scope=solve.__globals__)
+  jax.clear_caches()   # traces of the old solve are not run again
+  return True, None, path
+
+
+def _solve_of(d: Diagnosis):
+  """The live solve function of ``d`` and its name; ValueError where it is gone."""
+  solve = d.solver.solve.get() if d.solver is not None else None
+  if solve is None:
+    raise ValueError(f"{d.rule or 'the solve'} is no longer alive, or was not handed to "
+                     "custom_linear_solve: only custom_linear_solve's solves are verified")
+  solve = inspect.unwrap(solve)
+  return solve, solve.__name__
+
+
+def _type_text(tree) -> str:
+  leaves = [jax.ShapeDtypeStruct(np.shape(l), l.dtype) for l in jax.tree_util.tree_leaves(tree)]
+  texts = [f"{np.dtype(l.dtype).name}{list(l.shape)}" for l in leaves]
+  return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
 
 
 def _judged(fix: Fix, verdict: str, note: str) -> Fix:
@@ -149,15 +198,16 @@ def _types_of(solver):
   return solver.b_tree, tuple((tuple(a.shape), np.dtype(a.dtype)) for a in solver.b_avals)
 
 
-def _compiled(code: str, namespace: dict, name: str):
-  """The fixed ``def``, decorators dropped, run in a copy of the solve's namespace."""
+def _compiled(code: str, namespace: dict, name: str, scope: dict | None = None):
+  """The fixed ``def``, decorators dropped, run in a copy of the solve's namespace (or in
+  ``scope`` itself)."""
   filename = f"<vjpviz-solve-fix-{next(_serial)}>"
   linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
   tree = ast.parse(code)
   for node in tree.body:
     if isinstance(node, ast.FunctionDef):
       node.decorator_list = []
-  scope = dict(namespace)
+  scope = dict(namespace) if scope is None else scope
   exec(compile(tree, filename, "exec"), scope)  # noqa: S102 - the user's own solve, rewritten
   return scope[name]
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import linecache
+import os
 import re
 import textwrap
 import types
@@ -520,3 +522,32 @@ def _is_tree_map(call: ast.Call) -> bool:
   name = _called(call)
   return name == "tree_map" or (name == "map" and (
       getattr(owner, "attr", None) == "tree" or getattr(owner, "id", None) == "tree"))
+
+
+# ------------------------------------------------------------ writing it back
+
+def in_notebook(path: str) -> bool:
+  """True for IPython cells: pseudo-files, or ipykernel's never-written cell files."""
+  return (path.startswith("<") or not path.endswith(".py") or not os.path.isfile(path)
+          or os.path.basename(os.path.dirname(path)).startswith("ipykernel_"))
+
+
+def replacing_def(fn, text: str) -> tuple[int, int, str]:
+  """(first line index, end index, new text) putting ``text`` (a ``def``) in place of
+  ``fn``'s in its file: its decorators stay as the file has them (``@f.def_bwd``,
+  ``@jax.custom_gradient`` register the rule), as the fix's text starts at ``def``."""
+  old, first = inspect.getsourcelines(fn)
+  decorators = ast.parse(textwrap.dedent("".join(old))).body[0].lineno - 1
+  return (first - 1 + decorators, first - 1 + len(old),
+          textwrap.indent(text, syntax.indent_of(old[decorators])))
+
+
+def file_diff(path: str, replacements) -> str:
+  """A unified diff of the file at ``path`` with ``replacements`` ((first line index, end
+  index, new text), none overlapping) made."""
+  with open(path, encoding="utf-8") as f:
+    old = f.readlines()
+  new = list(old)
+  for start, stop, text in sorted(replacements, key=lambda r: r[0], reverse=True):
+    new[start:stop] = text.splitlines(keepends=True)
+  return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import inspect
 import itertools
 import linecache
-import os
 import textwrap
 from collections.abc import Callable
 
@@ -26,13 +24,13 @@ import numpy as np
 
 from ..analysis import on_mesh, oracle, tangents
 from ..capture.compat.private import cd, core
-from ..analysis.diagnosis import Diagnosis
+from ..analysis.diagnosis import TYPE_ONLY, VERIFIED, Diagnosis
 from ..base import kinds, syntax, trees
 from ..capture import records
 from ..capture.naming import library_wrappers
 from ..capture.records import WARNING, Weak
 from ..capture.sites import check_sites, custom_rules, jvp_rules
-from . import exprs, source
+from . import exprs, solves, source
 
 _serial = itertools.count(1)
 
@@ -65,6 +63,8 @@ def verify_fix(diagnosis: Diagnosis, code: str, check) -> list[Diagnosis]:
 
 def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   """Types first (the whole differentiated call, abstractly), then values."""
+  if kinds.of(diagnosis.kind).role == "solve":
+    return _solve_checked(diagnosis, code)
   user_rules = _user_rules(diagnosis)
   rules = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
   edited = clone(user_rules, *rules)
@@ -78,6 +78,21 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
   verdict = as_written(value_verdict(diagnosis.site, edited), left_none(diagnosis))
   wrong = verdict.status == oracle.WRONG
   return Checked((value_problem(diagnosis, verdict),) if wrong else (), verdict)
+
+
+def _solve_checked(diagnosis: Diagnosis, code: str) -> Checked:
+  """An edited solve judged by its linear system (``solves``): a type it still gets wrong
+  (or an error it raises) is a problem of the diagnosis's kind, values that differ a
+  ``bwd_value`` one."""
+  verdict, note = solves.judged_edit(diagnosis, code)
+  if verdict is None:
+    return Checked((dataclasses.replace(diagnosis, got=note, detail=note, fixes=()),))
+  status = {VERIFIED: oracle.RIGHT, TYPE_ONLY: oracle.WRONG}.get(verdict, oracle.UNVERIFIABLE)
+  judged = oracle.Verdict(status, note, judge="the linear system's solution")
+  if status != oracle.WRONG:
+    return Checked((), judged)
+  return Checked((dataclasses.replace(diagnosis, kind="bwd_value", severity=WARNING, got=note,
+                                      detail=note, fixes=()),), judged)
 
 
 def reference(site, user_rules) -> oracle.Oracle:
@@ -320,9 +335,12 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
     problems = verify_fix(diagnosis, code, check)
     if problems:
       return Applied(applied=False, problems=tuple(problems))
+  if kinds.of(diagnosis.kind).role == "solve":
+    rebound, patch, path = solves.applied_edit(diagnosis, code)
+    return Applied(applied=rebound, patch=patch, path=path)
   user_rules = _user_rules(diagnosis)
   path = home(user_rules).__code__.co_filename
-  if not in_notebook(path):
+  if not source.in_notebook(path):
     return Applied(applied=False, patch=file_patch(user_rules, code, diagnosis.kind), path=path)
   rules = _compile(user_rules, code, _globals(user_rules), diagnosis.kind)
   if "bwd" not in live_rules(user_rules):
@@ -341,22 +359,12 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
   return Applied(applied=True, path=path)
 
 
-def in_notebook(path: str) -> bool:
-  """True for IPython cells: pseudo-files, or ipykernel's never-written cell files."""
-  return (path.startswith("<") or not path.endswith(".py") or not os.path.isfile(path)
-          or os.path.basename(os.path.dirname(path)).startswith("ipykernel_"))
-
-
 def file_patch(user_rules, code: str, kind: str) -> str:
   """A unified diff replacing each rule ``code`` redefines in its source file."""
   path = home(user_rules).__code__.co_filename
   with open(path, encoding="utf-8") as f:
-    old = f.readlines()
-  new = list(old)
-  replaced = sorted(_replacements(user_rules, code, kind, old), key=lambda r: r[0], reverse=True)
-  for start, stop, text in replaced:
-    new[start:stop] = text.splitlines(keepends=True)
-  return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
+    lines = f.readlines()
+  return source.file_diff(path, list(_replacements(user_rules, code, kind, lines)))
 
 
 def _replacements(user_rules, code: str, kind: str, lines: list[str]):
@@ -369,18 +377,7 @@ def _replacements(user_rules, code: str, kind: str, lines: list[str]):
     if rule.__name__ == "<lambda>":
       yield _lambda_replacement(rule, node.name, text, lines)
       continue
-    old, first = inspect.getsourcelines(rule)
-    decorators = _decorator_lines(old)
-    yield (first - 1 + decorators, first - 1 + len(old),
-           textwrap.indent(text, _indent(old[decorators])))
-
-
-def _decorator_lines(old: list[str]) -> int:
-  """How many of a def's source lines come before ``def``: its decorators stay as the file
-  has them (``@f.def_bwd``, ``@jax.custom_gradient`` register the rule), as the fix's
-  text starts at ``def``."""
-  node = ast.parse(textwrap.dedent("".join(old))).body[0]
-  return node.lineno - 1
+    yield source.replacing_def(rule, text)
 
 
 def _lambda_replacement(rule, name: str, text: str, lines: list[str]):
@@ -404,11 +401,7 @@ def _lambda_replacement(rule, name: str, text: str, lines: list[str]):
   joined = "".join(old)
   joined = (joined[:at(found.lineno, found.col_offset)] + name
             + joined[at(found.end_lineno, found.end_col_offset):])
-  return first, last, textwrap.indent(text, _indent(old[0])) + joined
-
-
-def _indent(line: str) -> str:
-  return line[:len(line) - len(line.lstrip())]
+  return first, last, textwrap.indent(text, syntax.indent_of(old[0])) + joined
 
 
 def _compile(user_rules, code: str, namespace: dict, kind: str):
