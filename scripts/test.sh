@@ -38,9 +38,9 @@ OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes
                --deselect tests/test_reliability.py::test_history_is_bounded_and_drops_the_oldest)
 OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.py)
 # The releases between the oldest and the newest older one run lean (CI's time): fixes are
-# judged the same way on every JAX (their suites run on the oldest, 0.10 and 0.11), and the
-# hook's properties get a quarter of their examples.
-LEAN_JAX=(0.7.2 0.8.3 0.9.2)
+# judged the same way on every JAX (their suites run on the oldest, on 0.11 and on the
+# newest), and the hook's properties get a quarter of their examples.
+LEAN_JAX=(0.7.2 0.8.3 0.9.2 0.10.2)
 LEAN_SKIPS=(tests/test_fixes.py tests/test_fix_verdicts.py tests/test_fix_candidates.py
             tests/test_factory_rules.py)
 # JAX's AD upgrade flags (jax_custom_jvp3, jax_custom_vjp3, jax_remat3, ...: the code paths
