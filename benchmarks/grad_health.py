@@ -100,6 +100,12 @@ def unused_embedding_rows():
   return (lambda p, x: (p["emb"][ids] @ p["out"]).sum()), p, "['emb']", "partly: not gathered"
 
 
+def positional_table_longer_than_the_batch():
+  p = {"pos": jax.random.normal(KEY, (16, 8)), "out": _dense(KEY, 8, 1)}
+  return (lambda p, x: ((x + p["pos"][:x.shape[0]]) @ p["out"]).sum()), p, "['pos']", \
+      "partly: not read"
+
+
 def custom_rule_zeros():
   @jax.custom_vjp
   def straight(x):
@@ -150,7 +156,8 @@ def nnx_model():
 
 CORPUS = [unused_head, frozen_encoder, integer_path, quantised_weights, dead_relu_layer,
           saturated_gate, bf16_underflow, vanishing_tanh_stack, exploding_residual_stack,
-          named_scope_stack, unused_embedding_rows, custom_rule_zeros, equinox_model, flax_model, nnx_model]
+          named_scope_stack, unused_embedding_rows, positional_table_longer_than_the_batch,
+          custom_rule_zeros, equinox_model, flax_model, nnx_model]
 
 
 def found_for(report, path: str, expected: str) -> str:

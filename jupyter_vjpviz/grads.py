@@ -50,7 +50,8 @@ class PartlyZero:
   path: str
   units: str                    # "rows" | "columns" | "entries"
   fraction: float
-  reason: str                   # "not gathered" (an embedding's rows this batch) | "dead"
+  reason: str                   # "not gathered" (an embedding's rows this batch), "not read"
+                                # (sliced away: ``w[:n]``), "dead"
   alarm: bool
 
 
@@ -146,9 +147,9 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   del env, invals
   zero = tuple(_zero_leaf(paths[k], struct[position[k]] if struct[position[k]] != grad_paths.LIVE
                           else cuts.get(position[k], grad_paths.Cut("dead"))) for k in zeros)
-  gathered = grad_paths.gathered(jaxpr)
+  gathered, sliced = grad_paths.gathered(jaxpr), grad_paths.sliced(jaxpr)
   partly = tuple(p for k, g in enumerate(values) if k not in zeros
-                 for p in _partly(paths[k], g, position[k] in gathered))
+                 for p in _partly(paths[k], g, position[k] in gathered, sliced.get(position[k])))
   grad_flows = [_flow(g) for g in values]
   eps = max((float(np.finfo(x.dtype).eps) for x in leaves if inexact(x)), default=0.0)
   layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows, eps)
@@ -237,8 +238,10 @@ def _zero_leaf(path: str, cut) -> ZeroLeaf:
   return ZeroLeaf(path, cut.reason, cut.source, cut.op, cut.node)
 
 
-def _partly(path: str, g: np.ndarray, gathered: bool) -> list[PartlyZero]:
-  """Units along the first axis (rows) and the last (columns) of ``g`` that are all zero."""
+def _partly(path: str, g: np.ndarray, gathered: bool,
+            read: list[np.ndarray] | None = None) -> list[PartlyZero]:
+  """Units along the first axis (rows) and the last (columns) of ``g`` that are all zero:
+  those no static slice reads (``read``, per axis: ``grad_paths.sliced``) apart."""
   if g.ndim == 0 or np.all(g != 0):
     return []
   found = []
@@ -247,6 +250,10 @@ def _partly(path: str, g: np.ndarray, gathered: bool) -> list[PartlyZero]:
   for axis, units in axes:
     other = tuple(a for a in range(g.ndim) if a != axis)
     dead = ~np.any(g != 0, axis=other) if other else g == 0
+    unread = dead & ~read[axis] if read is not None else np.zeros_like(dead)
+    if unread.any():
+      found.append(PartlyZero(path, units, float(unread.mean()), "not read", False))
+    dead &= ~unread
     if dead.any() and (units != "columns" or not gathered):
       reason = "not gathered" if gathered and axis == 0 else "dead"
       found.append(PartlyZero(path, units, float(dead.mean()), reason, reason != "not gathered"))

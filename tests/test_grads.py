@@ -77,6 +77,22 @@ def test_embedding_rows_not_gathered_are_no_alarm(report):
   assert emb.fraction == pytest.approx(1 / 3)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_units_sliced_away_are_not_read_not_dead(jit):
+  """Rows no static slice reads (a positional table longer than the sequence) are named
+  for the slice; a read row whose gradient dies at a relu is still dead."""
+  def loss(p, x):
+    pos = p["pos"][:x.shape[0]]                       # rows 4.. never read
+    h = jax.nn.relu(x + pos - jnp.array([[0.], [0.], [9.], [0.]]))   # row 2 dead at these values
+    return h.sum() + p["w"][:, 1:].sum()              # column 0 never read
+  fn = jax.jit(loss) if jit else loss
+  r = grads(fn, {"pos": jnp.ones((6, 3)), "w": jnp.ones((2, 3))}, jnp.ones((4, 3)))
+  found = {(z.path, z.units, z.reason): (z.fraction, z.alarm) for z in r.partly_zero}
+  assert found == {("['pos']", "rows", "not read"): (pytest.approx(2 / 6), False),
+                   ("['pos']", "rows", "dead"): (pytest.approx(1 / 6), True),
+                   ("['w']", "columns", "not read"): (pytest.approx(1 / 3), False)}
+
+
 def test_to_dict_round_trips_through_json(report):
   d = report.to_dict()
   assert json.loads(json.dumps(d)) == d

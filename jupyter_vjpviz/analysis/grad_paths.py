@@ -312,6 +312,47 @@ def _gathered(jaxpr: core.Jaxpr, inputs: dict) -> set[int]:
   return table - other
 
 
+def sliced(jaxpr: core.Jaxpr) -> dict[int, list[np.ndarray]]:
+  """The inputs of ``jaxpr`` read only by static slices (``w[:n]``, ``w[1]``, ``w[:, 1:]``),
+  through the bodies of calls: per input, per axis, which of its indices some slice reads.
+  A unit (row, column) no slice reads gets no gradient whatever the values: the program
+  slices it away."""
+  found = _sliced(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)})
+  return {i: masks for i, masks in found.items() if masks is not None}
+
+
+def _sliced(jaxpr: core.Jaxpr, inputs: dict) -> dict[int, list | None]:
+  found: dict = {}
+
+  def read(i: int, masks: list | None) -> None:   # None: read whole
+    if masks is None or found.get(i, masks) is None:
+      found[i] = None
+    else:
+      found[i] = [a | b for a, b in zip(found.get(i, masks), masks)]
+  for eqn in jaxpr.eqns:
+    for j, v in enumerate(eqn.invars):
+      if not isinstance(v, core.Var) or v not in inputs:
+        continue
+      if eqn.primitive.name in CALLS:
+        body = next(sub_jaxprs(eqn))
+        inner = _sliced(body, {body.invars[j]: inputs[v]})
+        read(inputs[v], inner.get(inputs[v], [np.zeros(n, bool) for n in v.aval.shape]))
+      elif eqn.primitive.name == "slice" and j == 0:
+        read(inputs[v], _slice_masks(v.aval.shape, eqn.params))
+      else:
+        read(inputs[v], None)
+  return found
+
+
+def _slice_masks(shape: tuple, params: dict) -> list[np.ndarray]:
+  strides = params.get("strides") or (1,) * len(shape)
+  masks = [np.zeros(n, bool) for n in shape]
+  for mask, start, limit, stride in zip(masks, params["start_indices"], params["limit_indices"],
+                                        strides):
+    mask[start:limit:stride] = True
+  return masks
+
+
 # ------------------------------------------------------------------ named scopes
 
 
