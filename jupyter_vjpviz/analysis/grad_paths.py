@@ -292,24 +292,8 @@ def _all_zero(x) -> bool:
 def gathered(jaxpr: core.Jaxpr) -> set[int]:
   """The inputs of ``jaxpr`` read only by gathers (as the table: an embedding's rows, some
   picked per batch), through the bodies of calls."""
-  return _gathered(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)})
-
-
-def _gathered(jaxpr: core.Jaxpr, inputs: dict) -> set[int]:
-  table, other = set(), set()
-  for eqn in jaxpr.eqns:
-    for j, v in enumerate(eqn.invars):
-      if not isinstance(v, core.Var) or v not in inputs:
-        continue
-      if eqn.primitive.name in CALLS:
-        body = next(sub_jaxprs(eqn))
-        inner = _gathered(body, {body.invars[j]: inputs[v]})
-        (table if inner else other).add(inputs[v])
-      elif eqn.primitive.name in ("gather", "dynamic_slice") and j == 0:
-        table.add(inputs[v])
-      else:
-        other.add(inputs[v])
-  return table - other
+  return {i for i, reads in _reads_by_input(jaxpr).items()
+          if all(eqn.primitive.name in ("gather", "dynamic_slice") and j == 0 for eqn, j in reads)}
 
 
 def sliced(jaxpr: core.Jaxpr) -> dict[int, list[np.ndarray]]:
@@ -317,31 +301,33 @@ def sliced(jaxpr: core.Jaxpr) -> dict[int, list[np.ndarray]]:
   through the bodies of calls: per input, per axis, which of its indices some slice reads.
   A unit (row, column) no slice reads gets no gradient whatever the values: the program
   slices it away."""
-  found = _sliced(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)})
-  return {i: masks for i, masks in found.items() if masks is not None}
+  found = {}
+  for i, reads in _reads_by_input(jaxpr).items():
+    if all(eqn.primitive.name == "slice" and j == 0 for eqn, j in reads):
+      masks = [_slice_masks(eqn.invars[0].aval.shape, eqn.params) for eqn, _ in reads]
+      found[i] = [np.logical_or.reduce(axis) for axis in zip(*masks)]
+  return found
 
 
-def _sliced(jaxpr: core.Jaxpr, inputs: dict) -> dict[int, list | None]:
+def _reads_by_input(jaxpr: core.Jaxpr) -> dict[int, list]:
+  """Per input of ``jaxpr`` it reads, the (equation, operand position) of each read, the
+  reads inside the bodies of calls in place of the calls."""
   found: dict = {}
+  for i, eqn, j in _input_reads(jaxpr, {v: i for i, v in enumerate(jaxpr.invars)}):
+    found.setdefault(i, []).append((eqn, j))
+  return found
 
-  def read(i: int, masks: list | None) -> None:   # None: read whole
-    if masks is None or found.get(i, masks) is None:
-      found[i] = None
-    else:
-      found[i] = [a | b for a, b in zip(found.get(i, masks), masks)]
+
+def _input_reads(jaxpr: core.Jaxpr, inputs: dict):
   for eqn in jaxpr.eqns:
     for j, v in enumerate(eqn.invars):
       if not isinstance(v, core.Var) or v not in inputs:
         continue
       if eqn.primitive.name in CALLS:
         body = next(sub_jaxprs(eqn))
-        inner = _sliced(body, {body.invars[j]: inputs[v]})
-        read(inputs[v], inner.get(inputs[v], [np.zeros(n, bool) for n in v.aval.shape]))
-      elif eqn.primitive.name == "slice" and j == 0:
-        read(inputs[v], _slice_masks(v.aval.shape, eqn.params))
+        yield from _input_reads(body, {body.invars[j]: inputs[v]})
       else:
-        read(inputs[v], None)
-  return found
+        yield inputs[v], eqn, j
 
 
 def _slice_masks(shape: tuple, params: dict) -> list[np.ndarray]:
