@@ -235,7 +235,8 @@ def test_an_edited_solve_is_verified_by_its_linear_system(hook):
   assert problem.kind == "bwd_value" and "differ from the linear system's solution" in problem.got
   assert comm.verify_result(d, wrong_values)["verdict"] == "type-only"
   [problem] = vv.verify_fix(d, right.replace("b)\n", "b)[:, None]\n"))
-  assert problem.kind == "solve_type" and problem.got == "it returns float32[3, 1], not b's type float32[3]"
+  assert problem.kind == "solve_type" and problem.got == "it returns float32[3,1], not b's type float32[3]"
+  assert problem.id != d.id
   [problem] = vv.verify_fix(d, right.replace("N.T", "M.T"))
   assert problem.got == "it raised NameError: name 'M' is not defined"
 

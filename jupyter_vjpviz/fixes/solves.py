@@ -15,8 +15,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
-import itertools
-import linecache
 import textwrap
 
 import jax
@@ -25,11 +23,11 @@ from jax.flatten_util import ravel_pytree
 
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERDICT_ORDER, VERIFIED, Diagnosis, Fix
+from ..capture.compat.private import core
 from ..capture.hook import hook_aside
 from . import exprs, source
 
 TRIALS = 3          # random right-hand sides
-_serial = itertools.count(1)
 
 
 def suggestions(d: Diagnosis) -> list[Fix]:
@@ -175,8 +173,9 @@ def _solve_of(d: Diagnosis):
 
 
 def _type_text(tree) -> str:
-  leaves = [jax.ShapeDtypeStruct(np.shape(l), l.dtype) for l in jax.tree_util.tree_leaves(tree)]
-  texts = [f"{np.dtype(l.dtype).name}{list(l.shape)}" for l in leaves]
+  """Its leaves' types as diagnoses write them (``float32[3,1]``)."""
+  texts = [core.ShapedArray(np.shape(l), np.dtype(l.dtype)).str_short()
+           for l in jax.tree_util.tree_leaves(tree)]
   return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
 
 
@@ -201,14 +200,13 @@ def _types_of(solver):
 def _compiled(code: str, namespace: dict, name: str, scope: dict | None = None):
   """The fixed ``def``, decorators dropped, run in a copy of the solve's namespace (or in
   ``scope`` itself)."""
-  filename = f"<vjpviz-solve-fix-{next(_serial)}>"
-  linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+  code = textwrap.dedent(code)
   tree = ast.parse(code)
   for node in tree.body:
     if isinstance(node, ast.FunctionDef):
       node.decorator_list = []
   scope = dict(namespace) if scope is None else scope
-  exec(compile(tree, filename, "exec"), scope)  # noqa: S102 - the user's own solve, rewritten
+  source.run_defs(tree, code, scope, "solve-fix")
   return scope[name]
 
 

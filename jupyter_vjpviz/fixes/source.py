@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import itertools
 import linecache
 import os
 import re
@@ -551,3 +552,14 @@ def file_diff(path: str, replacements) -> str:
   for start, stop, text in sorted(replacements, key=lambda r: r[0], reverse=True):
     new[start:stop] = text.splitlines(keepends=True)
   return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
+
+
+_serial = itertools.count(1)
+
+
+def run_defs(tree: ast.Module, text: str, scope: dict, label: str) -> None:
+  """``tree`` (parsed from ``text``) run in ``scope`` under a file name of its own, whose
+  lines linecache holds: tracebacks and ``inspect`` read the fix's source as written."""
+  filename = f"<vjpviz-{label}-{next(_serial)}>"
+  linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+  exec(compile(tree, filename, "exec"), scope)  # noqa: S102 - the user's own code, rewritten

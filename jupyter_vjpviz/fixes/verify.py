@@ -15,7 +15,6 @@ import ast
 import dataclasses
 import inspect
 import itertools
-import linecache
 import textwrap
 from collections.abc import Callable
 
@@ -85,14 +84,17 @@ def _solve_checked(diagnosis: Diagnosis, code: str) -> Checked:
   (or an error it raises) is a problem of the diagnosis's kind, values that differ a
   ``bwd_value`` one."""
   verdict, note = solves.judged_edit(diagnosis, code)
+  # A problem of its own (its own id), about the same solve, at the same place.
+  problem = lambda kind, severity: Diagnosis(
+      kind=kind, severity=severity, function=diagnosis.function, rule=diagnosis.rule,
+      source=diagnosis.source, path=diagnosis.path, expected=diagnosis.expected, got=note,
+      message=None, detail=note, rule_source=diagnosis.rule_source,
+      call_site=diagnosis.call_site, site=diagnosis.site)
   if verdict is None:
-    return Checked((dataclasses.replace(diagnosis, got=note, detail=note, fixes=()),))
+    return Checked((problem(diagnosis.kind, diagnosis.severity),))
   status = {VERIFIED: oracle.RIGHT, TYPE_ONLY: oracle.WRONG}.get(verdict, oracle.UNVERIFIABLE)
   judged = oracle.Verdict(status, note, judge="the linear system's solution")
-  if status != oracle.WRONG:
-    return Checked((), judged)
-  return Checked((dataclasses.replace(diagnosis, kind="bwd_value", severity=WARNING, got=note,
-                                      detail=note, fixes=()),), judged)
+  return Checked((problem(kind="bwd_value", severity=WARNING),) if status == oracle.WRONG else (), judged)
 
 
 def reference(site, user_rules) -> oracle.Oracle:
@@ -408,14 +410,12 @@ def _compile(user_rules, code: str, namespace: dict, kind: str):
   """The (fwd, bwd) pair after running ``code`` in ``namespace``. The rules' decorators
   do not run: registering them (``@f.defvjp``, equinox's ``@f.def_bwd``) would edit the
   user's object, which is apply's to do."""
-  filename = f"<vjpviz-fix-{next(_serial)}>"
   code = textwrap.dedent(code)
-  linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
   tree = ast.parse(code)
   roles = list(_roles(user_rules, _defs(tree), kind))
   for node, _ in roles:
     node.decorator_list = []
-  exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own rule
+  source.run_defs(tree, code, namespace, "fix")
   rules = live_rules(user_rules)
   for node, role in roles:
     rules[role] = namespace[node.name]
