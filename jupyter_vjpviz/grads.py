@@ -13,7 +13,9 @@ without the program's effects, its loops ending as the user's did (the same valu
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import math
 import os
 
@@ -25,6 +27,7 @@ from .analysis import grad_paths, nonfinite, program, replay
 from .analysis.flows import mark_flows, program_inputs
 from .analysis.graph import Graph
 from .analysis.nonfinite_eval import inexact
+from .base.safety import safely
 from .capture.hook import hook_aside
 from .capture.naming import function_names as names
 from .capture.records import Origin
@@ -32,6 +35,7 @@ from .render import grads_view
 
 CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
 LEARNING_RATES = (1e-6, 1.0)   # what users set: a block no rate in it trains is flagged
+KEPT = 32          # the reports kept for the panel (its graph requests name them by id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +80,12 @@ class GradReport:
   graph: Graph = dataclasses.field(default_factory=Graph, repr=False)
   note: str | None = None
   judged: bool = True           # False: the gradient could not be taken again (``note``: why)
+  id: str = dataclasses.field(default_factory=lambda: f"g{next(_ids)}")
+
+  @property
+  def node(self) -> str | None:
+    """The graph node the default view centres on: the first cut's."""
+    return next((z.node for z in self.zero if z.node), None)
 
   @property
   def healthy(self) -> bool:
@@ -84,7 +94,8 @@ class GradReport:
 
   def to_dict(self) -> dict:
     """Numbers and strings only (non-finite norms as None): ``json.dumps`` takes it."""
-    return _finite({"function": self.function, "healthy": self.healthy, "note": self.note,
+    return _finite({"id": self.id, "function": self.function, "healthy": self.healthy,
+                    "judged": self.judged, "note": self.note,
                     "leaves": [{"path": p, "grad_norm": g, "param_norm": w}
                                for p, g, w in self.leaves],
                     "zero": [dataclasses.asdict(z) for z in self.zero],
@@ -107,16 +118,42 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
   args = tuple(jax.tree_util.tree_map(_as_array, a) if i in nums else a for i, a in enumerate(args))
   paths, positions = _float_leaves(args, kwargs, nums)
   if not positions:
-    raise TypeError(f"vv.grads: argument{'s' * (len(nums) > 1)} {list(nums)} of "
-                    f"{getattr(fn, '__name__', 'fn')} hold no floating-point array to "
-                    "differentiate")
+    several = len(nums) > 1
+    raise TypeError(f"vv.grads: argument{'s' * several} {list(nums)} of "
+                    f"{getattr(fn, '__name__', 'fn')} hold{'' if several else 's'} no "
+                    "floating-point array to differentiate")
   out = _shape_of(fn, args, kwargs)
   if not (isinstance(out, jax.ShapeDtypeStruct) and out.shape == ()
           and np.issubdtype(out.dtype, np.floating)):
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
   with hook_aside(), jax.debug_nans(False):
-    return _report(fn, args, kwargs, paths, positions)
+    report = _report(fn, args, kwargs, paths, positions)
+  _kept.append(report)
+  for listener in list(_listeners):
+    safely(listener, report)
+  return report
+
+
+_ids = itertools.count(1)
+_kept: collections.deque[GradReport] = collections.deque(maxlen=KEPT)
+_listeners: list = []
+"""f(report), called with each report ``grads`` makes (the panel's channel registers one)."""
+
+
+def reports() -> list[GradReport]:
+  """The last ``KEPT`` reports, oldest first: avals and norms, no arrays."""
+  return list(_kept)
+
+
+def add_listener(listener) -> None:
+  if listener not in _listeners:
+    _listeners.append(listener)
+
+
+def remove_listener(listener) -> None:
+  if listener in _listeners:
+    _listeners.remove(listener)
 
 
 def _report(fn, args, kwargs, paths, positions) -> GradReport:

@@ -105,10 +105,7 @@ class Watched:
       if self._armed is None:
         self._armed = jnp.array([1, 0], jnp.int32)
       kwargs = {**kwargs, ARMED: self._armed}
-    if self._direct is not None:
-      out, health, armed = self._direct(*args, **kwargs)
-    else:
-      out, health, armed = self._filtered(args, kwargs)
+    out, health, armed = self.compiled_call(args, kwargs)
     self._armed = armed if self.keep_first_nonfinite else None
     self._promote()
     self._kept = (*kept, health) if self.keep else None
@@ -126,6 +123,14 @@ class Watched:
         self._timer.name, self._timer.daemon = "vjpviz-watch-push", True
         self._timer.start()
     return out
+
+  def compiled_call(self, args, kwargs):
+    """(the step's outputs, its health array, ``ARMED``) of one call of the compiled
+    watched step, nothing recorded (what a call costs past the step itself, without the
+    recording: benchmarks/watch_overhead.py)."""
+    if self._direct is not None:
+      return self._direct(*args, **kwargs)
+    return self._filtered(args, kwargs)
 
   def _promote(self) -> None:
     """The last call's arguments kept as the first non-finite step's, if none is yet, its

@@ -2,6 +2,7 @@
 import functools
 import json
 import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -402,3 +403,70 @@ def test_one_array_held_twice_is_two_leaves_each_with_its_gradient():
   w = jnp.ones((2, 2))
   r = grads(lambda ws, x: jnp.tanh(x @ ws[0] @ ws[1]).sum(), [w, w], jnp.ones(2))
   assert r.healthy and [p for p, g, _ in r.leaves if g > 0] == ["[0]", "[1]"]
+
+
+def grads_module():
+  """The module ``jupyter_vjpviz.grads`` (the package's ``grads`` is the function)."""
+  return sys.modules["jupyter_vjpviz.grads"]
+
+
+def _request(op: str, **args) -> dict:
+  return {"v": 1, "type": "request", "request_id": f"r-{op}", "op": op, "args": args}
+
+
+def test_the_panel_message_validates_and_its_graph_is_asked_for_by_the_reports_id(report):
+  """The GradsMessage a panel gets (schema), and the view ops on the report's graph: the
+  default view centred on the first cut, a box opened, a search."""
+  from kernel_helpers import REPLY, validator
+  from jupyter_vjpviz.deliver import comm
+  message = json.loads(json.dumps({"v": 1, "type": "grads", "grads": comm.grads_message(report)}))
+  validator("GradsMessage").validate(message)
+  sent = message["grads"]
+  assert sent["id"] == report.id and sent["headline"].startswith("vjpviz grads of mixed:")
+  assert {z["path"]: z["reason"] for z in sent["zero"]} == {z.path: z.reason for z in report.zero}
+  assert "leaves" not in sent and len(sent["graph"]["nodes"]) == len(report.graph.nodes)
+  assert report in grads_module().reports()
+  view = comm.handle(_request("view", diagnosis_id=report.id))
+  REPLY.validate(view)
+  assert view["ok"] and view["result"]["failed_node"] == report.node is not None
+  assert view["result"]["svg"].startswith("<svg")
+  found = comm.handle(_request("search", diagnosis_id=report.id, query="tanh"))
+  assert found["ok"] and found["result"]["matches"]
+  kept = comm.handle(_request("grads"))
+  validator("GradsResult").validate(kept["result"])
+  assert report.id in [r["id"] for r in kept["result"]["reports"]]
+  gone = comm.handle(_request("view", diagnosis_id="g0"))
+  assert not gone["ok"] and "no diagnosis 'g0'" in gone["error"]
+
+
+def test_the_reports_kept_are_bounded_and_a_listener_hears_each():
+  kept = grads_module()
+  heard = []
+  kept.add_listener(heard.append)
+  try:
+    made = [grads(lambda w: (w * k).sum(), jnp.ones(2)) for k in range(kept.KEPT + 2)]
+  finally:
+    kept.remove_listener(heard.append)
+  assert heard == made and len({r.id for r in made}) == len(made)
+  assert kept.reports() == made[2:]
+
+
+def test_a_report_made_in_a_kernel_reaches_a_listening_panel(panel):
+  """A real kernel: ``%vjpviz grads`` with a panel listening pushes the report and its graph,
+  drawn; the panel's view request by the report's id is answered."""
+  from kernel_helpers import SETUP, validator
+  assert panel.execute(SETUP)["status"] == "ok"
+  before = len(panel.opened())
+  cell = ("p = {'used': jnp.ones(3), 'frozen': jnp.ones(3)}\n"
+          "loss = lambda p: (p['used'] * 2 + jax.lax.stop_gradient(p['frozen'])).sum()\n"
+          "%vjpviz grads loss(p)\n")
+  assert panel.execute(cell)["status"] == "ok"
+  pushed = [m["content"]["data"] for m in panel.opened()[before:]
+            if m["content"]["data"]["type"] == "grads"]
+  assert len(pushed) == 1
+  validator("GradsMessage").validate(pushed[0])
+  sent = pushed[0]["grads"]
+  assert [(z["path"], z["reason"]) for z in sent["zero"]] == [("['frozen']", "stopped")]
+  assert pushed[0]["view"]["svg"].startswith("<svg")
+  reply = panel.request(panel.control, _request("view", diagnosis_id=sent["id"]))
+  assert reply["ok"] and reply["result"]["failed_node"] == sent["zero"][0]["node"]

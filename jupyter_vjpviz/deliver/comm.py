@@ -28,6 +28,9 @@ from typing import Any
 from collections.abc import Callable
 
 from .. import pipeline
+from ..grads import add_listener as add_grads_listener
+from ..grads import remove_listener as remove_grads_listener
+from ..grads import reports as grads_reports
 from ..watch import add_listener as add_watch_listener
 from ..watch import remove_listener as remove_watch_listener
 from ..watch import watches
@@ -36,7 +39,7 @@ from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
 from ..base.safety import safely
 from ..check import apply_fix, check
 from ..fixes import verify as fix_verify
-from ..render import svg, views
+from ..render import grads_view, svg, views
 
 TARGET = "vjpviz"
 SCHEMA = json.loads((resources.files("jupyter_vjpviz") / "protocol.schema.json")
@@ -62,6 +65,7 @@ def register() -> None:
     if manager is not None:
       manager.register_target(TARGET, _on_panel_open)
     add_watch_listener(push_watch)
+    add_grads_listener(push_grads)
     _state["registered"] = True
   safely(_say_hello)
 
@@ -83,6 +87,7 @@ def unregister() -> None:
     if manager is not None:
       safely(manager.unregister_target, TARGET, _on_panel_open)
     remove_watch_listener(push_watch)
+    remove_grads_listener(push_grads)
     _state["registered"] = False
   _close_push_comm()
 
@@ -120,6 +125,27 @@ def push_watch(watched) -> None:
   if _state["listening"]:
     series = watched.series(watched.landed())
     _open_push_comm({"v": VERSION, "type": "watch", "watch": series})
+
+
+def push_grads(report) -> None:
+  """A ``vv.grads`` report, with its default view drawn, to a listening panel."""
+  if _state["listening"]:
+    message = {"v": VERSION, "type": "grads", "grads": grads_message(report)}
+    view = safely(lambda: _render_view(report, views.default_view(report.graph, report.node)))
+    _open_push_comm(message if view is None else {**message, "view": view})
+
+
+def grads_message(report) -> dict:
+  """The schema's GradReport: ``to_dict()`` with its headline, without the per-leaf norms
+  (thousands in a large model), its lists capped as the schema says."""
+  found = {k: v for k, v in report.to_dict().items() if k != "leaves"}
+  for key in ("zero", "partly_zero", "layers"):
+    found[key] = found[key][:_GRADS_ITEMS[key]]
+  return {**found, "headline": grads_view.headline(report)}
+
+
+_GRADS_ITEMS = {k: _DEFS["GradReport"]["properties"][k]["maxItems"]
+                for k in ("zero", "partly_zero", "layers")}
 
 
 def _open_push_comm(message: dict) -> None:
@@ -300,6 +326,14 @@ def _diagnosis(args: dict):
                  "or older than the history keeps)")
 
 
+def _graphed(args: dict):
+  """What a view op's ``diagnosis_id`` names: a diagnosis, or a ``vv.grads`` report
+  (both have a ``graph`` and the ``node`` its default view centres on)."""
+  wanted = args["diagnosis_id"]
+  found = next((r for r in grads_reports() if r.id == wanted), None)
+  return found if found is not None else _diagnosis(args)
+
+
 def _op_history(args: dict) -> dict:
   return {"diagnoses": [d.to_dict() for d in pipeline.history()]}
 
@@ -376,8 +410,9 @@ def _op_search(args: dict) -> dict:
 
 
 def _requested_view(args: dict):
-  """The diagnosis asked about, and its view with the panel's opened and closed boxes."""
-  d = _diagnosis(args)
+  """The diagnosis (or grads report) asked about, and its view with the panel's opened
+  and closed boxes."""
+  d = _graphed(args)
   return d, views.default_view(d.graph, d.node, expanded=frozenset(args.get("expanded", [])),
                                collapsed=frozenset(args.get("collapsed", [])))
 
@@ -387,6 +422,10 @@ def _render_view(d, view) -> dict:
           "collapsed": sorted(view.collapsed), "failed_node": d.node,
           "shown": len(view.nodes) + sum(len(c.members) for c in view.clusters),
           "total": len(d.graph.nodes), "boxes": view.size}
+
+
+def _op_grads(args: dict) -> dict:
+  return {"reports": [grads_message(r) for r in grads_reports()]}
 
 
 # ---- vv.watch: the series, and vv.nans on a watched step's kept call
@@ -412,6 +451,6 @@ def _op_watch_nans(args: dict) -> dict:
 _OPS: dict[str, Callable[[dict], Any]] = {
     "history": _op_history, "view": _op_view, "expand": _op_expand,
     "collapse": _op_collapse, "search": _op_search, "verify": _op_verify, "apply": _op_apply,
-    "watch": _op_watch, "watch_nans": _op_watch_nans,
+    "watch": _op_watch, "watch_nans": _op_watch_nans, "grads": _op_grads,
 }
 OPS = tuple(_OPS)

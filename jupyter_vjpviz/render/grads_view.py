@@ -53,13 +53,12 @@ def html_fragment(r) -> str:
   parts = "".join(
       f"<tr><td><code>{html.escape(p.path)}</code></td><td>{p.fraction:.0%} of "
       f"{html.escape(p.units)}</td><td>{html.escape(p.reason)}</td></tr>" for p in r.partly_zero)
-  cut = next((z.node for z in r.zero if z.node), None)
   return (f'<div class="vjpviz"><style>{STYLE}</style><h2>{html.escape(headline(r))}</h2>'
           + (f"<table><tr><td>leaf</td><td>reason</td><td>cut at</td><td>line</td></tr>"
              f"{rows}</table>" if rows else "")
           + (f"<table>{parts}</table>" if parts else "")
           + plot(r.layers)
-          + f'<div class="graph">{svg.of_view(default_view(r.graph, cut))}</div></div>')
+          + f'<div class="graph">{svg.of_view(default_view(r.graph, r.node))}</div></div>')
 
 
 def plot(layers, width: int = 320, height: int = 120) -> str:
