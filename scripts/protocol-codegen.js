@@ -30,7 +30,9 @@ const VALIDATED = [
   'ApplyResult',
   'WatchMessage',
   'WatchResult',
-  'WatchNansResult'
+  'WatchNansResult',
+  'GradsMessage',
+  'GradsResult'
 ];
 
 const BANNER =

@@ -16,6 +16,7 @@ import {
   COMM_TARGET,
   Diagnosis,
   DiagnosisMessage,
+  GradsMessage,
   KernelToPanelMessage,
   PROTOCOL_VERSION,
   RequestMessage,
@@ -41,6 +42,14 @@ export interface IPushEvent {
 export interface IWatchEvent {
   readonly kernelId: string;
   readonly series: WatchSeries;
+}
+
+/**
+ * A push from one kernel: a vv.grads report, with its graph's default view.
+ */
+export interface IGradsEvent {
+  readonly kernelId: string;
+  readonly message: GradsMessage;
 }
 
 /**
@@ -279,6 +288,13 @@ export class VjpvizChannels {
   }
 
   /**
+   * Emitted for every valid grads push (a vv.grads report).
+   */
+  get graded(): ISignal<this, IGradsEvent> {
+    return this._graded;
+  }
+
+  /**
    * Emitted with a kernel's history, each diagnosis validated on its own.
    */
   get historyLoaded(): ISignal<this, IHistoryEvent> {
@@ -347,6 +363,8 @@ export class VjpvizChannels {
         kernelId: channel.kernel.id,
         series: message.watch
       });
+    } else if (message.type === 'grads') {
+      this._graded.emit({ kernelId: channel.kernel.id, message });
     }
   }
 
@@ -378,6 +396,7 @@ export class VjpvizChannels {
   private _channels = new Map<string, KernelChannel>();
   private _pushed = new Signal<this, IPushEvent>(this);
   private _watched = new Signal<this, IWatchEvent>(this);
+  private _graded = new Signal<this, IGradsEvent>(this);
   private _historyLoaded = new Signal<this, IHistoryEvent>(this);
   private _kernelRestarted = new Signal<this, string>(this);
 }

@@ -7,11 +7,12 @@
 import { JSONObject } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { IHistoryEvent, IPushEvent, VjpvizChannels } from './comm';
+import { IGradsEvent, IHistoryEvent, IPushEvent, VjpvizChannels } from './comm';
 import { mark } from './marks';
 import {
   ApplyResult,
   Diagnosis,
+  GradReport,
   RequestOp,
   VerifyResult,
   View,
@@ -24,6 +25,11 @@ import { IDiagnosisEvent, IGraphRequests, IVjpviz } from './tokens';
  * so a training loop that fails every step cannot grow the page without limit.
  */
 export const MAX_DIAGNOSES = 200;
+
+/**
+ * vv.grads reports kept per kernel, newest; the kernel keeps as many (grads.KEPT).
+ */
+export const MAX_GRADS = 32;
 
 /**
  * The diagnoses of each kernel, oldest first, each id once, the newest
@@ -105,28 +111,36 @@ export class DiagnosisStore {
 }
 
 /**
- * The vv.watch series of each kernel, by watch id, in the order first seen: a
- * push replaces the series of its watch (each push carries all steps so far).
+ * Items of each kernel by id, in the order first seen, the newest `limit` kept: a
+ * push replaces the item of its id (a vv.watch's series carries all steps so far).
  */
-export class WatchStore {
-  list(kernelId: string): readonly WatchSeries[] {
+export class ByIdStore<T extends { readonly id: string }> {
+  constructor(private readonly _limit = Infinity) {}
+
+  list(kernelId: string): readonly T[] {
     return [...(this._kernels.get(kernelId)?.values() ?? [])];
   }
 
-  set(kernelId: string, series: WatchSeries): void {
-    let watches = this._kernels.get(kernelId);
-    if (!watches) {
-      watches = new Map();
-      this._kernels.set(kernelId, watches);
+  set(kernelId: string, item: T): void {
+    let items = this._kernels.get(kernelId);
+    if (!items) {
+      items = new Map();
+      this._kernels.set(kernelId, items);
     }
-    watches.set(series.id, series);
+    items.set(item.id, item);
+    for (const old of items.keys()) {
+      if (items.size <= this._limit) {
+        break;
+      }
+      items.delete(old);
+    }
   }
 
   clear(kernelId: string): void {
     this._kernels.delete(kernelId);
   }
 
-  private _kernels = new Map<string, Map<string, WatchSeries>>();
+  private _kernels = new Map<string, Map<string, T>>();
 }
 
 /**
@@ -141,11 +155,14 @@ export class VjpvizModel implements IVjpviz {
     channels.watched.connect((_, { kernelId, series }) =>
       this._onWatch(kernelId, [series])
     );
+    channels.graded.connect((_, event) => this._onGrads(event));
     channels.kernelRestarted.connect((_, kernelId) => {
       this._store.clear(kernelId);
       this._watches.clear(kernelId);
+      this._grads.clear(kernelId);
       this._changed(kernelId);
       this._watchesChanged.emit();
+      this._gradsChanged.emit();
     });
   }
 
@@ -196,6 +213,26 @@ export class VjpvizModel implements IVjpviz {
     this._onWatch(kernelId, watches);
   }
 
+  get grads(): readonly GradReport[] {
+    return this._kernelId ? this._grads.list(this._kernelId) : [];
+  }
+
+  get gradsChanged(): ISignal<this, void> {
+    return this._gradsChanged;
+  }
+
+  async refreshGrads(): Promise<void> {
+    if (this._kernelId) {
+      await this._askGrads(this._kernelId);
+    }
+  }
+
+  private async _askGrads(kernelId: string): Promise<void> {
+    const { reports } = await this._channels.request(kernelId, 'grads');
+    reports.forEach(r => this._grads.set(kernelId, r));
+    this._gradsEmit(kernelId);
+  }
+
   async watchNans(watchId: string, step: number): Promise<string> {
     const kernelId = this._kernelId;
     if (!kernelId) {
@@ -229,6 +266,7 @@ export class VjpvizModel implements IVjpviz {
     this._hasNotebook = hasNotebook;
     this._changed(kernelId, true);
     this._watchesChanged.emit();
+    this._gradsChanged.emit();
   }
 
   select(id: string): void {
@@ -312,11 +350,29 @@ export class VjpvizModel implements IVjpviz {
     }
   }
 
+  private _onGrads({ kernelId, message }: IGradsEvent): void {
+    this._grads.set(kernelId, message.grads);
+    if (message.view) {
+      this._store.setView(kernelId, message.grads.id, message.view);
+    }
+    this._gradsEmit(kernelId);
+  }
+
+  private _gradsEmit(kernelId: string): void {
+    if (kernelId === this._kernelId) {
+      this._gradsChanged.emit();
+    }
+  }
+
   private _onHistory({ kernelId, diagnoses }: IHistoryEvent): void {
     this._store.merge(kernelId, diagnoses);
     this._changed(kernelId);
-    // A panel opened (or reloaded) after the watch pushes: ask for them once.
-    this._askWatches(kernelId).catch(() => undefined);
+    // A panel opened (or reloaded) after the watch and grads pushes: ask for them
+    // once, one after the other.
+    this._askWatches(kernelId)
+      .catch(() => undefined)
+      .then(() => this._askGrads(kernelId))
+      .catch(() => undefined);
   }
 
   /**
@@ -357,8 +413,10 @@ export class VjpvizModel implements IVjpviz {
 
   private _channels: VjpvizChannels;
   private _store = new DiagnosisStore();
-  private _watches = new WatchStore();
+  private _watches = new ByIdStore<WatchSeries>();
   private _watchesChanged = new Signal<this, void>(this);
+  private _grads = new ByIdStore<GradReport>(MAX_GRADS);
+  private _gradsChanged = new Signal<this, void>(this);
   private _hasNotebook = false;
   private _kernelId: string | null = null;
   private _selectedId: string | null = null;

@@ -6,6 +6,7 @@ import { Panel, Widget } from '@lumino/widgets';
 import { NotebookCells, applyFix } from './cells';
 import { DiagnosisList } from './diagnosisList';
 import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
+import { GradsView } from './gradsView';
 import { Diagnosis } from './protocol';
 import { IVjpviz } from './tokens';
 import { WatchPlot } from './watchPlot';
@@ -47,8 +48,12 @@ export class VjpvizPanel extends Panel {
     this._view = new DiagnosisView(options.editorFactory, options.openGraph);
     this.addWidget(this._view);
     this.addWidget(new WatchPlot(this._model));
+    this._grads = new GradsView(this._model);
+    this.addWidget(this._grads);
     this._list.selected.connect((_, id) => this._model.select(id));
     this._model.diagnosesChanged.connect(this._onDiagnosesChanged, this);
+    this._model.watchesChanged.connect(this._onDiagnosesChanged, this);
+    this._model.gradsChanged.connect(this._onDiagnosesChanged, this);
     this._model.currentChanged.connect(this._onCurrentChanged, this);
     this._onDiagnosesChanged();
     this._onCurrentChanged();
@@ -59,6 +64,13 @@ export class VjpvizPanel extends Panel {
    */
   get drawn(): Promise<void> {
     return this._drawn;
+  }
+
+  /**
+   * Resolves once the vv.grads report shown last has its graph drawn.
+   */
+  get gradsDrawn(): Promise<void> {
+    return this._grads.drawn;
   }
 
   /**
@@ -94,7 +106,9 @@ export class VjpvizPanel extends Panel {
     // The sidebar keeps the tab's data-id in the dataset: extend it.
     this.title.dataset = { ...this.title.dataset, vjpvizCount: String(n) };
     this._renderEmpty();
-    this._empty.setHidden(n > 0);
+    // vv.watch and vv.grads show on their own: vjpviz is loaded, nothing to invite.
+    const shown = n + this._model.watches.length + this._model.grads.length;
+    this._empty.setHidden(shown > 0);
     this._list.setHidden(n === 0);
     this._view.setHidden(n === 0);
     this._list.setItems(diagnoses, this._model.current?.id ?? null);
@@ -154,6 +168,7 @@ export class VjpvizPanel extends Panel {
   private _empty: Widget;
   private _list: DiagnosisList;
   private _view: DiagnosisView;
+  private _grads: GradsView;
   private _drawn: Promise<void> = Promise.resolve();
 }
 

@@ -7,6 +7,7 @@
 import type {
   Diagnosis,
   DiagnosisMessage,
+  GradsMessage,
   HelloMessage,
   ReplyMessage,
   RequestMessage,
@@ -34,7 +35,7 @@ export const PROTOCOL_VERSION: Version = 1;
  * A message sent by the kernel to the panel.
  */
 export type KernelToPanelMessage =
-  HelloMessage | DiagnosisMessage | WatchMessage | ReplyMessage;
+  HelloMessage | DiagnosisMessage | WatchMessage | GradsMessage | ReplyMessage;
 
 interface IValidator {
   (data: unknown): boolean;
@@ -45,6 +46,7 @@ const MESSAGE_VALIDATORS: Record<string, IValidator> = {
   hello: validators.HelloMessage,
   diagnosis: validators.DiagnosisMessage,
   watch: validators.WatchMessage,
+  grads: validators.GradsMessage,
   reply: validators.ReplyMessage
 };
 

@@ -4,6 +4,7 @@ import { ISignal } from '@lumino/signaling';
 import {
   ApplyResult,
   Diagnosis,
+  GradReport,
   VerifyResult,
   View,
   WatchSeries
@@ -97,7 +98,8 @@ export interface IVjpviz {
   selectNext(step: 1 | -1): void;
 
   /**
-   * The kernel round trips of a diagnosis's graph, or null without a kernel.
+   * The kernel round trips of a diagnosis's (or a vv.grads report's) graph, or null
+   * without a kernel.
    */
   graphRequests(id: string): IGraphRequests | null;
 
@@ -126,6 +128,21 @@ export interface IVjpviz {
    * joins the list, selected. Resolves with the kernel's one-line summary.
    */
   watchNans(watchId: string, step: number): Promise<string>;
+
+  /**
+   * The followed kernel's vv.grads reports, oldest first (the kernel keeps its last 32).
+   */
+  readonly grads: readonly GradReport[];
+
+  /**
+   * Emitted when the followed kernel's reports change (a push, a refresh, a restart).
+   */
+  readonly gradsChanged: ISignal<IVjpviz, void>;
+
+  /**
+   * Ask the followed kernel for the vv.grads reports it keeps.
+   */
+  refreshGrads(): Promise<void>;
 
   /**
    * Ask the followed kernel to rebind a diagnosis's rule to `code` (it verifies first).

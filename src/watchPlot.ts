@@ -7,9 +7,9 @@
 import { Widget } from '@lumino/widgets';
 
 import { WatchEvent, WatchSeries } from './protocol';
+import { label, svgElement as svg, titled } from './svgElements';
 import { IVjpviz } from './tokens';
 
-const SVG_NS = 'http://www.w3.org/2000/svg';
 const WIDTH = 320;
 const HEIGHT = 140;
 const MARGIN = { left: 40, right: 8, top: 8, bottom: 18 };
@@ -121,24 +121,6 @@ export class WatchPlot extends Widget {
   }
 }
 
-function svg<K extends keyof SVGElementTagNameMap>(
-  tag: K,
-  attrs: Record<string, string | number>
-): SVGElementTagNameMap[K] {
-  const el = document.createElementNS(SVG_NS, tag);
-  for (const [name, value] of Object.entries(attrs)) {
-    el.setAttribute(name, String(value));
-  }
-  return el;
-}
-
-function titled<T extends SVGElement>(el: T, text: string): T {
-  const title = svg('title', {});
-  title.textContent = text;
-  el.append(title);
-  return el;
-}
-
 /**
  * The norms against the steps, log scale: a zero is drawn on the floor (a
  * decade below the smallest norm), a non-finite one breaks its line; each
@@ -215,16 +197,11 @@ function axes(
   y: (norm: number) => number
 ): SVGGElement {
   const g = svg('g', { class: 'jp-Vjpviz-watchAxes', 'font-size': 9 });
-  const label = (text: string, ax: number, ay: number, anchor: string) => {
-    const t = svg('text', { x: ax, y: ay, 'text-anchor': anchor });
-    t.textContent = text;
-    g.append(t);
-  };
-  label(`1e${Math.round(top)}`, MARGIN.left - 3, y(10 ** top) + 3, 'end');
-  label('0', MARGIN.left - 3, y(0) + 3, 'end');
-  label('step 0', MARGIN.left, HEIGHT - 4, 'start');
-  label(`${Math.max(steps - 1, 0)}`, WIDTH - MARGIN.right, HEIGHT - 4, 'end');
   g.append(
+    label(`1e${Math.round(top)}`, MARGIN.left - 3, y(10 ** top) + 3, 'end'),
+    label('0', MARGIN.left - 3, y(0) + 3, 'end'),
+    label('step 0', MARGIN.left, HEIGHT - 4, 'start'),
+    label(`${Math.max(steps - 1, 0)}`, WIDTH - MARGIN.right, HEIGHT - 4, 'end'),
     svg('rect', {
       x: MARGIN.left,
       y: MARGIN.top,

@@ -81,6 +81,14 @@ nbformat.write(empty, root / "empty.ipynb")
 nb7 = new_notebook(cells=[new_code_cell(c) for c in ("%load_ext vjpviz", DEFINE, GRAD)])
 nb7.metadata["kernelspec"] = nb.metadata["kernelspec"]
 nbformat.write(nb7, root / "nb7.ipynb")
+# vv.grads in the panel: a loss whose frozen leaf gets no gradient.
+GRADS = '''import jax, jax.numpy as jnp
+p = {"used": jnp.ones(3), "frozen": jnp.ones(3)}
+loss = lambda p: (jnp.tanh(p["used"]) + jax.lax.stop_gradient(p["frozen"])).sum()
+%vjpviz grads loss(p)'''
+grads_nb = new_notebook(cells=[new_code_cell("%load_ext vjpviz"), new_code_cell(GRADS)])
+grads_nb.metadata["kernelspec"] = nb.metadata["kernelspec"]
+nbformat.write(grads_nb, root / "grads.ipynb")
 for stem, name in SMALL_NOTEBOOKS.items():
   small = new_notebook(cells=[new_code_cell("%load_ext vjpviz"), new_code_cell(SMALL.format(name=name))])
   small.metadata["kernelspec"] = nb.metadata["kernelspec"]

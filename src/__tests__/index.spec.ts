@@ -89,6 +89,38 @@ describe('jupyter-vjpviz:plugin', () => {
     expect(current(vjpviz)).toBe('d1');
   });
 
+  it('hides the invitation to load vjpviz once a vv.grads report shows', async () => {
+    const { shell, tracker, notebook } = start();
+    const kernel = new FakeKernel();
+    const nb = notebook(kernel);
+    tracker.currentWidget = nb;
+    tracker.widgetAdded.emit(nb);
+    await nb.sessionContext.ready;
+    const panel = shell.add.mock.calls[0][0];
+    const empty = panel.node.querySelector('.jp-Vjpviz-empty');
+    expect(empty.classList).not.toContain('lm-mod-hidden');
+    kernel.open({
+      v: 1,
+      type: 'grads',
+      grads: {
+        id: 'g1',
+        function: 'loss',
+        headline: 'vjpviz grads of loss: healthy',
+        healthy: true,
+        judged: true,
+        note: null,
+        zero: [],
+        partly_zero: [],
+        layers: [],
+        graph: { nodes: [], edges: [] }
+      }
+    });
+    expect(empty.classList).toContain('lm-mod-hidden');
+    expect(
+      panel.node.querySelector('.jp-Vjpviz-gradsHeadline').textContent
+    ).toBe('vjpviz grads of loss: healthy');
+  });
+
   it('shows the empty state without a notebook', () => {
     const { shell, vjpviz } = start();
     expect(shell.add.mock.calls[0][0].node.textContent).toContain(

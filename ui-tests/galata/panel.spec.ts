@@ -1,6 +1,6 @@
 // The panel's core flow: a failing cell opens it with the diff and the graph;
 // the graph's tools, the jump to the source, Verify and Apply; HTML in names
-// stays inert; a reloaded page still works.
+// stays inert; a reloaded page still works; a vv.grads report shows with its graph.
 import type { JupyterLabPage } from '@jupyterlab/galata';
 
 import { CELL, EVIL, expect, FIXED_BWD, test } from './vjpviz';
@@ -147,4 +147,26 @@ test('reload the page -> the panel still works (history, graph, verify)', async 
   await vv.panel.locator('[data-vjpviz-action="verify"]').click();
   expect(await vv.verdict(), 'verify after reload').toMatch(/^pass/);
   await vv.shot('08-after-reload');
+});
+
+test('%vjpviz grads -> the panel shows the leaf with no gradient and the graph', async ({
+  vv
+}) => {
+  await vv.open('grads.ipynb');
+  await vv.showPanel();
+  await vv.runCells(0, 1);
+  const grads = vv.panel.locator('.jp-Vjpviz-grads');
+  await expect(grads.locator('.jp-Vjpviz-gradsHeadline')).toContainText(
+    'vjpviz grads of <lambda>: 1 leaf with no gradient',
+    { timeout: 30000 }
+  );
+  await expect(grads.locator('.jp-Vjpviz-gradsZero tbody tr')).toHaveText(
+    /\['frozen'\]\s*stopped\s*stop_gradient/
+  );
+  // The graph came drawn with the push, centred on the stop_gradient that cut it.
+  await grads
+    .locator('.jp-Vjpviz-canvas .vjpviz-node-failed')
+    .first()
+    .waitFor({ state: 'attached', timeout: 30000 });
+  await vv.shot('10-grads');
 });
