@@ -154,8 +154,27 @@ def nnx_model():
   return (lambda s, x: nnx.merge(graphdef, s)(x)), state, "['body']['kernel'].value", "stopped"
 
 
+def lora_zero_init():
+  """LoRA as initialised: B = 0, so A gets no gradient until B has moved."""
+  p = {"w": _dense(KEY, 8, 8), "lora_a": _dense(KEY, 8, 2), "lora_b": jnp.zeros((2, 8))}
+  return (lambda p, x: jnp.tanh(x @ p["w"] + (x @ p["lora_a"]) @ p["lora_b"]).sum(),
+          p, "['lora_a']", "zero_factor")
+
+
+def rezero_gate():
+  """ReZero residual blocks under jit, their gates at 0: the blocks' weights get none."""
+  p = {"blocks": [{"w": _dense(KEY, 8, 8), "alpha": jnp.zeros(())} for _ in range(2)]}
+
+  @jax.jit
+  def loss(p, x):
+    for b in p["blocks"]:
+      x = x + b["alpha"] * jnp.tanh(x @ b["w"])
+    return (x ** 2).sum()
+  return loss, p, "['blocks'][1]['w']", "zero_factor"
+
+
 CORPUS = [unused_head, frozen_encoder, integer_path, quantised_weights, dead_relu_layer,
-          saturated_gate, bf16_underflow, vanishing_tanh_stack, exploding_residual_stack,
+          saturated_gate, lora_zero_init, rezero_gate, bf16_underflow, vanishing_tanh_stack, exploding_residual_stack,
           named_scope_stack, unused_embedding_rows, positional_table_longer_than_the_batch,
           custom_rule_zeros, equinox_model, flax_model, nnx_model]
 

@@ -46,6 +46,7 @@ class ZeroLeaf:
   source: str | None = None     # the user's file:line of the operation that cut it
   op: str | None = None
   node: str | None = None       # the graph node of that operation
+  factor: str | None = None     # zero_factor: the input that is the all-zero factor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,8 +183,10 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   cuts = grad_paths.value_cuts(jaxpr, env, edges, live) if live else {}
   primals = grad_paths.primal_norms(jaxpr, env)
   del env, invals
+  names = _input_names(origin, args, kwargs, dict(zip(position, paths)))
   zero = tuple(_zero_leaf(paths[k], struct[position[k]] if struct[position[k]] != grad_paths.LIVE
-                          else cuts.get(position[k], grad_paths.Cut("dead"))) for k in zeros)
+                          else cuts.get(position[k], grad_paths.Cut("dead")), names)
+               for k in zeros)
   gathered, sliced = grad_paths.gathered(jaxpr), grad_paths.sliced(jaxpr)
   partly = tuple(p for k, g in enumerate(values) if k not in zeros
                  for p in _partly(paths[k], g, position[k] in gathered, sliced.get(position[k])))
@@ -271,8 +274,21 @@ def _invar_positions(origin, positions) -> list[int]:
   return [arrays[j] for j in positions]
 
 
-def _zero_leaf(path: str, cut) -> ZeroLeaf:
-  return ZeroLeaf(path, cut.reason, cut.source, cut.op, cut.node)
+def _zero_leaf(path: str, cut, names: list[str]) -> ZeroLeaf:
+  factor = names[cut.factor] if cut.factor is not None else None
+  return ZeroLeaf(path, cut.reason, cut.source, cut.op, cut.node, factor)
+
+
+def _input_names(origin, args, kwargs, differentiated: dict[int, str]) -> list[str]:
+  """Each jaxpr input's name: a differentiated leaf's path (``differentiated``, by input),
+  another as the user passed it (``args[1]['x']``, ``kwargs['mask']``)."""
+  flat = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
+  names = []
+  for (kp, _), leaf in zip(flat, origin.leaves):
+    if isinstance(leaf, core.AbstractValue):
+      where = "args" if kp[0].idx == 0 else "kwargs"
+      names.append(differentiated.get(len(names), f"{where}{jax.tree_util.keystr(kp[1:])}"))
+  return names
 
 
 def _partly(path: str, g: np.ndarray, gathered: bool,

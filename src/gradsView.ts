@@ -130,7 +130,12 @@ function summary(r: GradReport): HTMLElement[] {
       table(
         'jp-Vjpviz-gradsZero',
         ['leaf', 'reason', 'cut at', 'line'],
-        r.zero.map(z => [z.path, z.reason, z.op ?? '', z.source ?? ''])
+        r.zero.map(z => [
+          z.path,
+          z.reason,
+          (z.op ?? '') + (z.factor ? ` (${z.factor} all zero)` : ''),
+          z.source ?? ''
+        ])
       )
     );
   }

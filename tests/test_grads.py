@@ -470,3 +470,30 @@ def test_a_report_made_in_a_kernel_reaches_a_listening_panel(panel):
   assert pushed[0]["view"]["svg"].startswith("<svg")
   reply = panel.request(panel.control, _request("view", diagnosis_id=sent["id"]))
   assert reply["ok"] and reply["result"]["failed_node"] == sent["zero"][0]["node"]
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_product_with_an_all_zero_factor_names_that_factor(jit):
+  """LoRA as initialised (B = 0: A gets none), a ReZero gate at 0 (scaled and transposed on
+  the way), and a batch of zeros: each ``zero_factor`` at the product, naming the input."""
+  def loss(p, x, mask):
+    out = jnp.tanh(x @ p["w"] + (x @ p["a"]) @ p["b"]).sum()  # lora
+    out += ((2 * p["alpha"].T).T * jnp.tanh(x @ p["f"])).sum()  # rezero
+    return out + jnp.tanh(mask @ p["m"]).sum()  # data
+  fn = jax.jit(loss) if jit else loss
+  p = {"w": jnp.ones((3, 3)), "a": jnp.ones((3, 2)), "b": jnp.zeros((2, 3)),
+       "alpha": jnp.zeros((1, 3)), "f": jnp.ones((3, 3)), "m": jnp.ones((3, 3))}
+  r = grads(fn, p, jnp.ones((2, 3)), jnp.zeros((2, 3)))
+  found = {z.path: (z.reason, z.factor, z.op, z.source) for z in r.zero}
+  assert found == {
+      "['a']": ("zero_factor", "['b']", "dot_general", line_of("lora")),
+      "['f']": ("zero_factor", "['alpha']", "mul", line_of("rezero")),
+      "['m']": ("zero_factor", "args[2]", "dot_general", line_of("data"))}
+  assert "['a']: zero_factor at dot_general" in str(r) and "; ['b'] is all zero" in str(r)
+
+
+def test_a_dead_relu_before_a_product_is_still_dead_not_a_zero_factor():
+  r = grads(lambda p, x: (jax.nn.relu(x @ p["w1"] - 100.0) @ p["w2"]).sum(),  # relu
+            {"w1": jnp.ones((3, 3)), "w2": jnp.ones((3, 1))}, jnp.ones((2, 3)))
+  assert {(z.path, z.reason, z.op, z.factor) for z in r.zero} == {
+      ("['w1']", "dead", "relu", None), ("['w2']", "dead", "relu", None)}

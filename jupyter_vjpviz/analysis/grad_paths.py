@@ -10,8 +10,8 @@ only as such cuts gets the first of them; none at all: unused.
 Value reasons read the one measured backward pass (``nonfinite.measure``'s per-edge
 cotangent norms): from an input whose gradient is exactly zero, forward along the
 variables whose cotangent is zero, to the equation whose outputs' cotangents are not:
-its pullback made the zero. What it is (a mask, a saturating function, a product in
-low precision) names the reason.
+its pullback made the zero. What it is (a mask, a saturating function, a product whose
+other factor is all zero at these inputs, a product in low precision) names the reason.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from .program import _body_prefix, _eqn_id, scan_groups, sub_jaxprs
 
 LIVE = "live"
 STRUCTURAL = ("unused", "stopped", "non_differentiable", "rule_zero")
-VALUE = ("dead", "saturated", "underflow")
+VALUE = ("dead", "saturated", "zero_factor", "underflow")
 FLAT = frozenset({"round", "floor", "ceil", "sign", "is_finite", "nextafter"})
 """Floating results whose derivative is zero everywhere JAX defines one."""
 MASKS = frozenset({"max", "min", "select_n", "clamp", "relu", "relu6", "where", "abs",
@@ -42,6 +42,8 @@ SATURATING = frozenset({"tanh", "logistic", "sigmoid", "softmax", "log_softmax",
 PRODUCTS = frozenset({"mul", "dot_general", "conv_general_dilated", "div"})
 PASS = frozenset({"reshape", "broadcast_in_dim", "convert_element_type", "transpose",
                   "squeeze", "expand_dims", "copy", "copy_p", "reduce_sum", "slice"})
+SCALINGS = frozenset({"mul", "div", "neg"})
+"""Operations that keep a value's zeros where their other operand is a constant."""
 LOW = (jnp.bfloat16, jnp.float16)
 
 
@@ -52,6 +54,7 @@ class Cut:
   node: str | None = None
   op: str | None = None
   source: str | None = None
+  factor: int | None = None    # zero_factor: the program input that is the all-zero factor
 
 
 # ------------------------------------------------------------------ structural
@@ -178,11 +181,13 @@ def value_cuts(jaxpr: core.Jaxpr, env: dict, edges: dict, zero: list[int]) -> di
   the top level (``nonfinite.forward``); ``edges``: ``"node#operand"`` -> measured Flow."""
   reached = {jaxpr.invars[i]: {i} for i in zero}
   found: dict[int, Cut] = {}
-  _value_level(jaxpr, None, env, edges, reached, [True] * len(jaxpr.outvars), found)
+  inputs = {v: i for i, v in enumerate(jaxpr.invars)}
+  _value_level(jaxpr, None, env, edges, reached, [True] * len(jaxpr.outvars), found, inputs)
   return found
 
 
-def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found) -> None:
+def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs) -> None:
+  """``inputs``: this level's variables that are the program's inputs, by input index."""
   nonzero = _nonzero(jaxpr, prefix, edges, out_nonzero)
   for k, eqn in enumerate(jaxpr.eqns):
     hit = set().union(*[reached.get(v, ()) for v in eqn.invars
@@ -199,12 +204,14 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found) -> None
       body = next(sub_jaxprs(eqn))
       inner = {b: reached.get(v, set()) & hit for b, v in zip(body.invars, eqn.invars)
                if isinstance(v, core.Var)}
-      _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found)
+      passed = {b: inputs[v] for b, v in zip(body.invars, eqn.invars) if v in inputs}
+      _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found,
+                   passed)
       if hit - set(found):   # not cut inside: the call as a whole
         for i in hit - set(found):
-          found[i] = _classify(eqn, nid, jaxpr, env)
+          found[i] = _classify(eqn, nid, jaxpr, env, inputs, reached)
       continue
-    cut = _classify(eqn, nid, jaxpr, env)
+    cut = _classify(eqn, nid, jaxpr, env, inputs, reached)
     for i in hit:
       found[i] = cut
 
@@ -239,47 +246,57 @@ def _nonzero(jaxpr, prefix, edges, out_nonzero) -> set:
   return got
 
 
-def _classify(eqn, nid: str, jaxpr, env: dict) -> Cut:
-  """The value reason an equation made a zero cotangent from a non-zero one."""
-  name = eqn.primitive.name
-  if name in ("custom_jvp_call", "custom_vjp_call"):
-    name = program.custom_names(eqn)[0] or name
-  if name in ("jit", "pjit"):
-    name = eqn.params.get("name", name)
+def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict) -> Cut:
+  """The value reason an equation made a zero cotangent from a non-zero one (``zeroed``:
+  the variables whose zero cotangent is being explained; ``inputs``: ``_value_level``'s)."""
+  name = _op_name(eqn)
   low = any(getattr(v.aval, "dtype", None) in LOW for v in eqn.invars if inexact(v))
   if name in MASKS:
     return Cut("dead", nid, name, _source(eqn))
   if name in SATURATING:
     return Cut("saturated", nid, name, _source(eqn))
-  if name in PRODUCTS:
-    masked = _masked_operand(eqn, nid.rpartition('.')[0] or None, jaxpr, env)
-    if masked is not None:
-      return masked
+  factors = [v for v in eqn.invars if not (isinstance(v, core.Var) and zeroed.get(v))
+             and _all_zero(env.get(v) if isinstance(v, core.Var) else getattr(v, "val", 1))]
+  if name in PRODUCTS and factors:
+    return _zero_factor(Cut("zero_factor", nid, name, _source(eqn)),
+                        nid.rpartition(".")[0] or None, jaxpr, factors, inputs)
   return Cut("underflow" if low else "dead", nid, name, _source(eqn))
 
 
-def _masked_operand(eqn, prefix, jaxpr, env: dict, hops: int = 8) -> Cut | None:
-  """A product's operand that is all zero at these inputs, traced back to the mask that
-  zeroed it (a dead relu before a dense layer): that mask's Cut, else None."""
+def _op_name(eqn) -> str:
+  """An equation's operation as the user knows it: a custom rule's or a jit's function."""
+  name = eqn.primitive.name
+  if name in ("custom_jvp_call", "custom_vjp_call"):
+    return program.custom_names(eqn)[0] or name
+  if name in ("jit", "pjit"):
+    return eqn.params.get("name", name)
+  return name
+
+
+def _zero_factor(cut: Cut, prefix, jaxpr, factors: list, inputs: dict, hops: int = 8) -> Cut:
+  """A product's all-zero factor traced back through reshapes and casts: to the mask that
+  zeroed it (a dead relu before a dense layer), ``dead`` there; else ``cut``, the product's
+  ``zero_factor``, naming the program input the factor is, where it is one (a
+  zero-initialised LoRA ``B``, a ReZero gate at 0)."""
   made = {v: (k, e) for k, e in enumerate(jaxpr.eqns) for v in e.outvars}
-  for v in eqn.invars:
-    if not isinstance(v, core.Var) or v not in env or not _all_zero(env[v]):
-      continue
+  for v in factors:
     for _ in range(hops):
-      if v not in made:
+      if not isinstance(v, core.Var) or v not in made:   # an input, or a literal 0
         break
       k, producer = made[v]
-      name = producer.primitive.name
-      if name in ("custom_jvp_call", "custom_vjp_call"):
-        name = program.custom_names(producer)[0] or name
-      if name in ("jit", "pjit"):
-        name = producer.params.get("name", name)
+      name = _op_name(producer)
       if name in MASKS:
         return Cut("dead", _eqn_id(prefix, k), name, _source(producer))
-      if name not in PASS:
+      operands = [u for u in producer.invars if isinstance(u, core.Var)]
+      if name in PASS:
+        v = producer.invars[0]
+      elif name in SCALINGS and len(operands) == 1:   # 2 * w: still w's zeros
+        v = operands[0]
+      else:
         break
-      v = producer.invars[0]
-  return None
+    if isinstance(v, core.Var) and v in inputs:
+      return dataclasses.replace(cut, factor=inputs[v])
+  return cut
 
 
 def _all_zero(x) -> bool:

@@ -30,7 +30,8 @@ def text(r) -> str:
   lines = [headline(r)]
   for z in r.zero:
     at = f" at {z.op}" if z.op else ""
-    lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({z.source})" if z.source else ""))
+    lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({z.source})" if z.source else "")
+                 + (f"; {z.factor} is all zero" if z.factor else ""))
   for p in r.partly_zero:
     lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason})")
   for layer in r.layers:
@@ -48,7 +49,7 @@ def text(r) -> str:
 def html_fragment(r) -> str:
   rows = "".join(
       f"<tr><td><code>{html.escape(z.path)}</code></td><td class=got>{html.escape(z.reason)}"
-      f"</td><td>{html.escape(z.op or '')}</td><td>{html.escape(z.source or '')}</td></tr>"
+      f"</td><td>{html.escape(cut_at(z))}</td><td>{html.escape(z.source or '')}</td></tr>"
       for z in r.zero)
   parts = "".join(
       f"<tr><td><code>{html.escape(p.path)}</code></td><td>{p.fraction:.0%} of "
@@ -59,6 +60,11 @@ def html_fragment(r) -> str:
           + (f"<table>{parts}</table>" if parts else "")
           + plot(r.layers)
           + f'<div class="graph">{svg.of_view(default_view(r.graph, r.node))}</div></div>')
+
+
+def cut_at(z) -> str:
+  """The operation that cut a leaf, with the all-zero factor it multiplied by."""
+  return (z.op or "") + (f" ({z.factor} all zero)" if z.factor else "")
 
 
 def plot(layers, width: int = 320, height: int = 120) -> str:

@@ -30,6 +30,14 @@ function report(
         source: 'model.py:31',
         op: 'stop_gradient',
         node: 'n3'
+      },
+      {
+        path: "['lora_a']",
+        reason: 'zero_factor',
+        source: 'model.py:12',
+        op: 'dot_general',
+        node: 'n5',
+        factor: "['lora_b']"
       }
     ],
     partly_zero: [
@@ -162,7 +170,13 @@ describe('GradsView', () => {
         Array.from(tr.querySelectorAll('td'), td => td.textContent)
       );
     expect(rows('.jp-Vjpviz-gradsZero')).toEqual([
-      [`${HOSTILE}['kernel']`, 'stopped', 'stop_gradient', 'model.py:31']
+      [`${HOSTILE}['kernel']`, 'stopped', 'stop_gradient', 'model.py:31'],
+      [
+        "['lora_a']",
+        'zero_factor',
+        "dot_general (['lora_b'] all zero)",
+        'model.py:12'
+      ]
     ]);
     expect(rows('.jp-Vjpviz-gradsPartly')).toEqual([
       ["['emb']", '88% of rows', 'not gathered (no alarm)']
