@@ -27,7 +27,7 @@ from .analysis import grad_paths, nonfinite, program, replay
 from .analysis.flows import mark_flows, program_inputs
 from .analysis.graph import Graph
 from .analysis.nonfinite_eval import inexact
-from .base.safety import safely
+from .base.safety import Listeners
 from .capture.hook import hook_aside
 from .capture.naming import function_names as names
 from .capture.records import Origin
@@ -131,30 +131,20 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
   with hook_aside(), jax.debug_nans(False):
     report = _report(fn, args, kwargs, paths, positions)
   _kept.append(report)
-  for listener in list(_listeners):
-    safely(listener, report)
+  _listeners.notify(report)
   return report
 
 
 _ids = itertools.count(1)
 _kept: collections.deque[GradReport] = collections.deque(maxlen=KEPT)
-_listeners: list = []
+_listeners = Listeners()
 """f(report), called with each report ``grads`` makes (the panel's channel registers one)."""
+add_listener, remove_listener = _listeners.add, _listeners.discard
 
 
 def reports() -> list[GradReport]:
   """The last ``KEPT`` reports, oldest first: avals and norms, no arrays."""
   return list(_kept)
-
-
-def add_listener(listener) -> None:
-  if listener not in _listeners:
-    _listeners.append(listener)
-
-
-def remove_listener(listener) -> None:
-  if listener in _listeners:
-    _listeners.remove(listener)
 
 
 def _report(fn, args, kwargs, paths, positions) -> GradReport:

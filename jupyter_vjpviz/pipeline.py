@@ -41,7 +41,7 @@ _history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
 _latest: list[str] = []              # ids of the latest delivery (one call's), in order
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
-_listeners: list = []                # delivery callbacks: f(list[Diagnosis], exc), fixes attached
+_listeners = safety.Listeners()     # delivery callbacks: f(list[Diagnosis], exc), fixes attached
 _following: collections.deque[tuple[list[Diagnosis], int | None]] = collections.deque(maxlen=HISTORY_LIMIT)
 """Raised deliveries whose listeners and fixes follow (the oldest dropped past the limit)."""
 RAISED = Exception("an error vjpviz no longer holds")
@@ -97,13 +97,11 @@ def add_listener(listener) -> None:
   """Call ``listener(found, exc)`` once per delivery, with the diagnoses' fixes and rule
   text attached (judging fixes takes up to ``analysis.replay.BUDGET``); for a raised error
   in ``follow``, after the exception."""
-  if listener not in _listeners:
-    _listeners.append(listener)
+  _listeners.add(listener)
 
 
 def remove_listener(listener) -> None:
-  if listener in _listeners:
-    _listeners.remove(listener)
+  _listeners.discard(listener)
 
 
 @contextlib.contextmanager
@@ -169,7 +167,8 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
     return
   if exc is not None:
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
-    _publish(found, exc, [])   # into the history and onto the exception; the rest follows
+    # into the history and onto the exception; the listeners follow
+    _publish(found, exc, safety.Listeners())
     _following.append((found, replay.current().trips))   # what the user's loops needed
     return
   _remember_warnings(found)
@@ -221,15 +220,15 @@ def _into_history(found: list[Diagnosis]) -> None:
   _history.extend(kept + found)
 
 
-def _publish(found: list[Diagnosis], exc: BaseException | None, listeners: list) -> None:
+def _publish(found: list[Diagnosis], exc: BaseException | None,
+             listeners: safety.Listeners) -> None:
   """Into the history (replacing the same ids), onto the exception, to ``listeners``."""
   if exc is not None and exc is not RAISED:
     _mark(exc, found)
   with _lock:
     _into_history(found)
     _latest[:] = [d.id for d in found]
-  for listener in list(listeners):
-    safety.safely(listener, found, exc)
+  listeners.notify(found, exc)
 
 
 _holding = threading.local()

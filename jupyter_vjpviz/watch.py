@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base.safety import safely
+from .base.safety import Listeners
 from .capture.naming import leaf_paths
 from .nans import nans as localise_nans
 from .render.html import STYLE
@@ -154,8 +154,7 @@ class Watched:
 
   def _push(self) -> None:
     self._pushed_at = time.monotonic()
-    for listener in list(_listeners):
-      safely(listener, self)
+    _listeners.notify(self)
 
   def _trailing(self) -> None:
     """The push a throttled call left for later, on the timer's thread: the steps since the
@@ -388,19 +387,14 @@ def watches() -> list[Watched]:
   return list(_watches.values())
 
 
-_listeners: list = []
+_listeners = Listeners()
 """f(watched), called from a watched step at most every ``PUSH_EVERY`` seconds."""
-
-
-def add_listener(listener) -> None:
-  if listener not in _listeners:
-    _listeners.append(listener)
+add_listener = _listeners.add
 
 
 def remove_listener(listener) -> None:
   """The last listener gone (the panel's channel closed), no trailing push is left pending."""
-  if listener in _listeners:
-    _listeners.remove(listener)
+  _listeners.discard(listener)
   if not _listeners:
     for w in watches():
       w.close()

@@ -20,6 +20,7 @@ import pytest
 import jupyter_vjpviz as vv
 from jupyter_vjpviz import pipeline
 from jupyter_vjpviz.analysis.diagnosis import Diagnosis
+from jupyter_vjpviz.base.safety import Listeners
 from test_capture import _frames, custom
 
 
@@ -84,7 +85,7 @@ def test_a_fault_in_any_stage_leaves_user_code_exactly_as_without_vjpviz(
   monkeypatch.setattr(_fault, "__module__", module)   # a bug in that very module
   monkeypatch.setattr(importlib.import_module(module), attribute, _fault)
   if attribute == "_on_diagnoses":                      # listeners are registered by value
-    monkeypatch.setattr(pipeline, "_listeners", [_fault])
+    monkeypatch.setattr(pipeline, "_listeners", Listeners([_fault]))
   for name, rule in _scenarios().items():
     assert _outcome(rule) == plain[name], name
   lines = [l for l in _vjpviz_lines(capsys.readouterr().err) if l.startswith("vjpviz: could not")]

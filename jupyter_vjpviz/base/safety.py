@@ -43,6 +43,23 @@ def safely(fn: Callable, *args, default: Any = None) -> Any:
     return default
 
 
+
+class Listeners(list):
+  """Callbacks a delivering layer registers on one below it (pipeline, watch, grads): each
+  at most once, each called ``safely``, so one that fails never reaches the user's program."""
+
+  def add(self, listener) -> None:
+    if listener not in self:
+      self.append(listener)
+
+  def discard(self, listener) -> None:
+    if listener in self:
+      self.remove(listener)
+
+  def notify(self, *args) -> None:
+    for listener in list(self):
+      safely(listener, *args)
+
 def failure_line(doing: str, where: str, error: BaseException) -> str:
   """The one line vjpviz prints when it fails: what it could not do, and why."""
   why = " ".join(f"{type(error).__name__}: {error or repr(error)}".split())[:300]

@@ -2,7 +2,7 @@ import { Kernel } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 
 import { IHistoryEvent, IPushEvent, VjpvizChannels } from '../comm';
-import { FakeComm, FakeKernel, body, diagnosis } from './fakes';
+import { FakeComm, FakeKernel, answerHistory, body, diagnosis } from './fakes';
 
 describe('VjpvizChannels', () => {
   let kernel: FakeKernel;
@@ -205,14 +205,7 @@ describe('VjpvizChannels after a page reload', () => {
     const warn = jest
       .spyOn(console, 'warn')
       .mockImplementation(() => undefined);
-    controls[0].receive({
-      v: 1,
-      type: 'reply',
-      request_id: opened[0].request_id as string,
-      ok: true,
-      result: { diagnoses: [body(2), body(1), { bad: true }] }
-    });
-    await new Promise(r => setTimeout(r, 0));
+    await answerHistory(controls[0], opened, [body(2), body(1), { bad: true }]);
     expect(histories).toEqual([
       { kernelId: 'k1', diagnoses: [body(2), body(1)] }
     ]);

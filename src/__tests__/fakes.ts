@@ -140,3 +140,22 @@ export function kernelWithControl(): {
     control;
   return { kernel, control, opened };
 }
+
+/**
+ * Answer the history request `control` was opened with (`opened[0]`) with `diagnoses`;
+ * then let what the model asks next go out.
+ */
+export async function answerHistory(
+  control: FakeComm,
+  opened: JSONObject[],
+  diagnoses: JSONObject[] = []
+): Promise<void> {
+  control.receive({
+    v: 1,
+    type: 'reply',
+    request_id: opened[0].request_id as string,
+    ok: true,
+    result: { diagnoses }
+  });
+  await new Promise(r => setTimeout(r, 0));
+}

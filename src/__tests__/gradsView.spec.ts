@@ -5,7 +5,13 @@ import { JSONObject } from '@lumino/coreutils';
 import { GradsView, cutNode, depthPlot } from '../gradsView';
 import { MAX_GRADS } from '../model';
 import { GradReport } from '../protocol';
-import { forbidDom, kernelWithControl, modelOnKernel, reply } from './fakes';
+import {
+  answerHistory,
+  forbidDom,
+  kernelWithControl,
+  modelOnKernel,
+  reply
+} from './fakes';
 
 const HOSTILE = "['<img src=x onerror=alert(1)>']";
 const SVG =
@@ -127,14 +133,7 @@ describe('the model keeps vv.grads reports', () => {
   it('asks for the reports after the watches once the history is loaded (a panel opened late)', async () => {
     const { kernel, control, opened } = kernelWithControl();
     const { model } = modelOnKernel(kernel);
-    control.receive({
-      v: 1,
-      type: 'reply',
-      request_id: opened[0].request_id as string,
-      ok: true,
-      result: { diagnoses: [] }
-    });
-    await new Promise(r => setTimeout(r, 0));
+    await answerHistory(control, opened);
     reply(control, { watches: [] });
     await new Promise(r => setTimeout(r, 0));
     expect(control.sent[1]).toMatchObject({ op: 'grads', args: {} });

@@ -7,6 +7,7 @@ import { Diagnosis } from '../protocol';
 import { IDiagnosisEvent } from '../tokens';
 import {
   FakeKernel,
+  answerHistory,
   body,
   diagnosis,
   forbidDom,
@@ -121,14 +122,7 @@ describe('VjpvizModel', () => {
     const { kernel, control, opened } = kernelWithControl();
     const { model } = modelOnKernel(kernel);
     kernel.open(diagnosis(3));
-    control.receive({
-      v: 1,
-      type: 'reply',
-      request_id: opened[0].request_id as string,
-      ok: true,
-      result: { diagnoses: [body(2), body(1), body(3)] }
-    });
-    await new Promise(r => setTimeout(r, 0));
+    await answerHistory(control, opened, [body(2), body(1), body(3)]);
     expect(ids(model.diagnoses)).toEqual(['d1', 'd2', 'd3']);
     expect(model.current?.id).toBe('d3');
   });

@@ -6,6 +6,7 @@ import { WatchSeries } from '../protocol';
 import { WatchPlot, eventText } from '../watchPlot';
 import {
   body,
+  answerHistory,
   forbidDom,
   kernelWithControl,
   modelOnKernel,
@@ -61,14 +62,7 @@ describe('the model keeps watches', () => {
   it('asks for the watches once the history is loaded (a panel opened late)', async () => {
     const { kernel, control, opened } = kernelWithControl();
     const { model } = modelOnKernel(kernel);
-    control.receive({
-      v: 1,
-      type: 'reply',
-      request_id: opened[0].request_id as string,
-      ok: true,
-      result: { diagnoses: [] }
-    });
-    await new Promise(r => setTimeout(r, 0));
+    await answerHistory(control, opened);
     expect(control.sent[0]).toMatchObject({ op: 'watch', args: {} });
     reply(control, { watches: [series('w3')] } as unknown as JSONObject);
     await new Promise(r => setTimeout(r, 0));
