@@ -34,7 +34,7 @@ LIMIT_OF = {"request_id": TOKEN, "diagnosis_id": TOKEN, "node": DEFS["nodeId"]["
 NEEDS = {"history": (), "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
          "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query"),
          "verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
-         "watch": (), "watch_nans": ("watch_id", "step")}
+         "watch": (), "watch_nans": ("watch_id", "step"), "grads": ()}
 """The arguments each op needs (the schema's if/then rules), written out to test them."""
 FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
