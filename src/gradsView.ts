@@ -61,9 +61,10 @@ export class GradsView extends Panel {
   private _render(): void {
     const reports = this._model.grads;
     this.setHidden(!reports.length);
-    const newest = reports[reports.length - 1];
-    if (newest && newest.id !== this._newest) {
-      this._newest = newest.id; // a new report: show it
+    // By identity, not id: another kernel (or this one restarted) counts from g1 again.
+    const newest = reports[reports.length - 1] ?? null;
+    if (newest !== this._newest) {
+      this._newest = newest; // a new report: show it
       this._selected = null;
     }
     const shown = reports.find(r => r.id === this._selected) ?? newest;
@@ -73,8 +74,8 @@ export class GradsView extends Panel {
       return;
     }
     node.append(this._picker(reports, shown), ...summary(shown));
-    if (shown.id !== this._graphOf) {
-      this._graphOf = shown.id;
+    if (shown !== this._graphOf) {
+      this._graphOf = shown;
       this._drawn = this._graph.load(
         shown.graph.nodes ?? [],
         cutNode(shown),
@@ -111,8 +112,8 @@ export class GradsView extends Panel {
   private _summary: Widget;
   private _graph: GraphView;
   private _selected: string | null = null;
-  private _newest: string | null = null;
-  private _graphOf: string | null = null;
+  private _newest: GradReport | null = null;
+  private _graphOf: GradReport | null = null;
   private _drawn: Promise<void> = Promise.resolve();
 }
 

@@ -1,11 +1,13 @@
 // vv.grads reports through the real channels into the model (no DOM there), and the
 // panel's section drawn from them: names stay text, the graph comes with the push.
+import { Kernel } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 
 import { GradsView, cutNode, depthPlot } from '../gradsView';
 import { MAX_GRADS } from '../model';
 import { GradReport } from '../protocol';
 import {
+  FakeKernel,
   answerHistory,
   forbidDom,
   kernelWithControl,
@@ -209,6 +211,27 @@ describe('GradsView', () => {
     expect(pick().value).toBe('g1');
     comm.receive(push(report('g3', 'third')));
     expect(pick().value).toBe('g3');
+  });
+
+  it("draws another kernel's report of the same id afresh", async () => {
+    const { kernel, channels, model } = modelOnKernel();
+    const view = new GradsView(model);
+    kernel.open(push(report('g1', 'here')));
+    await view.drawn;
+    const other = Object.assign(new FakeKernel(), { id: 'k2' });
+    channels.attach(other as unknown as Kernel.IKernelConnection);
+    const comm = other.open(
+      push({ ...report('g1', 'there'), zero: [] }, false)
+    );
+    model.follow({ kernelId: 'k2' });
+    expect(view.node.querySelector('h4')!.textContent).toBe('there');
+    expect(view.node.querySelector('.jp-Vjpviz-gradsZero')).toBeNull();
+    // Its graph is asked of k2 (no view came with its push), not kept from k1's.
+    expect(view.node.querySelector('.jp-Vjpviz-canvas svg')).toBeNull();
+    expect(comm.sent[0]).toMatchObject({
+      op: 'view',
+      args: { diagnosis_id: 'g1' }
+    });
   });
 });
 
