@@ -28,17 +28,12 @@ export function cutNode(report: GradReport): string | null {
  * shown, an older one picked from a list.
  */
 export class GradsView extends Panel {
-  constructor(
-    private readonly _model: IVjpviz,
-    options: { openInMain?: () => void } = {}
-  ) {
+  constructor(private readonly _model: IVjpviz) {
     super();
     this.addClass('jp-Vjpviz-grads');
     this._summary = new Widget();
     this._summary.addClass('jp-Vjpviz-gradsSummary');
-    this._graph = new GraphView(options);
     this.addWidget(this._summary);
-    this.addWidget(this._graph);
     _model.gradsChanged.connect(this._render, this);
     this._render();
   }
@@ -76,12 +71,24 @@ export class GradsView extends Panel {
     node.append(this._picker(reports, shown), ...summary(shown));
     if (shown !== this._graphOf) {
       this._graphOf = shown;
-      this._drawn = this._graph.load(
+      this._drawn = this._graphView().load(
         shown.graph.nodes ?? [],
         cutNode(shown),
         this._model.graphRequests(shown.id)
       );
     }
+  }
+
+  /**
+   * The report's graph view, made with the first report: a panel without reports has
+   * one graph, the diagnosis's.
+   */
+  private _graphView(): GraphView {
+    if (!this._graph) {
+      this._graph = new GraphView();
+      this.addWidget(this._graph);
+    }
+    return this._graph;
   }
 
   private _picker(
@@ -110,7 +117,7 @@ export class GradsView extends Panel {
   }
 
   private _summary: Widget;
-  private _graph: GraphView;
+  private _graph: GraphView | null = null;
   private _selected: string | null = null;
   private _newest: GradReport | null = null;
   private _graphOf: GradReport | null = null;

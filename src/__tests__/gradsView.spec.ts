@@ -162,6 +162,7 @@ describe('GradsView', () => {
     const { kernel, model } = modelOnKernel();
     const view = new GradsView(model);
     expect(view.isHidden).toBe(true);
+    expect(view.node.querySelector('.jp-Vjpviz-graph')).toBeNull();
     kernel.open(push(report()));
     await view.drawn;
     const node = view.node;
