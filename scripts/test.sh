@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
+NEWEST_JAX=$(python -c 'import jax; print(jax.__version__)')
 
 # Older JAX releases, each in a venv of its own on the oldest Python they run on: a
 # user's environment with that JAX, into which the checkout is pip-installed as a user
@@ -23,7 +24,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 # OLDEST_JAX_TESTS on the oldest);
 # UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
 # (this checkout on PYTHONPATH, only the runtime dependencies installed).
-OLD_JAX=(0.6.2 0.7.2 0.8.3 0.9.2 0.10.2 0.11.2)
+# The main lane runs the newest JAX pip resolves (the next release is found by CI the day it
+# appears); a release of this list that is that JAX runs there alone, not twice.
+OLD_JAX=(0.6.2 0.7.2 0.8.3 0.9.2 0.10.2 0.11.2 0.12.1)
 # On each older JAX the suites whose outcome depends on it: capture, diagnoses, fixes and
 # their verification, JAX's errors unchanged, vjpviz's own faults, threads and uninstall.
 # Each test file imports there; what a JAX lacks is skipped by feature (tests/jax_features.py).
@@ -40,7 +43,7 @@ OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.p
 # The releases between the oldest and the newest older one run lean (CI's time): fixes are
 # judged the same way on every JAX (their suites run on the oldest, on 0.11 and on the
 # newest), and the hook's properties get a quarter of their examples.
-LEAN_JAX=(0.7.2 0.8.3 0.9.2 0.10.2)
+LEAN_JAX=(0.7.2 0.8.3 0.9.2 0.10.2 0.12.1)
 LEAN_SKIPS=(tests/test_fixes.py tests/test_fix_verdicts.py tests/test_fix_candidates.py
             tests/test_factory_rules.py)
 # JAX's AD upgrade flags (jax_custom_jvp3, jax_custom_vjp3, jax_remat3, ...: the code paths
@@ -50,6 +53,7 @@ LEAN_SKIPS=(tests/test_fixes.py tests/test_fix_verdicts.py tests/test_fix_candid
 # process, is tests/test_upgrade_flags.py, which runs on every JAX.
 FLAG_TESTS=(tests/test_capture.py tests/test_hijax_rules.py)
 UNSUPPORTED_JAX=0.5.3
+mapfile -t OLD_JAX < <(printf '%s\n' "${OLD_JAX[@]}" | grep -vxF "$NEWEST_JAX")
 OLD_PYTHON=$(bash scripts/find-python.sh 3.11)
 NEW_PYTHON=$(bash scripts/find-python.sh 3.12)
 pip_q() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }

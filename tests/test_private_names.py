@@ -5,6 +5,7 @@ turn, must cost only its own capability: the user's failing grad raises what JAX
 vjpviz prints no internal error, the capabilities line names that entry alone, and a
 kind still claimed is still diagnosed.
 """
+import contextlib
 import os
 import pathlib
 import re
@@ -37,22 +38,54 @@ def outcome(thunk) -> tuple:
   return None, None
 
 
+def wrong_transpose_cotangent():
+  """A cotangent of the wrong shape handed to ``linear_transpose``'s function."""
+  return jax.linear_transpose(lambda x: 2. * x, jnp.ones(3))(jnp.ones(2))
+
+
+def outcomes() -> tuple:
+  return outcome(failing_grad), outcome(wrong_transpose_cotangent)
+
+
+def reshape(fn):
+  """``fn`` as JAX might reshape it: the same behaviour, through a function with no named
+  parameters and no nested functions (what vjpviz reads of its frames and code is gone)."""
+  def reshaped(*args, **kwargs):
+    return fn(*args, **kwargs)
+  return reshaped
+
+
 @pytest.mark.parametrize("key", [n.key for n in private.NAMES if private.has(n.key)])
 def test_a_private_name_jax_lacks_costs_its_capability_alone(key, capsys):
+  check_costs_its_capability_alone(private.absent(key), capsys)
+
+
+@pytest.mark.parametrize("key", [n.key for n in private.NAMES
+                                 if private.has(n.key) and (n.params or n.nested)])
+def test_a_private_function_jax_reshaped_costs_its_capability_alone(key, capsys):
+  """A function read by its frame's locals or its nested code, reshaped in every place JAX
+  keeps it (same behaviour, other parameters and code): the entry misses, as if absent."""
+  with private.reshaped(key, reshape):
+    assert not private.has(key)
+    check_costs_its_capability_alone(contextlib.nullcontext(private._BY_KEY[key]), capsys)
+
+
+def check_costs_its_capability_alone(missing, capsys):
   vv.uninstall()
   vv.clear()
-  plain = outcome(failing_grad)
-  capsys.readouterr()
-  with private.absent(key) as name:
+  with missing as name:
+    key = name.key
+    plain = outcomes()
+    capsys.readouterr()
     vv.install()
     try:
-      hooked = outcome(failing_grad)
+      hooked = outcomes()
       caps = capabilities.of(pipeline.hook_points()[0])
       found = {d.kind for d in vv.diagnoses()}
     finally:
       vv.uninstall()
   err = capsys.readouterr().err
-  assert hooked == plain
+  assert hooked == plain and plain[1][0] is TypeError
   assert "internal error" not in err and "could not" not in err, err
   if name.capability == private.EVERYTHING:
     assert err.count(f"JAX lacks {key} ") == 1 and not found, err

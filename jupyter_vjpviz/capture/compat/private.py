@@ -40,6 +40,7 @@ TRACEBACKS = "tracebacks as JAX's own"
 JIT_RUNS = "failures when a jit runs"
 JVP, SOLVE = kinds.JVP, kinds.SOLVE
 HIJAX = kinds.HIJAX_BWD
+LINEAR_MAPS = "linear_transpose's cotangents and custom_root's tangent solves"
 CORE = "JAX's core data model, unchanged in name since 0.4: vjpviz reads programs in it"
 
 
@@ -80,7 +81,8 @@ class Name:
   paths: tuple[str, ...]        # "module:attribute" where JAX has it, newest first
   capability: str               # a hook point of base.kinds, a feature, or EVERYTHING
   fallback: Any = None          # what stands in (ABSENT: an ``Absent``)
-  params: tuple[str, ...] = ()  # frame locals read by name: the function's parameters
+  params: tuple[str, ...] = ()  # frame locals read by name: its parameters (and closure's)
+  nested: str = ""              # the code of a function of this name defined in the one found
   why: str = ""                 # why a name is assumed stable, or what its fallback means
   since: str = "0.6"            # the JAX versions that have it: since <= version < until
   until: str | None = None
@@ -90,9 +92,10 @@ class Name:
     return self.key.split(".", 1)[1]
 
 
-def _n(key, paths, capability, fallback=ABSENT, params=(), why="", since="0.6", until=None):
+def _n(key, paths, capability, fallback=ABSENT, params=(), why="", since="0.6", until=None,
+       nested=""):
   paths = (paths,) if isinstance(paths, str) else paths
-  return Name(key, paths, capability, fallback, params, why, since, until)
+  return Name(key, paths, capability, fallback, params, nested, why, since, until)
 
 
 _C, _AD, _PE = "jax._src.core", "jax._src.interpreters.ad", "jax._src.interpreters.partial_eval"
@@ -176,7 +179,11 @@ NAMES: tuple[Name, ...] = (
        why="JAX's cache of jitted calls, bypassed while a jit's calls are read where it has one"),
     _n("api._temporary_dtype_exception", f"{_API}:_temporary_dtype_exception", kinds.F_VJP,
        _never_exempt, why="marked for removal in 0.12: without it JAX checks dtypes strictly"),
-    _n("api.linear_transpose", f"{_API}:linear_transpose", SOLVE),
+    _n("codes.transposed_fun", (f"{_API}:_linear_transpose", f"{_API}:linear_transpose"),
+       LINEAR_MAPS, nested="transposed_fun",
+       params=("jaxpr", "in_avals", "in_tree", "out_avals", "out_tree", "out_cotangent"),
+       why="the closure linear_transpose returns, made per call: its code is what all share "
+           "(in _linear_transpose from JAX 0.12.1, whose out_tree is a tree, not a thunk)"),
     _n("ad.ct_check", f"{_AD}:ct_check", kinds.ACCUMULATE, since="0.8"),
     _n("ad.Zero", (f"{_AD}:Zero", "jax._src.ad_util:Zero"), EVERYTHING, why=CORE),
     _n("ad.GradAccum", f"{_AD}:GradAccum", kinds.ACCUMULATE, since="0.7"),
@@ -186,7 +193,11 @@ NAMES: tuple[Name, ...] = (
     _n("ad.fancy_transposes", f"{_AD}:fancy_transposes", HIJAX, since="0.7"),
     _n("pjit._run_python_pjit", "jax._src.pjit:_run_python_pjit", JIT_RUNS, since="0.9"),
     _n("pjit._python_pjit_helper", "jax._src.pjit:_python_pjit_helper", JIT_RUNS, until="0.9"),
-    _n("solves._check_shapes", "jax._src.lax.control_flow.solves:_check_shapes", SOLVE),
+    _n("solves._check_shapes", "jax._src.lax.control_flow.solves:_check_shapes", SOLVE,
+       params=("func_name", "expected_name", "actual", "expected")),
+    _n("solves.custom_linear_solve", "jax._src.lax.control_flow.solves:custom_linear_solve",
+       FIXES, params=("matvec", "b"),
+       why="its frame holds the linear map a solve's fix is judged against"),
     # hijax primitives (JAX 0.8.1 on) and the custom rules JAX runs as them
     _n("hijax.HiPrim", (f"{_HI}:HiPrim", f"{_HI}:VJPHiPrimitive"), HIJAX, None,
        why="VJPHiPrimitive before JAX 0.11; None: no user primitive is one", since="0.8"),
@@ -236,6 +247,21 @@ def _lookup(path: str):
   return owner, last, getattr(owner, last)
 
 
+def _nested_code(fn, name: str, params: tuple[str, ...]):
+  """The code of the function ``name`` defined (at any depth) in ``fn``, reading the locals
+  ``params`` (parameters or closure variables); None if ``fn`` defines none such."""
+  found = getattr(inspect.unwrap(fn), "__code__", None)
+  todo = [found] if found is not None else []
+  while todo:
+    code = todo.pop()
+    nested = [c for c in code.co_consts if inspect.iscode(c)]
+    for c in nested:
+      if c.co_name == name and set(params) <= {*c.co_varnames, *c.co_freevars, *c.co_cellvars}:
+        return c
+    todo.extend(nested)
+  return None
+
+
 def _takes(fn, params: tuple[str, ...]) -> bool:
   """Whether ``fn`` takes the parameters ``params`` (its frame's locals as it starts), seen
   through JAX's wrappers (``api_boundary``, a ``linear_util`` transformation's partial)."""
@@ -258,7 +284,12 @@ def _resolve(name: Name, absent: set[str]) -> None:
         owner, attribute, found = _lookup(path)
       except Exception:  # noqa: BLE001 - not in this JAX (ImportError, AttributeError)
         continue
-      if not name.params or _takes(found, name.params):
+      if name.nested:
+        found = _nested_code(found, name.nested, name.params)
+        if found is not None:
+          _found[name.key], value = (None, name.nested), found
+          break
+      elif not name.params or _takes(found, name.params):
         _found[name.key], value = (owner, attribute), found
         break
   space, _, attribute = name.key.partition(".")
@@ -273,10 +304,10 @@ def _resolve_all(absent: set[str]) -> None:
 
 _resolve_all({k for k in os.environ.get("VJPVIZ_PRIVATE_ABSENT", "").split(",") if k})
 (core, effect_types, callbacks, cd, ad, pe, api, lu, state, config, pjit, solves, hijax,
- source_info_util, traceback_util) = (
+ source_info_util, traceback_util, codes) = (
     _spaces[s] for s in ("core", "effect_types", "callbacks", "cd", "ad", "pe", "api", "lu", "state",
                          "config", "pjit", "solves", "hijax", "source_info_util",
-                         "traceback_util"))
+                         "traceback_util", "codes"))
 
 
 def has(key: str) -> bool:
@@ -285,7 +316,8 @@ def has(key: str) -> bool:
 
 
 def owner(key: str) -> tuple[Any, str] | None:
-  """(the module or class holding ``key``, its attribute there): where to patch it."""
+  """(the module or class holding ``key``, its attribute there): where to patch it (no
+  owner for a nested function's code)."""
   return _found.get(key)
 
 
@@ -304,6 +336,26 @@ _HERE = _release(jax.__version__)   # as imported: the JAX these names were reso
 def _due(name: Name) -> bool:
   """Whether the running JAX is one that has ``name`` (``since`` <= it < ``until``)."""
   return _release(name.since) <= _HERE and (name.until is None or _HERE < _release(name.until))
+
+
+@contextlib.contextmanager
+def reshaped(key: str, reshape):
+  """Resolve ``key`` as if JAX held ``reshape(it)`` (of another shape) wherever it keeps
+  it, meanwhile (install the hook inside)."""
+  held = []
+  for path in _BY_KEY[key].paths:
+    with contextlib.suppress(Exception):   # a place this JAX does not have
+      owner, attribute, found = _lookup(path)
+      held.append((owner, attribute, found))
+  for owner, attribute, found in held:
+    setattr(owner, attribute, reshape(found))
+  _resolve(_BY_KEY[key], set())
+  try:
+    yield _BY_KEY[key]
+  finally:
+    for owner, attribute, found in held:
+      setattr(owner, attribute, found)
+    _resolve(_BY_KEY[key], set())
 
 
 @contextlib.contextmanager

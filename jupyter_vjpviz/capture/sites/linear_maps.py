@@ -31,7 +31,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..compat import private
-from ..compat.private import api, core, pe, solves
+from ..compat.private import codes, core, pe, solves
 from ...base import kinds, safety, trees
 from .. import records
 from ..code_events import CodeEvents
@@ -44,10 +44,9 @@ from . import check_sites, hijax_prims, hijax_rules
 
 def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
   start = lambda frame: frame if records.active() else None
-  code = safety.safely(_transposed_code, default=None) if private.has("api.linear_transpose") else None
-  if code is None:
+  if not private.has("codes.transposed_fun"):
     patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
-  elif events is None or not events.watch_raises(code, start, lambda frame, _value, exc: _report(
+  elif events is None or not events.watch_raises(codes.transposed_fun, start, lambda frame, _value, exc: _report(
       safety.safely(transposed_records, frame, default=[]), exc, sink,
       safety.safely(linear_origin, frame))):
     patches.skip("linear_transpose's transposed_fun", "watched only at raise statements of "
@@ -56,15 +55,6 @@ def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
     patches.skip("custom_linear_solve's _check_shapes", "not found in this JAX")
   else:
     patches.apply(solves, "_check_shapes", lambda o: _wrap_check_shapes(o, sink))
-
-
-def _transposed_code():
-  """The code object of the function ``linear_transpose`` returns (a closure, made per call:
-  its code is the one thing all of them share)."""
-  outer = inspect.unwrap(api.linear_transpose).__code__
-  return next(c for c in outer.co_consts
-              if inspect.iscode(c) and c.co_name == "transposed_fun"
-              and {"out_avals", "out_tree", "jaxpr"} <= set(c.co_freevars))
 
 
 def _report(found: list[Record], exc: BaseException | None, sink,
@@ -107,14 +97,22 @@ def transposed_records(frame) -> list[Record]:
   """What is wrong with the cotangent ``transposed_fun``'s ``frame`` was handed, or with the
   linear map's output when JAX handed it over."""
   local = frame.f_locals
-  jaxpr, out_avals = local["jaxpr"], local["out_avals"]
-  found = check_sites.check_out_cotangent(jaxpr, local["out_tree"](), out_avals,
-                                          local["out_cotangent"])
+  jaxpr, out_tree, out_avals = local["jaxpr"], local["out_tree"], local["out_avals"]
+  if not isinstance(out_tree, jax.tree_util.PyTreeDef):   # a thunk before JAX 0.12.1
+    out_tree = out_tree()
+  # From JAX 0.12.1 the outputs that are symbolic zeros have no aval (and no jaxpr output).
+  zeros = local.get("out_zeros") or [False] * len(out_avals)
+  nonzero = [i for i, zero in enumerate(zeros) if not zero]
+  by_leaf = [None] * len(zeros)
+  for i, aval in zip(nonzero, out_avals):
+    by_leaf[i] = aval
+  found = check_sites.check_out_cotangent(jaxpr, out_tree, by_leaf, local["out_cotangent"])
   if not _handed_by_jax(frame):
     return found
   # JAX's cotangent has the primitive's output type: the map's output is what is wrong.
   # (A wrong tree is caught where JAX traces the user's function, before this.)
-  return [_map_output(jaxpr, rec) for rec in found if not kinds.of(rec.kind).structural]
+  return [_map_output(jaxpr, rec, nonzero.index(rec.flat_index)) for rec in found
+          if not kinds.of(rec.kind).structural]
 
 
 def _handed_by_jax(frame) -> bool:
@@ -128,10 +126,10 @@ def _handed_by_jax(frame) -> bool:
   return False
 
 
-def _map_output(jaxpr, rec: Record) -> Record:
-  """``rec`` turned round: the linear map's output ``rec.flat_index`` has the wrong type,
-  and the user's function whose equation made it is the one at fault."""
-  eqn = _made_by(jaxpr, rec.flat_index)
+def _map_output(jaxpr, rec: Record, out: int) -> Record:
+  """``rec`` turned round: the linear map's output ``rec.flat_index`` (the jaxpr's output
+  ``out``) has the wrong type, and the user's function whose equation made it is at fault."""
+  eqn = _made_by(jaxpr, out)
   made = frames.user_frame(eqn.source_info.traceback) if eqn is not None else None
   top = hijax_prims.current()
   site = top.site if top is not None else None
@@ -245,9 +243,10 @@ def _solver(frame, func_name: str, user, want) -> Solver | None:
   ``custom_linear_solve``'s own frame."""
   if func_name not in ("solve", "transpose_solve") or user is None:
     return None
-  caller = frame.f_back
-  while caller is not None and not (caller.f_code.co_name == "custom_linear_solve"
-                                    and "matvec" in caller.f_locals):
+  if not private.has("solves.custom_linear_solve"):
+    return None
+  code, caller = inspect.unwrap(solves.custom_linear_solve).__code__, frame.f_back
+  while caller is not None and caller.f_code is not code:
     caller = caller.f_back
   if caller is None:
     return None
