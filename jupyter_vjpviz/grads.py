@@ -27,6 +27,7 @@ from .analysis import grad_paths, nonfinite, program, replay
 from .analysis.flows import mark_flows, program_inputs
 from .analysis.graph import Graph
 from .analysis.nonfinite_eval import inexact
+from .analysis.partial_vjp import as_input, without_aux
 from .base.safety import Listeners
 from .capture.hook import hook_aside
 from .capture.naming import function_names as names
@@ -111,12 +112,14 @@ class GradReport:
     return grads_view.html_fragment(self)
 
 
-def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
-  """Which leaves of ``args[argnums]`` get no gradient from ``fn`` (a scalar loss), and why;
-  where whole units get none; the gradient and parameter norm per block of a stacked model.
-  Its floating leaves are differentiated (an equinox module's functions and integers are not)."""
+def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
+  """Which leaves of ``args[argnums]`` get no gradient from ``fn`` (a scalar loss; with
+  ``has_aux``, the first of ``(loss, aux)``), and why; where whole units get none; the
+  gradient and parameter norm per block of a stacked model. Its floating leaves are
+  differentiated (an equinox module's functions and integers are not)."""
+  fn = without_aux(fn) if has_aux else fn
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-  args = tuple(jax.tree_util.tree_map(_as_array, a) if i in nums else a for i, a in enumerate(args))
+  args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a for i, a in enumerate(args))
   paths, positions = _float_leaves(args, kwargs, nums)
   if not positions:
     several = len(nums) > 1
@@ -125,7 +128,7 @@ def grads(fn, *args, argnums=0, **kwargs) -> GradReport:
                     "floating-point array to differentiate")
   out = _shape_of(fn, args, kwargs)
   if not (isinstance(out, jax.ShapeDtypeStruct) and out.shape == ()
-          and np.issubdtype(out.dtype, np.floating)):
+          and jax.numpy.issubdtype(out.dtype, jax.numpy.floating)):   # bfloat16 is one
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
   with hook_aside(), jax.debug_nans(False):
@@ -222,10 +225,6 @@ def _shape_of(fn, args, kwargs):
     a, kw = jax.tree_util.tree_unflatten(tree, leaves)
     return fn(*a, **kw)
   return jax.eval_shape(call, *(flat[k] for k in at))
-
-
-def _as_array(x):
-  return jax.numpy.asarray(x) if isinstance(x, (float, np.ndarray, np.floating)) else x
 
 
 def _aval(x) -> str:
@@ -338,7 +337,7 @@ def _flag(norm, deeper, ratio, eps) -> tuple[str | None, str | None]:
   if deeper is not None and deeper > 0 and norm < deeper / CHANGE:
     return "vanishing", (f"‖g‖ {deeper / norm:.3g}x below the next block's" if norm else
                          "no gradient, where the next block has one")
-  if deeper is not None and norm > deeper * CHANGE:
+  if deeper and norm > deeper * CHANGE:   # a next block with none is a zero leaf's to say
     return "exploding", f"‖g‖ {norm / deeper:.3g}x above the next block's"
   low, high = LEARNING_RATES
   if ratio is not None and 0 < ratio * high < eps:

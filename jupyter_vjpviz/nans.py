@@ -24,7 +24,7 @@ from .analysis import locate, nonfinite, nonfinite_explain, program, replay
 from .analysis.diagnosis import Diagnosis
 from .analysis.flows import flow_dicts, input_names, mark_flows, program_inputs
 from .analysis.nonfinite_eval import inexact
-from .analysis.partial_vjp import pull_ones
+from .analysis.partial_vjp import arrays_only, as_input, pull_ones, without_aux
 from .base import safety
 from .capture.hook import hook_aside
 from .capture.naming import frames, function_names, user_calls
@@ -32,7 +32,7 @@ from .capture.records import ERROR, WARNING
 from .capture.sites import entry_points, jit_calls
 from .fixes import nonfinite as nonfinite_fixes
 
-def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
+def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | None:
   """Differentiate ``fun`` w.r.t. ``argnums``; if a gradient leaf is NaN or Inf, the
   ``nonfinite_cotangent`` Diagnosis: the equation whose backward rule first turned a
   finite cotangent non-finite, why (from the primal values there), and fixes verified
@@ -41,7 +41,9 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
   With ``jax_debug_nans`` on, JAX's FloatingPointError makes the diagnosis an error;
   the search itself runs with it off. ``argnums=None``: ``fun`` takes its gradients
   itself (a train step, jitted or not): it is run with jit disabled and the first
-  gradient it takes that is not finite is localised.
+  gradient it takes that is not finite is localised. ``has_aux``: ``fun`` returns
+  ``(loss, aux)``, as for ``jax.grad``. Differentiated arguments are taken as
+  ``eqx.filter_grad`` takes them: their floating arrays, the rest held as they are.
 
   The gradient taken first is the user's own (their prints and callbacks happen, once);
   every later run (JAX's again without ``jax_debug_nans``, the search, each fix's
@@ -49,14 +51,15 @@ def nans(fun, *args, argnums=0, **kwargs) -> Diagnosis | None:
   """
   if argnums is None:
     return stepped(fun, args, kwargs)
-  return _nans(fun, args, argnums, kwargs, ran=False)
+  return _nans(without_aux(fun) if has_aux else fun, args, argnums, kwargs, ran=False)
 
 
 def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
   """``nans``; ``ran``: the user's call took this gradient already (a watched one)."""
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-  args = tuple(jax.tree_util.tree_map(jax.numpy.asarray, a) if i in nums else a
+  args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a
                for i, a in enumerate(args))   # a Python float differentiated is an input
+  fun, args = arrays_only(fun, args, nums)
   raised = False
   start = time.monotonic()
   try:
@@ -91,13 +94,14 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
     origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
     jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
     original = _in_program_order(args, nums, grads, origin, active)
+    finite = _finite_where(grads)
     del grads
     found, unjudged = _localised(jaxpr, invals, active, out_cts)
     c = found.culprit
     graph, (node,) = program.build(origin, lambda g: [c.node if c else None])
     labels = input_names(graph, origin)
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
-                                  found)
+                                  found, (fun, tuple(args), kwargs, finite))
     fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
@@ -108,6 +112,12 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   graph = dataclasses.replace(graph, strip=strip)
   return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin,
                               unjudged)
+
+
+def _finite_where(grads):
+  """Where the user's gradient is finite (booleans): the coordinates where a fix's gradient
+  can be judged against central differences when the loss is smooth along none other."""
+  return [np.isfinite(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads)]
 
 
 def _localised(jaxpr, invals, active, out_cts) -> tuple[nonfinite.Localisation, str]:

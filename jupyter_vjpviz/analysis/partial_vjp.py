@@ -5,6 +5,7 @@ function in some of its arguments; this is the one place that builds that closur
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import jax
@@ -37,6 +38,50 @@ def _picked_parameters(fun, positions) -> inspect.Signature | None:
     return None
   return inspect.Signature([inspect.Parameter(params[i], inspect.Parameter.POSITIONAL_ONLY)
                             for i in positions])
+
+
+def arrays_only(fun, args: tuple, positions) -> tuple:
+  """(``fun``, ``args``) as ``eqx.filter_grad`` differentiates them: where an argument at
+  ``positions`` holds leaves that are not floating arrays (an equinox module's activation
+  function, its integers), they are held in a closure and ``None`` stands in their place;
+  the same two, unchanged, where none does."""
+  held: dict[int, tuple] = {}
+  picked = list(args)
+  for i in positions:
+    flat, tree = jax.tree_util.tree_flatten(args[i])
+    if not all(differentiable(x) for x in flat):
+      held[i] = (flat, tree)
+      picked[i] = tree.unflatten([x if differentiable(x) else None for x in flat])
+  if not held:
+    return fun, args
+
+  @functools.wraps(fun)
+  def whole(*given, **kwargs):
+    full = list(given)
+    for i, (flat, tree) in held.items():
+      mine = jax.tree_util.tree_leaves(given[i], is_leaf=lambda x: x is None)
+      full[i] = tree.unflatten([m if differentiable(x) else x for m, x in zip(mine, flat)])
+    return fun(*full, **kwargs)
+  return whole, tuple(picked)
+
+
+def without_aux(fun):
+  """``fun`` of ``(loss, aux)`` (``jax.grad(..., has_aux=True)``'s) as a function of the loss."""
+  @functools.wraps(fun)
+  def loss(*args, **kwargs):
+    return fun(*args, **kwargs)[0]
+  return loss
+
+
+def as_input(x):
+  """A Python or numpy float differentiated as the array ``jax.grad`` makes of it; anything
+  else as it is."""
+  return jax.numpy.asarray(x) if isinstance(x, (float, np.ndarray, np.floating)) else x
+
+
+def differentiable(x) -> bool:
+  """A floating (or complex) array: what ``jax.grad`` of an equinox filter differentiates."""
+  return isinstance(x, (jax.Array, np.ndarray)) and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
 
 
 def pull_ones(fun, args, positions, kwargs=None, staged: bool = False):

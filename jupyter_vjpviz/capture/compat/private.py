@@ -161,6 +161,8 @@ NAMES: tuple[Name, ...] = (
        why="where the instrumented bwd takes the place of JAX's call_wrapped frame"),
     _n("cd._temporary_dtype_exception", f"{_CD}:_temporary_dtype_exception", kinds.RULES,
        _never_exempt, why="marked for removal in 0.12: without it JAX checks dtypes strictly"),
+    _n("config.enable_x64", "jax._src.config:enable_x64", FIXES,
+       why="float64 for a NaN fix's reference; without it a line rewrite is unverifiable"),
     _n("config.custom_vjp3", "jax._src.config:custom_vjp3", kinds.RULES, since="0.9",
        why="a flag JAX 0.9 on has; its absence means no jax_custom_vjp3 path to watch"),
     # the VJP entry points and their check sites

@@ -1,0 +1,395 @@
+"""A NaN fix's text run where the user would paste it, and judged against the original.
+
+What is verified is what is written: a line rewrite (``fixes.nonfinite``) is judged on the
+program the user gets by replacing the named line of their function with the fix's code
+(any helper it defines put beside the function), not on vjpviz's patch of the jaxpr. The
+function is found from the differentiated one (itself, the functions it calls by global
+name or closure, the methods of its arguments' classes) and rebuilt from its source, so the
+user's own function and module stay as they are.
+
+The judge (``judge``) is independent of the fix and of vjpviz's oracle: the fixed
+program's forward values equal the original's wherever those were finite, its gradient is
+finite, and it equals float64 central differences of the original along random
+directions, where the original is differentiable (its one-sided differences agree).
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import functools
+import inspect
+import textwrap
+import types
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from ..analysis import replay
+from ..analysis.locate import source_line
+from ..analysis.partial_vjp import pull_ones
+from ..base import syntax
+from ..capture.naming import function_names
+from ..capture.compat.private import config
+from . import source
+
+MAX_DEPTH = 3          # calls followed from the differentiated function to the named line
+DIRECTIONS = 3         # random directions of the float64 reference
+STEP = 1e-5           # of the float64 differences, along a unit direction
+RTOL = {"float64": 1e-6, "float32": 2e-3, "float16": 3e-2, "bfloat16": 6e-2}
+
+
+class Unpastable(Exception):
+  """The fix's text cannot be run in place of the named line (why: the message)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Link:
+  """How a function reaches the next one on the way to the named line."""
+  how: str         # "global" (a name in its globals) | "cell" (a closure cell) | "method"
+  key: object      # the global's name, the cell's index, or (class, attribute)
+
+
+def pasted(fun: Callable, where: str | None, code: str, args: tuple = ()) -> Callable:
+  """``fun`` with the line at ``where`` ("file:line") of the function it reaches (or a
+  method of ``args``' objects) replaced by ``code`` (its last statement; defs before it
+  are helpers). Raises ``Unpastable``."""
+  found = source_line(where)
+  if found is None:
+    raise Unpastable("the fix names no line")
+  base, rebind = _unwrapped(fun)
+  chain = _path(base, *found, depth=0, seen=set(), extra=_held_methods(args))
+  if chain is None:
+    raise Unpastable(f"{found[0]}:{found[1]} is in no function reached from "
+                     f"{getattr(base, '__name__', 'the function')}")
+  functions, links = chain
+  new = _rebuilt(functions[-1], found[1], code)
+  methods = []
+  for parent, link in zip(reversed(functions[:-1]), reversed(links)):
+    if link.how == "method":
+      methods.append((*link.key, new))
+      new = parent
+    else:
+      new = _relinked(parent, link, new)
+  top = rebind(new)
+  if not methods:
+    return top
+
+  @functools.wraps(top)
+  def with_methods(*args, **kwargs):
+    with _patched(methods):
+      return top(*args, **kwargs)
+  return with_methods
+
+
+def _unwrapped(fun):
+  """(the plain function behind ``fun``, how to put a rebuilt one back in its place)."""
+  if isinstance(fun, functools.partial):
+    inner, rebind = _unwrapped(fun.func)
+    return inner, lambda f: functools.partial(rebind(f), *fun.args, **fun.keywords)
+  if inspect.ismethod(fun):
+    return fun.__func__, lambda f: types.MethodType(f, fun.__self__)
+  if isinstance(fun, types.FunctionType):   # a transform's wrapper too: reached through
+    return fun, lambda f: f                 # its closure, so the transform is kept
+  if getattr(fun, "__wrapped__", None) is not None:   # jit and other compiled wrappers
+    return _unwrapped(fun.__wrapped__)
+  call = inspect.getattr_static(type(fun), "__call__", None)   # a module, a callable object
+  if isinstance(call, types.FunctionType):
+    return call, lambda f: types.MethodType(f, fun)
+  raise Unpastable(f"{type(fun).__name__} is not a Python function")
+
+
+def _holds(fn, file: str, line: int) -> bool:
+  code = fn.__code__
+  if code.co_filename != file:
+    return False
+  return any(n == line for c in _codes(code) for _, _, n in c.co_lines())
+
+
+def _codes(code):
+  yield code
+  for c in code.co_consts:
+    if inspect.iscode(c):
+      yield from _codes(c)
+
+
+def _path(fn, file: str, line: int, depth: int, seen: set, extra=()):
+  """([fn, ..., the function holding the line], the links between them), or None;
+  ``extra``: more (link, function) pairs ``fn`` may call (its arguments' methods)."""
+  if fn in seen or depth > MAX_DEPTH:
+    return None
+  seen.add(fn)
+  if _holds(fn, file, line):
+    return [fn], []
+  for link, nxt in (*_callees(fn), *extra):
+    found = _path(nxt, file, line, depth + 1, seen, extra)
+    if found is not None:
+      return [fn, *found[0]], [link, *found[1]]
+  return None
+
+
+def _callees(fn):
+  """The Python functions ``fn`` can call: globals it names, closure cells, and the methods
+  of the classes of objects in those (a module held in a closure); of JAX's own functions
+  (a transform's wrapper), the closure alone."""
+  names = {n for c in _codes(fn.__code__) for n in c.co_names}
+  if function_names.inside_jax(fn.__code__.co_filename):
+    names = set()   # JAX's own wrappers hold the user's function in a closure
+  for name in sorted(names):
+    value = fn.__globals__.get(name)
+    if isinstance(value, types.FunctionType):
+      yield _Link("global", name), value
+  for i, cell in enumerate(fn.__closure__ or ()):
+    with contextlib.suppress(ValueError):   # an empty cell
+      value = cell.cell_contents
+      if isinstance(value, types.FunctionType):
+        yield _Link("cell", i), value
+      else:
+        yield from _methods(type(value))
+
+
+def _methods(cls):
+  for klass in cls.__mro__:
+    if klass.__module__ in ("builtins",) or klass.__module__.startswith(("jax", "equinox", "flax")):
+      continue
+    for attr, value in vars(klass).items():
+      value = inspect.unwrap(value) if callable(value) else value
+      if isinstance(value, types.FunctionType):
+        yield _Link("method", (klass, attr)), value
+
+
+def _held_methods(args) -> list:
+  """The user's methods of the objects in ``args``, in their attributes and containers (a
+  model, its list of blocks, their layers), each once: any of them may call another."""
+  found, todo, seen = {}, [(a, 0) for a in args], set()
+  while todo:
+    obj, depth = todo.pop()
+    if id(obj) in seen or depth > MAX_DEPTH or isinstance(obj, (np.ndarray, jax.Array)):
+      continue
+    seen.add(id(obj))
+    inner = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple))
+             else getattr(obj, "__dict__", {}).values())
+    todo.extend((v, depth + 1) for v in inner)
+    if not isinstance(obj, (list, tuple, dict)):
+      for link, fn in _methods(type(obj)):
+        found.setdefault(fn, link)
+  return [(link, fn) for fn, link in found.items()]
+
+
+def _rebuilt(fn, line: int, code: str):
+  """``fn`` recompiled from its source with ``line`` replaced by ``code``'s last statement,
+  the defs before it (helpers) run beside it, in a copy of its globals."""
+  if fn.__name__ == "<lambda>":
+    raise Unpastable("the line is in a lambda: define it with def to paste a fix")
+  try:
+    lines, first = inspect.getsourcelines(fn)
+  except (OSError, TypeError) as e:
+    raise Unpastable(f"the source of {fn.__name__} cannot be read") from e
+  text = textwrap.dedent("".join(lines))
+  tree = ast.parse(text)
+  at = line - first + 1
+  stmt = next((s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == at
+               and not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+  if stmt is None or stmt.end_lineno != at:
+    raise Unpastable(f"line {line} is not one whole statement of {fn.__name__}")
+  helpers, statement = _split(code)
+  rows = text.splitlines(keepends=True)
+  indent = syntax.indent_of(rows[at - 1])
+  rows[at - 1] = textwrap.indent(statement, indent) + "\n"
+  scope = dict(fn.__globals__)
+  if helpers:
+    source.run_defs(ast.parse(helpers), helpers, scope, "helper")
+  return _defined(fn, "".join(rows), scope)
+
+
+def _split(code: str) -> tuple[str, str]:
+  """(the helper defs, the statement) of a fix's code; the statement must parse alone."""
+  text = textwrap.dedent(code)
+  if _parses(text) is None:   # helpers at the margin, the statement at the line's indent
+    helpers, _, statement = code.rpartition("\n\n")
+    text = helpers + "\n\n" + textwrap.dedent(statement)
+  body = _parses(text)
+  if body is None:
+    raise Unpastable("the fix's code does not parse")
+  defs = [s for s in body if isinstance(s, (ast.FunctionDef, ast.Import, ast.ImportFrom))]
+  rest = [s for s in body if s not in defs]
+  if not rest:
+    raise Unpastable("the fix's code has no statement to put in place of the line")
+  segment = lambda s: ast.get_source_segment(text, s, padded=True)
+  return "\n".join(map(segment, defs)), "\n".join(segment(s).strip() for s in rest)
+
+
+def _parses(text: str):
+  try:
+    return ast.parse(text).body
+  except SyntaxError:
+    return None
+
+
+def _defined(fn, text: str, scope: dict):
+  """The function ``text`` defines, compiled in ``scope`` with ``fn``'s closure variables
+  bound as they are now (an outer function takes them as parameters)."""
+  free = fn.__code__.co_freevars
+  if free:
+    cells = [c.cell_contents for c in fn.__closure__]
+    text = (f"def __vjpviz_outer__({', '.join(free)}):\n" + textwrap.indent(text, "  ")
+            + f"\n  return {fn.__name__}\n")
+  tree = ast.parse(text)
+  source.run_defs(tree, text, scope, "fixed")
+  new = scope.pop("__vjpviz_outer__")(*cells) if free else scope[fn.__name__]
+  new = inspect.unwrap(new) if not isinstance(new, types.FunctionType) else new
+  if isinstance(new, types.FunctionType):
+    new.__defaults__, new.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
+  return new
+
+
+def _relinked(parent, link: _Link, child):
+  """``parent`` made anew to call ``child`` where it called the old one."""
+  globals_, closure = parent.__globals__, parent.__closure__
+  if link.how == "global":
+    globals_ = {**globals_, link.key: child}
+  else:
+    closure = tuple(types.CellType(child) if i == link.key else c for i, c in enumerate(closure))
+  new = types.FunctionType(parent.__code__, globals_, parent.__name__, parent.__defaults__,
+                           closure)
+  new.__kwdefaults__ = parent.__kwdefaults__
+  return new
+
+
+@contextlib.contextmanager
+def _patched(methods):
+  """The classes' methods replaced by the rebuilt ones, meanwhile."""
+  old = [(cls, attr, vars(cls)[attr]) for cls, attr, _ in methods]
+  try:
+    for cls, attr, new in methods:
+      setattr(cls, attr, new)
+    yield
+  finally:
+    for cls, attr, value in old:
+      setattr(cls, attr, value)
+
+
+# --------------------------------------------------------------------------- the judge
+
+def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> str | None:
+  """Why ``fixed`` is not the program ``fun`` means at ``args`` (None: it is), by the three
+  checks of the module's docstring; ``finite``: per differentiated leaf, where the original
+  gradient was finite (where the loss is differentiable, if it is smooth along no direction
+  through the rest)."""
+  with replay.replaying():
+    before, after = _run(fun, args, kwargs), _run(fixed, args, kwargs)
+    changed = _forward_changed(before, after)
+    if changed:
+      return changed
+    grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
+  leaves = jax.tree_util.tree_leaves(grads)
+  if not all(np.isfinite(np.asarray(g, np.float64)).all() for g in leaves if _inexact(g)):
+    return "its gradient is not finite"
+  return _against_reference(fun, args, kwargs, nums, grads, finite)
+
+
+def _run(fun, args, kwargs):
+  """``fun`` run by vjpviz: bounded, its effects held back."""
+  return replay.run(functools.partial(replay.bounded(fun), **kwargs), *args)
+
+
+def _inexact(x) -> bool:
+  return jax.numpy.issubdtype(getattr(x, "dtype", np.float32), jax.numpy.inexact)
+
+
+def _forward_changed(before, after) -> str | None:
+  b, a = jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)
+  if len(a) != len(b):
+    return "it changes the function's outputs"
+  for x, y in zip(b, a):
+    rtol = RTOL.get(str(getattr(x, "dtype", "float32")), 2e-3)
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if x.shape != y.shape:
+      return "it changes the shape of an output"
+    keep = np.isfinite(x)
+    scale = np.max(np.abs(x[keep]), initial=0.0)
+    if not np.allclose(y[keep], x[keep], rtol=rtol, atol=rtol * max(scale, 1e-6)):
+      worst = float(np.max(np.abs(y[keep] - x[keep]), initial=0.0))
+      return f"it changes the forward values where they were finite (by up to {worst:.3g})"
+  return None
+
+
+def _against_reference(fun, args, kwargs, nums, grads, finite) -> str | None:
+  """Where ``grads`` differ from float64 central differences of ``fun`` along random
+  directions (None: nowhere). Directions along which the loss is not smooth (the two step
+  sizes disagree) are left out; if all are, directions through the coordinates where the
+  original gradient was finite alone are tried; if none is judged, neither is the fix
+  (``replay.NotJudged``)."""
+  flat, tree = jax.tree_util.tree_flatten([args[i] for i in nums])
+  flat_grads = [np.asarray(g, np.float64) for g in jax.tree_util.tree_leaves(grads)]
+  dtype = next((str(x.dtype) for x in flat if _inexact(x)), "float32")
+  rtol = RTOL.get(dtype, 2e-3)
+  gnorm = np.sqrt(sum(float(np.sum(g * g)) for g in flat_grads))
+  everywhere = [np.ones(np.shape(x), bool) if _inexact(x) else None for x in flat]
+  for support in (everywhere, finite):
+    if support is None or len(support) != len(flat):
+      continue
+    judged, wrong = _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support,
+                                lambda ad, fd: abs(ad - fd) > rtol * max(abs(fd), 1e-2 * gnorm, 1e-6))
+    if wrong:
+      return wrong
+    if judged:
+      return None
+  raise replay.NotJudged("the original loss is not smooth near these inputs in float64: "
+                         "no reference to judge the fix's gradient against")
+
+
+def _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support, differs):
+  """(how many random directions within ``support`` were judged, why the gradient is wrong
+  along one, or None). A direction is judged where the loss is smooth along it: its
+  one-sided differences agree (a kink, ``|x|`` at 0, makes them differ)."""
+  rng, judged = np.random.default_rng(0), 0
+  at = functools.partial(_loss64, fun, args, kwargs, nums, tree, flat)
+  here = at(None, 0.0)
+  for _ in range(DIRECTIONS):
+    d = [None if m is None or not _inexact(x) else rng.standard_normal(np.shape(x)) * m
+         for x, m in zip(flat, support)]
+    norm = np.sqrt(sum(float(np.sum(v * v)) for v in d if v is not None))
+    if not norm or here is None:
+      return judged, None
+    d = [None if v is None else v / norm for v in d]
+    up, down = at(d, STEP), at(d, -STEP)
+    if up is None or down is None:
+      continue
+    forward, backward = (up - here) / STEP, (here - down) / STEP
+    if abs(forward - backward) > 1e-3 * max(abs(forward), abs(backward)) + 1e-9 * max(1.0, abs(here)) / STEP:
+      continue   # not differentiable along d here: no reference
+    judged += 1
+    ad = sum(float(np.vdot(g, v)) for g, v in zip(flat_grads, d) if v is not None)
+    fd = (forward + backward) / 2
+    if differs(ad, fd):
+      return judged, (f"its gradient differs from float64 central differences of the original "
+                      f"({ad:.6g} against {fd:.6g} along a random direction)")
+  return judged, None
+
+
+def _loss64(fun, args, kwargs, nums, tree, flat, d, h) -> float | None:
+  """The sum of ``fun``'s outputs in float64 at the differentiated inputs moved by ``h d``;
+  None where it is not finite or cannot be computed in float64."""
+  moved = [x if v is None else np.asarray(x, np.float64) + h * v
+           for x, v in zip(flat, d or [None] * len(flat))]
+  full = [_as64(a) for a in args]
+  for i, part in zip(nums, jax.tree_util.tree_unflatten(tree, [_as64(m) for m in moved])):
+    full[i] = part
+  try:
+    with config.enable_x64(True), replay.replaying():
+      out = _run(fun, full, _as64(kwargs))
+      value = sum(float(np.sum(np.asarray(o, np.float64)))
+                  for o in jax.tree_util.tree_leaves(out) if _inexact(o))
+  except replay.NotJudged:
+    raise
+  except Exception:  # noqa: BLE001 - a program that does not run in float64 has no reference
+    return None
+  return value if np.isfinite(value) else None
+
+
+def _as64(tree):
+  return jax.tree_util.tree_map(
+      lambda x: np.asarray(x, np.float64) if isinstance(x, (np.ndarray, jax.Array)) and _inexact(x)
+      else x, tree)
