@@ -119,7 +119,7 @@ def applications():
     if cvjp is not None and found not in seen:
       session = records.current_session()
       seen[found] = (site, session.origin if session else None, cvjp)
-  with custom_rules.observe_sites(observe):
+  with custom_rules.site_made.listening(observe):
     yield seen
 
 

@@ -22,6 +22,7 @@ import os
 import jax
 import numpy as np
 
+from .capture import records
 from .capture.compat.private import core
 from .analysis import grad_paths, nonfinite, program, replay
 from .analysis.flows import mark_flows, program_inputs
@@ -29,7 +30,6 @@ from .analysis.graph import Graph
 from .analysis.nonfinite_eval import inexact
 from .analysis.partial_vjp import as_input, without_aux
 from .base.safety import Listeners
-from .capture.hook import hook_aside
 from .capture.naming import function_names as names
 from .capture.records import Origin
 from .render import grads_view
@@ -131,7 +131,7 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
           and jax.numpy.issubdtype(out.dtype, jax.numpy.floating)):   # bfloat16 is one
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
-  with hook_aside(), jax.debug_nans(False):
+  with records.suspended(), jax.debug_nans(False):
     report = _report(fn, args, kwargs, paths, positions)
   _kept.append(report)
   _listeners.notify(report)

@@ -18,6 +18,7 @@ import weakref
 import jax
 import numpy as np
 
+from .capture import records
 from .capture.compat.private import core
 from . import pipeline
 from .analysis import locate, nonfinite, nonfinite_explain, program, replay
@@ -26,7 +27,6 @@ from .analysis.flows import flow_dicts, input_names, mark_flows, program_inputs
 from .analysis.nonfinite_eval import inexact
 from .analysis.partial_vjp import arrays_only, as_input, pull_ones, without_aux
 from .base import safety
-from .capture.hook import hook_aside
 from .capture.naming import frames, function_names, user_calls
 from .capture.records import ERROR, WARNING
 from .capture.sites import entry_points, jit_calls
@@ -90,7 +90,7 @@ def _gradient(fun, args, nums, kwargs, ran: bool):
 
 
 def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None:
-  with hook_aside(), replay.quiet():   # traced again: the user's Python prints were seen
+  with records.suspended(), replay.quiet():   # traced again: the user's Python prints were seen
     origin = user_calls.user_origin(fun, tuple(args), kwargs, tuple(args[i] for i in nums))
     jaxpr, invals, active, out_cts = program_inputs(origin, (tuple(args), kwargs))
     original = _in_program_order(args, nums, grads, origin, active)
@@ -290,12 +290,10 @@ def gradients(jit: bool = True):
   """A ``GradientWatch`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile;
   with ``jit``, of every top-level jitted call in this thread too (a train step)."""
   watch = GradientWatch()
-  entry_points.gradient_watchers.append(watch)
-  try:
-    with jit_calls.watching(watch.jitted) if jit else contextlib.nullcontext():
-      yield watch
-  finally:
-    entry_points.gradient_watchers.remove(watch)
+  with (entry_points.vjp_finished.listening(watch.vjp),
+        entry_points.backward_finished.listening(watch.backward),
+        jit_calls.watching(watch.jitted) if jit else contextlib.nullcontext()):
+    yield watch
 
 
 @contextlib.contextmanager

@@ -47,8 +47,9 @@ _following: collections.deque[tuple[list[Diagnosis], int | None]] = collections.
 RAISED = Exception("an error vjpviz no longer holds")
 """What listeners get for ``exc`` when the error that was raised is not at hand."""
 _collecting = threading.local()      # while vjpviz.check runs: where its findings go (per thread)
-decorators: list = []                # f(diagnosis, session) -> diagnosis, before delivery
-                                     # (%vjpviz values on puts the backward pass's values on it)
+before_delivery = safety.Listeners()
+"""``f(diagnosis, session) -> diagnosis``: each diagnosis passes through them in turn before
+it is delivered (``%vjpviz values on`` puts the backward pass's values on it)."""
 
 
 def install(announce: bool = False, budget: float | None = None) -> None:
@@ -200,7 +201,7 @@ def _finish(found: list[Diagnosis], exc: BaseException | None) -> None:
 
 
 def _decorated(d: Diagnosis, session: Session) -> Diagnosis:
-  for decorate in list(decorators):
+  for decorate in list(before_delivery):
     d = safety.safely(decorate, d, session, default=d)
   return d
 

@@ -248,3 +248,32 @@ def test_no_import_cycles():
   for mod in sorted(graph):
     visit(mod, [])
   assert cycles == []
+
+
+# ------------------------------------- the hook's re-entry flag has one writer
+
+def _writes_of(attr: str, tree: ast.AST) -> list[int]:
+  """Lines that assign, augment, annotate or delete an attribute named ``attr``, or
+  ``setattr`` it by a literal name."""
+  lines = []
+  for node in ast.walk(tree):
+    targets = ([node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else
+               node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [])
+    lines += [t.lineno for target in targets for t in ast.walk(target)
+              if isinstance(t, ast.Attribute) and t.attr == attr]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id in ("setattr", "delattr") and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr):
+      lines.append(node.lineno)
+  return lines
+
+
+def test_only_records_writes_the_suspended_flag():
+  """``records.suspended()`` is the one way vjpviz's own tracing sets the hook aside: a
+  hand-written ``state.suspended += 1`` elsewhere is a flag left raised when it raises."""
+  owner = PACKAGE / "capture" / "records.py"
+  assert _writes_of("suspended", ast.parse(owner.read_text()))   # the scan sees its writes
+  writers = {f"{path.relative_to(PACKAGE)}:{line}"
+             for path in PACKAGE.rglob("*.py") if path != owner
+             for line in _writes_of("suspended", ast.parse(path.read_text()))}
+  assert writers == set()

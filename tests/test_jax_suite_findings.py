@@ -341,7 +341,7 @@ def test_a_nondiff_argument_without_arrays_is_kept_as_it_is(hook):
   f = jax.custom_vjp(lambda c, x: x * c.scale, nondiff_argnums=(0,))
   f.defvjp(lambda c, x: (x * c.scale, None), lambda c, _, g: (g * c.scale,))
   config, sites = _Config(2.0, "w"), []
-  with custom_rules.observe_sites(lambda site, args: sites.append(site)):
+  with custom_rules.site_made.listening(lambda site, args: sites.append(site)):
     jax.grad(lambda x: f(config, x))(1.0)
   assert len(sites) == 1 and dict(sites[0].nondiff)[0] is config
 
@@ -435,13 +435,13 @@ def test_a_type_that_cannot_be_compared_is_said_so(capsys):
   """A HiType without its own ``__eq__`` cannot be compared: one line says so, not an
   internal error, and JAX's own outcome is unchanged."""
   from jax.experimental.hijax import HiType
-  from jupyter_vjpviz.capture.sites import custom_rules
+  from jupyter_vjpviz.capture import avals
   box_ty = _box_type()
 
   class Opaque(box_ty):
     __eq__ = HiType.__eq__     # which asks the user to override it
     __hash__ = box_ty.__hash__
   a = Opaque(jax.core.ShapedArray((3,), jnp.float32))
-  assert custom_rules.same_type(a, a) is None
+  assert avals.same_type(a, a) is None
   err = capsys.readouterr().err
   assert "vjpviz: cannot compare a cotangent of type Opaque" in err and "could not" not in err

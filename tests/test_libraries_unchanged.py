@@ -24,7 +24,7 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture.sites.check_sites import observe_applications
+from jupyter_vjpviz.capture.sites.check_sites import rule_applied
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
@@ -74,7 +74,7 @@ def _run(workload, init, hooked: bool) -> tuple[list, int]:
   """``STEPS`` steps of a fresh step function, and how many custom_vjp calls vjpviz saw."""
   vv.install() if hooked else vv.uninstall()
   seen = []
-  with observe_applications(lambda cvjp, args, kwargs: seen.append(cvjp)):
+  with rule_applied.listening(lambda cvjp, args, kwargs: seen.append(cvjp)):
     step = workload.steps(init)
     outs = [_outputs(step()) for _ in range(STEPS)]
   return outs, len(seen)

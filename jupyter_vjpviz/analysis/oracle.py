@@ -15,6 +15,7 @@ and strings only.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..capture.compat.private import cd, core
 from ..base import trees
-from ..capture import applied, records
+from ..capture import applied, avals, records
 from ..capture.records import RuleSite, Weak
 from ..capture.sites import custom_rules
 from . import replay
@@ -156,7 +157,7 @@ class Oracle:
     inside its library's call; its outputs that hand an input back unchanged (the
     library's state, as flax nnx's custom_vjp returns it) get zero cotangents, as rules
     written for such a library take them. A verdict says both."""
-    with _suspended():
+    with eagerly_aside():
       return _build(cls, site, fun, draws, seed, by_fwd)
 
   @property
@@ -183,7 +184,7 @@ class Oracle:
     ``perturbed`` (per input leaf, for ``symbolic_zeros`` rules) says which inputs the
     application differentiated; the others owe no cotangent and are not compared.
     """
-    with _suspended():
+    with eagerly_aside():
       try:
         run = _compiled(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
@@ -230,7 +231,7 @@ class Oracle:
     """These draws with the rule ``fwd``/``bwd``'s own cotangents as the reference, judged
     at the rule's own precision (None where they have another shape): whether a
     candidate keeps what a rule computes, where it differs from the primal's on purpose."""
-    with _suspended():
+    with eagerly_aside():
       try:
         run = _compiled(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
@@ -604,7 +605,7 @@ def _flatten_cts(site: RuleSite, cts, strict: bool = True) -> list:
     raise _TypeMismatch(f"the rule's cotangents have another structure: {flat.detail}"[:300])
   out = []
   for i, (ct, primal) in enumerate(zip(flat, site.in_avals)):
-    want = custom_rules.ct_aval(primal)
+    want = avals.ct_aval(primal)
     if want.dtype == jax.dtypes.float0:
       out.append(None)
       continue
@@ -668,8 +669,8 @@ def _outvars(jaxpr):
 
 
 def _leaf_error(i, name, refs, gots, primal, judged: bool, floor: float = 0.0) -> LeafError:
-  dtype = str(custom_rules.ct_aval(primal).dtype)
-  if jax.dtypes.float0 == custom_rules.ct_aval(primal).dtype:   # an integer input has no gradient
+  dtype = str(avals.ct_aval(primal).dtype)
+  if jax.dtypes.float0 == avals.ct_aval(primal).dtype:   # an integer input has no gradient
     return LeafError(i, name, 0.0, 0.0, (), True, True)
   pairs = [(r, g) for r, g in zip(refs, gots) if r is not None and g is not None]
   if not any(np.isfinite(r).any() or not r.size for r, _ in pairs):   # outside its domain
@@ -905,18 +906,9 @@ def _primitives(jaxpr) -> set[str]:
   return found
 
 
-class _suspended:
+@contextlib.contextmanager
+def eagerly_aside():
   """The hook stands aside while the oracle runs the user's rules and primal, eagerly even
   when the error was found inside a trace (``vjpviz.check`` diagnoses under eval_shape)."""
-
-  def __enter__(self):
-    records.state.suspended += 1
-    self._eager = core.eval_context()
-    self._eager.__enter__()
-    self._quiet = replay.quiet()
-    self._quiet.__enter__()
-
-  def __exit__(self, *exc):
-    self._quiet.__exit__(*exc)
-    self._eager.__exit__(*exc)
-    records.state.suspended -= 1
+  with records.suspended(), core.eval_context(), replay.quiet():
+    yield

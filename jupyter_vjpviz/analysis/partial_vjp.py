@@ -13,7 +13,7 @@ import numpy as np
 
 from ..capture.compat.private import core
 from ..capture.naming import function_names
-from ..capture.sites.custom_rules import ct_aval
+from ..capture.avals import ct_aval
 
 
 def vjp_wrt(fun, args, positions, kwargs=None, staged: bool = False):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import jax
 
 from ..capture.compat.private import core, state
-from ..capture import records
+from ..capture import avals, records
 from ..capture.compat import changed_signatures
 from ..capture.naming import frames, function_names
 from ..capture.records import Origin
@@ -76,11 +76,8 @@ def trace(origin: Origin) -> core.Jaxpr:
     args, kwargs = jax.tree_util.tree_unflatten(origin.tree, leaves)
     return origin.fun(*args, **kwargs)
 
-  records.state.suspended += 1
-  try:
+  with records.suspended():
     return jax.make_jaxpr(flat)(*[_shape_struct(origin.leaves[j]) for j in arrays])
-  finally:
-    records.state.suspended -= 1
 
 
 def build(origin: Origin | None, locate: Locate) -> tuple[Graph, list[str | None]]:
@@ -714,7 +711,7 @@ def _short(aval) -> str:
 
 def _ct_short(aval) -> str:
   try:
-    return custom_rules.ct_aval(aval).str_short()
+    return avals.ct_aval(aval).str_short()
   except Exception:
     return "?"
 

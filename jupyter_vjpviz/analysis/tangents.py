@@ -47,7 +47,7 @@ class Tangents:
 
   @classmethod
   def of(cls, site: RuleSite, fun: Callable, draws: int = oracle.DRAWS, seed: int = 0) -> Tangents:
-    with oracle._suspended():
+    with oracle.eagerly_aside():
       return _build(cls, site, fun, draws, seed)
 
   @property
@@ -56,7 +56,7 @@ class Tangents:
 
   def verdict(self, jvp: Callable, symbolic_zeros: bool = False) -> oracle.Verdict:
     """Run ``jvp`` at each draw and compare its tangents leaf by leaf with the reference."""
-    with oracle._suspended():
+    with oracle.eagerly_aside():
       try:
         run = self._compiled(jvp, symbolic_zeros)
         outs = [self._flat(run((d.args, d.tangents)), strict=True) for d in self.draws]
@@ -84,7 +84,7 @@ class Tangents:
     """These draws with ``jvp``'s own tangents as the reference, at its own precision (None
     where it does not run, or gives another shape): whether a candidate keeps a surrogate's
     values."""
-    with oracle._suspended():
+    with oracle.eagerly_aside():
       try:
         run = self._compiled(jvp, symbolic_zeros)
         pairs = [run((d.args, d.tangents)) for d in self.draws]

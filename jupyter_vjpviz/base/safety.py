@@ -1,8 +1,10 @@
 """``safely``: vjpviz's own code runs behind it, so no bug of ours reaches the user's program."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import traceback
 from typing import Any
 from collections.abc import Callable
@@ -45,8 +47,9 @@ def safely(fn: Callable, *args, default: Any = None) -> Any:
 
 
 class Listeners(list):
-  """Callbacks a delivering layer registers on one below it (pipeline, watch, grads): each
-  at most once, each called ``safely``, so one that fails never reaches the user's program."""
+  """Callbacks a delivering layer registers on one below it (pipeline, watch, grads, and
+  the capture sites' ``vjp_finished``, ``site_made``, ``rule_applied``): each at most once,
+  each called ``safely``, so one that fails never reaches the user's program."""
 
   def add(self, listener) -> None:
     if listener not in self:
@@ -59,6 +62,30 @@ class Listeners(list):
   def notify(self, *args) -> None:
     for listener in list(self):
       safely(listener, *args)
+
+  @contextlib.contextmanager
+  def listening(self, listener):
+    """``listener`` added meanwhile."""
+    self.add(listener)
+    try:
+      yield
+    finally:
+      self.discard(listener)
+
+
+class ThreadListeners(threading.local):
+  """``Listeners`` of each thread apart: one added is told only of what happens in the
+  thread that added it (``vjpviz.gradcheck`` hears of the rules its own call applies)."""
+
+  def __init__(self):
+    self.here = Listeners()
+
+  def __getattr__(self, name):      # add, discard, notify, listening: this thread's
+    return getattr(self.here, name)
+
+  def __bool__(self) -> bool:
+    return bool(self.here)
+
 
 def failure_line(doing: str, where: str, error: BaseException) -> str:
   """The one line vjpviz prints when it fails: what it could not do, and why."""

@@ -10,13 +10,11 @@ has no way to unregister one, and no user frame lives in our package.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 
 import jax
 
-from . import records
 from .code_events import CodeEvents
 from .compat import capabilities, private
 from .compat.private import source_info_util, traceback_util
@@ -85,12 +83,3 @@ def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
   """The JAX objects wrapped or watched now, and those skipped with the reason."""
   return _patches.points + _events.points, list(_patches.skipped)
 
-
-@contextlib.contextmanager
-def hook_aside():
-  """The hook stands aside while the search re-runs the user's rules."""
-  records.state.suspended += 1
-  try:
-    yield
-  finally:
-    records.state.suspended -= 1

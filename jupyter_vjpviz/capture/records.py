@@ -8,6 +8,7 @@ hands the finished session to the next stage.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -180,11 +181,23 @@ class Session:
 class _State(threading.local):
   def __init__(self):
     self.sessions: list[Session] = []
-    self.suspended = 0            # > 0 while vjpviz itself traces (analysis, check)
+    self.suspended = 0            # > 0 while vjpviz itself traces: written by ``suspended`` alone
     self.rule_stack: list[RuleSite] = []
 
 
 state = _State()
+
+
+@contextlib.contextmanager
+def suspended():
+  """vjpviz's own tracing (analysis, checks, fixes, deferred checks): the hook stands aside
+  meanwhile, in this thread (``active`` is False, no session is current). Nests; the one
+  writer of ``state.suspended`` (tests/test_architecture.py holds every other module to that)."""
+  state.suspended += 1
+  try:
+    yield
+  finally:
+    state.suspended -= 1
 
 
 def active() -> bool:

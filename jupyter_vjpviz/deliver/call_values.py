@@ -18,11 +18,11 @@ import weakref
 
 import jax
 
+from ..capture import records
 from ..capture.compat.private import core
 from .. import pipeline
 from ..analysis import flows, nonfinite, replay
 from ..analysis.diagnosis import Diagnosis
-from ..capture.hook import hook_aside
 from ..capture.sites import entry_points
 
 
@@ -39,9 +39,6 @@ class CallWatch:
     if jaxpr is None or any(isinstance(x, core.Tracer) for x in leaves):
       return
     self.calls[jaxpr] = (tree, [_weak(x) for x in leaves])
-
-  def backward(self, jaxpr, cotangents) -> None:
-    pass
 
   def call_of(self, origin):
     """The live leaves of the call whose VJP ``origin`` describes, or None."""
@@ -66,15 +63,15 @@ def on() -> None:
   global _watch
   if _watch is None:
     _watch = CallWatch()
-    entry_points.gradient_watchers.append(_watch)
-    pipeline.decorators.append(decorate)
+    entry_points.vjp_finished.add(_watch.vjp)
+    pipeline.before_delivery.add(decorate)
 
 
 def off() -> None:
   global _watch
   if _watch is not None:
-    entry_points.gradient_watchers.remove(_watch)
-    pipeline.decorators.remove(decorate)
+    entry_points.vjp_finished.discard(_watch.vjp)
+    pipeline.before_delivery.discard(decorate)
     _watch = None
 
 
@@ -89,7 +86,7 @@ def decorate(d: Diagnosis, session) -> Diagnosis:
   if call is None or d.cotangents.get("edges"):
     return d
   try:
-    with hook_aside(), replay.replaying(capped=False):   # the call's own values: its loops end
+    with records.suspended(), replay.replaying(capped=False):   # the call's own values: its loops end
       jaxpr, invals, active, out_cts = flows.program_inputs(session.origin, call)
       del call
       edges, measured, whole = nonfinite.measure(jaxpr, invals, active, out_cts)

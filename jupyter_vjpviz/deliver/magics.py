@@ -20,7 +20,7 @@ from ..analysis.assemble import key
 from ..base import safety
 from ..capture.compat import capabilities, jax_flags
 from ..capture.naming import function_names
-from ..capture.sites.check_sites import observe_applications
+from ..capture.sites.check_sites import rule_applied
 from ..check import as_shape_struct, check
 from ..gradcheck import GradCheck, floating, gradcheck, judge
 from ..grads import grads as grad_report
@@ -70,7 +70,7 @@ def applications():
   def observe(cvjp, args, kwargs):
     abstract_args = jax.tree_util.tree_map(as_shape_struct, (args, kwargs))
     seen.setdefault((id(cvjp), _type_key(abstract_args)), (cvjp, abstract_args))
-  with observe_applications(observe):
+  with rule_applied.listening(observe):
     yield seen
 
 

@@ -30,8 +30,7 @@ import jax
 from ..capture.compat.private import core
 from ..analysis.diagnosis import Fix
 from ..base import kinds, syntax, trees
-from ..capture import records
-from ..capture.sites import custom_rules
+from ..capture import avals, records
 from . import exprs, returns, source, verify
 
 PER_GENERATOR = 6
@@ -121,7 +120,7 @@ class Scope:
     d = self.rule.d
     if d.expected_aval is not None or d.path not in d.site.in_paths:
       return d.expected_aval
-    return custom_rules.ct_aval(d.site.in_avals[d.site.in_paths.index(d.path)])
+    return avals.ct_aval(d.site.in_avals[d.site.in_paths.index(d.path)])
 
   @property
   def got(self):
@@ -228,15 +227,13 @@ class Scope:
       ns = {**self.namespace, **jax.tree_util.tree_unflatten(tree, values)}
       exec(code, ns)  # noqa: S102 - the user's own statements, abstractly
       return ns[_OUT]
-    records.state.suspended += 1
     try:
-      return jax.eval_shape(run, *[trees.shape_struct(flat[i]) for i in at])
+      with records.suspended():
+        return jax.eval_shape(run, *[trees.shape_struct(flat[i]) for i in at])
     except NameError:   # a local we keep no type of, an axis name outside its mesh
       return None
     except Exception:  # noqa: BLE001 - the edited expression itself is ill-typed
       return ILL
-    finally:
-      records.state.suspended -= 1
 
   def predict(self, edits: list) -> Any:
     """The failing element's type after ``edits``; None when it cannot be told cheaply

@@ -20,7 +20,7 @@ import jax
 from ..analysis.diagnosis import Fix
 from ..base import kinds, trees
 from ..capture.sites import vjp3_rules
-from ..capture.sites.custom_rules import ct_aval
+from ..capture.avals import ct_aval
 from . import dtypes, raised, source, verify
 from .source import RuleSource
 

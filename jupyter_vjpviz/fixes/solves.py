@@ -23,8 +23,8 @@ from jax.flatten_util import ravel_pytree
 
 from ..analysis import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERDICT_ORDER, VERIFIED, Diagnosis, Fix
+from ..capture import records
 from ..capture.compat.private import core
-from ..capture.hook import hook_aside
 from . import exprs, source
 
 TRIALS = 3          # random right-hand sides
@@ -226,5 +226,5 @@ def _hook_aside():
   """vjpviz's hook stands aside while a fix is judged (its runs are not the user's), and
   the fix runs now, not staged into a trace JAX may be building (a warning is delivered
   where JAX traces the solve)."""
-  with hook_aside(), jax.ensure_compile_time_eval():
+  with records.suspended(), jax.ensure_compile_time_eval():
     yield

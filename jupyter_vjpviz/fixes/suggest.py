@@ -26,7 +26,7 @@ from ..base.safety import safely
 from ..capture.compat import custom_jvp3
 from ..capture.naming import library_wrappers
 from ..capture.sites import vjp3_rules
-from ..capture.sites.custom_rules import ct_aval
+from ..capture.avals import ct_aval
 from . import (calls, candidates, dtypes, exprs, missing_leaves, primal, raised, rank, returns,
                rule_text, solves, source, verify)
 from .source import RuleSource

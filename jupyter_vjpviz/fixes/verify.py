@@ -25,7 +25,7 @@ from ..analysis import on_mesh, oracle, tangents
 from ..capture.compat.private import cd, core
 from ..analysis.diagnosis import TYPE_ONLY, VERIFIED, Diagnosis
 from ..base import kinds, syntax, trees
-from ..capture import records
+from ..capture import avals, records
 from ..capture.naming import library_wrappers
 from ..capture.records import WARNING, Weak
 from ..capture.sites import check_sites, custom_rules, jvp_rules
@@ -145,7 +145,7 @@ def tangent_verdict(site, user_rules, jvp) -> oracle.Verdict:
 
 def expected_args(site) -> tuple:
   """The cotangent types the rule must return, one subtree per primal argument."""
-  cts = [custom_rules.ct_aval(a) for a in site.in_avals]
+  cts = [avals.ct_aval(a) for a in site.in_avals]
   return tuple(jax.tree_util.tree_unflatten(site.in_tree, cts))
 
 
@@ -322,12 +322,9 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
       look(args, out, cts)
     return cts
   placed = on_mesh.there(site)
-  records.state.suspended += 1
-  try:
+  with records.suspended():
     return placed.eval_shape(run, site) if placed is not None else \
         jax.eval_shape(run, *_abstract_args(site))
-  finally:
-    records.state.suspended -= 1
 
 
 def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
@@ -459,18 +456,15 @@ def tangent_type_problems(site, user_rules, jvp) -> list:
   def run(*differentiable):
     args = arguments(site, differentiable)
     zeros = tuple(jax.tree_util.tree_map(
-        lambda a: jax.numpy.zeros(a.shape, custom_rules.ct_aval(jax.typeof(a)).dtype), d)
+        lambda a: jax.numpy.zeros(a.shape, avals.ct_aval(jax.typeof(a)).dtype), d)
         for d in differentiable)
     pair = tangents.run_rule(site, jvp, args, zeros, user_rules.symbolic_zeros)
     want = user_rules.primal(*args)
     found.extend(jvp_rules.mismatches(pair, site.function, site.rule, None))
     if not isinstance(pair, (tuple, list)) or len(pair) != 2 or _types(pair[0]) != _types(want):
       found.append("the rule's primal output is not the primal's")
-  records.state.suspended += 1
-  try:
+  with records.suspended():
     jax.eval_shape(run, *_abstract_args(site))
-  finally:
-    records.state.suspended -= 1
   return found
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from ..compat.private import core
 from ...base import syntax, trees
 from .. import records
+from ..avals import ct_aval, same_type
 from ..naming import leaf_paths
 from ..naming.leaf_paths import Key, keystr
 from ..records import ERROR, Record
@@ -40,11 +41,11 @@ class _Attr(str):
   """An attribute step (``.w``): equal to the key ``'w'`` when names are compared."""
 
 
-def raised(site, bwd, user_code, exc: BaseException, ct_aval, compare) -> None:
+def raised(site, bwd, user_code, exc: BaseException) -> None:
   """Defer a record for ``exc`` raised on a statement of the user's bwd: a ``bwd_type``
   where the statement wrote a value of the wrong type into a known cotangent slot, a
-  ``bwd_raised`` where computing the value itself raised for its types. ``ct_aval(primal)``
-  and ``compare(expected, got)`` (False: they differ) are the bwd check's own."""
+  ``bwd_raised`` where computing the value itself raised for its types. Types are
+  compared as the bwd check compares them (``avals.same_type``)."""
   session = records.current_session()
   code = user_code or getattr(bwd, "__code__", None)
   if session is None or code is None:
@@ -59,10 +60,10 @@ def raised(site, bwd, user_code, exc: BaseException, ct_aval, compare) -> None:
     return
   text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
   where = f"{code.co_filename}:{line}"
-  written = _written_slot(site, fn, stmt, scope, ct_aval, compare)
+  written = _written_slot(site, fn, stmt, scope)
   at = Statement(site, fn, stmt, _SOURCES[code][0], where, text.strip(), code.co_filename,
                  frame.f_globals, env, type(exc))
-  session.deferred.append((len(session.records), lambda: _finding(at, written, ct_aval, compare)))
+  session.deferred.append((len(session.records), lambda: _finding(at, written)))
 
 
 _COMPUTING = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
@@ -83,7 +84,7 @@ class Statement:
   raised: type
 
 
-def _written_slot(site, fn, stmt, scope, ct_aval, compare):
+def _written_slot(site, fn, stmt, scope):
   """(input leaf, its path, its cotangent type) of the slot a write ``local[k] = v`` fills,
   where it holds that cotangent's type now; else None."""
   if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
@@ -98,22 +99,22 @@ def _written_slot(site, fn, stmt, scope, ct_aval, compare):
     return None
   expected = ct_aval(site.in_avals[k])
   held = _held_type(scope[target[0]], written, _WHOLE in target[1])
-  if held is None or compare(expected, held) is not True:
+  if held is None or same_type(expected, held) is not True:
     return None
   return k, keystr((Key("index", at_return),) + _keys(scope[target[0]], written)), expected
 
 
-def _finding(at: Statement, written, ct_aval, compare) -> list[Record]:
+def _finding(at: Statement, written) -> list[Record]:
   expr = compile(ast.fix_missing_locations(ast.Expression(at.stmt.value)), at.filename, "eval")
   try:
     got = jax.eval_shape(lambda e: eval(expr, at.globals, dict(e)), at.env)  # noqa: S307 - the user's own line
   except Exception:  # noqa: BLE001 - the value itself failed: nothing was written
-    return _failed_value(at, written, ct_aval)
+    return _failed_value(at, written)
   if written is None or not isinstance(got, jax.ShapeDtypeStruct):
     return []
   k, path, expected = written
   got = core.ShapedArray(got.shape, got.dtype, weak_type=got.weak_type)
-  if compare(expected, got) is not False:
+  if same_type(expected, got) is not False:
     return []
   site = at.site
   return [retained(Record(
@@ -126,7 +127,7 @@ def _finding(at: Statement, written, ct_aval, compare) -> list[Record]:
              f"{expected.str_short()}"))]
 
 
-def _failed_value(at: Statement, written, ct_aval) -> list[Record]:
+def _failed_value(at: Statement, written) -> list[Record]:
   """A ``bwd_raised`` record when an operation of the statement raises on the types alone
   (as the user's did), about the input whose cotangent its value reaches, where one does."""
   failed = failing_operation.locate(at.stmt.value, at.source, at.filename, at.globals, at.env,
@@ -176,7 +177,7 @@ def _literal_paths(node, hit, keys: tuple = ()) -> list[tuple]:
   return [keys] if hit(node) else []
 
 
-def returned_then_raised(site, code, returned, exc: BaseException, ct_aval) -> None:
+def returned_then_raised(site, code, returned, exc: BaseException) -> None:
   """A ``bwd_structure`` record when a library's bwd raised after the user's bwd returned
   ``returned`` (equinox checks the tree itself), if the user's names of the rule's inputs
   are the args tree's own paths under one parameter (equinox's ``vjp_arg``: the tree the

@@ -17,7 +17,7 @@ import jax
 
 from ..compat.private import ad, api, cd, core, pe, pjit
 from ...base import safety, trees
-from .. import records
+from .. import avals, records
 from ..code_events import CodeEvents
 from ..compat import dtype_exemption, jax_flags, private
 from ..compat.patches import PatchSet
@@ -105,8 +105,8 @@ def check_out_cotangent(jaxpr, out_tree, out_avals, out_ct) -> list[Record]:
   for i, ((path, ct), aval) in enumerate(zip(cts, out_avals)):
     if isinstance(ct, ad.Zero) or aval is None:
       continue
-    expected, got = custom_rules.ct_aval(aval), core.typeof(ct)
-    if custom_rules.same_type(expected, got) is not False:
+    expected, got = avals.ct_aval(aval), core.typeof(ct)
+    if avals.same_type(expected, got) is not False:
       continue
     accepted = core.typecompat(got, expected) or dtype_exemption.exempt(api, got, expected)
     found.append(Record(
@@ -126,7 +126,7 @@ def _out_leaves(out_tree, out_avals, out_ct) -> tuple:
   except Exception:  # noqa: BLE001 - the user's unflatten, not our bug
     return ()
   paths = [leaf_paths.keys(p) for p, _ in jax.tree_util.tree_leaves_with_path(dummy)]
-  expected = [(p, custom_rules.ct_aval(a).str_short() if a is not None else "zero")
+  expected = [(p, avals.ct_aval(a).str_short() if a is not None else "zero")
               for p, a in zip(paths, out_avals)]
   got = leaf_paths.of_tree(out_ct, is_leaf=lambda x: isinstance(x, ad.Zero))
   return leaf_paths.compared(expected, got)
@@ -146,7 +146,7 @@ def _wrap_vjp_accum(original):
 
 def _accum_record(jaxpr, in_tree, explicit_refs, idx, v, x) -> Record:
   """Classify a rejected ``with_refs`` entry from what was given for it."""
-  expected = custom_rules.ct_aval(v.aval)
+  expected = avals.ct_aval(v.aval)
   function, source = function_names.function_of(jaxpr)
   path = "args" + _leaf_path(in_tree, idx)
   ref_expected = f"Ref{{{expected.str_short()}}}"
@@ -220,23 +220,14 @@ def _accum_path(site: RuleSite | None, aval) -> str | None:
   if site is None:
     return None
   fits = [p for p, a in zip(site.in_paths, site.in_avals)
-          if custom_rules.ct_aval(a) == aval]
+          if avals.ct_aval(a) == aval]
   return fits[0] if len(fits) == 1 else None
 
 
 # ------------------------------------------------------------- custom rules
 
-_application_observers: list[Callable] = []
-
-
-@contextlib.contextmanager
-def observe_applications(callback: Callable):
-  """Call ``callback(custom_vjp, args, kwargs)`` on every custom_vjp application meanwhile."""
-  _application_observers.append(callback)
-  try:
-    yield
-  finally:
-    _application_observers.remove(callback)
+rule_applied = safety.Listeners()
+"""Told ``(custom_vjp, args, kwargs)`` of every custom_vjp application, as it starts."""
 
 
 def _install_custom_vjp(patches: PatchSet, events: CodeEvents | None) -> None:
@@ -329,15 +320,13 @@ def _instrumented(rule):
 
 
 def _applied(frame) -> None:
-  if _application_observers and records.active():
+  if rule_applied and records.active():
     args = frame.f_locals
     _observe(args["self"], args["args"], args["kwargs"])
 
 
 def _observe(rule, args, kwargs) -> None:
-  cvjp = safety.safely(vjp3_rules.as_custom_vjp, rule)
-  for observe in _application_observers:
-    safety.safely(observe, cvjp, args, kwargs)
+  rule_applied.notify(safety.safely(vjp3_rules.as_custom_vjp, rule), args, kwargs)
 
 
 def _wrap_custom_vjp_call(original):

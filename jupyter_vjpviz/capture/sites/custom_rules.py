@@ -9,20 +9,19 @@ error) is unchanged. It also sees what JAX lets through (silent dtypes).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import sys
-import threading
 import weakref
 from typing import Any
 
 import jax
 import numpy as np
 
-from ..compat.private import cd, core, hijax, source_info_util, state
+from ..compat.private import cd, core, hijax, source_info_util
 from ...base import kinds, safety, surrogates, trees
 from .. import applied, mesh_context, records
+from ..avals import ct_aval, same_shape, same_type
 from ..compat import dtype_exemption, jax_flags
 from ..naming import (arguments, code_watch, frames, function_names, leaf_paths, library_wrappers,
                       user_calls)
@@ -104,11 +103,10 @@ class InstrumentedBwd(InstrumentedRule):
         safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
       if isinstance(e, Exception):
-        safety.safely(bwd_raises.raised, site, bwd, code, e, ct_aval, same_type)
+        safety.safely(bwd_raises.raised, site, bwd, code, e)
       if isinstance(e, Exception) and learning is not None and learning.returned:
         # the library's bwd raised after the user's returned
-        safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e,
-                      ct_aval)
+        safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e)
       safety.safely(frames.strip, e)
       raise
     finally:
@@ -218,28 +216,13 @@ def _tagged(cvjp, args, out_res, spelled):
     site = safety.safely(_with_closed_rule, site, res, default=site)
   safety.safely(_defer_fwd_check, cvjp, args, out, site)
   safety.safely(applied.remember, site, args)
-  for observe in _site_observers.callbacks:
-    safety.safely(observe, site, args)
+  site_made.notify(site, args)
   return type(out_res)((out, TaggedResiduals(res, site)))
 
 
-class _SiteObservers(threading.local):
-  def __init__(self):
-    self.callbacks: list = []
-
-
-_site_observers = _SiteObservers()
-
-
-@contextlib.contextmanager
-def observe_sites(callback):
-  """Call ``callback(site, args)`` on every site a fwd makes in this thread meanwhile:
-  how ``vjpviz.gradcheck`` learns each rule application a function reaches, at any depth."""
-  _site_observers.callbacks.append(callback)
-  try:
-    yield
-  finally:
-    _site_observers.callbacks.remove(callback)
+site_made = safety.ThreadListeners()
+"""Told ``(site, args)`` of every site a fwd makes, in the thread that added the listener:
+how ``vjpviz.gradcheck`` learns each rule application a function reaches, at any depth."""
 
 
 def _placed(site: RuleSite, out) -> RuleSite:
@@ -631,43 +614,6 @@ def _jax_accepts(site, expected, got, ct) -> bool:
   if site.hijax:
     return core.typematch(expected, got) or exception(expected, got)
   return core.typecompat(expected, got) or exception(expected, got)
-
-
-def same_type(expected, got) -> bool | None:
-  """Whether ``got`` is ``expected``, by JAX's own ``typematch`` (dtype included, weak
-  type not): a user's ``HiType`` is compared through its own ``__eq__``, never assumed
-  to have a shape or dtype. None for types that cannot be compared (said once)."""
-  try:
-    return core.typematch(expected, got)
-  except Exception as e:  # noqa: BLE001 - the user's type, not our bug
-    _cannot_compare(expected, got, e)
-    return None
-
-
-def same_shape(expected, got) -> bool:
-  """Same shape, for types that have one (a ``HiType`` need not)."""
-  return getattr(expected, "shape", None) == getattr(got, "shape", None)
-
-
-_said_uncomparable: set = set()
-
-
-def _cannot_compare(expected, got, error: Exception) -> None:
-  key = (type(expected), type(got))
-  if key in _said_uncomparable:
-    return
-  _said_uncomparable.add(key)
-  import sys
-  print(f"vjpviz: cannot compare a cotangent of type {type(got).__name__} with "
-        f"{type(expected).__name__} ({type(error).__name__}: {error}); "
-        "that cotangent is not checked.", file=sys.stderr)
-
-
-def ct_aval(primal):
-  if isinstance(primal, state.AbstractRef):
-    primal = primal.inner_aval
-  # JAX before 0.10 has no to_ct_aval: there a cotangent's type is the tangent's.
-  return getattr(primal, "to_ct_aval", primal.to_tangent_aval)()
 
 
 def _is_zero(x) -> bool:

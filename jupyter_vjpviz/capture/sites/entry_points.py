@@ -28,9 +28,13 @@ from . import check_sites
 Sink = Callable[[Session, BaseException | None], None]
 
 _origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-gradient_watchers: list = []
-"""Objects told of each jax.vjp (``vjp(fun, args, kwargs, diff_argnums, has_aux, f_vjp)``, the
-user's own call) and each backward pass's result (``backward(jaxpr, cotangents)``)."""
+vjp_finished = safety.Listeners()
+"""Told of each jax.vjp as it returns: ``(fun, args, kwargs, diff_argnums, has_aux, f_vjp)``,
+the user's own call."""
+backward_finished = safety.Listeners()
+"""Told of each backward pass's result as it returns: ``(jaxpr, cotangents)``."""
+
+
 _held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -41,8 +45,8 @@ class Boundary:
   through; the exception itself always propagates untouched.
   """
 
-  call = jaxpr = None      # for gradient_watchers: the vjp's (fun, primals, has_aux); the
-                           # backward pass's jaxpr
+  call = jaxpr = None      # for vjp_finished: the vjp's (fun, primals, has_aux); for
+                           # backward_finished: the backward pass's jaxpr
 
   def __init__(self, entry: str, origin: Origin | None, sink: Sink):
     self.session = Session(entry, origin)
@@ -64,13 +68,12 @@ class Boundary:
 
 def _run_deferred(session: Session) -> None:
   """The session's deferred checks, now that the user's functions have returned; the
-  hook stands aside while they trace (``records.state.suspended``)."""
-  records.state.suspended += 1
+  hook stands aside while they trace (``records.suspended``)."""
   try:
-    for at, check in reversed(session.deferred):
-      session.records[at:at] = safety.safely(check, default=[])
+    with records.suspended():
+      for at, check in reversed(session.deferred):
+        session.records[at:at] = safety.safely(check, default=[])
   finally:
-    records.state.suspended -= 1
     session.deferred.clear()
 
 
@@ -146,18 +149,17 @@ def _finish(opened, value, exc) -> None:
     watch.__exit__(*info)
   if exc is None and boundary.session.entry == "vjp":
     safety.safely(_remember, value, boundary.session)
-  if exc is None and gradient_watchers:
-    safety.safely(_tell_watchers, boundary, value)
+  if exc is None and (vjp_finished or backward_finished):
+    safety.safely(_tell_listeners, boundary, value)
   boundary.__exit__(*info)
 
 
-def _tell_watchers(boundary: Boundary, value) -> None:
-  for watcher in list(gradient_watchers):
-    if boundary.call is not None:
-      fun, primals, has_aux = boundary.call
-      watcher.vjp(*_unwrap_argnums(fun, primals), has_aux, value[1])
-    elif boundary.jaxpr is not None:
-      watcher.backward(boundary.jaxpr, value)
+def _tell_listeners(boundary: Boundary, value) -> None:
+  if boundary.call is not None:
+    fun, primals, has_aux = boundary.call
+    vjp_finished.notify(*_unwrap_argnums(fun, primals), has_aux, value[1])
+  elif boundary.jaxpr is not None:
+    backward_finished.notify(boundary.jaxpr, value)
 
 
 def _check_out_cotangent(jaxpr, out_tree, out_primal_avals, out_ct) -> None:

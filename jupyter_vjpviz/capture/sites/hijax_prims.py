@@ -23,7 +23,7 @@ from ..compat.private import ad, core, hijax
 from ..compat import private
 
 from ...base import safety
-from .. import records
+from .. import avals, records
 from ..compat import jax_flags
 from ..compat.patches import PatchSet
 from ..naming import function_names, leaf_paths
@@ -317,12 +317,12 @@ def returned_records(site: RuleSite, arg_accums, args_grad) -> list[Record]:
     if not isinstance(acc, ad.GradAccum) or isinstance(acc, ad.NullAccum) or ct is None:
       continue
     got, want = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct), acc.aval
-    if custom_rules.same_type(want, got) is not False:
+    if avals.same_type(want, got) is not False:
       continue
     accepted = (jax_flags.on("jax_disable_bwd_checks")
                 or core.typematch(got, want, no_dtype_check=True))
     found.append(Record(
-        kind="silent_dtype" if accepted and custom_rules.same_shape(want, got) else "bwd_type",
+        kind="silent_dtype" if accepted and avals.same_shape(want, got) else "bwd_type",
         severity=WARNING if accepted else ERROR,
         path=site.in_paths[i], expected=want.str_short(), got=got.str_short(), flat_index=i,
         expected_aval=want, got_aval=got, **base))

@@ -269,14 +269,11 @@ def _matrix(matvec, tree, avals):
   if size > MAX_UNKNOWNS:
     return None, f"b has {size} elements: its matrix is not materialised past {MAX_UNKNOWNS}"
   example = jax.tree_util.tree_unflatten(tree, [np.zeros(a.shape, a.dtype) for a in avals])
-  records.state.suspended += 1
   try:
-    with jax.ensure_compile_time_eval():
+    with records.suspended(), jax.ensure_compile_time_eval():
       flat, unravel = ravel_pytree(example)
       jac = jax.jacfwd(lambda v: ravel_pytree(matvec(unravel(v)))[0])(flat)
       return np.asarray(jac), ""
   except Exception as e:  # noqa: BLE001 - a matvec of the traced values (under jit, grad of A)
     return None, (f"the matvec could not be evaluated outside the failing trace "
                   f"({type(e).__name__}): it depends on traced values")
-  finally:
-    records.state.suspended -= 1
