@@ -186,8 +186,11 @@ def value_cuts(jaxpr: core.Jaxpr, env: dict, edges: dict, zero: list[int]) -> di
   return found
 
 
-def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs) -> None:
-  """``inputs``: this level's variables that are the program's inputs, by input index."""
+def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
+                 outer: str | None = None) -> None:
+  """``inputs``: this level's variables that are the program's inputs, by input index;
+  ``outer``: the enclosing call's line, for a library's body that keeps no user frame
+  (``jnp.where``'s)."""
   nonzero = _nonzero(jaxpr, prefix, edges, out_nonzero)
   for k, eqn in enumerate(jaxpr.eqns):
     hit = set().union(*[reached.get(v, ()) for v in eqn.invars
@@ -204,14 +207,15 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs)
       body = next(sub_jaxprs(eqn))
       inner = {b: reached.get(v, set()) & hit for b, v in zip(body.invars, eqn.invars)
                if isinstance(v, core.Var)}
-      passed = {b: inputs[v] for b, v in zip(body.invars, eqn.invars) if v in inputs}
+      passed = {b: inputs[v] for b, v in zip(body.invars, eqn.invars)
+                if isinstance(v, core.Var) and v in inputs}   # a Literal is no input
       _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found,
-                   passed)
+                   passed, _source(eqn) or outer)
       if hit - set(found):   # not cut inside: the call as a whole
         for i in hit - set(found):
-          found[i] = _classify(eqn, nid, jaxpr, env, inputs, reached)
+          found[i] = _classify(eqn, nid, jaxpr, env, inputs, reached, outer)
       continue
-    cut = _classify(eqn, nid, jaxpr, env, inputs, reached)
+    cut = _classify(eqn, nid, jaxpr, env, inputs, reached, outer)
     for i in hit:
       found[i] = cut
 
@@ -246,21 +250,22 @@ def _nonzero(jaxpr, prefix, edges, out_nonzero) -> set:
   return got
 
 
-def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict) -> Cut:
+def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict,
+              outer: str | None = None) -> Cut:
   """The value reason an equation made a zero cotangent from a non-zero one (``zeroed``:
   the variables whose zero cotangent is being explained; ``inputs``: ``_value_level``'s)."""
-  name = _op_name(eqn)
+  name, where = _op_name(eqn), _source(eqn) or outer
   low = any(getattr(v.aval, "dtype", None) in LOW for v in eqn.invars if inexact(v))
   if name in MASKS:
-    return Cut("dead", nid, name, _source(eqn))
+    return Cut("dead", nid, name, where)
   if name in SATURATING:
-    return Cut("saturated", nid, name, _source(eqn))
+    return Cut("saturated", nid, name, where)
   factors = [v for v in eqn.invars if not (isinstance(v, core.Var) and zeroed.get(v))
              and _all_zero(env.get(v) if isinstance(v, core.Var) else getattr(v, "val", 1))]
   if name in PRODUCTS and factors:
-    return _zero_factor(Cut("zero_factor", nid, name, _source(eqn)),
+    return _zero_factor(Cut("zero_factor", nid, name, where),
                         nid.rpartition(".")[0] or None, jaxpr, factors, inputs)
-  return Cut("underflow" if low else "dead", nid, name, _source(eqn))
+  return Cut("underflow" if low else "dead", nid, name, where)
 
 
 def _op_name(eqn) -> str:
@@ -287,6 +292,9 @@ def _zero_factor(cut: Cut, prefix, jaxpr, factors: list, inputs: dict, hops: int
       name = _op_name(producer)
       if name in MASKS:
         return Cut("dead", _eqn_id(prefix, k), name, _source(producer))
+      inside = _made_inside(producer, v)
+      if inside is not None and _op_name(inside) in MASKS:   # jnp.where's jit, relu's rule
+        return Cut("dead", _eqn_id(prefix, k), name, _source(inside) or _source(producer))
       operands = [u for u in producer.invars if isinstance(u, core.Var)]
       if name in PASS:
         v = producer.invars[0]
@@ -297,6 +305,16 @@ def _zero_factor(cut: Cut, prefix, jaxpr, factors: list, inputs: dict, hops: int
     if isinstance(v, core.Var) and v in inputs:
       return dataclasses.replace(cut, factor=inputs[v])
   return cut
+
+
+def _made_inside(call, v):
+  """The equation in ``call``'s body that makes its output ``v`` (None: no call, or an
+  input passed through)."""
+  body = next(sub_jaxprs(call), None) if call.primitive.name in CALLS else None
+  if body is None or len(body.outvars) != len(call.outvars):
+    return None
+  out = body.outvars[call.outvars.index(v)]
+  return next((e for e in body.eqns if any(o is out for o in e.outvars)), None)
 
 
 def _all_zero(x) -> bool:

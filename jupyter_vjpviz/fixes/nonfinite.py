@@ -103,7 +103,7 @@ def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
 
 
 AS_WRITTEN = ("pasted at the line: the forward values are kept, the gradient is finite and "
-              "equals float64 central differences of the original")
+              "equals central differences of the original (float64 where it runs so)")
 
 
 def _as_written(cand: _Candidate, c: Culprit, p: Program) -> str | None:
@@ -158,7 +158,7 @@ def candidates(c: Culprit, p: Program) -> list[_Candidate]:
     return square + [_guard(c, line, name, norm)] + ([] if norm else [_eps(line, name)])
   if name == "log":
     found = [_log_softmax(c, line)] if _softmax_axes(c) is not None else []
-    return found + [_clamp(line)]
+    return found + [_clamp(c, line)]
   if name == "div":
     return [_guard_div(line)]
   return []
@@ -199,7 +199,8 @@ def _in_place(title: str, rewritten: str | None, template: str, reason: str, fn,
   return _Candidate(title, helper + rewritten, reason, fn, in_place=True)
 
 
-_SAFE_NORM = ("def safe_norm(x, axis=None, keepdims=False):\n"
+_SAFE_NORM = ("# beside your function:\n"
+              "def safe_norm(x, axis=None, keepdims=False):\n"
               "  s = jnp.sum(x * x, axis=axis, keepdims=keepdims)\n"
               "  return jnp.where(s > 0, jnp.sqrt(jnp.where(s > 0, s, 1.0)), 0.0)\n\n")
 
@@ -241,13 +242,16 @@ def _eps(line: str | None, name: str) -> _Candidate:
                    "shifts the value by at most 1e-6; the derivative at 0 becomes finite", fn)
 
 
-def _clamp(line: str | None) -> _Candidate:
+def _clamp(c: Culprit, line: str | None) -> _Candidate:
+  """log of at least the operand dtype's smallest normal (float16's is 6.1e-05: 1e-30
+  there is 0 again) or ``TINY``."""
+  floor = max(TINY, float(jnp.finfo(c.eqn.invars[0].aval.dtype).tiny))
+
   def fn(eqn, ins, producer):
-    u = ins[0]
-    return [jnp.log(jnp.maximum(u, max(TINY, float(jnp.finfo(u.dtype).tiny))))]
+    return [jnp.log(jnp.maximum(ins[0], floor))]
   return _in_place("Clamp before log",
-                   _rewrite(line, ("log",), lambda a: f"jnp.log(jnp.maximum({a}, {TINY:g}))"),
-                   f"jnp.log(jnp.maximum(x, {TINY:g}))",
+                   _rewrite(line, ("log",), lambda a: f"jnp.log(jnp.maximum({a}, {floor:.2g}))"),
+                   f"jnp.log(jnp.maximum(x, {floor:.2g}))",
                    "log never sees 0; its gradient is 0 where the input was clamped", fn)
 
 

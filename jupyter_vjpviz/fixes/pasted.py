@@ -19,11 +19,13 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import sys
 import textwrap
 import types
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..analysis import replay
@@ -36,7 +38,7 @@ from . import source
 
 MAX_DEPTH = 3          # calls followed from the differentiated function to the named line
 DIRECTIONS = 3         # random directions of the float64 reference
-STEP = 1e-5           # of the float64 differences, along a unit direction
+MAX_LEAVES = 8         # leaves given directions of their own, where no joint one is smooth
 RTOL = {"float64": 1e-6, "float32": 2e-3, "float16": 3e-2, "bfloat16": 6e-2}
 
 
@@ -48,7 +50,8 @@ class Unpastable(Exception):
 class _Link:
   """How a function reaches the next one on the way to the named line."""
   how: str         # "global" (a name in its globals) | "cell" (a closure cell) | "method"
-  key: object      # the global's name, the cell's index, or (class, attribute)
+  key: object      # the global's name, the cell's index, or (class or module, attribute):
+                   # a method (or a module's global) replaced while the program runs
 
 
 def pasted(fun: Callable, where: str | None, code: str, args: tuple = ()) -> Callable:
@@ -60,6 +63,8 @@ def pasted(fun: Callable, where: str | None, code: str, args: tuple = ()) -> Cal
     raise Unpastable("the fix names no line")
   base, rebind = _unwrapped(fun)
   chain = _path(base, *found, depth=0, seen=set(), extra=_held_methods(args))
+  if chain is None:   # reached through a library's objects (an nnx graph, a linen apply)
+    chain = _in_module(*found, base)
   if chain is None:
     raise Unpastable(f"{found[0]}:{found[1]} is in no function reached from "
                      f"{getattr(base, '__name__', 'the function')}")
@@ -98,6 +103,23 @@ def _unwrapped(fun):
   if isinstance(call, types.FunctionType):
     return call, lambda f: types.MethodType(f, fun)
   raise Unpastable(f"{type(fun).__name__} is not a Python function")
+
+
+def _in_module(file: str, line: int, base):
+  """([base, the function holding the line], [how base reaches it]) where that function is
+  a global of the module loaded from ``file`` (a notebook cell: ``__main__``) or a method
+  of a class defined there; it is replaced there while the fixed program runs."""
+  modules = [m for m in list(sys.modules.values())
+             if getattr(m, "__file__", None) == file or getattr(m, "__name__", "") == "__main__"]
+  for mod in modules:
+    for name, value in list(vars(mod).items()):
+      if isinstance(value, types.FunctionType) and _holds(value, file, line):
+        return [base, value], [_Link("method", (mod, name))]
+      if isinstance(value, type) and value.__module__ == mod.__name__:
+        for link, fn in _methods(value):
+          if _holds(fn, file, line):
+            return [base, fn], [link]
+  return None
 
 
 def _holds(fn, file: str, line: int) -> bool:
@@ -140,6 +162,8 @@ def _callees(fn):
     value = fn.__globals__.get(name)
     if isinstance(value, types.FunctionType):
       yield _Link("global", name), value
+    elif not isinstance(value, (types.ModuleType, type, type(None))):   # a model held globally
+      yield from _methods(type(value))
   for i, cell in enumerate(fn.__closure__ or ()):
     with contextlib.suppress(ValueError):   # an empty cell
       value = cell.cell_contents
@@ -259,15 +283,30 @@ def _relinked(parent, link: _Link, child):
 
 @contextlib.contextmanager
 def _patched(methods):
-  """The classes' methods replaced by the rebuilt ones, meanwhile."""
-  old = [(cls, attr, vars(cls)[attr]) for cls, attr, _ in methods]
-  try:
-    for cls, attr, new in methods:
-      setattr(cls, attr, new)
+  """The classes' methods (modules' globals) replaced by the rebuilt ones, meanwhile: the
+  code of the function a library wrapped (linen's compact methods, equinox's) where the
+  rebuilt one needs nothing its globals lack, else the attribute."""
+  with contextlib.ExitStack() as undo:
+    for owner, attr, new in methods:
+      held = vars(owner)[attr]
+      target = inspect.unwrap(held) if callable(held) else held
+      if _swappable(target, new):
+        undo.callback(setattr, target, "__code__", target.__code__)
+        target.__code__ = new.__code__
+      else:
+        undo.callback(setattr, owner, attr, held)
+        setattr(owner, attr, new)
     yield
-  finally:
-    for cls, attr, value in old:
-      setattr(cls, attr, value)
+
+
+def _swappable(target, new) -> bool:
+  """Whether ``new``'s code can run as ``target``'s: the same closure variables, and no
+  global it reads that ``target``'s globals lack (a helper the fix defines)."""
+  if not isinstance(target, types.FunctionType):
+    return False
+  reads = {n for c in _codes(new.__code__) for n in c.co_names}
+  added = new.__globals__.keys() - target.__globals__.keys()
+  return target.__code__.co_freevars == new.__code__.co_freevars and not reads & added
 
 
 # --------------------------------------------------------------------------- the judge
@@ -317,23 +356,28 @@ def _forward_changed(before, after) -> str | None:
 
 def _against_reference(fun, args, kwargs, nums, grads, finite) -> str | None:
   """Where ``grads`` differ from float64 central differences of ``fun`` along random
-  directions (None: nowhere). Directions along which the loss is not smooth (the two step
-  sizes disagree) are left out; if all are, directions through the coordinates where the
-  original gradient was finite alone are tried; if none is judged, neither is the fix
-  (``replay.NotJudged``)."""
+  directions (None: nowhere). Directions along which the loss is not smooth are left out;
+  where all are, directions through the entries whose original gradient was finite, then
+  through each leaf alone (a kink in a bias leaves its weight smooth); if none is judged,
+  neither is the fix (``replay.NotJudged``)."""
   flat, tree = jax.tree_util.tree_flatten([args[i] for i in nums])
   flat_grads = [np.asarray(g, np.float64) for g in jax.tree_util.tree_leaves(grads)]
   dtype = next((str(x.dtype) for x in flat if _inexact(x)), "float32")
   rtol = RTOL.get(dtype, 2e-3)
   gnorm = np.sqrt(sum(float(np.sum(g * g)) for g in flat_grads))
   everywhere = [np.ones(np.shape(x), bool) if _inexact(x) else None for x in flat]
-  for support in (everywhere, finite):
-    if support is None or len(support) != len(flat):
-      continue
-    judged, wrong = _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support,
-                                lambda ad, fd: abs(ad - fd) > rtol * max(abs(fd), 1e-2 * gnorm, 1e-6))
-    if wrong:
-      return wrong
+  alone = [[m if k == j else None for k, m in enumerate(everywhere)]
+           for j in range(min(len(flat), MAX_LEAVES))]
+  tiers = [[everywhere]] + ([[finite]] if finite is not None and len(finite) == len(flat)
+                           else []) + [alone]
+  differs = lambda ad, fd, noise: abs(ad - fd) > rtol * max(abs(fd), 1e-2 * gnorm, 1e-6) + noise
+  for supports in tiers:   # each tier, where the one before judged no direction
+    judged = 0
+    for support in supports:
+      n, wrong = _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support, differs)
+      if wrong:
+        return wrong
+      judged += n
     if judged:
       return None
   raise replay.NotJudged("the original loss is not smooth near these inputs in float64: "
@@ -342,36 +386,56 @@ def _against_reference(fun, args, kwargs, nums, grads, finite) -> str | None:
 
 def _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support, differs):
   """(how many random directions within ``support`` were judged, why the gradient is wrong
-  along one, or None). A direction is judged where the loss is smooth along it: its
-  one-sided differences agree (a kink, ``|x|`` at 0, makes them differ)."""
+  along one, or None). A direction is judged where the loss is smooth along it (``_slope``)."""
   rng, judged = np.random.default_rng(0), 0
   at = functools.partial(_loss64, fun, args, kwargs, nums, tree, flat)
   here = at(None, 0.0)
+  if here is None:
+    return 0, None
   for _ in range(DIRECTIONS):
     d = [None if m is None or not _inexact(x) else rng.standard_normal(np.shape(x)) * m
          for x, m in zip(flat, support)]
     norm = np.sqrt(sum(float(np.sum(v * v)) for v in d if v is not None))
-    if not norm or here is None:
+    if not norm:
       return judged, None
     d = [None if v is None else v / norm for v in d]
-    up, down = at(d, STEP), at(d, -STEP)
-    if up is None or down is None:
+    slope = _slope(functools.partial(at, d), *here)
+    if slope is None:
       continue
-    forward, backward = (up - here) / STEP, (here - down) / STEP
-    if abs(forward - backward) > 1e-3 * max(abs(forward), abs(backward)) + 1e-9 * max(1.0, abs(here)) / STEP:
-      continue   # not differentiable along d here: no reference
     judged += 1
+    fd, noise = slope
     ad = sum(float(np.vdot(g, v)) for g, v in zip(flat_grads, d) if v is not None)
-    fd = (forward + backward) / 2
-    if differs(ad, fd):
-      return judged, (f"its gradient differs from float64 central differences of the original "
+    if differs(ad, fd, noise):
+      return judged, (f"its gradient differs from central differences of the original "
                       f"({ad:.6g} against {fd:.6g} along a random direction)")
   return judged, None
 
 
-def _loss64(fun, args, kwargs, nums, tree, flat, d, h) -> float | None:
-  """The sum of ``fun``'s outputs in float64 at the differentiated inputs moved by ``h d``;
-  None where it is not finite or cannot be computed in float64."""
+def _slope(at, value: float, eps: float) -> tuple[float, float] | None:
+  """(the derivative of ``at(h)`` at 0, its rounding error) by central differences
+  (Richardson-extrapolated), at
+  a step fit for the precision ``eps`` the loss was computed in (float64 where the program
+  allows: one that casts to float32 itself is differenced as float32); None where it is not
+  differentiable there: its one-sided differences differ by as much at half the step (a
+  kink, ``|x|`` at 0) rather than half as much (curvature), or a value is not finite."""
+  if eps > 1e-6:
+    return None   # float16 and bfloat16: no difference in them is a reference
+  h = eps ** (1 / 3)
+  values = [at(s) for s in (h, -h, h / 2, -h / 2)]
+  if any(v is None for v in values):
+    return None
+  (up, _), (down, _), (up2, _), (down2, _) = values
+  noise = 8 * eps * max(1.0, abs(value))
+  bend, bend2 = (up - 2 * value + down) / h, (up2 - 2 * value + down2) / (h / 2)
+  if abs(bend2) > 0.75 * abs(bend) + 4 * noise / h:
+    return None
+  return (4 * (up2 - down2) / h - (up - down) / (2 * h)) / 3, 4 * noise / h
+
+
+def _loss64(fun, args, kwargs, nums, tree, flat, d, h) -> tuple[float, float] | None:
+  """(the sum of ``fun``'s outputs with float64 enabled, at the differentiated inputs
+  moved by ``h d``; the precision of the dtype it came out in); None where it is not finite
+  or cannot be computed so."""
   moved = [x if v is None else np.asarray(x, np.float64) + h * v
            for x, v in zip(flat, d or [None] * len(flat))]
   full = [_as64(a) for a in args]
@@ -379,14 +443,14 @@ def _loss64(fun, args, kwargs, nums, tree, flat, d, h) -> float | None:
     full[i] = part
   try:
     with config.enable_x64(True), replay.replaying():
-      out = _run(fun, full, _as64(kwargs))
-      value = sum(float(np.sum(np.asarray(o, np.float64)))
-                  for o in jax.tree_util.tree_leaves(out) if _inexact(o))
+      out = [o for o in jax.tree_util.tree_leaves(_run(fun, full, _as64(kwargs))) if _inexact(o)]
+      value = sum(float(np.sum(np.asarray(o, np.float64))) for o in out)
+      eps = max((float(jnp.finfo(o.dtype).eps) for o in out), default=1.0)
   except replay.NotJudged:
     raise
   except Exception:  # noqa: BLE001 - a program that does not run in float64 has no reference
     return None
-  return value if np.isfinite(value) else None
+  return (value, eps) if np.isfinite(value) else None
 
 
 def _as64(tree):
