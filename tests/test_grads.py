@@ -497,3 +497,55 @@ def test_a_dead_relu_before_a_product_is_still_dead_not_a_zero_factor():
             {"w1": jnp.ones((3, 3)), "w2": jnp.ones((3, 1))}, jnp.ones((2, 3)))
   assert {(z.path, z.reason, z.op, z.factor) for z in r.zero} == {
       ("['w1']", "dead", "relu", None), ("['w2']", "dead", "relu", None)}
+
+
+# ------------------------------------- reasons traced to what the user wrote (issue 37)
+
+def _reasons(report):
+  return {z.path: (z.reason, int(z.source.rsplit(":", 1)[1]) if z.source else None)
+          for z in report.zero}
+
+
+def _line(fn, text):
+  import inspect
+  lines, first = inspect.getsourcelines(fn)
+  return first + next(i for i, l in enumerate(lines) if text in l)
+
+
+def _dead_where_then_attention(p, x):
+  h = jnp.where(x @ p["w"] - 100.0 > 0, x @ p["w"] - 100.0, 0.0)
+  q, k = h @ p["wq"], h @ p["wk"]
+  return (jax.nn.softmax(q @ k.T) @ h).sum() + (h @ p["v"]).sum()
+
+
+def test_a_dead_where_before_attention_is_dead_at_the_where_for_every_projection():
+  p = {k: jnp.ones((4, 4)) for k in ("w", "wq", "wk", "v")}
+  report = grads(_dead_where_then_attention, p, jnp.ones((3, 4)))
+  line = _line(_dead_where_then_attention, "jnp.where")
+  assert _reasons(report) == {f"['{k}']": ("dead", line) for k in ("w", "wq", "wk", "v")}
+
+
+def _dead_then_checkpoint(p, x):
+  h = jax.nn.relu(x @ p["w"] - 100.0)
+  h = jax.checkpoint(lambda h: h + jnp.tanh(h @ p["v"]))(h)
+  return h.sum()
+
+
+def test_a_zero_factor_inside_a_checkpoint_is_traced_out_to_the_dead_relu():
+  p = {"w": jnp.ones((4, 4)), "v": jnp.ones((4, 4))}
+  report = grads(_dead_then_checkpoint, p, jnp.ones((3, 4)))
+  line = _line(_dead_then_checkpoint, "relu")
+  assert _reasons(report) == {"['w']": ("dead", line), "['v']": ("dead", line)}
+
+
+def _saturated_then_norm(p, x):
+  h = jax.nn.sigmoid(x @ p["w"] + 100.0)
+  h = (h - h.mean(-1, keepdims=True)) * p["g"]
+  return h.sum() + (x @ p["u"]).sum()
+
+
+def test_features_made_alike_by_a_saturated_activation_are_saturated_there():
+  p = {"w": jnp.ones((4, 4)), "g": jnp.ones(4), "u": jnp.ones((4, 2))}
+  report = grads(_saturated_then_norm, p, jnp.ones((3, 4)))
+  line = _line(_saturated_then_norm, "sigmoid")
+  assert _reasons(report)["['g']"] == ("saturated", line)

@@ -186,11 +186,23 @@ def value_cuts(jaxpr: core.Jaxpr, env: dict, edges: dict, zero: list[int]) -> di
   return found
 
 
+@dataclasses.dataclass(frozen=True)
+class _Enclosing:
+  """The level a call's body sits in, for a zero factor traced out of the body."""
+  jaxpr: object
+  env: dict
+  prefix: str | None
+  inputs: dict
+  operands: dict            # the body's input variables -> the call's operands here
+                            # (empty for the level being classified)
+  up: _Enclosing | None
+
+
 def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
-                 outer: str | None = None) -> None:
+                 outer: str | None = None, up: _Enclosing | None = None) -> None:
   """``inputs``: this level's variables that are the program's inputs, by input index;
   ``outer``: the enclosing call's line, for a library's body that keeps no user frame
-  (``jnp.where``'s)."""
+  (``jnp.where``'s); ``up``: the levels around this one."""
   nonzero = _nonzero(jaxpr, prefix, edges, out_nonzero)
   for k, eqn in enumerate(jaxpr.eqns):
     hit = set().union(*[reached.get(v, ()) for v in eqn.invars
@@ -210,12 +222,13 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
       passed = {b: inputs[v] for b, v in zip(body.invars, eqn.invars)
                 if isinstance(v, core.Var) and v in inputs}   # a Literal is no input
       _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found,
-                   passed, _source(eqn) or outer)
+                   passed, _source(eqn) or outer,
+                   _Enclosing(jaxpr, env, prefix, inputs, dict(zip(body.invars, eqn.invars)), up))
       if hit - set(found):   # not cut inside: the call as a whole
         for i in hit - set(found):
-          found[i] = _classify(eqn, nid, jaxpr, env, inputs, reached, outer)
+          found[i] = _classify(eqn, nid, jaxpr, env, inputs, reached, outer, up)
       continue
-    cut = _classify(eqn, nid, jaxpr, env, inputs, reached, outer)
+    cut = _classify(eqn, nid, jaxpr, env, inputs, reached, outer, up)
     for i in hit:
       found[i] = cut
 
@@ -251,7 +264,7 @@ def _nonzero(jaxpr, prefix, edges, out_nonzero) -> set:
 
 
 def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict,
-              outer: str | None = None) -> Cut:
+              outer: str | None = None, up: _Enclosing | None = None) -> Cut:
   """The value reason an equation made a zero cotangent from a non-zero one (``zeroed``:
   the variables whose zero cotangent is being explained; ``inputs``: ``_value_level``'s)."""
   name, where = _op_name(eqn), _source(eqn) or outer
@@ -263,8 +276,8 @@ def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict,
   factors = [v for v in eqn.invars if not (isinstance(v, core.Var) and zeroed.get(v))
              and _all_zero(env.get(v) if isinstance(v, core.Var) else getattr(v, "val", 1))]
   if name in PRODUCTS and factors:
-    return _zero_factor(Cut("zero_factor", nid, name, where),
-                        nid.rpartition(".")[0] or None, jaxpr, factors, inputs)
+    here = _Enclosing(jaxpr, env, nid.rpartition(".")[0] or None, inputs, {}, up)
+    return _zero_factor(Cut("zero_factor", nid, name, where), here, factors)
   return Cut("underflow" if low else "dead", nid, name, where)
 
 
@@ -278,33 +291,66 @@ def _op_name(eqn) -> str:
   return name
 
 
-def _zero_factor(cut: Cut, prefix, jaxpr, factors: list, inputs: dict, hops: int = 8) -> Cut:
-  """A product's all-zero factor traced back through reshapes and casts: to the mask that
-  zeroed it (a dead relu before a dense layer), ``dead`` there; else ``cut``, the product's
-  ``zero_factor``, naming the program input the factor is, where it is one (a
-  zero-initialised LoRA ``B``, a ReZero gate at 0)."""
-  made = {v: (k, e) for k, e in enumerate(jaxpr.eqns) for v in e.outvars}
+def _zero_factor(cut: Cut, level: _Enclosing, factors: list, hops: int = 8) -> Cut:
+  """A product's all-zero factor traced back to what zeroed it: through reshapes, casts and
+  scalings, the zero factor of a product before it, and the difference of equal values (a
+  norm's ``h - mean(h)``): to a mask (a dead relu before a dense layer, or before an
+  attention's projections), ``dead`` there, or to a saturated activation (features all
+  equal), ``saturated``; else ``cut``, the product's ``zero_factor``, naming the program
+  input the factor is, where it is one (a zero-initialised LoRA ``B``, a ReZero gate at 0).
+  A factor that is a call body's input is followed out to the call's operand (a
+  ``jax.checkpoint`` block after a dead relu)."""
   for v in factors:
+    at = level
+    made = _producers(at.jaxpr)
     for _ in range(hops):
+      while isinstance(v, core.Var) and v not in made and at.up is not None and v in at.up.operands:
+        at, v = at.up, at.up.operands[v]
+        made = _producers(at.jaxpr)
       if not isinstance(v, core.Var) or v not in made:   # an input, or a literal 0
         break
+      value = lambda u, env=at.env: env.get(u) if isinstance(u, core.Var) else getattr(u, "val", 1)
       k, producer = made[v]
+      prefix = at.prefix
       name = _op_name(producer)
-      if name in MASKS:
-        return Cut("dead", _eqn_id(prefix, k), name, _source(producer))
       inside = _made_inside(producer, v)
-      if inside is not None and _op_name(inside) in MASKS:   # jnp.where's jit, relu's rule
-        return Cut("dead", _eqn_id(prefix, k), name, _source(inside) or _source(producer))
-      operands = [u for u in producer.invars if isinstance(u, core.Var)]
-      if name in PASS:
-        v = producer.invars[0]
-      elif name in SCALINGS and len(operands) == 1:   # 2 * w: still w's zeros
-        v = operands[0]
-      else:
+      found = next((n for n in (name, inside and _op_name(inside)) if n in MASKS | SATURATING),
+                   None)
+      if found is not None:   # jnp.where's jit, relu's rule: the mask inside
+        where = _source(inside) if inside is not None else None
+        return Cut("dead" if found in MASKS else "saturated", _eqn_id(prefix, k), name,
+                   where or _source(producer))
+      v = _zeroed_by(producer, name, value)
+      if v is None:
         break
-    if isinstance(v, core.Var) and v in inputs:
-      return dataclasses.replace(cut, factor=inputs[v])
+    if isinstance(v, core.Var) and v in at.inputs:
+      return dataclasses.replace(cut, factor=at.inputs[v])
   return cut
+
+
+def _producers(jaxpr) -> dict:
+  return {v: (k, e) for k, e in enumerate(jaxpr.eqns) for v in e.outvars}
+
+
+def _zeroed_by(producer, name: str, value):
+  """The operand of ``producer`` whose zeros its all-zero output passes on, or None."""
+  operands = [u for u in producer.invars if isinstance(u, core.Var)]
+  if name in PASS:
+    return producer.invars[0]
+  if name in SCALINGS and len(operands) == 1:   # 2 * w: still w's zeros
+    return operands[0]
+  if name in PRODUCTS:
+    return next((u for u in producer.invars if _all_zero(value(u))), None)
+  if name == "sub" and _equal(value(producer.invars[0]), value(producer.invars[1])):
+    return producer.invars[0]   # h - mean(h) of features all alike: what made them alike
+  return None
+
+
+def _equal(a, b) -> bool:
+  try:
+    return bool(np.all(np.asarray(a) == np.asarray(b)))
+  except Exception:  # noqa: BLE001 - values we cannot read are not called equal
+    return False
 
 
 def _made_inside(call, v):
