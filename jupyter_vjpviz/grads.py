@@ -185,7 +185,8 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
                  for p in _partly(paths[k], g, position[k] in gathered, sliced.get(position[k])))
   grad_flows = [_flow(g) for g in values]
   eps = max((float(np.finfo(x.dtype).eps) for x in leaves if inexact(x)), default=0.0)
-  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows, eps)
+  tables = {k for k, i in enumerate(position) if i in gathered}
+  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows, eps, tables)
   graph = dataclasses.replace(_with_primals(mark_flows(_graph(origin), edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
@@ -306,25 +307,30 @@ def _flow(x) -> nonfinite.Flow:
   return nonfinite.Flow.of(nonfinite.flow(x), int(np.size(x)))
 
 
-def _layers(paths, scopes, grad_flows, param_flows, eps) -> tuple[Layer, ...]:
+def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset()) -> tuple[Layer, ...]:
   """Per block, in depth order, each flagged where its gradient norm is over ``CHANGE``
   times above or below the next one's, or its update ratio is out of reach (``_flag``).
   The blocks are the named scopes the leaves are read in, where they make two or more
   (``_named_blocks``); else the repeated blocks of a stacked model (``nonfinite.strip``'s
-  grouping of the paths)."""
+  grouping of the paths). A block of embedding ``tables`` (leaf indices read only by
+  gathers) is neither flagged nor compared with."""
   named = _named_blocks(scopes)
   if named:
     rows = [(name, nonfinite.Flow.joined([grad_flows[k] for k in ks]).norm,
              nonfinite.Flow.joined([param_flows[k] for k in ks]).norm) for name, ks in named]
+    members = [ks for _, ks in named]
   else:
     w = dict((row[0], row[4]) for row in nonfinite.strip(list(paths), param_flows))
     rows = [(row[0], row[4], w.get(row[0], 0.0))
             for row in nonfinite.strip(list(paths), grad_flows)]
+    members = [[k for k, p in enumerate(paths) if p.startswith(row[0])] for row in rows]
+  # An embedding's gradient is sparse by nature (rows not gathered): its norm is no evidence.
+  sparse = [bool(ks) and set(ks) <= set(tables) for ks in members]
   layers = []
   for k, (name, norm, param) in enumerate(rows):
-    deeper = rows[k + 1][1] if k + 1 < len(rows) else None
+    deeper = rows[k + 1][1] if k + 1 < len(rows) and not sparse[k + 1] else None
     ratio = norm / param if param else None
-    flag, why = _flag(norm, deeper, ratio, eps)
+    flag, why = (None, None) if sparse[k] else _flag(norm, deeper, ratio, eps)
     layers.append(Layer(name, norm, param, ratio, flag, why))
   return tuple(layers)
 

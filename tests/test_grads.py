@@ -549,3 +549,26 @@ def test_features_made_alike_by_a_saturated_activation_are_saturated_there():
   report = grads(_saturated_then_norm, p, jnp.ones((3, 4)))
   line = _line(_saturated_then_norm, "sigmoid")
   assert _reasons(report)["['g']"] == ("saturated", line)
+
+
+def _stack(first):
+  """Three tanh layers after a first block ``first(w, x)`` whose output barely counts."""
+  def loss(p, x):
+    h = first(p["blocks"][0]["w"], x) * 1e-4 + 0.5
+    for b in p["blocks"][1:]:
+      h = jnp.tanh(h @ b["w"]) * 3
+    return jax.nn.logsumexp(h, -1).mean()
+  return loss
+
+
+def test_an_embedding_tables_sparse_gradient_is_no_vanishing_block():
+  """Rows not gathered get no gradient by nature: the table's norm is no evidence. The
+  same block read whole (a dense layer) is flagged: the flag is the table's to lose."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  ids = jax.random.randint(keys[0], (4, 6), 0, 16)
+  blocks = lambda first: {"blocks": [{"w": jax.random.normal(keys[0], (16, 16))}] + [
+      {"w": jax.random.normal(k, (16, 16)) * 0.25} for k in keys[1:]]}
+  embedded = grads(_stack(lambda w, ids: w[ids].mean(1)), blocks(0), ids)
+  dense = grads(_stack(lambda w, x: x @ w), blocks(0), jax.nn.one_hot(ids[:, 0], 16))
+  assert dense.layers[0].flag == "vanishing"
+  assert embedded.layers[0].flag is None and embedded.healthy
