@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import math
 import os
+import re
 
 import jax
 import numpy as np
@@ -315,6 +316,8 @@ def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset()) -> 
   grouping of the paths). A block of embedding ``tables`` (leaf indices read only by
   gathers) is neither flagged nor compared with."""
   named = _named_blocks(scopes)
+  if named and _by_class(named, paths):   # equinox's scopes: one per class, not per layer
+    named = _path_blocks(paths, scopes)
   if named:
     rows = [(name, nonfinite.Flow.joined([grad_flows[k] for k in ks]).norm,
              nonfinite.Flow.joined([param_flows[k] for k in ks]).norm) for name, ks in named]
@@ -368,6 +371,34 @@ def _named_blocks(scopes) -> list[tuple[str, list[int]]]:
   blocks: dict[str, list[int]] = {}
   for k in sorted((k for k, p in enumerate(parts) if p), key=lambda k: scopes[k][1]):
     blocks.setdefault("/".join(parts[k][:depth]), []).append(k)
+  return list(blocks.items()) if len(blocks) > 1 else []
+
+
+_KEY = re.compile(r"\.\w+|\[[^\]]*\]")
+
+
+def _keys(path: str) -> list[str]:
+  """``.attn.query_proj.weight`` -> ``['.attn', '.query_proj', '.weight']``."""
+  return _KEY.findall(path)
+
+
+def _by_class(named, paths) -> bool:
+  """Whether a named block holds leaves of different modules: its scope is a class's name
+  (two ``eqx.nn.Linear`` layers), not one layer's."""
+  depth = len(os.path.commonprefix([_keys(p) for p in paths]))
+  return any(len({tuple(_keys(paths[k])[:depth + 1]) for k in ks}) > 1 for _, ks in named)
+
+
+def _path_blocks(paths, scopes) -> list[tuple[str, list[int]]]:
+  """(path, its leaves) per block, in the order the program first reads them: each leaf's
+  path cut one key below what all share (``.enc``, ``.attn`` of an equinox model's leaves);
+  [] unless that makes two or more."""
+  keys = [_keys(p) for p in paths]
+  depth = len(os.path.commonprefix(keys)) + 1
+  blocks: dict[str, list[int]] = {}
+  unread = lambda k: scopes[k][1] is None
+  for k in sorted(range(len(paths)), key=lambda k: (unread(k), () if unread(k) else scopes[k][1])):
+    blocks.setdefault("".join(keys[k][:depth]), []).append(k)
   return list(blocks.items()) if len(blocks) > 1 else []
 
 

@@ -572,3 +572,23 @@ def test_an_embedding_tables_sparse_gradient_is_no_vanishing_block():
   dense = grads(_stack(lambda w, x: x @ w), blocks(0), jax.nn.one_hot(ids[:, 0], 16))
   assert dense.layers[0].flag == "vanishing"
   assert embedded.layers[0].flag is None and embedded.healthy
+
+
+def test_equinox_blocks_are_its_layers_by_path_attention_among_them():
+  """equinox names scopes by class: two ``eqx.nn.Linear`` layers are two blocks, not one,
+  and the attention's projections are a block of their own, in the order they are read."""
+  import equinox as eqx
+
+  class Net(eqx.Module):
+    enc: eqx.nn.Linear
+    attn: eqx.nn.MultiheadAttention
+    dec: eqx.nn.Linear
+
+    def __call__(self, x):
+      h = jax.vmap(self.enc)(x)
+      return jax.vmap(self.dec)(self.attn(h, h, h)).sum()
+  k = jax.random.split(jax.random.PRNGKey(0), 3)
+  net = Net(eqx.nn.Linear(4, 8, key=k[0]), eqx.nn.MultiheadAttention(2, 8, inference=True, key=k[1]),
+            eqx.nn.Linear(8, 1, key=k[2]))
+  report = grads(lambda m, x: m(x), net, jnp.ones((3, 4)))
+  assert [layer.name for layer in report.layers] == [".enc", ".attn", ".dec"]
