@@ -173,9 +173,10 @@ def test_the_protocol_schema_names_exactly_the_registered_kinds():
 
 # ------------------------------------------------------------ imports flow one way
 
-LAYERS = ("base", "capture", "analysis", "fixes", "render", "deliver")
+LAYERS = ("base", "capture", "analysis", "fixes", "render", "api", "deliver")
 """Lowest first. The public entry points at the package top (``pipeline``, ``check``,
-``gradcheck``, ``nans``) sit with deliver; the package root (``__init__``, ``__main__``)
+``gradcheck``, ``nans``, ``grads``, ``watch``) are the api layer, which deliver's surfaces
+(magics, the comm, the console) call; the package root (``__init__``, ``__main__``) sits
 above them all."""
 
 ROOT_MODULES = (PACKAGE.name, f"{PACKAGE.name}.__main__")
@@ -217,13 +218,20 @@ def _layer(mod: str) -> int:
   if len(parts) > 1 and parts[1] in LAYERS:
     return LAYERS.index(parts[1])
   if len(parts) == 2 and mod not in ROOT_MODULES:
-    return LAYERS.index("deliver")       # a public entry point's module
+    return LAYERS.index("api")           # a public entry point's module
   return len(LAYERS)
 
 
 def test_every_module_belongs_to_a_stage():
   loose = [m for m in _imports() if _layer(m) == len(LAYERS) and m not in ROOT_MODULES]
   assert loose == []
+
+
+def test_the_api_is_a_layer_of_its_own():
+  """An entry point importing a surface of deliver's is an upward edge the test sees."""
+  assert _layer(f"{PACKAGE.name}.grads") == LAYERS.index("api")
+  assert _layer(f"{PACKAGE.name}.deliver.magics") > _layer(f"{PACKAGE.name}.nans")
+  assert _layer(f"{PACKAGE.name}.render.text") < _layer(f"{PACKAGE.name}.pipeline")
 
 
 def test_imports_only_run_down_the_pipeline():
