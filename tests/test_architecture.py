@@ -285,3 +285,31 @@ def test_only_records_writes_the_suspended_flag():
              for path in PACKAGE.rglob("*.py") if path != owner
              for line in _writes_of("suspended", ast.parse(path.read_text()))}
   assert writers == set()
+
+
+# -------------------------------------- modules meet at public names
+
+def _private_uses() -> list[str]:
+  """``module._name`` and ``from module import _name`` across our modules: a neighbour's
+  private name used from outside (dunders aside)."""
+  ours = {p.stem for p in PACKAGE.rglob("*.py")}
+  found = []
+  for path in PACKAGE.rglob("*.py"):
+    tree = ast.parse(path.read_text())
+    held = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE.name)):
+        for alias in node.names:
+          if alias.name.startswith("_") and not alias.name.startswith("__"):
+            found.append(f"{path.name}: from {node.module} import {alias.name}")
+          if alias.name in ours:
+            held.add(alias.asname or alias.name)
+    found += [f"{path.name}: {node.value.id}.{node.attr}" for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id in held and node.attr.startswith("_")
+              and not node.attr.startswith("__")]
+  return found
+
+
+def test_at_most_three_private_names_are_used_across_modules():
+  assert len(_private_uses()) <= 3, _private_uses()

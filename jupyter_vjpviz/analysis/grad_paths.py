@@ -25,9 +25,9 @@ import numpy as np
 from ..capture.compat.private import core
 from ..capture.naming.function_names import scope_names
 from . import program
-from .nonfinite import _source
+from .nonfinite import eqn_source
 from .nonfinite_eval import CALLS, bind, flow, inexact, pullback
-from .program import _body_prefix, _eqn_id, scan_groups, sub_jaxprs
+from .program import body_prefix, eqn_id, scan_groups, sub_jaxprs
 
 LIVE = "live"
 STRUCTURAL = ("unused", "stopped", "non_differentiable", "rule_zero")
@@ -84,8 +84,8 @@ def _level(jaxpr: core.Jaxpr, prefix: str | None, env: dict, outer: str | None =
     ins = [env.get(v, {}) if isinstance(v, core.Var) else {} for v in eqn.invars]
     if not any(ins):
       continue
-    nid = _eqn_id(prefix, k)
-    where = _source(eqn) or outer
+    nid = eqn_id(prefix, k)
+    where = eqn_source(eqn) or outer
     outs = _through(eqn, nid, ins, where)
     for v, deps in zip(eqn.outvars, outs):
       if deps:
@@ -109,7 +109,7 @@ def _through(eqn, nid: str, ins: list[dict], where: str | None) -> list[dict]:
   if subs and (name in CALLS or name == "scan") and len(subs[0].invars) == len(eqn.invars):
     return _body(subs[0], nid, ins, scan_groups(eqn)[:2] if name == "scan" else (0, 0), where)
   if name == "cond" and subs and all(len(s.invars) == len(eqn.invars) - 1 for s in subs):
-    per = [_level(s, _body_prefix(nid, b, len(subs)), dict(zip(s.invars, ins[1:])), where)
+    per = [_level(s, body_prefix(nid, b, len(subs)), dict(zip(s.invars, ins[1:])), where)
            for b, s in enumerate(subs)]
     return [_union(list(outs)) for outs in zip(*per)]
   return [_union(ins)] * len(eqn.outvars)
@@ -210,7 +210,7 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
     hit -= set(found)
     if not hit:
       continue
-    nid = _eqn_id(prefix, k)
+    nid = eqn_id(prefix, k)
     if not any(v in nonzero for v in eqn.outvars):
       for v in eqn.outvars:
         reached.setdefault(v, set()).update(hit)
@@ -222,7 +222,7 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
       passed = {b: inputs[v] for b, v in zip(body.invars, eqn.invars)
                 if isinstance(v, core.Var) and v in inputs}   # a Literal is no input
       _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found,
-                   passed, _source(eqn) or outer,
+                   passed, eqn_source(eqn) or outer,
                    _Enclosing(jaxpr, env, prefix, inputs, dict(zip(body.invars, eqn.invars)), up))
       if hit - set(found):   # not cut inside: the call as a whole
         for i in hit - set(found):
@@ -239,7 +239,7 @@ def primal_norms(jaxpr: core.Jaxpr, env: dict, prefix: str | None = None) -> dic
   found: dict[str, float] = {}
   norms: dict = {}    # per variable: a layer's activations feed several equations
   for k, eqn in enumerate(jaxpr.eqns):
-    nid = _eqn_id(prefix, k)
+    nid = eqn_id(prefix, k)
     for j, v in enumerate(eqn.invars):
       x = env.get(v) if isinstance(v, core.Var) else None
       if x is not None and inexact(v):
@@ -255,7 +255,7 @@ def _nonzero(jaxpr, prefix, edges, out_nonzero) -> set:
   """The variables of one level whose cotangent the measured pass found non-zero."""
   got = {v for v, nz in zip(jaxpr.outvars, out_nonzero) if nz and isinstance(v, core.Var)}
   for k, eqn in enumerate(jaxpr.eqns):
-    nid = _eqn_id(prefix, k)
+    nid = eqn_id(prefix, k)
     for j, v in enumerate(eqn.invars):
       f = edges.get(f"{nid}#{j}")
       if f is not None and isinstance(v, core.Var) and (f.peak > 0 or not f.finite):
@@ -267,7 +267,7 @@ def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict,
               outer: str | None = None, up: _Enclosing | None = None) -> Cut:
   """The value reason an equation made a zero cotangent from a non-zero one (``zeroed``:
   the variables whose zero cotangent is being explained; ``inputs``: ``_value_level``'s)."""
-  name, where = _op_name(eqn), _source(eqn) or outer
+  name, where = _op_name(eqn), eqn_source(eqn) or outer
   low = any(getattr(v.aval, "dtype", None) in LOW for v in eqn.invars if inexact(v))
   if name in MASKS:
     return Cut("dead", nid, name, where)
@@ -317,9 +317,9 @@ def _zero_factor(cut: Cut, level: _Enclosing, factors: list, hops: int = 8) -> C
       found = next((n for n in (name, inside and _op_name(inside)) if n in MASKS | SATURATING),
                    None)
       if found is not None:   # jnp.where's jit, relu's rule: the mask inside
-        where = _source(inside) if inside is not None else None
-        return Cut("dead" if found in MASKS else "saturated", _eqn_id(prefix, k), name,
-                   where or _source(producer))
+        where = eqn_source(inside) if inside is not None else None
+        return Cut("dead" if found in MASKS else "saturated", eqn_id(prefix, k), name,
+                   where or eqn_source(producer))
       v = _zeroed_by(producer, name, value)
       if v is None:
         break

@@ -41,7 +41,7 @@ from ..capture.naming import frames
 from . import repeated_blocks, replay
 from .nonfinite_eval import (CALLS, Patch, bind, eqn_pullback, evaluate, flow, inexact, patched,
                              pullback, scan_groups, shard_bind, split)
-from .program import _body_prefix, _eqn_id, consts, opened, rule_call, sub_jaxprs
+from .program import body_prefix, eqn_id, consts, opened, rule_call, sub_jaxprs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,8 +327,8 @@ class _Search:
       targets = [eqn.invars[j] for j in wrt]
       if inline and (not self.stop or all_finite(cts)):
         eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
-        found, got = self.level(next(sub_jaxprs(eqn)), _eqn_id(prefix, k), (*path, (k, 0)),
-                                ins, eqn_active, cts, where, _source(eqn) or outer, env.get(k),
+        found, got = self.level(next(sub_jaxprs(eqn)), eqn_id(prefix, k), (*path, (k, 0)),
+                                ins, eqn_active, cts, where, eqn_source(eqn) or outer, env.get(k),
                                 here and Patch(here.path[1:], here.fn), run)
         if found is not None:
           self.frames.append(_Frame(jaxpr, list(active), env, ct, k, undo))
@@ -360,7 +360,7 @@ class _Search:
       made = []
       for j, c, f in zip(wrt, got, stats):
         made.append(Flow.of(f, int(np.size(c))))
-        self.edges[f"{_eqn_id(prefix, k)}#{j}"] = made[-1]
+        self.edges[f"{eqn_id(prefix, k)}#{j}"] = made[-1]
       if self.stop and fed and not all(f.finite for f in made):
         found = self.culprit(jaxpr, prefix, path, k, live, ins, cts, made, where, outer, read)
         self.frames.append(_Frame(jaxpr, list(active), env, ct, k, undo))
@@ -373,10 +373,10 @@ class _Search:
     the culprit there, or inside it when its body is searched as it is differentiated."""
     eqn = jaxpr.eqns[k]
     eqn_active = [isinstance(v, core.Var) and v in live for v in eqn.invars]
-    here = Culprit(_eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
+    here = Culprit(eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
                    tuple(summary(x) if inexact(x) else None for x in ins),
                    Summary.joined([summary(c) for c in cts if c is not None]),
-                   Flow.joined([f for f in made if not f.finite]), _source(eqn) or outer, where)
+                   Flow.joined([f for f in made if not f.finite]), eqn_source(eqn) or outer, where)
     here.origin = _origin(here, jaxpr, path, prefix, read, outer, where)
     return self.inside(here, ins, eqn_active, cts) or here
 
@@ -386,7 +386,7 @@ class _Search:
     name, subs = c.eqn.primitive.name, list(sub_jaxprs(c.eqn))
     if name == "cond":
       b = int(ins[0])
-      return self.level(subs[b], _body_prefix(c.node, b, len(subs)), (*c.path[:-1], (c.path[-1][0], b)),
+      return self.level(subs[b], body_prefix(c.node, b, len(subs)), (*c.path[:-1], (c.path[-1][0], b)),
                         ins[1:], active[1:], cts, c.where, c.source)[0]
     if name == "scan":
       return self.iteration(c, subs[0], ins, active, cts)
@@ -461,9 +461,9 @@ def _origin(c: Culprit, jaxpr, path, prefix, read, outer, where) -> Culprit | No
     operands = [read(u) for u in eqn.invars]
     if not all_finite(operands):
       return None
-    return Culprit(_eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
+    return Culprit(eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
                    tuple(summary(o) if inexact(o) else None for o in operands), c.ct_in,
-                   c.ct_out, _source(eqn) or outer, where)
+                   c.ct_out, eqn_source(eqn) or outer, where)
   return None
 
 
@@ -575,7 +575,7 @@ def _inside_rule(eqn, ins, active, cts) -> tuple | None:
     return None
   inner, operands, where = found
   frame = frames.user_frame(inner.source_info.traceback)
-  return (inner.primitive.name, _source(inner),
+  return (inner.primitive.name, eqn_source(inner),
           tuple(summary(x) if inexact(x) else None for x in operands), where,
           frame.function_name if frame else None)
 
@@ -655,6 +655,6 @@ def all_finite(xs) -> bool:
              if x is not None and hasattr(x, "dtype") and inexact(x))
 
 
-def _source(eqn) -> str | None:
+def eqn_source(eqn) -> str | None:
   frame = frames.user_frame(eqn.source_info.traceback)
   return f"{frame.file_name}:{frame.start_line}" if frame else None

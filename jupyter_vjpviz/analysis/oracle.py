@@ -52,12 +52,12 @@ _FD_RTOL = 1e-2      # central differences in float32; float64 where it can be e
 
 # Primitives whose derivative is zero almost everywhere: autodiff of a primal
 # built on them says "zero", which is no judgement of a surrogate gradient.
-_FLAT = frozenset({"round", "floor", "ceil", "sign", "argmax", "argmin", "is_finite",
+FLAT_PRIMITIVES = frozenset({"round", "floor", "ceil", "sign", "argmax", "argmin", "is_finite",
                    "random_bits", "nextafter"})
 _INDEXING = frozenset({"gather", "scatter", "scatter-add", "scatter_add", "scatter-mul",
                        "scatter_mul", "scatter-min", "scatter-max", "dynamic_slice",
                        "dynamic_update_slice"})
-_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 _PASS_THROUGH = frozenset({"convert_element_type", "broadcast_in_dim", "reshape", "squeeze",
                            "expand_dims", "add", "sub", "select_n", "neg", "concatenate",
                            "transpose", "copy", "clamp", "max", "min"})
@@ -167,7 +167,7 @@ class Oracle:
   def identity(self) -> bool:
     """The primal hands inputs back unchanged as all its outputs: a custom rule on it exists
     only to shape the gradient (clipping, reversal, scaling), so it differs on purpose."""
-    traced = _Traced(self.fun, abstract_call_args(self.site))
+    traced = TracedPrimal(self.fun, abstract_call_args(self.site))
     if traced.jaxpr is None or not traced.jaxpr.outvars:
       return False
     return len(_passed_through(traced.jaxpr)) == len(traced.jaxpr.outvars)
@@ -186,7 +186,7 @@ class Oracle:
     """
     with eagerly_aside():
       try:
-        run = _compiled(self.rule(fwd, bwd, symbolic_zeros, perturbed),
+        run = compiled_run(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
         outs = [_flatten_cts(self.site, run((d.args, d.ct))) for d in self.draws]
       except replay.NotJudged as e:
@@ -233,7 +233,7 @@ class Oracle:
     candidate keeps what a rule computes, where it differs from the primal's on purpose."""
     with eagerly_aside():
       try:
-        run = _compiled(self.rule(fwd, bwd, symbolic_zeros, perturbed),
+        run = compiled_run(self.rule(fwd, bwd, symbolic_zeros, perturbed),
                         (self.draws[0].args, self.draws[0].ct))
         raw = [run((d.args, d.ct)) for d in self.draws]
         aligned = [_aligned(self.site, r) for r in raw]
@@ -270,7 +270,7 @@ class Oracle:
     for i, name in enumerate(self.site.in_names):
       refs = [d.reference[i] if d.reference is not None else None for d in self.draws]
       gots = [o[i] for o in outs]
-      leaves.append(_leaf_error(i, name, refs, gots, (self.precision or self.site.in_avals)[i],
+      leaves.append(leaf_error(i, name, refs, gots, (self.precision or self.site.in_avals)[i],
                                 judged=i not in self.unjudged, floor=self.floor))
     return leaves
 
@@ -285,17 +285,17 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
            by_fwd: bool = False) -> Oracle:
   site, shrunk = _smaller_site(site, fun)
   abstract_args = abstract_call_args(site)
-  traced = _Traced(fun, abstract_args)
-  bounds = _index_bounds(traced)
+  traced = TracedPrimal(fun, abstract_args)
+  bounds = index_bounds(traced)
   still = _unchanged_outputs(traced) if by_fwd else frozenset()
   key = np.random.default_rng(seed)
   draws, judge, reason, pull, dropped = [], "autodiff", "", None, []
   fun = replay.bounded(fun)
-  user, domains = _application(site, abstract_args)
+  user, domains = user_application(site, abstract_args)
   for k in range(n_draws):
     at_user = k == 0 and user is not None and not shrunk
     args = user if at_user else \
-        _draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds, domains=domains)
+        draw_args(site, abstract_args, key, positive=k % 2 == 1, bounds=bounds, domains=domains)
     out = _shapes(fun, args)
     ct = _draw_ct(out, key, still | _zero_cts(site))
     try:
@@ -334,7 +334,7 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int,
       still and (f"no cotangent on the {len(still)} output(s) that hand an input back "
                  "unchanged (the library's state), as rules written for it take them")]))
   return cls(site, fun, tuple(draws), judge, reason, unjudged, assumes=assumes,
-             floor=_computed_rtol(traced), shrunk=bool(shrunk))
+             floor=computed_rtol(traced), shrunk=bool(shrunk))
 
 
 def _smaller_site(site: RuleSite, fun) -> tuple[RuleSite, str]:
@@ -351,7 +351,7 @@ def _smaller_site(site: RuleSite, fun) -> tuple[RuleSite, str]:
   small = dataclasses.replace(
       site, in_avals=tuple(a.update(shape=s) for a, s in zip(site.in_avals, new)),
       nondiff=tuple((i, moved.get(i, v)) for i, v in site.nondiff))
-  if _Traced(fun, abstract_call_args(small)).jaxpr is None:
+  if TracedPrimal(fun, abstract_call_args(small)).jaxpr is None:
     raise replay.NotJudged(f"not judged: the arguments are too large to draw again, and "
                            f"{site.function} does not run at smaller shapes")
   changed = [f"{n} {small.in_avals[j].str_short()} for {a.str_short()}"
@@ -366,14 +366,14 @@ def _reference(site, fun, args, ct, judge: str, pull):
   if judge != "autodiff":
     replay.run(fun, *args)
     return None, pull
-  pull = pull or _compiled(lambda a: pullback(site, fun, *a), (args, ct))
-  return tuple(_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct)))), pull
+  pull = pull or compiled_run(lambda a: pullback(site, fun, *a), (args, ct))
+  return tuple(on_host(l) for l in jax.tree_util.tree_leaves(pull((args, ct)))), pull
 
 
 def _draw_ct(out, rng, still: frozenset = frozenset()):
   """A random cotangent for ``out``; zeros at the output leaves in ``still``."""
   leaves, tree = jax.tree_util.tree_flatten(out)
-  cts = [_draw_like(_ct_struct(s), rng) for s in leaves]
+  cts = [draw_like(ct_struct(s), rng) for s in leaves]
   return jax.tree_util.tree_unflatten(
       tree, [jnp.zeros_like(c) if k in still else c for k, c in enumerate(cts)])
 
@@ -393,7 +393,7 @@ def abstract_call_args(site: RuleSite) -> list:
           for i in range(len(differentiable) + len(static))]
 
 
-def _application(site, abstract_args) -> tuple[list | None, dict]:
+def user_application(site, abstract_args) -> tuple[list | None, dict]:
   """(the failing application's own arguments, the range of each array leaf's values),
   while its call is on the stack: the first point checks use, where the user's program
   is known to run, and the domain the others are drawn in; (None, {}) where not known."""
@@ -416,7 +416,7 @@ def _application(site, abstract_args) -> tuple[list | None, dict]:
   return jax.tree_util.tree_unflatten(tree, values), domains
 
 
-def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict,
+def draw_args(site, abstract_args, rng, positive: bool, bounds: dict,
                domains: dict | None = None) -> list:
   """Random values of every argument: nondiff arrays too, callables resolved; in the
   range of the user's own values where known (``domains``)."""
@@ -429,18 +429,18 @@ def _draw_args(site, abstract_args, rng, positive: bool, bounds: dict,
         raise ValueError("a callable argument of the failing call no longer exists")
       drawn.append(fn)
     elif isinstance(leaf, jax.ShapeDtypeStruct):
-      drawn.append(_draw_like(leaf, rng, positive, bounds.get(j), (domains or {}).get(j)))
+      drawn.append(draw_like(leaf, rng, positive, bounds.get(j), (domains or {}).get(j)))
     else:
       drawn.append(leaf)
   return jax.tree_util.tree_unflatten(tree, drawn)
 
 
-def _ct_struct(out):
+def ct_struct(out):
   """The cotangent type of a primal output: float0 for integer and boolean outputs."""
   return jax.ShapeDtypeStruct(out.shape, core.primal_dtype_to_tangent_dtype(out.dtype))
 
 
-def _draw_like(struct, rng, positive: bool = False, bound: int | None = None,
+def draw_like(struct, rng, positive: bool = False, bound: int | None = None,
                domain: tuple[float, float] | None = None):
   dtype = np.dtype(struct.dtype)
   if dtype == jax.dtypes.float0:
@@ -471,16 +471,16 @@ def _around(rng, shape, lo: float, hi: float):
 
 def pullback(site: RuleSite, fun, args, ct):
   """The cotangents JAX's autodiff of the primal gives its differentiable arguments."""
-  positions = _differentiable_positions(site, len(args))
+  positions = differentiable_positions(site, len(args))
   return vjp_wrt(fun, args, positions)[1](ct)
 
 
-def _differentiable_positions(site: RuleSite, n_args: int) -> list[int]:
+def differentiable_positions(site: RuleSite, n_args: int) -> list[int]:
   nondiff = {i for i, _ in site.nondiff}
   return [i for i in range(n_args) if i not in nondiff]
 
 
-def _host(x):
+def on_host(x):
   """float64 numpy of a cotangent leaf; None for float0 (an integer input's)."""
   if getattr(x, "dtype", None) == jax.dtypes.float0:
     return None
@@ -491,7 +491,7 @@ def _run_rule(site, args_ct, fwd, bwd, symbolic_zeros, perturbed):
   """The rule's cotangents at one draw ``(args, output cotangent)``."""
   args, ct = list(args_ct[0]), args_ct[1]
   given = list(args)
-  positions = _differentiable_positions(site, len(args))
+  positions = differentiable_positions(site, len(args))
   if symbolic_zeros:
     leaves, tree = jax.tree_util.tree_flatten([args[i] for i in positions])
     flags = perturbed or (True,) * len(leaves)
@@ -524,7 +524,7 @@ def _arrays(example):
   return leaves, tree, dyn
 
 
-def _compiled(fn, example):
+def compiled_run(fn, example):
   """``fn(x)`` for ``x`` shaped like ``example``, compiled once over its arrays (everything
   else, callables and Python data, stays as in ``example``); eagerly if it cannot be jitted.
 
@@ -616,7 +616,7 @@ def _flatten_cts(site: RuleSite, cts, strict: bool = True) -> list:
     if tuple(got.shape) != tuple(want.shape) or (strict and got.dtype != want.dtype):
       raise _TypeMismatch(f"{site.in_names[i]}'s cotangent is {got.str_short()}, "
                           f"not {want.str_short()}")
-    out.append(_host(ct))
+    out.append(on_host(ct))
   return out
 
 
@@ -629,10 +629,10 @@ def _none_or_zero(x) -> bool:
 def compare(i: int, name: str, reference, got, primal) -> LeafError:
   """One leaf's ``got`` against ``reference`` (numpy), by ``primal``'s dtype tolerance,
   where the reference is finite: how a rewrite of a program is judged against the original."""
-  return _leaf_error(i, name, [_host(reference)], [_host(got)], primal, judged=True)
+  return leaf_error(i, name, [on_host(reference)], [on_host(got)], primal, judged=True)
 
 
-def _computed_rtol(traced: _Traced) -> float:
+def computed_rtol(traced: TracedPrimal) -> float:
   """The tolerance of the lowest floating precision the primal computes in (a bfloat16
   matmul inside a float32 function): its own derivative carries that rounding, and so
   does any right rule (0 without a jaxpr: the inputs' dtypes decide)."""
@@ -668,7 +668,7 @@ def _outvars(jaxpr):
       yield from _outvars(sub)
 
 
-def _leaf_error(i, name, refs, gots, primal, judged: bool, floor: float = 0.0) -> LeafError:
+def leaf_error(i, name, refs, gots, primal, judged: bool, floor: float = 0.0) -> LeafError:
   dtype = str(avals.ct_aval(primal).dtype)
   if jax.dtypes.float0 == avals.ct_aval(primal).dtype:   # an integer input has no gradient
     return LeafError(i, name, 0.0, 0.0, (), True, True)
@@ -724,7 +724,7 @@ def _compare_directional(oracle: Oracle, outs) -> list[LeafError]:
 def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
   """d/de <ct, f(x + e v)> at e = 0, perturbing input leaf ``leaf`` only."""
   args = list(draw.args)
-  positions = _differentiable_positions(site, len(args))
+  positions = differentiable_positions(site, len(args))
   differentiable = tuple(args[i] for i in positions)
   flat, tree = jax.tree_util.tree_flatten(differentiable)
   x = np.asarray(flat[leaf], np.float64)
@@ -748,7 +748,7 @@ def _central_difference(site, fun, draw: _Draw, leaf: int, v) -> float | None:
 
 # ------------------------------------------------ what the primal tells us
 
-class _Traced:
+class TracedPrimal:
   """The primal's jaxpr at the call's abstract arguments, traced once when first asked
   (None where it cannot be traced: what it would tell is then not known).
 
@@ -778,7 +778,7 @@ class _Traced:
       return None
 
 
-def _index_bounds(traced: _Traced) -> dict[int, int]:
+def index_bounds(traced: TracedPrimal) -> dict[int, int]:
   """For integer argument leaves: the size of what the primal indexes or compares them with.
 
   Labels and indices must be drawn in range, or both the rule and autodiff see
@@ -801,7 +801,7 @@ def _index_bounds(traced: _Traced) -> dict[int, int]:
   return bounds
 
 
-def _unchanged_outputs(traced: _Traced) -> frozenset[int]:
+def _unchanged_outputs(traced: TracedPrimal) -> frozenset[int]:
   """The primal's output leaves that are one of its inputs, unchanged (through calls);
   none known without a jaxpr (every output then gets a cotangent)."""
   return frozenset(_passed_through(traced.jaxpr)) if traced.jaxpr is not None else frozenset()
@@ -836,7 +836,7 @@ def _bound(jaxpr, var) -> int | None:
     sizes = []
     if name in _INDEXING:
       sizes = [d for d in eqn.invars[0].aval.shape if d > 0]
-    elif name in _COMPARISONS:
+    elif name in COMPARISONS:
       sizes = [max(iotas[v]) for v in eqn.invars if isinstance(v, core.Var) and v in iotas]
     for sub in core.jaxprs_in_params(eqn.params):
       for outer, inner in zip(eqn.invars, sub.invars):
@@ -850,7 +850,7 @@ def _bound(jaxpr, var) -> int | None:
   return best
 
 
-def _flat_leaves(site, traced: _Traced, draws) -> tuple[frozenset, str]:
+def _flat_leaves(site, traced: TracedPrimal, draws) -> tuple[frozenset, str]:
   """Input leaves whose reference is zero (or not finite) at every draw although the
   output depends on them: the primal is piecewise constant there (sign, round,
   comparisons, argmax, a quantiser), and a non-zero rule is a surrogate."""
@@ -864,14 +864,14 @@ def _flat_leaves(site, traced: _Traced, draws) -> tuple[frozenset, str]:
   flat = frozenset(i for i in zero if i < len(invars) and invars[i] in reaching)
   if not flat:
     return frozenset(), ""
-  named = sorted(_primitives(traced.jaxpr) & (_FLAT | _COMPARISONS))
+  named = sorted(primitives_of(traced.jaxpr) & (FLAT_PRIMITIVES | COMPARISONS))
   how = f" ({', '.join(named)})" if named else ""
   return flat, (f"{site.function}'s derivative is zero at every draw for "
                 f"{', '.join(site.in_names[i] for i in sorted(flat))} although its output "
                 f"depends on it{how}: autodiff cannot judge a surrogate gradient")
 
 
-def _differentiable_invars(site, traced: _Traced) -> list[int]:
+def _differentiable_invars(site, traced: TracedPrimal) -> list[int]:
   """For each differentiable input leaf, its position among the traced jaxpr's inputs."""
   nondiff, positions, k = {i for i, _ in site.nondiff}, [], 0
   for i, arg in enumerate(traced.abstract_args):
@@ -897,12 +897,12 @@ def _not_finite(leaves) -> str:
           "(outside its domain), so it cannot say whether the rule is right")
 
 
-def _primitives(jaxpr) -> set[str]:
+def primitives_of(jaxpr) -> set[str]:
   found = set()
   for eqn in jaxpr.eqns:
     found.add(eqn.primitive.name)
     for sub in core.jaxprs_in_params(eqn.params):
-      found |= _primitives(sub)
+      found |= primitives_of(sub)
   return found
 
 

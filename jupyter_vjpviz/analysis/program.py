@@ -231,12 +231,12 @@ def _count(jaxpr: core.Jaxpr, memo: _Memo, clock: _Clock) -> int:
   return memo.counts[jaxpr]
 
 
-def _eqn_id(prefix: str | None, i: int) -> str:
+def eqn_id(prefix: str | None, i: int) -> str:
   """Equation ``i`` of a jaxpr: ``e12`` at the top, ``e12.3`` in e12's body."""
   return f"{prefix}.{i}" if prefix else f"e{i}"
 
 
-def _body_prefix(nid: str, branch: int, n_bodies: int) -> str:
+def body_prefix(nid: str, branch: int, n_bodies: int) -> str:
   """Ids inside an equation's sub-jaxprs; cond branches are numbered: ``e3.0.1``."""
   return f"{nid}.{branch}" if n_bodies > 1 else nid
 
@@ -398,14 +398,14 @@ def _is_carry(eqn, position: int) -> bool:
 
 
 def _index(nid: str) -> int:
-  """The equation's index in its own jaxpr (see ``_eqn_id``)."""
+  """The equation's index in its own jaxpr (see ``eqn_id``)."""
   return int(nid[1:].rsplit(".", 1)[-1])
 
 
 def _levels(jaxpr: core.Jaxpr, focus: str) -> list[tuple[core.Jaxpr, str | None, str]]:
   """(jaxpr, its id prefix, the node in it on the way to ``focus``), top level first.
 
-  Equation ids read backwards (see ``_eqn_id``, ``_body_prefix``); inputs and
+  Equation ids read backwards (see ``eqn_id``, ``body_prefix``); inputs and
   outputs are at the top.
   """
   if not focus.startswith("e"):
@@ -414,12 +414,12 @@ def _levels(jaxpr: core.Jaxpr, focus: str) -> list[tuple[core.Jaxpr, str | None,
   levels, prefix = [], None
   while parts:
     i = parts.pop(0)
-    nid = _eqn_id(prefix, i)
+    nid = eqn_id(prefix, i)
     levels.append((jaxpr, prefix, nid))
     if parts:
       subs = list(sub_jaxprs(jaxpr.eqns[i]))
       branch = parts.pop(0) if len(subs) > 1 else 0
-      jaxpr, prefix = subs[branch], _body_prefix(nid, branch, len(subs))
+      jaxpr, prefix = subs[branch], body_prefix(nid, branch, len(subs))
   return levels
 
 
@@ -436,7 +436,7 @@ def _links(jaxpr: core.Jaxpr, prefix: str | None, ins: list[str], outs: list[str
       links[dst].append(src)
   for i, eqn in enumerate(jaxpr.eqns):
     clock.tick()
-    nid = _eqn_id(prefix, i)
+    nid = eqn_id(prefix, i)
     for v in eqn.invars:
       link(v, nid)
     for v in eqn.outvars:
@@ -518,13 +518,13 @@ class _GraphBuilder:
     return strings
 
   def walk(self, jaxpr: core.Jaxpr, parent: str | None, prefix: str | None = None) -> None:
-    """Add jaxpr's selected equations under ``parent`` (ids: ``_eqn_id``)."""
+    """Add jaxpr's selected equations under ``parent`` (ids: ``eqn_id``)."""
     tick, subs_of, env, chains = self.clock.tick, self.memo.subs, self.env, self._chains[parent]
     edges, carried = self.edges, self._carried
     everything = self.select is _ALL
     for i, eqn in enumerate(jaxpr.eqns):
       tick()
-      nid = _eqn_id(prefix, i)
+      nid = eqn_id(prefix, i)
       kept = everything or self.select.eqn(nid, eqn)
       descend = everything or self.select.body(nid)
       if not (kept or descend):
@@ -551,7 +551,7 @@ class _GraphBuilder:
         if kept:
           for v in sub.invars:
             env[v] = nid
-        self.walk(sub, parent=nid, prefix=_body_prefix(nid, b, len(subs)))
+        self.walk(sub, parent=nid, prefix=body_prefix(nid, b, len(subs)))
       if kept and subs and everything:
         fields[_N_EQNS] = self.n_eqns - made
       if kept:

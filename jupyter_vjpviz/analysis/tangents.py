@@ -58,7 +58,7 @@ class Tangents:
     """Run ``jvp`` at each draw and compare its tangents leaf by leaf with the reference."""
     with oracle.eagerly_aside():
       try:
-        run = self._compiled(jvp, symbolic_zeros)
+        run = self.compiled_run(jvp, symbolic_zeros)
         outs = [self._flat(run((d.args, d.tangents)), strict=True) for d in self.draws]
       except replay.NotJudged as e:
         return oracle.Verdict(oracle.UNVERIFIABLE, str(e), judge=self.judge)
@@ -67,7 +67,7 @@ class Tangents:
       except Exception as e:  # noqa: BLE001 - the candidate's own bug is its verdict
         return oracle.Verdict(oracle.FAILED, f"the rule raised {type(e).__name__}: {e}"[:300],
                               judge=self.judge)
-    leaves = [oracle._leaf_error(k, name, [d.reference[k] for d in self.draws], [o[k] for o in outs],
+    leaves = [oracle.leaf_error(k, name, [d.reference[k] for d in self.draws], [o[k] for o in outs],
                                  aval, judged=k not in self.unjudged, floor=self.floor)
               for k, (name, aval) in enumerate(zip(self.out_names, self.precision or self.out_avals))]
     named = oracle.RULE_VALUES if self.judge == oracle.RULE_VALUES else "the primal's JVP"
@@ -86,7 +86,7 @@ class Tangents:
     values."""
     with oracle.eagerly_aside():
       try:
-        run = self._compiled(jvp, symbolic_zeros)
+        run = self.compiled_run(jvp, symbolic_zeros)
         pairs = [run((d.args, d.tangents)) for d in self.draws]
         refs = [tuple(self._flat(pair, strict=False)) for pair in pairs]
       except Exception:  # noqa: BLE001 - a rule that cannot run here keeps no reference
@@ -100,15 +100,15 @@ class Tangents:
 
   def differs(self, other: Tangents) -> str | None:
     """How ``other``'s references differ from these (None: they agree)."""
-    leaves = [oracle._leaf_error(k, name, [d.reference[k] for d in self.draws],
+    leaves = [oracle.leaf_error(k, name, [d.reference[k] for d in self.draws],
                                  [d.reference[k] for d in other.draws], aval, judged=True)
               for k, (name, aval) in enumerate(zip(self.out_names, self.out_avals))]
     bad = [l for l in leaves if not l.ok]
     return oracle.Verdict(oracle.WRONG, "", tuple(leaves)).breaks() if bad else None
 
-  def _compiled(self, jvp: Callable, symbolic_zeros: bool):
+  def compiled_run(self, jvp: Callable, symbolic_zeros: bool):
     """``jvp`` at one draw ``(args, tangents)``, compiled once for every draw."""
-    return oracle._compiled(lambda at: run_rule(self.site, jvp, *at, symbolic_zeros),
+    return oracle.compiled_run(lambda at: run_rule(self.site, jvp, *at, symbolic_zeros),
                             (self.draws[0].args, self.draws[0].tangents))
 
   def _flat(self, pair, strict: bool) -> list:
@@ -128,7 +128,7 @@ class Tangents:
       got = jax.typeof(t)
       if tuple(got.shape) != tuple(want.shape) or (strict and got.dtype != want.dtype):
         raise _TypeMismatch(f"the tangent of {name} is {got.str_short()}, not {want.str_short()}")
-      out.append(oracle._host(t))
+      out.append(oracle.on_host(t))
     return out
 
 
@@ -138,14 +138,14 @@ class _TypeMismatch(Exception):
 
 def _is_zero_or_none(t) -> bool:
   """A tangent that is zero by its type: a symbolic zero, or None where a compiled run
-  gave one back (``oracle._compiled``)."""
+  gave one back (``oracle.compiled_run``)."""
   return t is None or isinstance(t, (cd.SymbolicZero, cd.Zero))
 
 
 def run_rule(site: RuleSite, jvp: Callable, args, tangents, symbolic_zeros: bool = False):
   """``jvp(*nondiff, primals, tangents)`` at one draw, with symbolic zeros for the inputs the
   failing application did not perturb, where the rule takes them."""
-  positions = oracle._differentiable_positions(site, len(args))
+  positions = oracle.differentiable_positions(site, len(args))
   nondiff = [args[i] for i in sorted(i for i, _ in site.nondiff)]
   if symbolic_zeros and site.perturbed is not None:
     leaves, tree = jax.tree_util.tree_flatten(tuple(tangents))
@@ -156,10 +156,10 @@ def run_rule(site: RuleSite, jvp: Callable, args, tangents, symbolic_zeros: bool
 
 def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Tangents:
   abstract = oracle.abstract_call_args(site)
-  traced = oracle._Traced(fun, abstract)
-  bounds = oracle._index_bounds(traced)
-  user, domains = oracle._application(site, abstract)
-  positions = oracle._differentiable_positions(site, len(abstract))
+  traced = oracle.TracedPrimal(fun, abstract)
+  bounds = oracle.index_bounds(traced)
+  user, domains = oracle.user_application(site, abstract)
+  positions = oracle.differentiable_positions(site, len(abstract))
   rng = np.random.default_rng(seed)
   fun = replay.bounded(fun)
   def reference(at):
@@ -172,26 +172,26 @@ def _build(cls, site: RuleSite, fun: Callable, n_draws: int, seed: int) -> Tange
     return jax.jvp(restricted, tuple(args[i] for i in positions), tangents)
   draws, out, run = [], None, None
   for k in range(n_draws):
-    args = user if k == 0 and user is not None else oracle._draw_args(
+    args = user if k == 0 and user is not None else oracle.draw_args(
         site, abstract, rng, positive=k % 2 == 1, bounds=bounds, domains=domains)
     tangents = tuple(_draw_tangents(args[i], rng) for i in positions)
-    run = run or oracle._compiled(reference, (tuple(args), tangents))
+    run = run or oracle.compiled_run(reference, (tuple(args), tangents))
     out, ref = run((tuple(args), tangents))
-    draws.append(_Draw(tuple(args), tangents, tuple(oracle._host(l) if l is not None else None
+    draws.append(_Draw(tuple(args), tangents, tuple(oracle.on_host(l) if l is not None else None
                                                     for l in jax.tree_util.tree_leaves(ref))))
   paths, tree = jax.tree_util.tree_flatten_with_path(out)
   names = tuple("out" + jax.tree_util.keystr(p) for p, _ in paths)
   avals = tuple(jax.typeof(l) for _, l in paths)
   unjudged, reason = _flat_outputs(traced, draws, names)
   return cls(site, tuple(draws), tree, avals, names, unjudged=unjudged, reason=reason,
-             floor=oracle._computed_rtol(traced))
+             floor=oracle.computed_rtol(traced))
 
 
 def _draw_tangents(arg, rng):
   """A random tangent for each array leaf of ``arg`` (float0 zeros for integer ones)."""
   def draw(leaf):
     struct = jax.ShapeDtypeStruct(jnp.shape(leaf), jax.dtypes.result_type(leaf))
-    return jnp.asarray(oracle._draw_like(oracle._ct_struct(struct), rng))
+    return jnp.asarray(oracle.draw_like(oracle.ct_struct(struct), rng))
   return jax.tree_util.tree_map(draw, arg)
 
 
@@ -200,7 +200,7 @@ def _flat_outputs(traced, draws, names) -> tuple[frozenset, str]:
   piecewise-constant operations: the primal's derivative cannot judge a tangent there."""
   if traced.jaxpr is None:
     return frozenset(), ""
-  flat_ops = sorted(oracle._primitives(traced.jaxpr) & (oracle._FLAT | oracle._COMPARISONS))
+  flat_ops = sorted(oracle.primitives_of(traced.jaxpr) & (oracle.FLAT_PRIMITIVES | oracle.COMPARISONS))
   zero = frozenset(k for k in range(len(names)) if all(
       d.reference[k] is None or not np.any(np.isfinite(d.reference[k]) & (d.reference[k] != 0))
       for d in draws))

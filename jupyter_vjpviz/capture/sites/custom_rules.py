@@ -266,7 +266,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
   differentiable = _differentiable_args(cvjp, args)
   leaves, treedef = jax.tree_util.tree_flatten_with_path(differentiable, is_leaf=_is_primal_box)
   in_avals = tuple(core.typeof(_unbox(x)) for _, x in leaves)
-  call_site, name_stack = _call_site()
+  call_site, name_stack = call_site_and_scope()
   occurrence = None
   session = records.current_session()
   if session is not None:
@@ -346,7 +346,7 @@ def _user_fwd_code(cvjp):
   return code if path and not function_names.inside_jax(getattr(cvjp.fwd, "__code__", code).co_filename) else None
 
 
-def _call_site() -> tuple[str | None, str]:
+def call_site_and_scope() -> tuple[str | None, str]:
   info = source_info_util.current()
   frame = frames.user_frame(info.traceback) or frames.live_user_frame(sys._getframe(1))
   where = f"{frame.file_name}:{frame.start_line}" if frame else None

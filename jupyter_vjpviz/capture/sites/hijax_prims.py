@@ -122,7 +122,7 @@ def site_of(prim) -> RuleSite:
   static = _static(cls)
   leaves = jax.tree_util.tree_leaves_with_path(
       jax.tree_util.tree_unflatten(prim.in_tree, range(prim.in_tree.num_leaves)))
-  call_site, name_stack = custom_rules._call_site()
+  call_site, name_stack = custom_rules.call_site_and_scope()
   occurrence = None
   session = records.current_session()
   if session is not None and session.entry == "vjp":
