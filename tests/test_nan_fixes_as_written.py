@@ -214,3 +214,34 @@ def test_a_line_in_a_method_of_a_block_in_a_list_is_fixed_there(tmp_path):
   g = eqx.filter_grad(fixed.loss)(fixed_net, x)
   assert all(np.isfinite(leaf).all() for leaf in jax.tree_util.tree_leaves(g))
   assert type(net).__call__ is mod.Net.__call__   # the user's classes are as they were
+
+
+def test_apply_fix_writes_exactly_what_was_verified(tmp_path):
+  """The patch puts the verified statement at the line and its helper before the function;
+  applied to the file, the module is the one the judge verified. Other code is refused."""
+  mod, path = module(tmp_path, PROGRAMS["norm_in_a_helper"])
+  d = vv.nans(mod.loss, *inputs("norm_in_a_helper"))
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "def safe_norm" in first.code
+  applied = vv.apply_fix(d, first.code)
+  assert not applied.applied and applied.path == str(path)
+  patched = tmp_path / "patched.py"
+  old = path.read_text().splitlines(keepends=True)
+  new, at = [], 0
+  for hunk in applied.patch.split("\n@@")[1:]:   # apply the unified diff by hand
+    header, *body = hunk.split("\n")
+    start = int(header.split()[0].lstrip("-").split(",")[0]) - 1
+    new += old[at:start]
+    at = start
+    for row in body:
+      if row.startswith((" ", "-")):
+        at += 1
+      if row.startswith((" ", "+")):
+        new.append(row[1:] + "\n")
+  patched.write_text("".join(new + old[at:]))
+  fixed = module(tmp_path, patched.read_text().split("\n", 2)[2])[0]
+  w, x = inputs("norm_in_a_helper")
+  np.testing.assert_allclose(fixed.loss(w, x), mod.loss(w, x), rtol=1e-6)
+  assert np.isfinite(jax.grad(fixed.loss)(w, x)).all()
+  with pytest.raises(ValueError, match="not a fix vv.nans verified"):
+    vv.apply_fix(d, "n = jnp.linalg.norm(h, axis=1) + 1")

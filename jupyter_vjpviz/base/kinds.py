@@ -55,6 +55,7 @@ class Kind:
   silent: bool = False              # JAX lets it through: a warning unless JAX fails further on
   rule_fixers: tuple[str, ...] = ()
   call_fixers: tuple[str, ...] = ()
+  fixed_at: str = "rule"            # where its fixes are written: the rule, or the user's "line"
   needs: tuple[str, ...] = ()       # the hook points it is recorded at, all hooked (capabilities);
                                     # none: found by vjpviz's own checks (gradcheck, nans)
 
@@ -182,7 +183,7 @@ _ENTRIES = (
          channel=PASSED, call_fixers=("cotangent_tree",), needs=(F_VJP,)),
     Kind("nonfinite_cotangent", lambda d: f"the gradient goes non-finite at {d.function}"
          f"{' (' + d.source + ')' if d.source else ''}: {d.detail}", role=None, wrong=VALUE,
-         silent=True),
+         silent=True, fixed_at="line"),
     Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
          f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp",
          rule_fixers=("types",), needs=(JVP,)),

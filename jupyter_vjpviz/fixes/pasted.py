@@ -17,8 +17,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
+import linecache
 import sys
 import textwrap
 import types
@@ -307,6 +309,33 @@ def _swappable(target, new) -> bool:
   reads = {n for c in _codes(new.__code__) for n in c.co_names}
   added = new.__globals__.keys() - target.__globals__.keys()
   return target.__code__.co_freevars == new.__code__.co_freevars and not reads & added
+
+
+# ------------------------------------------------------------------ written back
+
+def file_patch(where: str | None, code: str) -> tuple[str, str]:
+  """(the path, a unified diff) putting ``code`` where ``vv.nans`` verified it: its
+  statement in place of the line at ``where``, at that line's indent, and its helpers
+  before the top-level definition holding the line (or the line's own statement)."""
+  found = source_line(where)
+  if found is None:
+    raise ValueError("vv.apply_fix: the diagnosis names no line to put the fix at")
+  path, line = found
+  text = "".join(linecache.getlines(path))
+  if not text:
+    raise ValueError(f"vv.apply_fix: {path} cannot be read")
+  helpers, statement = _split(code)
+  rows = text.splitlines(keepends=True)
+  indent = syntax.indent_of(rows[line - 1])
+  edits = [(line - 1, line, textwrap.indent(statement, indent) + "\n")]
+  if helpers:
+    top = next((n.lineno - 1 - len(n.decorator_list) for n in ast.parse(text).body
+                if n.lineno <= line <= n.end_lineno), line - 1)
+    edits.append((top, top, helpers + "\n\n\n"))
+  new = list(rows)
+  for start, stop, replacement in sorted(edits, reverse=True):
+    new[start:stop] = replacement.splitlines(keepends=True)
+  return path, "".join(difflib.unified_diff(rows, new, fromfile=path, tofile=path))
 
 
 # --------------------------------------------------------------------------- the judge

@@ -29,7 +29,7 @@ from ..capture import avals, records
 from ..capture.naming import library_wrappers
 from ..capture.records import WARNING, Weak
 from ..capture.sites import check_sites, custom_rules, jvp_rules
-from . import exprs, solves, source
+from . import exprs, pasted, solves, source
 
 _serial = itertools.count(1)
 
@@ -330,6 +330,8 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
 def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
   """Rebind a notebook rule to ``code`` (after verifying it with ``check``, unless None),
   or return a patch for a file rule. The caller forgets what its checker cached about the old rule."""
+  if kinds.of(diagnosis.kind).fixed_at == "line":
+    return _nan_fix_applied(diagnosis, code)
   if check is not None:
     problems = verify_fix(diagnosis, code, check)
     if problems:
@@ -356,6 +358,17 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
                                        ("optimize_remat", "generic_batching") if name in takes})
   jax.clear_caches()  # trace caches can otherwise keep running the old rule
   return Applied(applied=True, path=path)
+
+
+def _nan_fix_applied(diagnosis: Diagnosis, code: str) -> Applied:
+  """The patch putting a NaN fix ``vv.nans`` verified at its line, exactly as verified: a
+  diagnosis keeps no arrays, so another edit is judged by running ``vv.nans`` with it."""
+  if not any(f.verdict == VERIFIED and f.code == code for f in diagnosis.fixes):
+    raise ValueError("vv.apply_fix: this code is not a fix vv.nans verified for this "
+                     "diagnosis (it keeps no arrays to judge another): put your edit in place "
+                     "and run vv.nans again")
+  path, patch = pasted.file_patch(diagnosis.source, code)
+  return Applied(applied=False, patch=patch, path=path)
 
 
 def file_patch(user_rules, code: str, kind: str) -> str:
