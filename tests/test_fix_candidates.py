@@ -416,3 +416,34 @@ def test_a_value_slip_is_undone_in_the_rules_own_terms(slip):
   assert first.title == title and first.verdict == "verified", [(f.title, f.verdict) for f in d.fixes]
   assert judged(d, first.code).status == oracle.RIGHT
   assert all(f.verdict != "type-only" for f in d.fixes), "a value fix still wrong mends nothing"
+
+
+# ------------------------------------------- a comment the fix made wrong is dropped
+
+@jax.custom_vjp
+def _outer_product(w, x):
+  return w @ x
+
+
+def _outer_fwd(w, x):
+  return w @ x, (w, x)
+
+
+def _outer_bwd(res, g):
+  w, x = res
+  dW = jnp.outer(x, g)  # BUG: should be jnp.outer(g, x)
+  return dW, w.T @ g
+
+
+_outer_product.defvjp(_outer_fwd, _outer_bwd)
+
+
+def test_a_fix_drops_the_comment_on_the_line_it_rewrites(hook):
+  """``# BUG: should be ...`` describes the code the fix replaces: the user keeps the
+  fix's text, so that comment goes; the rule's other lines are as written."""
+  with pytest.raises(ValueError):
+    jax.grad(lambda w, x: _outer_product(w, x).sum())(jnp.ones((3, 2)), jnp.ones(2))
+  first = hook.last().fixes[0]
+  assert first.verdict == "verified"
+  assert "dW = jnp.outer(g, x)\n" in first.code and "BUG" not in first.code
+  assert "w, x = res" in first.code

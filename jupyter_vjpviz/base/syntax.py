@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Iterator
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -54,3 +56,16 @@ def names_stored(stmt: ast.stmt) -> set[str]:
 def indent_of(line: str) -> str:
   """The whitespace a source line starts with."""
   return line[:len(line) - len(line.lstrip())]
+
+
+def comment_at(line: str) -> int | None:
+  """Where ``line``'s trailing comment starts (its code's end, spaces before the ``#``
+  included), or None: a fix that rewrites the line drops what was said of the old code."""
+  try:
+    tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+  except (tokenize.TokenError, SyntaxError):
+    return None
+  found = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+  if found is None:
+    return None
+  return len(line[:found.start[1]].rstrip())

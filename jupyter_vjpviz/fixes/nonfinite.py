@@ -436,7 +436,10 @@ def _rewrite_div(line: str | None) -> str | None:
 
 
 def _parse(line: str | None):
-  text = (line or "").strip()
+  """The line's code (its comment dropped: a rewrite makes it about the old code), parsed."""
+  line = line or ""
+  at = syntax.comment_at(line)
+  text = (line[:at] if at is not None else line).strip()
   try:
     return ast.parse(text), text
   except SyntaxError:

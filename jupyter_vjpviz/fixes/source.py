@@ -48,17 +48,29 @@ class RuleSource:
     Spans must not overlap. ``ast`` columns are UTF-8 byte offsets; rule text
     is ASCII in practice.
     """
+    edits = [self._unmapped(node, new) for node, new in edits]
+    text = self._uncommented({node.end_lineno: node.end_col_offset for node, _ in edits})
     starts = [0]
-    for line in self.text.splitlines(keepends=True):
+    for line in text.splitlines(keepends=True):
       starts.append(starts[-1] + len(line))
     begin = lambda n: starts[n.lineno - 1] + n.col_offset
     end = lambda n: starts[n.end_lineno - 1] + n.end_col_offset
     lo, hi = (begin(within), end(within)) if within is not None else (0, len(self.text))
-    edits = [self._unmapped(node, new) for node, new in edits]
-    out = self.text[lo:hi]
+    out = text[lo:hi]
     for node, new in sorted(edits, key=lambda e: begin(e[0]), reverse=True):
       out = out[:begin(node) - lo] + new + out[end(node) - lo:]
     return out
+
+  def _uncommented(self, ends: dict[int, int]) -> str:
+    """The text without the trailing comments of the lines edits end on (``ends``: line ->
+    the edit's end column): a comment on the expression being fixed describes the old one
+    (``# BUG: should be jnp.outer(g, x)``). Columns before a comment do not move."""
+    lines = self.text.splitlines(keepends=True)
+    for n, col in ends.items():
+      at = syntax.comment_at(lines[n - 1])
+      if at is not None and at >= col:
+        lines[n - 1] = lines[n - 1][:at] + ("\n" if lines[n - 1].endswith("\n") else "")
+    return "".join(lines)
 
   def _unmapped(self, node: ast.AST, new: str) -> tuple[ast.AST, str]:
     """An edit making a tree map's function the identity replaces the map by its tree:
