@@ -581,8 +581,8 @@ def paste(text: str, line: int, code: str) -> str:
   lines = text.splitlines()
   indent = re.match(r"\s*", lines[line - 1])[0]
   helpers, rest, in_def = [], [], False
-  for l in code.splitlines():   # a helper's body ends at its first blank line
-    in_def = l.startswith("def ") or (in_def and bool(l.strip()))
+  for l in code.splitlines():   # a helper (and its comment) ends at its first blank line
+    in_def = l.startswith(("def ", "#")) or (in_def and bool(l.strip()))
     (helpers if in_def else rest).append(l)
   rest = textwrap.dedent("\n".join(rest)).splitlines()
   if not any(l.strip() for l in rest):

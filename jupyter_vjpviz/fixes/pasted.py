@@ -52,7 +52,7 @@ class Unpastable(Exception):
 class _Link:
   """How a function reaches the next one on the way to the named line."""
   how: str         # "global" (a name in its globals) | "cell" (a closure cell) | "method"
-  key: object      # the global's name, the cell's index, or (class or module, attribute):
+  key: object      # the global's name, the cell's index, or (class or namespace, name):
                    # a method (or a module's global) replaced while the program runs
 
 
@@ -109,15 +109,17 @@ def _unwrapped(fun):
 
 def _in_module(file: str, line: int, base):
   """([base, the function holding the line], [how base reaches it]) where that function is
-  a global of the module loaded from ``file`` (a notebook cell: ``__main__``) or a method
-  of a class defined there; it is replaced there while the fixed program runs."""
-  modules = [m for m in list(sys.modules.values())
-             if getattr(m, "__file__", None) == file or getattr(m, "__name__", "") == "__main__"]
-  for mod in modules:
-    for name, value in list(vars(mod).items()):
+  a global of the namespace ``base`` runs in or of the module loaded from ``file`` (a
+  notebook cell: ``__main__``), or a method of a class defined there; it is replaced there
+  while the fixed program runs."""
+  spaces = [base.__globals__] + [vars(m) for m in list(sys.modules.values())
+                                 if getattr(m, "__file__", None) == file
+                                 or getattr(m, "__name__", "") == "__main__"]
+  for space in spaces:
+    for name, value in list(space.items()):
       if isinstance(value, types.FunctionType) and _holds(value, file, line):
-        return [base, value], [_Link("method", (mod, name))]
-      if isinstance(value, type) and value.__module__ == mod.__name__:
+        return [base, value], [_Link("method", (space, name))]
+      if isinstance(value, type) and value.__module__ == space.get("__name__"):
         for link, fn in _methods(value):
           if _holds(fn, file, line):
             return [base, fn], [link]
@@ -290,11 +292,15 @@ def _patched(methods):
   rebuilt one needs nothing its globals lack, else the attribute."""
   with contextlib.ExitStack() as undo:
     for owner, attr, new in methods:
-      held = vars(owner)[attr]
+      space = owner if isinstance(owner, dict) else None   # a module's namespace itself
+      held = space[attr] if space is not None else vars(owner)[attr]
       target = inspect.unwrap(held) if callable(held) else held
       if _swappable(target, new):
         undo.callback(setattr, target, "__code__", target.__code__)
         target.__code__ = new.__code__
+      elif space is not None:
+        undo.callback(space.__setitem__, attr, held)
+        space[attr] = new
       else:
         undo.callback(setattr, owner, attr, held)
         setattr(owner, attr, new)
@@ -415,7 +421,9 @@ def _against_reference(fun, args, kwargs, nums, grads, finite) -> str | None:
 
 def _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support, differs):
   """(how many random directions within ``support`` were judged, why the gradient is wrong
-  along one, or None). A direction is judged where the loss is smooth along it (``_slope``)."""
+  along one, or None). A direction is judged where the loss is smooth along it (``_slope``);
+  a gradient is wrong along it only where the differences at a quarter of the step agree
+  with those at the step (no kink within it) and both differ from the gradient."""
   rng, judged = np.random.default_rng(0), 0
   at = functools.partial(_loss64, fun, args, kwargs, nums, tree, flat)
   here = at(None, 0.0)
@@ -428,19 +436,23 @@ def _directions(fun, args, kwargs, nums, tree, flat, flat_grads, support, differ
     if not norm:
       return judged, None
     d = [None if v is None else v / norm for v in d]
+    ad = sum(float(np.vdot(g, v)) for g, v in zip(flat_grads, d) if v is not None)
     slope = _slope(functools.partial(at, d), *here)
+    if slope is not None and differs(ad, *slope):   # a kink within the step would pollute
+      finer = _slope(functools.partial(at, d), *here, scale=0.25)   # it: a quarter step
+      unstable = finer is None or differs(slope[0], finer[0], slope[1] + finer[1])
+      slope = None if unstable else finer
     if slope is None:
       continue
     judged += 1
     fd, noise = slope
-    ad = sum(float(np.vdot(g, v)) for g, v in zip(flat_grads, d) if v is not None)
     if differs(ad, fd, noise):
       return judged, (f"its gradient differs from central differences of the original "
                       f"({ad:.6g} against {fd:.6g} along a random direction)")
   return judged, None
 
 
-def _slope(at, value: float, eps: float) -> tuple[float, float] | None:
+def _slope(at, value: float, eps: float, scale: float = 1.0) -> tuple[float, float] | None:
   """(the derivative of ``at(h)`` at 0, its rounding error) by central differences
   (Richardson-extrapolated), at
   a step fit for the precision ``eps`` the loss was computed in (float64 where the program
@@ -449,7 +461,7 @@ def _slope(at, value: float, eps: float) -> tuple[float, float] | None:
   kink, ``|x|`` at 0) rather than half as much (curvature), or a value is not finite."""
   if eps > 1e-6:
     return None   # float16 and bfloat16: no difference in them is a reference
-  h = eps ** (1 / 3)
+  h = eps ** (1 / 3) * scale
   values = [at(s) for s in (h, -h, h / 2, -h / 2)]
   if any(v is None for v in values):
     return None
