@@ -592,3 +592,16 @@ def test_equinox_blocks_are_its_layers_by_path_attention_among_them():
             eqx.nn.Linear(8, 1, key=k[2]))
   report = grads(lambda m, x: m(x), net, jnp.ones((3, 4)))
   assert [layer.name for layer in report.layers] == [".enc", ".attn", ".dec"]
+
+
+def _dead_then_residual_attention(p, x):
+  h = jax.nn.relu(x @ p["w"] - 100.0)
+  h = h + jax.nn.softmax((h @ p["wq"]) @ (h @ p["wk"]).T) @ (h @ p["wv"])
+  return jnp.tanh(h @ p["out"]).sum()
+
+
+def test_a_residual_sum_of_zeros_is_traced_to_the_dead_relu():
+  p = {k: jnp.ones((4, 4)) for k in ("w", "wq", "wk", "wv", "out")}
+  report = grads(_dead_then_residual_attention, p, jnp.ones((3, 4)))
+  line = _line(_dead_then_residual_attention, "relu")
+  assert _reasons(report)["['out']"] == ("dead", line)

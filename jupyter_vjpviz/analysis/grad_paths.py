@@ -293,8 +293,8 @@ def _op_name(eqn) -> str:
 
 def _zero_factor(cut: Cut, level: _Enclosing, factors: list, hops: int = 8) -> Cut:
   """A product's all-zero factor traced back to what zeroed it: through reshapes, casts and
-  scalings, the zero factor of a product before it, and the difference of equal values (a
-  norm's ``h - mean(h)``): to a mask (a dead relu before a dense layer, or before an
+  scalings, the zero factor of a product before it, a sum of zeros (a residual), and the
+  difference of equal values (a norm's ``h - mean(h)``): to a mask (a dead relu before a dense layer, or before an
   attention's projections), ``dead`` there, or to a saturated activation (features all
   equal), ``saturated``; else ``cut``, the product's ``zero_factor``, naming the program
   input the factor is, where it is one (a zero-initialised LoRA ``B``, a ReZero gate at 0).
@@ -341,6 +341,8 @@ def _zeroed_by(producer, name: str, value):
     return operands[0]
   if name in PRODUCTS:
     return next((u for u in producer.invars if _all_zero(value(u))), None)
+  if name in ("add", "add_any", "sub") and all(_all_zero(value(u)) for u in producer.invars):
+    return producer.invars[0]   # a residual h + f(h) of a dead h: its first zero
   if name == "sub" and _equal(value(producer.invars[0]), value(producer.invars[1])):
     return producer.invars[0]   # h - mean(h) of features all alike: what made them alike
   return None
