@@ -233,10 +233,14 @@ def _rebuilt(fn, line: int, code: str):
 
 def _split(code: str) -> tuple[str, str]:
   """(the helper defs, the statement) of a fix's code; the statement must parse alone."""
-  text = textwrap.dedent(code)
-  if _parses(text) is None:   # helpers at the margin, the statement at the line's indent
-    helpers, _, statement = code.rpartition("\n\n")
+  helpers, _, statement = code.rpartition("\n\n")
+  head = _parses(helpers) if helpers else None
+  if head and all(isinstance(s, (ast.FunctionDef, ast.Import, ast.ImportFrom)) for s in head):
+    # helpers at the margin, then the statement at the line's indent (which may be the
+    # helpers' own body indent: the blank line ends them)
     text = helpers + "\n\n" + textwrap.dedent(statement)
+  else:
+    text = textwrap.dedent(code)
   body = _parses(text)
   if body is None:
     raise Unpastable("the fix's code does not parse")
@@ -296,6 +300,9 @@ def _patched(methods):
       held = space[attr] if space is not None else vars(owner)[attr]
       target = inspect.unwrap(held) if callable(held) else held
       if _swappable(target, new):
+        for name in _helpers_read(target, new):   # the fix's helpers, beside the function
+          undo.callback(_restore, target.__globals__, name, target.__globals__.get(name, _NONE))
+          target.__globals__[name] = new.__globals__[name]
         undo.callback(setattr, target, "__code__", target.__code__)
         target.__code__ = new.__code__
       elif space is not None:
@@ -308,13 +315,26 @@ def _patched(methods):
 
 
 def _swappable(target, new) -> bool:
-  """Whether ``new``'s code can run as ``target``'s: the same closure variables, and no
-  global it reads that ``target``'s globals lack (a helper the fix defines)."""
-  if not isinstance(target, types.FunctionType):
-    return False
+  """Whether ``new``'s code can run as ``target``'s: a function with the same closure
+  variables (the globals it reads that ``target``'s lack, the fix's helpers, are put
+  beside it meanwhile)."""
+  return (isinstance(target, types.FunctionType)
+          and target.__code__.co_freevars == new.__code__.co_freevars)
+
+
+def _helpers_read(target, new) -> set[str]:
   reads = {n for c in _codes(new.__code__) for n in c.co_names}
-  added = new.__globals__.keys() - target.__globals__.keys()
-  return target.__code__.co_freevars == new.__code__.co_freevars and not reads & added
+  return reads & (new.__globals__.keys() - target.__globals__.keys())
+
+
+_NONE = object()
+
+
+def _restore(space: dict, name: str, value) -> None:
+  if value is _NONE:
+    space.pop(name, None)
+  else:
+    space[name] = value
 
 
 # ------------------------------------------------------------------ written back
