@@ -114,13 +114,13 @@ def _as_written(cand: _Candidate, c: Culprit, p: Program) -> str | None:
   if p.call is None:
     raise pasted.Unpastable("the differentiated call is not known")
   fun, args, kwargs, finite = p.call
-  fixed = pasted.pasted(fun, c.source, cand.code, args)
   try:
+    fixed = pasted.pasted(fun, c.source, cand.code, args)
     return pasted.judge(fun, fixed, args, kwargs, p.argnums, finite)
   except (replay.NotJudged, pasted.Unpastable):
     raise
   except Exception as e:  # noqa: BLE001 - the program with the line replaced does not run
-    raise pasted.Unpastable(f"run with its code in place of the line, the program raised "
+    raise pasted.Unpastable(f"with its code in place of the line, the program raised "
                             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
 
 
