@@ -49,7 +49,7 @@ import jupyter_vjpviz as vv  # noqa: E402
 from jupyter_vjpviz.base import kinds  # noqa: E402
 from fix_corpus import judge  # noqa: E402
 from fix_corpus.cells import cell  # noqa: E402
-from fix_corpus import held_out  # noqa: E402
+from fix_corpus import held_out, shapes  # noqa: E402
 from fix_corpus.rules import BASES, KINDS, Base, Mutation  # noqa: E402
 
 DEEP_STEPS = 1350          # 3 equations each: the prefix makes a ~4k-equation program
@@ -93,7 +93,7 @@ class Mutant:
 
   @property
   def kept(self) -> bool:
-    if self.plain.in_rule:
+    if self.plain.in_rule and self.mutation.kind not in shapes.RAISING:
       return False
     return self.plain.error is not None or any(d.severity != "error" for d in self.hooked.found)
 
@@ -120,10 +120,10 @@ def build() -> list[Mutant]:
   return mutants
 
 
-def build_held_out() -> list[Mutant]:
+def build_held_out(cases: tuple = held_out.CASES + shapes.CASES) -> list[Mutant]:
   """One mutant per held-out case: its right rule verified against its reference first."""
   mutants = []
-  for n, case in enumerate(held_out.CASES):
+  for n, case in enumerate(cases):
     base = case.base()
     _, ns = cell(base.code, "heldout")
     subject, draws, verdict = judge.judged_as_written(base, ns, n)
@@ -331,7 +331,7 @@ def report(mutants: list[Mutant], deep: list[Mutant], deep_eqns: int, stderr: st
   kept = [m for m in mutants if m.kept]
   print(f"corpus: {len({m.base.code for m in mutants})} correct rules (each equal to jax.vjp of "
         f"its reference), {len(mutants)} mutants, {len(kept)} kept")
-  dropped_rule = sum(1 for m in mutants if m.plain.in_rule)
+  dropped_rule = sum(1 for m in mutants if m.plain.in_rule and not m.kept)
   dropped_silent = len(mutants) - len(kept) - dropped_rule
   print(f"  dropped: {dropped_rule} raise inside the rule's own code, "
         f"{dropped_silent} neither raise nor warn")
@@ -389,6 +389,11 @@ def verdicts(kept: list[Mutant]):
                and " by differentiating " in m.diagnosis.fixes[0].title]
   print(f"first fix differentiates the primal: {pct(len(fallback), len(kept))}   (right, but "
         "an extra forward pass: a fix in the rule's own terms reads better)")
+  deliberate = [m for m in kept if m.base.rtol]
+  if deliberate:
+    kept_own = [m for m in deliberate if m not in fallback and m.verdicts and m.verdicts[0].right]
+    print(f"own precision kept first:   {len(kept_own)} of {len(deliberate)}   (rules computing "
+          "in a lower precision on purpose: the right first fix keeps that arithmetic)")
   found = collections.Counter(m.diagnosis.kind if m.diagnosis else "-" for m in kept)
   print(f"diagnoses:                  {dict(found)}")
 
@@ -444,11 +449,15 @@ def main(argv=None):
   parser.add_argument("--verbose", action="store_true", help="a row per mutant")
   parser.add_argument("--no-deep", action="store_true", help="skip the ~4k-equation timings")
   parser.add_argument("--held-out", action="store_true",
-                      help="the held-out corpus (fix_corpus/held_out.py; well-typed wrong rules "
-                      "found by vv.gradcheck), no deep timings")
+                      help="the held-out corpus (fix_corpus/held_out.py and shapes.py; well-typed "
+                      "wrong rules found by vv.gradcheck), no deep timings")
+  parser.add_argument("--shapes", action="store_true",
+                      help="only fix_corpus/shapes.py of the held-out corpus")
   opts = parser.parse_args(argv)
   t0 = time.perf_counter()
-  mutants = build_held_out() if opts.held_out else build()
+  opts.held_out = opts.held_out or opts.shapes
+  mutants = (build_held_out(shapes.CASES) if opts.shapes else build_held_out() if opts.held_out
+             else build())
   hooked, plain, stderr = run_all(mutants, values=opts.held_out)
   for m, h, p in zip(mutants, hooked, plain):
     m.hooked, m.plain = h, p
@@ -463,7 +472,8 @@ def main(argv=None):
     stderr += more
     for m, h, p in zip(deep, hooked, plain):
       m.hooked, m.plain = h, p
-  report(mutants, deep, eqns, stderr, opts.verbose, held_out.KINDS if opts.held_out else KINDS)
+  report(mutants, deep, eqns, stderr, opts.verbose,
+         held_out.KINDS + shapes.KINDS if opts.held_out else KINDS)
   print(f"\n({time.perf_counter() - t0:.0f} s; {provenance()}; jax {jax.__version__}, "
         f"{len(jax.devices())} host devices; load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores)")

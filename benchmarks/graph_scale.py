@@ -2,7 +2,7 @@
 
 Builds transformer-like stacks (d_model=256, 8 heads, T=64, B=2, FFN=1024, one
 custom_vjp GELU per layer, one layer's bwd rule wrong) and prints, per size:
-cold make_jaxpr, edge table (analysis.program.from_jaxpr), default view, SVG
+cold make_jaxpr, edge table (analysis.program.build less its trace), default view, SVG
 render, the node counts of the default view, and the latency ratio
 
     (grad-raise-to-displayable-diagnosis with vjpviz - plain grad raise) / cold make_jaxpr
@@ -193,6 +193,16 @@ MODELS = {
 }
 
 
+def _origin(loss: Callable, args):
+  """The call as the hook records it: avals for arrays, every array leaf differentiated."""
+  from jupyter_vjpviz.capture.records import Origin
+  leaves, tree = jax.tree_util.tree_flatten((args, {}))
+  avals = tuple(jax.typeof(x) if isinstance(x, jax.Array) else x for x in leaves)
+  return Origin(fun=loss, leaves=avals, tree=tree, name=getattr(loss, "__name__", "loss"),
+                differentiated_leaves=tuple(i for i, x in enumerate(leaves) if isinstance(x, jax.Array)),
+                source=None)
+
+
 def measure(kind: str, n_layers: int, repeats: int = 3) -> dict:
   """Medians over ``repeats`` fresh models of one size (after one warm-up)."""
   spec, bad, heads = MODELS[kind], bad_layer_for(n_layers), 8
@@ -216,9 +226,13 @@ def run(spec: Model, n_layers: int, bad: int, args, heads: int = 8) -> dict:
   jaxpr = jax.make_jaxpr(spec.loss(n_layers, bad, heads))(*args).jaxpr
   make_jaxpr = time.perf_counter() - t
   eqns = len(jaxpr.eqns)
+  origin = _origin(spec.loss(n_layers, bad, heads), args)
   t = time.perf_counter()
-  program.from_jaxpr(jaxpr)
-  edge_table = time.perf_counter() - t
+  program.trace(origin)
+  t, trace = time.perf_counter(), time.perf_counter() - t
+  program.build(origin, lambda graph: [])
+  edge_table = max(time.perf_counter() - t - trace, 0.0)   # build traces it again, warm
+  del origin
   del jaxpr
   _Handler.started = _Handler.diagnosed = None
   _Handler.seconds = 0.0

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import nonfinite, nonfinite_eval
+from jupyter_vjpviz.analysis.values import nonfinite, nonfinite_eval
 
 
 def model(layers: int, trap: int):

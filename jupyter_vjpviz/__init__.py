@@ -64,6 +64,8 @@ def install(budget: float | None = None) -> None:
   if pipeline is None:
     return
   pipeline.install(budget=budget)
+  from .deliver import headless
+  headless.install()   # VJPVIZ_REPORT_DIR: this process's records written there
   if not _in_ipython():
     from .deliver import console
     console.install()
@@ -74,8 +76,9 @@ def uninstall() -> None:
   pipeline = _pipeline_if_loaded()
   if pipeline is None:
     return  # never installed
-  from .deliver import console
+  from .deliver import console, headless
   console.uninstall()
+  headless.uninstall()
   pipeline.uninstall()
 
 

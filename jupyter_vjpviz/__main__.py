@@ -15,6 +15,8 @@ import sys
 import traceback
 
 from . import pipeline
+from .capture import processes
+from .deliver import console, headless
 from .pipeline import NOTE_POINTER
 from .render import html
 
@@ -29,13 +31,33 @@ def main(argv: list[str] | None = None) -> int:
                                                     "(default: SCRIPT.vjpviz.html here)")
   run.add_argument("script")
   run.add_argument("args", nargs=argparse.REMAINDER)
+  merge = sub.add_parser("report", help="merge a multi-process job's records into one HTML report",
+                         description=MERGE_HELP)
+  merge.add_argument("directory")
+  merge.add_argument("--out", metavar="PATH", help="default: DIRECTORY/report.html")
   opts = parser.parse_args(argv)
+  if opts.command == "report":
+    return merge_report(opts.directory, opts.out)
   return run_script(opts.script, opts.args, opts.report or default_report(opts.script))
 
 
 REPORT_HELP = ("runs SCRIPT with vjpviz installed, prints each diagnosis and, if there is one, "
                "writes them all to an HTML report: SCRIPT.vjpviz.html in the working directory "
                "(train.py -> train.vjpviz.html) unless --report says where.")
+
+
+MERGE_HELP = ("merges the records each process of a jax.distributed job wrote to DIRECTORY "
+              "(VJPVIZ_REPORT_DIR, or SCRIPT.vjpviz under `run`) into one HTML report: each "
+              "problem once, with the processes that recorded it.")
+
+
+def merge_report(directory: str, out: str | None) -> int:
+  if not os.path.isdir(directory):
+    print(f"vjpviz: no directory {directory}", file=sys.stderr)
+    return 2
+  path, problems = headless.merge(directory, out)
+  print(f"vjpviz: {problems} problem(s) from {directory}; HTML report: {path}", file=sys.stderr)
+  return 0
 
 
 def default_report(script: str) -> str:
@@ -47,6 +69,7 @@ def default_report(script: str) -> str:
 def run_script(script: str, args: list[str], report: str) -> int:
   pipeline.install()
   pipeline.clear()
+  headless.install(os.path.splitext(report)[0])   # in a job of several processes: each one's
   pipeline.NOTE_POINTER = ("the diagnosis follows the traceback, and vjpviz prints where "
                           "its HTML report is written")
   sys.argv = [script, *args]
@@ -63,12 +86,16 @@ def run_script(script: str, args: list[str], report: str) -> int:
     pipeline.uninstall()
     pipeline.NOTE_POINTER = NOTE_POINTER
   found = pipeline.history()
-  if found:
-    for d in found:
-      print(d.to_text(), file=sys.stderr)
+  for d in found:
+    print(console.report(d), file=sys.stderr)
+  if found and processes.index() == 0:
     path = write_report(found, report)
     noun = "diagnosis" if len(found) == 1 else "diagnoses"
     print(f"vjpviz: {len(found)} {noun}; HTML report: {path}", file=sys.stderr)
+  if found and headless.directory() and processes.count() > 1:
+    print(f"vjpviz: process {processes.index()}'s records are in {headless.directory()}; "
+          f"python -m jupyter_vjpviz report {headless.directory()} merges them", file=sys.stderr)
+  headless.uninstall()
   return status
 
 

@@ -15,7 +15,7 @@ import jax
 from .capture.compat.private import core
 from . import pipeline
 from .analysis.diagnosis import Diagnosis
-from .analysis.partial_vjp import pull_ones
+from .analysis.values.partial_vjp import pull_ones
 from .base import trees
 from .fixes import verify as fix_verify
 
@@ -40,9 +40,7 @@ def run(fun, abstract_args, nums, kwargs) -> list[Diagnosis]:
   traced = [i for i, a in enumerate(abstract_args) if _all_structs(a)]
 
   def probe(*traced_args):
-    full = list(abstract_args)
-    for i, a in zip(traced, traced_args):
-      full[i] = a
+    full = trees.substituted(abstract_args, traced, traced_args)
     return pull_ones(fun, full, nums, kwargs, staged=True)
 
   was_installed = pipeline.installed()

@@ -5,7 +5,7 @@ in one random direction. Here the function is differentiated once, abstractly
 (as ``vjpviz.check`` does), with the hook collecting the ``RuleSite`` of every
 custom_vjp application whose fwd runs, at any depth (jit, vmap, scan, remat,
 library models). Each rule is then judged as a function, at random inputs of
-the types it was applied to (``analysis.oracle``), independently of where in
+the types it was applied to (``analysis.values.oracle``), independently of where in
 the model it sits: a rule whose cotangents are well-typed but differ from the
 primal's derivative becomes a ``bwd_value`` warning, through the same
 diagnose step as a type error (graph, located node, the differing edges marked).
@@ -25,7 +25,7 @@ import dataclasses
 import jax
 
 from . import pipeline
-from .analysis import oracle, replay
+from .analysis.values import oracle, replay
 from .analysis.assemble import diagnose, key
 from .analysis.diagnosis import Diagnosis
 from .analysis.graph import Graph

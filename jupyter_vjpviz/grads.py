@@ -3,19 +3,18 @@
 One backward pass, eager and measured edge by edge (``nonfinite.measured``: every edge's
 cotangent norm, which the graph shows), gives the gradient; the structural walk over the
 forward jaxpr says why a leaf gets none where no cotangent can reach it
-(``analysis.grad_paths``), the measured pass why for the rest: the equation whose
+(``analysis.values.grad_paths``), the measured pass why for the rest: the equation whose
 pullback made the zero.
 
 The forward run is the user's (their ``jax.debug.print`` output and callbacks happen,
 once, as under ``jax.grad``); the backward pass differentiates equations again, which
-runs their bodies' forward again: it is vjpviz's own run (``analysis.replay``), quiet,
+runs their bodies' forward again: it is vjpviz's own run (``analysis.values.replay``), quiet,
 without the program's effects, its loops ending as the user's did (the same values).
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import math
 import os
 import re
@@ -25,102 +24,37 @@ import numpy as np
 
 from .capture import records
 from .capture.compat.private import core
-from .analysis import grad_paths, nonfinite, program, replay
-from .analysis.flows import mark_flows, program_inputs
+from .analysis import program
+from .analysis.values import grad_paths, nonfinite, replay
+from .analysis.values.flows import mark_flows, program_inputs
 from .analysis.graph import Graph
-from .analysis.nonfinite_eval import inexact
-from .analysis.partial_vjp import as_input, without_aux
+from .analysis.grad_report import GradReport, Layer, PartlyZero, ZeroLeaf
+from .analysis.values.nonfinite_eval import inexact
+from .analysis.values.partial_vjp import as_input, without_aux
+from .base import hosts
 from .base.safety import Listeners
 from .capture.naming import function_names as names
 from .capture.records import Origin
-from .render import grads_view
+from . import pipeline, render  # noqa: F401 - render registers the report's renderings
+from .base.trees import substituted
 
 CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
 LEARNING_RATES = (1e-6, 1.0)   # what users set: a block no rate in it trains is flagged
 KEPT = 32          # the reports kept for the panel (its graph requests name them by id)
 
 
-@dataclasses.dataclass(frozen=True)
-class ZeroLeaf:
-  """A differentiated leaf whose gradient is exactly zero everywhere, and why."""
-  path: str
-  reason: str
-  source: str | None = None     # the user's file:line of the operation that cut it
-  op: str | None = None
-  node: str | None = None       # the graph node of that operation
-  factor: str | None = None     # zero_factor: the input that is the all-zero factor
-
-
-@dataclasses.dataclass(frozen=True)
-class PartlyZero:
-  """A leaf whose whole units (rows, columns) along one axis get no gradient."""
-  path: str
-  units: str                    # "rows" | "columns" | "entries"
-  fraction: float
-  reason: str                   # "not gathered" (an embedding's rows this batch), "not read"
-                                # (sliced away: ``w[:n]``), "dead"
-  alarm: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Layer:
-  """One block of a stacked model, in depth order."""
-  name: str
-  grad_norm: float
-  param_norm: float
-  ratio: float | None
-  flag: str | None = None       # "vanishing" | "exploding"
-  why: str | None = None        # what the flag was raised on
-
-
-@dataclasses.dataclass(frozen=True)
-class GradReport:
-  function: str
-  leaves: tuple[tuple[str, float, float], ...]      # (path, ‖grad‖, ‖param‖) of every leaf
-  zero: tuple[ZeroLeaf, ...] = ()
-  partly_zero: tuple[PartlyZero, ...] = ()
-  layers: tuple[Layer, ...] = ()
-  graph: Graph = dataclasses.field(default_factory=Graph, repr=False)
-  note: str | None = None
-  judged: bool = True           # False: the gradient could not be taken again (``note``: why)
-  id: str = dataclasses.field(default_factory=lambda: f"g{next(_ids)}")
-
-  @property
-  def node(self) -> str | None:
-    """The graph node the default view centres on: the first cut's."""
-    return next((z.node for z in self.zero if z.node), None)
-
-  @property
-  def healthy(self) -> bool:
-    return self.judged and not self.zero and not any(p.alarm for p in self.partly_zero) and not any(
-        layer.flag for layer in self.layers)
-
-  def to_dict(self) -> dict:
-    """Numbers and strings only (non-finite norms as None): ``json.dumps`` takes it."""
-    return _finite({"id": self.id, "function": self.function, "healthy": self.healthy,
-                    "judged": self.judged, "note": self.note,
-                    "leaves": [{"path": p, "grad_norm": g, "param_norm": w}
-                               for p, g, w in self.leaves],
-                    "zero": [dataclasses.asdict(z) for z in self.zero],
-                    "partly_zero": [dataclasses.asdict(p) for p in self.partly_zero],
-                    "layers": [dataclasses.asdict(layer) for layer in self.layers],
-                    "graph": self.graph.to_dict()})
-
-  def __str__(self) -> str:
-    return grads_view.text(self)
-
-  def _repr_html_(self) -> str:
-    return grads_view.html_fragment(self)
-
-
 def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
   """Which leaves of ``args[argnums]`` get no gradient from ``fn`` (a scalar loss; with
   ``has_aux``, the first of ``(loss, aux)``), and why; where whole units get none; the
   gradient and parameter norm per block of a stacked model. Its floating leaves are
-  differentiated (an equinox module's functions and integers are not)."""
+  differentiated (an equinox module's functions and integers are not). Arrays that span
+  processes (``jax.distributed``) are read as this process holds them: the report is of
+  its shards, and its note says which (no process waits on another)."""
   fn = without_aux(fn) if has_aux else fn
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a for i, a in enumerate(args))
+  labels = names.call_labels(fn, (args, kwargs))
+  (args, kwargs), views = hosts.localised((args, kwargs))   # arrays spanning processes
   paths, positions = _float_leaves(args, kwargs, nums)
   if not positions:
     several = len(nums) > 1
@@ -134,12 +68,15 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
   with records.suspended(), jax.debug_nans(False):
     report = _report(fn, args, kwargs, paths, positions)
+  if views:
+    held = f"process {jax.process_index()}'s shards only: {hosts.held(views, labels)}"
+    report = dataclasses.replace(report, note="; ".join(filter(None, (held, report.note))))
+  report = pipeline.recorded(report)
   _kept.append(report)
   _listeners.notify(report)
   return report
 
 
-_ids = itertools.count(1)
 _kept: collections.deque[GradReport] = collections.deque(maxlen=KEPT)
 _listeners = Listeners()
 """f(report), called with each report ``grads`` makes (the panel's channel registers one)."""
@@ -169,7 +106,7 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
       edges, got, complete = nonfinite.measured(jaxpr, invals, active, out_cts, env)
   except replay.NotJudged as e:   # an effect whose result the program uses, no time left
     return _unjudged(origin, paths, param_flows, str(e))
-  values = [np.zeros(x.shape, x.dtype) if got[i] is None else np.asarray(got[i])
+  values = [np.zeros(x.shape, x.dtype) if got[i] is None else hosts.host(got[i])
             for x, i in zip(leaves, position)]
   del got
   zeros = [k for k, g in enumerate(values) if not np.any(g)]
@@ -221,9 +158,7 @@ def _shape_of(fn, args, kwargs):
   at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
 
   def call(*arrays):
-    leaves = list(flat)
-    for k, x in zip(at, arrays):
-      leaves[k] = x
+    leaves = substituted(flat, at, arrays)
     a, kw = jax.tree_util.tree_unflatten(tree, leaves)
     return fn(*a, **kw)
   return jax.eval_shape(call, *(flat[k] for k in at))
@@ -400,14 +335,3 @@ def _path_blocks(paths, scopes) -> list[tuple[str, list[int]]]:
   for k in sorted(range(len(paths)), key=lambda k: (unread(k), () if unread(k) else scopes[k][1])):
     blocks.setdefault("".join(keys[k][:depth]), []).append(k)
   return list(blocks.items()) if len(blocks) > 1 else []
-
-
-def _finite(tree):
-  """``tree`` with every non-finite float as None (JSON has no NaN)."""
-  if isinstance(tree, dict):
-    return {k: _finite(v) for k, v in tree.items()}
-  if isinstance(tree, (list, tuple)):
-    return [_finite(v) for v in tree]
-  if isinstance(tree, float) and not math.isfinite(tree):
-    return None
-  return tree

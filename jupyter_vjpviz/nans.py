@@ -1,9 +1,9 @@
-"""``vjpviz.nans``: where the gradient goes NaN, and the watch that finds which gradient did.
+"""``vjpviz.nans``: where the gradient goes NaN, and the screen that finds which gradient did.
 
 The gradient is re-run equation by equation from the failing call's own values
-(``analysis.nonfinite``), and the first equation whose backward rule turned a finite
+(``analysis.values.nonfinite``), and the first equation whose backward rule turned a finite
 cotangent non-finite is the culprit, explained from the primal values there, with
-fixes verified by re-running the gradient (``fixes.nonfinite``). ``gradients`` watches
+fixes verified by re-running the gradient (``fixes.nonfinite``). ``gradients`` screens
 every gradient a cell or a train step takes, and ``nans`` the first that is not finite.
 """
 from __future__ import annotations
@@ -21,12 +21,13 @@ import numpy as np
 from .capture import records
 from .capture.compat.private import core
 from . import pipeline
-from .analysis import locate, nonfinite, nonfinite_explain, program, replay
+from .analysis import locate, program
+from .analysis.values import nonfinite, nonfinite_explain, replay
 from .analysis.diagnosis import Diagnosis
-from .analysis.flows import flow_dicts, input_names, mark_flows, program_inputs
-from .analysis.nonfinite_eval import inexact
-from .analysis.partial_vjp import arrays_only, as_input, pull_ones, without_aux
-from .base import safety
+from .analysis.values.flows import flow_dicts, input_names, mark_flows, program_inputs
+from .analysis.values.nonfinite_eval import inexact
+from .analysis.values.partial_vjp import arrays_only, as_input, pull_ones, without_aux
+from .base import hosts, safety
 from .capture.naming import frames, function_names, user_calls
 from .capture.records import ERROR, WARNING
 from .capture.sites import entry_points, jit_calls
@@ -47,19 +48,23 @@ def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | None:
 
   The gradient taken first is the user's own (their prints and callbacks happen, once);
   every later run (JAX's again without ``jax_debug_nans``, the search, each fix's
-  gradient) is vjpviz's (``analysis.replay``): quiet, its effects not repeated.
+  gradient) is vjpviz's (``analysis.values.replay``): quiet, its effects not repeated.
   """
   if argnums is None:
-    return stepped(fun, args, kwargs)
-  return _nans(without_aux(fun) if has_aux else fun, args, argnums, kwargs, ran=False)
+    found = stepped(fun, args, kwargs)
+  else:
+    found = _nans(without_aux(fun) if has_aux else fun, args, argnums, kwargs, ran=False)
+  return found and pipeline.recorded(found)
 
 
 def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
-  """``nans``; ``ran``: the user's call took this gradient already (a watched one)."""
+  """``nans``; ``ran``: the user's call took this gradient already (a screened one)."""
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a
                for i, a in enumerate(args))   # a Python float differentiated is an input
   fun, args = arrays_only(fun, args, nums)
+  if ran and hosts.any_spans((args, kwargs)):   # taken again: vjpviz's, on what is held here
+    return _held_here(fun, args, nums, kwargs, raised=False)
   raised = False
   start = time.monotonic()
   try:
@@ -73,10 +78,59 @@ def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
     print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
     return None
   if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
+    if hosts.any_spans(grads):
+      print(f"vjpviz: process {jax.process_index()}'s shards of the gradient are finite")
     return None
   took = 0.0 if ran else time.monotonic() - start   # the user's own gradient's time
+  if hosts.any_spans((args, kwargs)):
+    return _held_here(fun, args, nums, kwargs, raised, took)
   with jax.debug_nans(False), replay.account(replay.main_pass(took)):
     return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
+
+
+def _held_here(fun, args, nums, kwargs, raised: bool, took: float = 0.0) -> Diagnosis | None:
+  """``nans`` of a call whose arrays span processes, on the values this process holds
+  (``hosts.localised``): each process checks its own shards, within its own budget, and
+  none waits on another or issues a collective alone. The diagnosis names this process,
+  the shards it holds and, where the gradient is one of them, the global index of its
+  first non-finite value; a process whose shards give a finite gradient says so."""
+  labels = function_names.call_labels(fun, (args, kwargs))
+  (args, kwargs), views = hosts.localised((args, kwargs))
+  here = f"process {jax.process_index()}, from its shards {hosts.held(views, labels)}"
+  with jax.debug_nans(False):
+    grads = safety.safely(_gradient, fun, args, nums, kwargs, True)
+    if grads is None:
+      return None
+    if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
+      return _finite_here(fun, here, raised)
+    first = _first_nonfinite(grads, args, nums, views, labels)
+    with replay.account(replay.main_pass(took)):
+      d = safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
+  return d and dataclasses.replace(d, detail=f"on {here}{first}: {d.detail}")
+
+
+def _finite_here(fun, here: str, raised: bool) -> Diagnosis:
+  """The gradient is not finite, but this process's values give a finite one: another
+  process's shards made it so (that process's diagnosis says where)."""
+  name = function_names.function_name(fun)
+  return Diagnosis(kind="nonfinite_cotangent", severity=ERROR if raised else WARNING,
+                   function=name, rule=None, source=function_names.function_source(fun),
+                   path=None, expected="a finite gradient", message=None,
+                   got=f"a finite gradient on {here}",
+                   detail="its non-finite values come from another process's shards")
+
+
+def _first_nonfinite(grads, args, nums, views, labels) -> str:
+  """``; first non-finite at x[3, 1]``: where a gradient leaf of a sharded input holds one
+  (its global index), or "" where none does."""
+  start = np.cumsum([0, *(len(jax.tree_util.tree_leaves(a)) for a in args)])
+  for i, tree in zip(nums, grads):
+    for k, g in enumerate(jax.tree_util.tree_leaves(tree)):
+      j = int(start[i]) + k
+      bad = np.flatnonzero(~np.isfinite(hosts.host(g))) if j in views and not views[j].whole else ()
+      if len(bad):
+        return f"; first non-finite at {labels[j]}{list(views[j].at(int(bad[0])))}"
+  return ""
 
 
 def _gradient(fun, args, nums, kwargs, ran: bool):
@@ -117,7 +171,7 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
 def _finite_where(grads):
   """Where the user's gradient is finite (booleans): the coordinates where a fix's gradient
   can be judged against central differences when the loss is smooth along none other."""
-  return [np.isfinite(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads)]
+  return [np.isfinite(hosts.host(g)) for g in jax.tree_util.tree_leaves(grads)]
 
 
 def _localised(jaxpr, invals, active, out_cts) -> tuple[nonfinite.Localisation, str]:
@@ -135,7 +189,7 @@ def _in_program_order(args, nums, grads, origin, active) -> list:
   array per differentiated program input: the leaf of ``args[i]`` is the program's input
   at ``args[i]``'s offset in the flattened call, plus its own index."""
   start = np.cumsum([0, *(len(jax.tree_util.tree_leaves(a)) for a in args)])
-  by_flat = {int(start[i]) + k: np.asarray(g) for i, tree in zip(nums, grads)
+  by_flat = {int(start[i]) + k: hosts.host(g) for i, tree in zip(nums, grads)
              for k, g in enumerate(jax.tree_util.tree_leaves(tree))}
   arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
   return [by_flat[j] for j, a in zip(arrays, active) if a]
@@ -170,7 +224,7 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
       detail=nonfinite_explain.explain(c), cotangents=cotangents)
 
 
-class GradientWatch:
+class GradientScreen:
   """Every gradient computed meanwhile, checked for NaN/Inf: an eager one as its backward
   pass returns (one reduction per leaf), one taken inside a jitted call (tracers, no
   values) by that call's outputs, each time it is called (one reduction). The user's call
@@ -228,7 +282,7 @@ class GradientWatch:
 
 def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | None:
   """``fun`` (a train step: it takes its gradients itself) run again with jit disabled,
-  so that each gradient it takes is eager and watched: ``nans`` of the first one that is
+  so that each gradient it takes is eager and screened: ``nans`` of the first one that is
   not finite. Its inputs donated to the jitted call are gone: then None, said. ``ran``:
   the user's call ran the step already; this run's output is captured and its effects
   held back (``replay.quiet``): where the step uses an effect's result, None, said."""
@@ -238,13 +292,13 @@ def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | None:
     return None
   args, kwargs = _detached(args, kwargs)
   try:
-    with (_hooked(), pipeline.collecting(), gradients(jit=False) as watch, jax.disable_jit(),
+    with (_hooked(), pipeline.collecting(), gradients(jit=False) as screen, jax.disable_jit(),
           _replayable_nnx(), replay.quiet() if ran else contextlib.nullcontext()):
       fun(*args, **kwargs)
   except replay.NotJudged as e:
     print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
     return None
-  return watch.diagnose()
+  return screen.diagnose()
 
 
 def _detached(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -287,18 +341,18 @@ def _finite(tree) -> bool:
 
 @contextlib.contextmanager
 def gradients(jit: bool = True):
-  """A ``GradientWatch`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile;
+  """A ``GradientScreen`` of every jax.vjp (jax.grad, value_and_grad) called meanwhile;
   with ``jit``, of every top-level jitted call in this thread too (a train step)."""
-  watch = GradientWatch()
-  with (entry_points.vjp_finished.listening(watch.vjp),
-        entry_points.backward_finished.listening(watch.backward),
-        jit_calls.watching(watch.jitted) if jit else contextlib.nullcontext()):
-    yield watch
+  screen = GradientScreen()
+  with (entry_points.vjp_finished.listening(screen.vjp),
+        entry_points.backward_finished.listening(screen.backward),
+        jit_calls.observing(screen.jitted) if jit else contextlib.nullcontext()):
+    yield screen
 
 
 @contextlib.contextmanager
 def _hooked():
-  """The hook installed meanwhile (the watch is told of gradients through it)."""
+  """The hook installed meanwhile (the screen is told of gradients through it)."""
   was = pipeline.installed()
   pipeline.install()
   try:

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import gc
 import threading
+import time
 
 from . import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
-from .analysis import replay
+from .analysis.values import replay
 from .analysis.assemble import diagnose, key
 from .analysis.diagnosis import Diagnosis
 from .base import safety
-from .capture import applied, hook
+from .capture import applied, hook, processes
 from .capture.records import ERROR, Session
 from .capture.sites import check_sites
 from .fixes import suggest
@@ -71,9 +73,12 @@ def hook_points() -> tuple[list[str], list[tuple[str, str]]]:
 
 
 def history() -> list[Diagnosis]:
+  """Oldest first; in a job of several processes, on process 0, each distinct problem once
+  (its latest), with the processes that recorded it, those only others did included."""
   follow()
   with _lock:
-    return list(_history)
+    found = list(_history)
+  return across_processes(found, others=True)
 
 
 def latest() -> Diagnosis | None:
@@ -82,7 +87,50 @@ def latest() -> Diagnosis | None:
   follow()
   with _lock:
     batch = [d for d in _history if d.id in _latest]
-  return next((d for d in batch if d.severity == ERROR), batch[0] if batch else None)
+  lead = next((d for d in batch if d.severity == ERROR), batch[0] if batch else None)
+  return across_processes([lead])[0] if lead is not None else None
+
+
+def stamped(record):
+  """``record`` (a Diagnosis, a gradient report) of this process, published to the others
+  of its ``jax.distributed`` job (one write to the coordination service's store, no wait)."""
+  record = dataclasses.replace(record, process=processes.index())
+  if processes.count() > 1:
+    safety.safely(processes.publish, record.fingerprint, record.summary())
+  return record
+
+
+def recorded(record):
+  """``record`` stamped and published, with the processes that recorded its problem as
+  process 0 gathers them (waiting at most ``processes.WAIT``), then told to ``on_record``:
+  ``vv.nans``, ``vv.grads``."""
+  record = across_processes([stamped(record)], wait=processes.WAIT)[0]
+  on_record.notify(record)
+  return record
+
+
+on_record = safety.Listeners()
+"""``f(record)``: each diagnosis or gradient report ``recorded`` (a headless job's files)."""
+
+
+def across_processes(found: list, wait: float = 0.0, others: bool = False) -> list:
+  """``found`` (stamped records) with the processes that recorded each one's problem, as
+  process 0 reads them, after waiting at most ``wait`` seconds (and no longer than the
+  open budget) for every process to record each; with ``others``, deduplicated by problem,
+  and the diagnoses only other processes recorded after them. Unchanged outside a job of
+  several processes, and on processes other than 0 (they never wait)."""
+  if processes.count() == 1 or processes.index() != 0:
+    return found
+  wait = min(wait, max(0.0, replay.current().deadline - time.monotonic()))
+  seen = safety.safely(processes.gathered, {r.fingerprint for r in found}, wait, default={})
+  held = lambda r: tuple(sorted(seen.get(r.fingerprint, {r.process: None})))
+  found = [dataclasses.replace(r, processes=held(r)) for r in found]
+  if not others:
+    return found
+  latest = {r.fingerprint: r for r in found}
+  return list(latest.values()) + [
+      Diagnosis.from_summary(by[min(by)], tuple(sorted(by))) for fingerprint, by in seen.items()
+      if fingerprint.startswith("d") and fingerprint not in latest]
 
 
 def clear() -> None:
@@ -96,7 +144,7 @@ def clear() -> None:
 
 def add_listener(listener) -> None:
   """Call ``listener(found, exc)`` once per delivery, with the diagnoses' fixes and rule
-  text attached (judging fixes takes up to ``analysis.replay.BUDGET``); for a raised error
+  text attached (judging fixes takes up to ``analysis.values.replay.BUDGET``); for a raised error
   in ``follow``, after the exception."""
   _listeners.add(listener)
 
@@ -135,7 +183,7 @@ def _on_session(session: Session, exc: BaseException | None) -> None:
 
 def _deliver(sessions: list[Session], exc: BaseException | None) -> None:
   """The diagnoses of ``sessions`` and their fixes, within one failing call's budget of
-  the user's code run again (``analysis.replay``); the failing application's values
+  the user's code run again (``analysis.values.replay``); the failing application's values
   (``capture.applied``) are forgotten after it."""
   if not sessions:
     return
@@ -156,12 +204,12 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
   found = []
   with _gc_paused():
     for session in sessions:
-      found += [_decorated(d, session)
+      found += [stamped(_decorated(d, session))
                 for d in safety.safely(diagnose, session, exc, skip, default=[])]
   if not found:
     return
   if collector is not None:
-    found = [with_fixes(d) for d in found]
+    found = [with_fixes(d) for d in across_processes(found)]
     if exc is not None:
       _mark(exc, found)
     collector.extend(found)
@@ -197,6 +245,8 @@ def follow(exc: BaseException | None = None) -> None:
 
 
 def _finish(found: list[Diagnosis], exc: BaseException | None) -> None:
+  """Fixes judged, the processes that recorded each problem gathered, then the listeners."""
+  found = across_processes(found, wait=processes.WAIT)
   _publish([with_fixes(d) for d in found], exc, _listeners)
 
 

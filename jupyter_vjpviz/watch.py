@@ -42,7 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .base import hosts
 from .base.safety import Listeners
+from .capture import processes
 from .capture.naming import leaf_paths
 from .nans import nans as localise_nans
 from .render.html import STYLE
@@ -69,6 +71,32 @@ class LeafEvents:
   first_zero: int | None
   stayed_zero: int | None      # the first step of its first run of ``STAYED`` zero steps
   first_nonfinite: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockEvent:
+  """One line of a watch's report: the leaves of one block (``_layers``) whose gradient did
+  the same thing at the same steps, as one event: a frozen block is one line, not one per
+  leaf and condition. ``kind`` is ``first_zero``, ``stayed_zero`` (zero, and ``stayed``
+  steps running from ``stayed_from``) or ``first_nonfinite``."""
+  step: int
+  path: str          # the leaf, or the block of ``leaves`` leaves
+  leaves: int
+  kind: str
+  stayed_from: int | None = None
+
+  def text(self, stayed: int) -> str:
+    """``step 0: ['params']['body'] (2 leaves): no gradient, for 3+ steps``."""
+    who = f"{self.path} ({self.leaves} leaves)" if self.leaves > 1 else self.path
+    if self.kind == "first_nonfinite":
+      what = "non-finite"
+    elif self.stayed_from is None:
+      what = "no gradient"
+    elif self.stayed_from == self.step:
+      what = f"no gradient, for {stayed}+ steps"
+    else:
+      what = f"no gradient; none for {stayed}+ steps from step {self.stayed_from}"
+    return f"step {self.step}: {who}: {what}"
 
 
 class Watched:
@@ -107,6 +135,8 @@ class Watched:
       kwargs = {**kwargs, ARMED: self._armed}
     out, health, armed = self.compiled_call(args, kwargs)
     self._armed = armed if self.keep_first_nonfinite else None
+    if not self.recording:   # the same global norms as process 0's, which keeps the series
+      return out
     self._promote()
     self._kept = (*kept, health) if self.keep else None
     with self._lock:
@@ -123,6 +153,12 @@ class Watched:
         self._timer.name, self._timer.daemon = "vjpviz-watch-push", True
         self._timer.start()
     return out
+
+  @property
+  def recording(self) -> bool:
+    """Whether this process keeps the series: in a ``jax.distributed`` job only process 0
+    does (every process computes the same global norms; the others copy none to the host)."""
+    return processes.index() == 0
 
   def compiled_call(self, args, kwargs):
     """(the step's outputs, its health array, ``ARMED``) of one call of the compiled
@@ -292,6 +328,24 @@ class Watched:
         found.append(e)
     return found
 
+  def block_events(self, s: np.ndarray | None = None) -> list[BlockEvent]:
+    """The events of ``s`` (every step's by default) grouped per block and event: the
+    leaves of one parent path that went zero at the same steps (or non-finite at the same
+    step) make one, named by that path; in step order."""
+    groups: dict[tuple, list[str]] = {}
+    blocks = dict(zip(self.paths, _layers(self._keypaths)))
+    for e in self.events(s):
+      if e.first_zero is not None:
+        groups.setdefault((e.first_zero, blocks[e.path], "zero", e.stayed_zero), []).append(e.path)
+      if e.first_nonfinite is not None:
+        groups.setdefault((e.first_nonfinite, blocks[e.path], "first_nonfinite", None),
+                          []).append(e.path)
+    return [BlockEvent(step, block if len(paths) > 1 else paths[0], len(paths),
+                       kind if kind != "zero" else "first_zero" if stayed is None else "stayed_zero",
+                       stayed)
+            for (step, block, kind, stayed), paths in sorted(
+                groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))]
+
   def to_dict(self) -> dict:
     return {"paths": self.paths, "norms": self.norms.tolist(),
             "events": [dataclasses.asdict(e) for e in self.events()]}
@@ -301,10 +355,8 @@ class Watched:
     at most ``POINTS`` steps drawn, every event's step among them, one norm line per
     layer (at most ``LINES``: past that, per top-level key), at most ``EVENTS`` events."""
     s = self.steps if s is None else s
-    events = sorted((step, e.path, kind) for e in self.events(s)
-                     for kind in ("first_zero", "stayed_zero", "first_nonfinite")
-                     if (step := getattr(e, kind)) is not None)[:EVENTS]
-    points = _points(len(s), [step for step, _, _ in events])
+    events = self.block_events(s)[:EVENTS]
+    points = _points(len(s), [e.step for e in events])
     groups = _layers(self._keypaths)
     if len(set(groups)) > LINES:
       groups = _layers([kp[:1] for kp in self._keypaths])
@@ -312,10 +364,10 @@ class Watched:
     for g in list(dict.fromkeys(groups))[:LINES]:
       norm = np.sqrt(s[points][:, [i for i, x in enumerate(groups) if x == g]].sum(axis=1))
       lines.append({"group": g, "norms": [float(x) if np.isfinite(x) else None for x in norm]})
-    return {"id": self.id, "steps": len(s), "stayed": self.stayed,
+    return {"id": self.id, "steps": len(s), "stayed": self.stayed, "process": processes.index(),
             "points": [int(p) for p in points], "lines": lines,
-            "events": [{"step": step, "path": path, "kind": kind}
-                       for step, path, kind in events],
+            "events": [{"step": e.step, "path": e.path, "leaves": e.leaves, "kind": e.kind,
+                        "text": e.text(self.stayed)} for e in events],
             "kept_steps": self.kept_steps()}
 
   def kept_steps(self) -> list[int]:
@@ -328,11 +380,11 @@ class Watched:
     """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
     last call's, the first non-finite one's): the nonfinite_cotangent Diagnosis, or None
     when its gradient is finite. ValueError when that call's arguments are gone (or were
-    donated)."""
+    donated). Arguments spanning a job's processes are read as this process holds them
+    (it is asked alone: the others run no step meanwhile)."""
     self._promote()
     if self._first_bad is not None and self._first_bad[0] == step:
-      args, kwargs = self._first_bad[1]()
-      return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
+      return self._localised_nans(*self._first_bad[1]())
     if self._kept is None or self._kept[0] != step:
       raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
                        "call's and the first non-finite one's where it saw it in time (steps "
@@ -342,18 +394,21 @@ class Watched:
     _, args, kwargs, _ = self._kept
     if any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
+    return self._localised_nans(args, kwargs)
+
+  def _localised_nans(self, args, kwargs):
+    (args, kwargs), _ = hosts.localised((args, kwargs))
     return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
 
   def __str__(self) -> str:
     n = len(self.steps)
+    if not self.recording:
+      return (f"vjpviz watch: process {processes.index()} of a job: process 0 keeps the "
+              "series of the global gradient's norms")
     lines = [f"vjpviz watch: {n} step(s), {len(self.paths)} gradient leaves"]
-    for e in self.events():
-      what = [f"zero first at step {e.first_zero}" if e.first_zero is not None else "",
-              f"zero {self.stayed} steps running from step {e.stayed_zero}"
-              if e.stayed_zero is not None else "",
-              f"non-finite first at step {e.first_nonfinite} (vv.nans on that step's call)"
-              if e.first_nonfinite is not None else ""]
-      lines.append(f"  {e.path}: " + "; ".join(w for w in what if w))
+    for e in self.block_events():
+      nans = f" (.nans({e.step}) finds where)" if e.kind == "first_nonfinite" else ""
+      lines.append(f"  {e.text(self.stayed)}{nans}")
     if len(lines) == 1 and n:
       last = self.norms[-1]
       lines.append(f"  every leaf's gradient finite and non-zero; ‖g‖ last step "

@@ -17,30 +17,36 @@ const SCHEMA_PATH = path.join(ROOT, 'jupyter_vjpviz', 'protocol.schema.json');
 const TYPES_PATH = path.join(ROOT, 'src', 'protocolTypes.ts');
 const VALIDATORS_PATH = path.join(ROOT, 'src', 'protocolValidators.ts');
 
-/** The definitions the panel validates messages and results against. */
-const VALIDATED = [
-  'HelloMessage',
-  'DiagnosisMessage',
-  'ReplyMessage',
-  'Diagnosis',
-  'HistoryResult',
-  'View',
-  'SearchResult',
-  'VerifyResult',
-  'ApplyResult',
-  'WatchMessage',
-  'WatchResult',
-  'WatchNansResult',
-  'GradsMessage',
-  'GradsResult'
-];
-
 const BANNER =
   '/* Generated from jupyter_vjpviz/protocol.schema.json by ' +
   'scripts/protocol-codegen.js: do not edit. */';
 
 function readSchema() {
   return JSON.parse(fs.readFileSync(SCHEMA_PATH, 'utf-8'));
+}
+
+/**
+ * The messages the kernel sends the panel, by their `type`: every message of the
+ * schema's root but the request, so a new one needs no edit here or in protocol.ts.
+ */
+function kernelMessages(schema) {
+  const names = schema.oneOf
+    .map(ref => ref.$ref.split('/').pop())
+    .filter(name => name !== 'RequestMessage');
+  return Object.fromEntries(
+    names.map(name => [schema.definitions[name].properties.type.const, name])
+  );
+}
+
+/** The definitions the panel validates messages and results against. */
+function validated(schema) {
+  return [
+    ...new Set([
+      ...Object.values(kernelMessages(schema)),
+      'Diagnosis', // each of a history reply, on its own
+      ...Object.values(resultsByOp(schema))
+    ])
+  ];
 }
 
 async function types(schema) {
@@ -70,6 +76,7 @@ async function types(schema) {
   const results = Object.entries(resultsByOp(schema)).map(
     ([op, name]) => `  ${op}: ${name};`
   );
+  const messages = Object.values(kernelMessages(schema));
   return `${generated}
 /**
  * The result of each op's ok reply (RequestMessage's x-results).
@@ -77,6 +84,12 @@ async function types(schema) {
 export interface ResultOf {
 ${results.join('\n')}
 }
+
+/**
+ * A message the kernel sends the panel: every message of the protocol but the request.
+ */
+export type KernelToPanelMessage =
+${messages.map(name => `  | ${name}`).join('\n')};
 `;
 }
 
@@ -97,17 +110,26 @@ function validators(schema) {
   });
   ajv.addSchema(schema);
   const refs = Object.fromEntries(
-    VALIDATED.map(name => [name, `${schema.$id}#/definitions/${name}`])
+    validated(schema).map(name => [
+      name,
+      `${schema.$id}#/definitions/${name}`
+    ])
   );
-  const results = Object.entries(resultsByOp(schema)).map(
-    ([op, name]) => `  ${op}: ${name}`
-  );
+  const entries = byKey =>
+    Object.entries(byKey)
+      .map(([key, name]) => `  ${key}: ${name}`)
+      .join(',\n');
   return `${BANNER}
 // @ts-nocheck
 ${standaloneCode(ajv, refs)}
 /** Each op's result validator (RequestMessage's x-results). */
 export const resultValidators = {
-${results.join(',\n')}
+${entries(resultsByOp(schema))}
+};
+
+/** Each kernel message's validator, by its type. */
+export const messageValidators = {
+${entries(kernelMessages(schema))}
 };
 `;
 }

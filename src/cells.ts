@@ -7,8 +7,8 @@
  */
 import type { Notebook } from '@jupyterlab/notebook';
 
-import type { IApplied } from './fixEditor';
-import type { ApplyResult } from './protocol';
+import type { IApplied } from './panels/diagnoses/fixEditor';
+import type { ApplyResult, Place } from './protocol';
 
 type Cell = Notebook['widgets'][number];
 
@@ -123,6 +123,30 @@ export class NotebookCells {
       this._reveal(cell);
       this.notebook?.activate?.();
     }
+  }
+
+  /**
+   * Make the cell a place names (by its execution count, as IPython names it) active,
+   * its cursor on the place's line, and focus the notebook; false when no cell of
+   * this notebook ran with that count (re-run since, or another notebook's).
+   */
+  goTo(place: Place): boolean {
+    const cell = (this.notebook?.content.widgets ?? []).find(
+      c =>
+        c.model.type === 'code' &&
+        place.cell !== null &&
+        (c.model as { executionCount?: number | null }).executionCount ===
+          place.cell
+    );
+    if (!cell) {
+      return false;
+    }
+    this._reveal(cell);
+    this.notebook?.activate?.();
+    if (place.line !== null) {
+      cell.editor?.setCursorPosition({ line: place.line - 1, column: 0 });
+    }
+    return true;
   }
 
   private _find(rule: IDefinition): Cell | null {

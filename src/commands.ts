@@ -26,8 +26,9 @@ export function addCommands(
   const graphs = new WidgetTracker<MainAreaWidget<GraphView>>({
     namespace: 'vjpviz-graph'
   });
-  const hasCurrent = () => vjpviz.current !== null;
-  const several = () => vjpviz.diagnoses.length > 1;
+  const { diagnoses } = vjpviz;
+  const hasCurrent = () => diagnoses.current !== null;
+  const several = () => diagnoses.items.length > 1;
 
   commands.addCommand(CommandIDs.openPanel, {
     label: 'Open the VJP Debugger',
@@ -57,15 +58,15 @@ export function addCommands(
   commands.addCommand(CommandIDs.next, {
     label: 'Next Diagnosis',
     isEnabled: several,
-    execute: () => vjpviz.selectNext(1)
+    execute: () => diagnoses.selectNext(1)
   });
   commands.addCommand(CommandIDs.previous, {
     label: 'Previous Diagnosis',
     isEnabled: several,
-    execute: () => vjpviz.selectNext(-1)
+    execute: () => diagnoses.selectNext(-1)
   });
-  vjpviz.currentChanged.connect(() => commands.notifyCommandChanged());
-  vjpviz.diagnosesChanged.connect(() => commands.notifyCommandChanged());
+  diagnoses.currentChanged.connect(() => commands.notifyCommandChanged());
+  diagnoses.changed.connect(() => commands.notifyCommandChanged());
 
   for (const command of Object.values(CommandIDs)) {
     palette?.addItem({ command, category: CATEGORY });
@@ -81,11 +82,10 @@ function openGraph(
   vjpviz: IVjpviz,
   graphs: WidgetTracker<MainAreaWidget<GraphView>>
 ): void {
-  const diagnosis = vjpviz.current;
-  if (!diagnosis) {
+  const d = vjpviz.diagnoses.current;
+  if (!d) {
     return;
   }
-  const d = diagnosis;
   const id = `jp-vjpviz-graph-${vjpviz.kernelId}-${d.id}`;
   const open = graphs.find(w => w.id === id);
   if (open) {
@@ -105,6 +105,7 @@ function openGraph(
   void content.load(
     d.graph?.nodes ?? [],
     d.node ?? null,
-    vjpviz.graphRequests(d.id)
+    vjpviz.graphRequests(d.id),
+    d.places
   );
 }

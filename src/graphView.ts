@@ -2,7 +2,8 @@ import { Widget } from '@lumino/widgets';
 import panzoom, { PanZoom } from 'panzoom';
 
 import { mark } from './marks';
-import { GraphNode, View } from './protocol';
+import { placeOf } from './places';
+import { GraphNode, Places, View } from './protocol';
 import { sanitizeSvg } from './sanitize';
 import { IGraphRequests, IViewState } from './tokens';
 
@@ -117,9 +118,11 @@ export class GraphView extends Widget {
   async load(
     nodes: readonly GraphNode[],
     failed: string | null,
-    requests: IGraphRequests | null
+    requests: IGraphRequests | null,
+    places?: Places
   ): Promise<void> {
     this._nodes = new Map(nodes.map(n => [n.id, n]));
+    this._places = places;
     this._failed = failed;
     this._requests = requests;
     this._state = { expanded: [], collapsed: [] };
@@ -479,7 +482,7 @@ export class GraphView extends Widget {
       ['inputs', (n.in_avals ?? []).join(', ') || undefined],
       ['outputs', (n.out_avals ?? []).join(', ') || undefined],
       ['name stack', n.name_stack || undefined],
-      ['source', n.call_site],
+      ['source', placeOf(this._places, n.call_site)?.text],
       ['rule', n.rule],
       ['contains', n.n_eqns ? `${n.n_eqns} equations` : undefined]
     ];
@@ -553,6 +556,7 @@ export class GraphView extends Widget {
   private _dragged = false;
   private _token = 0;
   private _nodes = new Map<string, GraphNode>();
+  private _places: Places | undefined;
   private _failed: string | null = null;
   private _state: IViewState = { expanded: [], collapsed: [] };
   private _requests: IGraphRequests | null = null;

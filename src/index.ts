@@ -9,7 +9,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { NotebookCells } from './cells';
 import { addCommands } from './commands';
-import { VjpvizChannels } from './comm';
+import { VjpvizChannels } from './channel';
 import { VjpvizModel } from './model';
 import { VjpvizPanel } from './panel';
 import { CommandIDs, IVjpviz } from './tokens';
@@ -82,11 +82,16 @@ function activate(
   tracker.widgetAdded.connect((_, notebook) => track(notebook));
   tracker.currentChanged.connect(follow);
 
-  model.diagnosisReceived.connect((_, { kernelId }) => {
+  // The panel shows itself for what asks to be seen: a diagnosis, a vv.grads
+  // report, a watch's first event.
+  const show = (_: unknown, { kernelId }: { kernelId: string }) => {
     if (autoOpen && kernelId === model.kernelId) {
       app.shell.activateById(panel.id);
     }
-  });
+  };
+  model.diagnoses.received.connect(show);
+  model.grads.arrived.connect(show);
+  model.watches.arrived.connect(show);
 
   if (settingRegistry) {
     void settingRegistry

@@ -4,12 +4,12 @@ import { Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { NotebookCells, applyFix } from './cells';
-import { DiagnosisList } from './diagnosisList';
-import { DiagnosisView, IDiagnosisActions } from './diagnosisView';
-import { GradsView } from './gradsView';
+import { DiagnosisList } from './panels/diagnoses/list';
+import { DiagnosisView, IDiagnosisActions } from './panels/diagnoses/view';
+import { GradsView } from './panels/grads/view';
+import { WatchPlot } from './panels/watches/plot';
 import { Diagnosis } from './protocol';
 import { IVjpviz } from './tokens';
-import { WatchPlot } from './watchPlot';
 
 export const PANEL_ID = 'jp-vjpviz-panel';
 
@@ -47,14 +47,17 @@ export class VjpvizPanel extends Panel {
     this.addWidget(this._list);
     this._view = new DiagnosisView(options.editorFactory, options.openGraph);
     this.addWidget(this._view);
-    this.addWidget(new WatchPlot(this._model));
-    this._grads = new GradsView(this._model);
+    const { diagnoses, watches, grads } = this._model;
+    this.addWidget(new WatchPlot(watches));
+    this._grads = new GradsView(grads, this._model, place =>
+      this._cells.goTo(place)
+    );
     this.addWidget(this._grads);
-    this._list.selected.connect((_, id) => this._model.select(id));
-    this._model.diagnosesChanged.connect(this._onDiagnosesChanged, this);
-    this._model.watchesChanged.connect(this._onDiagnosesChanged, this);
-    this._model.gradsChanged.connect(this._onDiagnosesChanged, this);
-    this._model.currentChanged.connect(this._onCurrentChanged, this);
+    this._list.selected.connect((_, id) => diagnoses.select(id));
+    diagnoses.changed.connect(this._onDiagnosesChanged, this);
+    watches.changed.connect(this._onDiagnosesChanged, this);
+    grads.changed.connect(this._onDiagnosesChanged, this);
+    diagnoses.currentChanged.connect(this._onCurrentChanged, this);
     this._onDiagnosesChanged();
     this._onCurrentChanged();
   }
@@ -96,8 +99,8 @@ export class VjpvizPanel extends Panel {
   }
 
   private _onDiagnosesChanged(): void {
-    const diagnoses = this._model.diagnoses;
-    const n = diagnoses.length;
+    const { diagnoses, watches, grads } = this._model;
+    const n = diagnoses.items.length;
     this.title.label = n ? `VJP debugger (${n})` : 'VJP debugger';
     this.title.caption = n
       ? `VJP debugger: ${n} diagnos${n === 1 ? 'is' : 'es'}`
@@ -107,19 +110,19 @@ export class VjpvizPanel extends Panel {
     this.title.dataset = { ...this.title.dataset, vjpvizCount: String(n) };
     this._renderEmpty();
     // vv.watch and vv.grads show on their own: vjpviz is loaded, nothing to invite.
-    const shown = n + this._model.watches.length + this._model.grads.length;
+    const shown = n + watches.items.length + grads.items.length;
     this._empty.setHidden(shown > 0);
     this._list.setHidden(n === 0);
     this._view.setHidden(n === 0);
-    this._list.setItems(diagnoses, this._model.current?.id ?? null);
+    this._list.setItems(diagnoses.items, diagnoses.current?.id ?? null);
   }
 
   /**
    * Another diagnosis is current (it comes with its fixes): draw it.
    */
   private _onCurrentChanged(): void {
-    const d = this._model.current;
-    this._list.setItems(this._model.diagnoses, d?.id ?? null);
+    const { items, current: d } = this._model.diagnoses;
+    this._list.setItems(items, d?.id ?? null);
     if (d) {
       this._drawn = this._view.showDiagnosis(d, this._actions(d));
     }
@@ -153,12 +156,21 @@ export class VjpvizPanel extends Panel {
     return {
       graph: model.graphRequests(d.id),
       fix: {
-        verify: code => model.verify(d.id, code),
+        verify: code => model.diagnoses.verify(d.id, code),
         apply: code =>
-          applyFix(code => model.apply(d.id, code), this._cells, d, code),
+          applyFix(
+            code => model.diagnoses.apply(d.id, code),
+            this._cells,
+            d,
+            code
+          ),
         copy: text => this._copy(text)
       },
-      jumpToSource: () => this._cells.jumpTo(d)
+      jumpToSource: place => {
+        if (!place || !this._cells.goTo(place)) {
+          this._cells.jumpTo(d);
+        }
+      }
     };
   }
 

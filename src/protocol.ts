@@ -6,14 +6,12 @@
  */
 import type {
   Diagnosis,
-  DiagnosisMessage,
-  GradsMessage,
   HelloMessage,
+  KernelToPanelMessage,
   ReplyMessage,
   RequestMessage,
   ResultOf,
-  Version,
-  WatchMessage
+  Version
 } from './protocolTypes';
 import * as validators from './protocolValidators';
 
@@ -32,23 +30,21 @@ export const COMM_TARGET = 'vjpviz';
 export const PROTOCOL_VERSION: Version = 1;
 
 /**
- * A message sent by the kernel to the panel.
+ * A message the kernel pushes as something happens (a diagnosis, a watch's
+ * series, a vv.grads report): every kernel message but the hello and a reply.
  */
-export type KernelToPanelMessage =
-  HelloMessage | DiagnosisMessage | WatchMessage | GradsMessage | ReplyMessage;
+export type PushMessage = Exclude<
+  KernelToPanelMessage,
+  HelloMessage | ReplyMessage
+>;
 
 interface IValidator {
   (data: unknown): boolean;
   errors?: { instancePath: string; message?: string }[] | null;
 }
 
-const MESSAGE_VALIDATORS: Record<string, IValidator> = {
-  hello: validators.HelloMessage,
-  diagnosis: validators.DiagnosisMessage,
-  watch: validators.WatchMessage,
-  grads: validators.GradsMessage,
-  reply: validators.ReplyMessage
-};
+const MESSAGE_VALIDATORS: Record<string, IValidator> =
+  validators.messageValidators;
 
 const RESULT_VALIDATORS: Record<RequestOp, IValidator> =
   validators.resultValidators;

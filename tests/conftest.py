@@ -20,7 +20,7 @@ pytest_plugins = ["kernel_helpers"]   # its fixture ``panel``: a real kernel, pl
 def unhurried(monkeypatch):
   """vjpviz's time per failing call (diagnosing, then judging fixes) made long: tests judge verdicts,
   not the machine's load (a test of a budget sets its own)."""
-  from jupyter_vjpviz.analysis import replay
+  from jupyter_vjpviz.analysis.values import replay
   monkeypatch.setattr(replay, "BUDGET", 600.)
 
 

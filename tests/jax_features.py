@@ -106,12 +106,14 @@ def _custom_root_on_hijax() -> bool:
 
 
 WITH_ACCUMS = "custom_vjp.defvjp_with_accums"
+WITH_LOGS = "custom_vjp.defvjp_with_logs"
 
 
 HIJAX_REMAT_PYTREES = "checkpoint of a jax_custom_vjp3 rule taking a pytree"
 CUSTOM_ROOT_HIJAX = "custom_root as a hijax primitive"
 JAX_CHECKS = {"bwd check of varying axes": _bwd_checks_varying_axes,
               WITH_ACCUMS: lambda: hasattr(jax.custom_vjp, "defvjp_with_accums"),   # 0.12 on
+              WITH_LOGS: lambda: hasattr(jax.custom_vjp, "defvjp_with_logs"),
               "user hijax types": _user_hijax_types,
               HIJAX_REMAT_PYTREES: _checkpointed_custom_vjp3_of_a_pytree,
               CUSTOM_ROOT_HIJAX: _custom_root_on_hijax}

@@ -93,7 +93,7 @@ def test_apply_on_a_file_rule_returns_a_patch_and_writes_nothing(hook, rule_file
     grad(module.softclip)
 
   # The panel's apply gets the same patch, and the file still is as it was.
-  reply = request("apply", diagnosis_id=vv.last().id, code=FIXED)
+  reply = request("apply", report_id=vv.last().id, code=FIXED)
   assert reply["ok"] and reply["result"] == {"applied": False, "problems": [],
                                              "patch": expected, "path": str(path)}, reply
   assert snapshot(path) == before
@@ -156,12 +156,12 @@ def test_diagnosis_display_push_and_requests_never_run_fix_code(hook, monkeypatc
   node = d.node
   for op, args in (("view", {}), ("expand", {"node": node}), ("collapse", {"node": node}),
                    ("search", {"query": "softclip"})):
-    assert request(op, diagnosis_id=d.id, **args)["ok"], op
+    assert request(op, report_id=d.id, **args)["ok"], op
   assert ran == [], "fix code ran without a verify or apply"
 
-  assert request("verify", diagnosis_id=d.id, code=d.fixes[0].code)["result"]["pass"]
+  assert request("verify", report_id=d.id, code=d.fixes[0].code)["result"]["pass"]
   assert ran == ["fix ran"]
-  assert request("apply", diagnosis_id=d.id, code=d.fixes[0].code)["result"]["applied"]
+  assert request("apply", report_id=d.id, code=d.fixes[0].code)["result"]["applied"]
   assert ran == ["fix ran"] * 3   # apply verifies, then defines the rule it binds
 
 

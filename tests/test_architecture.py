@@ -141,10 +141,12 @@ def test_no_stage_spells_a_kind_name():
 
 
 def _panel_sources() -> list[pathlib.Path]:
-  """src/*.ts as committed (the types generated from the schema are not)."""
-  listed = subprocess.run(["git", "ls-files", "src/*.ts"], cwd=PACKAGE.parent, capture_output=True,
-                          text=True).stdout.split()
-  return [PACKAGE.parent / p for p in listed if "__tests__" not in p]
+  """src/**/*.ts as git sees them, committed or new (the types generated from the schema
+  are ignored), less the ones deleted since the last commit."""
+  listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "src/*.ts"],
+                          cwd=PACKAGE.parent, capture_output=True, text=True).stdout.split()
+  return [PACKAGE.parent / p for p in listed
+          if "__tests__" not in p and (PACKAGE.parent / p).exists()]
 
 
 def test_the_panel_never_compares_kind_names():
@@ -164,6 +166,18 @@ def test_a_diagnosis_carries_its_kind_traits_in_the_protocol():
   schema = json.loads((PACKAGE / "protocol.schema.json").read_text())
   traits = schema["definitions"]["Diagnosis"]["properties"]["traits"]
   assert set(traits["required"]) == set(kinds.of("bwd_type").traits())
+
+
+def test_every_fixer_family_a_kind_names_resolves():
+  """A kind's entry names its fix families by string; a typo there would surface only as
+  a KeyError the first time that kind is diagnosed, inside the error path."""
+  from jupyter_vjpviz.fixes import calls, suggest
+  named = {(k.name, "rule", f) for k in kinds.KINDS.values() for f in k.rule_fixers}
+  named |= {(k.name, "call", f) for k in kinds.KINDS.values() for f in k.call_fixers}
+  families = {"rule": suggest.RULE_FIXERS, "call": calls.CALL_FIXERS}
+  assert named and [n for n in sorted(named) if n[2] not in families[n[1]]] == []
+  used = {(where, f) for _, where, f in named}
+  assert [(w, f) for w, fs in families.items() for f in fs if (w, f) not in used] == []
 
 
 def test_the_protocol_schema_names_exactly_the_registered_kinds():
@@ -313,3 +327,26 @@ def _private_uses() -> list[str]:
 
 def test_at_most_three_private_names_are_used_across_modules():
   assert len(_private_uses()) <= 3, _private_uses()
+
+
+def test_the_graph_side_of_analysis_never_runs_the_users_code():
+  """``analysis`` builds the graph from types; ``analysis.values`` runs the user's code
+  (through replay). The first never imports the second, so a diagnosis made without a
+  run of the user's code cannot start one by accident."""
+  values = f"{PACKAGE.name}.analysis.values"
+  graph_side = {m: ts for m, ts in _imports().items()
+                if m.startswith(f"{PACKAGE.name}.analysis") and not m.startswith(values)}
+  assert graph_side and {m: sorted(t for t in ts if t.startswith(values))
+                         for m, ts in graph_side.items() if any(t.startswith(values) for t in ts)} == {}
+
+
+def test_the_api_type_checkers_see_is_the_api_imported_at_run_time():
+  """``__init__``'s ``TYPE_CHECKING`` imports (what IDEs and type checkers read) and its
+  lazy table (what ``vv.name`` imports on first use) name the same object for each name."""
+  tree = ast.parse((PACKAGE / "__init__.py").read_text())
+  block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+  seen = {a.name: "." + node.module for node in block.body for a in node.names}
+  assert seen == vv._LAZY
+  for name, module in seen.items():
+    real = getattr(__import__(PACKAGE.name + module, fromlist=[name]), name)
+    assert getattr(vv, name) is real and name in vv.__all__, name

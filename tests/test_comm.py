@@ -15,6 +15,7 @@ import pytest
 from kernel_helpers import DIAGNOSIS, EXAMPLES, FAIL, REPLY, REQUEST, SCHEMA, SETUP, VERIFY, validator
 
 from jupyter_vjpviz.deliver import comm
+from jupyter_vjpviz.deliver.ops.diagnoses import verify_result
 
 
 VIEW = validator("View")
@@ -46,7 +47,7 @@ def test_kernel_examples_match_schema(message):
 
 def test_unknown_diagnosis_is_an_error_reply_with_the_request_id():
   reply = comm.handle({"v": 1, "type": "request", "request_id": "r9", "op": "view",
-                       "args": {"diagnosis_id": "no-such"}})
+                       "args": {"report_id": "no-such"}})
   REPLY.validate(reply)
   assert reply == {"v": 1, "type": "reply", "request_id": "r9", "ok": False,
                    "error": "no diagnosis 'no-such' in this kernel "
@@ -57,7 +58,7 @@ def test_handle_never_raises_on_garbage():
   for data in (None, 1, "x", [], {}, {"v": 1}, {"v": 1, "type": "request"},
                {"v": 1, "type": "request", "request_id": 3, "op": "view", "args": {}},
                {"v": 1, "type": "request", "request_id": "r", "op": "view",
-                "args": {"diagnosis_id": "d1", "expanded": "e0"}}):
+                "args": {"report_id": "d1", "expanded": "e0"}}):
     reply = comm.handle(data)
     REPLY.validate(reply)
     assert reply["ok"] is False
@@ -80,8 +81,8 @@ def test_verify_result_matches_the_schema():
     except ValueError:
       pass
     d = vv.last()
-    still = comm.verify_result(d, "def double_bwd(r, g):\n    return (2. * g[:1],)\n")
-    fixed = comm.verify_result(d, "def double_bwd(r, g):\n    return (2. * g,)\n")
+    still = verify_result(d, "def double_bwd(r, g):\n    return (2. * g[:1],)\n")
+    fixed = verify_result(d, "def double_bwd(r, g):\n    return (2. * g,)\n")
   finally:
     vv.uninstall()
     vv.clear()
@@ -127,24 +128,24 @@ def test_requests_get_replies_on_the_push_comm(panel):
   d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]
 
   reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "v1", "op": "view",
-                                  "args": {"diagnosis_id": d_id}})
+                                  "args": {"report_id": d_id}})
   REPLY.validate(reply)
   assert reply["ok"], reply
   VIEW.validate(reply["result"])
   assert "vjpviz-node-failed" in reply["result"]["svg"]
 
   reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "s1", "op": "search",
-                                  "args": {"diagnosis_id": d_id, "query": "softclip"}})
+                                  "args": {"report_id": d_id, "query": "softclip"}})
   assert reply["ok"] and reply["result"]["matches"], reply
 
   reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "f1", "op": "verify",
-                                  "args": {"diagnosis_id": d_id, "code": FIXED}})
+                                  "args": {"report_id": d_id, "code": FIXED}})
   REPLY.validate(reply)
   assert reply["ok"] and reply["result"]["pass"] is True, reply
   VERIFY.validate(reply["result"])
 
   reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "f2", "op": "verify",
-                                  "args": {"diagnosis_id": d_id,
+                                  "args": {"report_id": d_id,
                                            "code": FIXED.replace("x.T @ gy", "(x.T @ gy).T")}})
   assert reply["ok"] and reply["result"]["pass"] is False, reply
 
@@ -178,7 +179,7 @@ def test_apply_rebinds_the_rule(panel):
   comm_id = panel.opened()[-1]["content"]["comm_id"]
   d_id = panel.opened()[-1]["content"]["data"]["diagnosis"]["id"]
   reply = panel.request(comm_id, {"v": 1, "type": "request", "request_id": "a1", "op": "apply",
-                                  "args": {"diagnosis_id": d_id, "code": FIXED}})
+                                  "args": {"report_id": d_id, "code": FIXED}})
   assert reply["ok"] and reply["result"]["applied"] is True, reply
   assert panel.execute(FAIL)["status"] == "ok"
 
@@ -249,7 +250,7 @@ def test_inline_widget_sanitizes_and_verifies():
 
 
 def test_verify_of_code_that_does_not_parse_is_a_plain_fail():
-  out = comm.verify_result(None, "def softclip_bwd(res, g:\n    return")
+  out = verify_result(None, "def softclip_bwd(res, g:\n    return")
   VERIFY.validate(out)
   assert out["pass"] is False and out["problems"] == []
   assert out["summary"].startswith("the code does not parse:") and "(line 1)" in out["summary"]
@@ -268,19 +269,19 @@ BROKEN = [
     ({"request_id": ""}, "a request needs a 'request_id' string of 1 to 256 characters"),
     ({"op": "rm -rf"}, "unknown op 'rm -rf' (known: history, view"),
     ({"args": []}, "a request needs an object 'args'"),
-    ({"args": {"diagnosis_id": "d1", "expanded": ["e0", 3]}}, "args.expanded[1] must be a string"),
-    ({"args": {"diagnosis_id": "d1", "expanded": ["e0"] * 1001}},
+    ({"args": {"report_id": "d1", "expanded": ["e0", 3]}}, "args.expanded[1] must be a string"),
+    ({"args": {"report_id": "d1", "expanded": ["e0"] * 1001}},
      "args.expanded has 1001 items, over the limit of 1000"),
-    ({"args": {"diagnosis_id": "d" * 300}}, "args.diagnosis_id is 300 characters long, over the limit of 256"),
+    ({"args": {"report_id": "d" * 300}}, "args.report_id is 300 characters long, over the limit of 256"),
     ({"args": {"expanded": "e0"}}, "args.expanded must be a list"),   # before the missing id
-    ({"args": {}}, "op 'view' needs args.diagnosis_id"),
+    ({"args": {}}, "op 'view' needs args.report_id"),
 ]
 
 
 @pytest.mark.parametrize("change, error", BROKEN)
 def test_a_schema_violation_is_named_in_plain_words(change, error):
   message = {"v": 1, "type": "request", "request_id": "r", "op": "view",
-             "args": {"diagnosis_id": "d1"}} | change
+             "args": {"report_id": "d1"}} | change
   assert not REQUEST.is_valid(message)
   reply = comm.handle(message)
   assert reply["ok"] is False and reply["error"].startswith(error), reply["error"]

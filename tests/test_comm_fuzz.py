@@ -27,13 +27,13 @@ DEFS = SCHEMA["definitions"]
 MAX_BYTES = DEFS["RequestMessage"]["x-maxBytes"]
 TOKEN = DEFS["token"]["maxLength"]
 ARGS = DEFS["RequestArgs"]["properties"]
-LIMIT_OF = {"request_id": TOKEN, "diagnosis_id": TOKEN, "node": DEFS["nodeId"]["maxLength"],
+LIMIT_OF = {"request_id": TOKEN, "report_id": TOKEN, "node": DEFS["nodeId"]["maxLength"],
             "query": ARGS["query"]["maxLength"], "code": ARGS["code"]["maxLength"],
             "expanded": DEFS["nodeIds"]["maxItems"], "collapsed": DEFS["nodeId"]["maxLength"]}
 """Each limit as the schema states it (for collapsed: the length of one id)."""
-NEEDS = {"history": (), "view": ("diagnosis_id",), "expand": ("diagnosis_id", "node"),
-         "collapse": ("diagnosis_id", "node"), "search": ("diagnosis_id", "query"),
-         "verify": ("diagnosis_id", "code"), "apply": ("diagnosis_id", "code"),
+NEEDS = {"history": (), "view": ("report_id",), "expand": ("report_id", "node"),
+         "collapse": ("report_id", "node"), "search": ("report_id", "query"),
+         "verify": ("report_id", "code"), "apply": ("report_id", "code"),
          "watch": (), "watch_nans": ("watch_id", "step"), "grads": ()}
 """The arguments each op needs (the schema's if/then rules), written out to test them."""
 FUZZ = settings(deadline=None, database=None,
@@ -105,7 +105,7 @@ valid_requests = st.fixed_dictionaries({
     "v": st.just(1), "type": st.just("request"), "request_id": st.text(min_size=1, max_size=12),
     "op": st.sampled_from(comm.OPS),
     "args": st.fixed_dictionaries({}, optional={
-        "diagnosis_id": st.text(max_size=8), "node": st.text(max_size=8),
+        "report_id": st.text(max_size=8), "node": st.text(max_size=8),
         "query": st.text(max_size=8), "code": st.text(max_size=30),
         "expanded": st.lists(st.text(max_size=6), max_size=3),
         "collapsed": st.lists(st.text(max_size=6), max_size=3)}),
@@ -179,7 +179,7 @@ def _graph_requests(d):
   base = st.fixed_dictionaries({
       "v": st.just(1), "type": st.just("request"), "request_id": st.text(min_size=1, max_size=8),
       "op": st.sampled_from(("history", "view", "expand", "collapse", "search")),
-      "args": st.fixed_dictionaries({"diagnosis_id": st.sampled_from([d.id, "d0"]), "node": real},
+      "args": st.fixed_dictionaries({"report_id": st.sampled_from([d.id, "d0"]), "node": real},
                                     optional={"query": st.text(max_size=6) | real,
                                               "expanded": st.lists(real, max_size=4),
                                               "collapsed": st.lists(real, max_size=4)})})
@@ -198,7 +198,7 @@ def test_graph_requests_about_a_live_diagnosis(diagnosis):
     check_reply(data, reply)
     if valid(data):   # answered, unless it names another diagnosis
       assert reply["ok"] or (reply["error"].startswith("no diagnosis")
-                             and data["args"]["diagnosis_id"] != d.id), reply
+                             and data["args"]["report_id"] != d.id), reply
   run()
 
 
@@ -206,14 +206,14 @@ def test_graph_requests_about_a_live_diagnosis(diagnosis):
 
 def _request(key: str, value) -> dict:
   """A verify request (every argument present, no diagnosis to find) with ``key`` set."""
-  args = {"diagnosis_id": "d0", "node": "e0", "query": "q", "code": "", "expanded": [],
+  args = {"report_id": "d0", "node": "e0", "query": "q", "code": "", "expanded": [],
           "collapsed": []}
   message = {"v": 1, "type": "request", "request_id": "r", "op": "verify", "args": args}
   (message if key == "request_id" else args)[key] = value
   return message
 
 
-SIZED = {"request_id": lambda n: "r" * n, "diagnosis_id": lambda n: "d" * n,
+SIZED = {"request_id": lambda n: "r" * n, "report_id": lambda n: "d" * n,
          "node": lambda n: "n" * n, "query": lambda n: "q" * n, "code": lambda n: "c" * n,
          "expanded": lambda n: ["e0"] * n, "collapsed": lambda n: ["x" * n]}
 
@@ -244,7 +244,7 @@ def test_the_byte_limit_counts_utf8_json():
 def test_out_of_order_messages_get_error_replies(diagnosis):
   d, _ = diagnosis
   view = lambda d_id: comm.handle({"v": 1, "type": "request", "request_id": "o1", "op": "view",
-                                   "args": {"diagnosis_id": d_id}})
+                                   "args": {"report_id": d_id}})
   not_yet = f"d{int(d.id[1:]) + 1000}"
   assert view(not_yet)["error"] == (f"no diagnosis '{not_yet}' in this kernel "
                                     "(restarted, cleared, or older than the history keeps)")
@@ -265,12 +265,12 @@ TOP_BREAKS = [("v", 0), ("v", 2), ("v", "1"), ("v", True), ("v", None), ("type",
               ("type", "hello"), ("type", "diagnosis"), ("type", None), ("request_id", ""),
               ("request_id", 7), ("request_id", "r" * (TOKEN + 1)), ("op", "rm -rf"),
               ("op", ["view"]), ("args", []), ("args", "x")]
-ARG_BREAKS = [("diagnosis_id", 5), ("diagnosis_id", "d" * (TOKEN + 1)), ("node", None),
+ARG_BREAKS = [("report_id", 5), ("report_id", "d" * (TOKEN + 1)), ("node", None),
               ("query", ["q"]), ("code", ["def f(): pass"]),
               ("code", "c" * (LIMIT_OF["code"] + 1)), ("expanded", "e0"),
               ("expanded", ["e0"] * (NODES + 1)), ("expanded", [nested(50)]),
               ("collapsed", ["x" * (LIMIT_OF["node"] + 1)]), ("pad", "x" * (MAX_BYTES + 1))]
-ABSENT = {"diagnosis_id": "d999999", "node": "e0", "query": "q", "code": "def f():\n  pass\n",
+ABSENT = {"report_id": "d999999", "node": "e0", "query": "q", "code": "def f():\n  pass\n",
           "watch_id": "w999999", "step": 0}
 """Valid arguments about a diagnosis (or a watch) that does not exist."""
 
@@ -317,5 +317,5 @@ def test_a_burst_of_hostile_messages_over_a_real_comm(panel):
   d = pushed["data"]["diagnosis"]
   assert (d["function"], d["expected"], d["got"]) == ("softclip", "float32[5,3]", "float32[3,5]")
   view = panel.request(pushed["comm_id"], {"v": 1, "type": "request", "request_id": "v",
-                                           "op": "view", "args": {"diagnosis_id": d["id"]}})
+                                           "op": "view", "args": {"report_id": d["id"]}})
   assert view["ok"] and "vjpviz-node-failed" in view["result"]["svg"], view

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from test_fixes import cell, first_problem, lin_rule
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import oracle
+from jupyter_vjpviz.analysis.values import oracle
 from jupyter_vjpviz.fixes import candidates, suggest, verify
 
 
@@ -284,7 +284,7 @@ def loss(x): return jnp.sin(allreduce(x)).sum()
 @pytest.mark.needs("bwd check of varying axes")
 def test_a_mesh_this_process_cannot_make_leaves_fixes_unverified(hook, monkeypatch):
   """Fewer devices than the mesh the call ran on: nothing is verified, and the note says why."""
-  from jupyter_vjpviz.analysis import on_mesh
+  from jupyter_vjpviz.analysis.values import on_mesh
   d, _ = _shard_mapped(hook, """
 @jax.custom_vjp
 def allreduce(x): return jax.lax.pmean(x, 'dp')

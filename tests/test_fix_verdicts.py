@@ -19,8 +19,8 @@ import softclip
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis.diagnosis import Fix
-from jupyter_vjpviz.deliver import comm
-from jupyter_vjpviz.analysis import replay
+from jupyter_vjpviz.deliver.ops.diagnoses import verify_result
+from jupyter_vjpviz.analysis.values import replay
 from jupyter_vjpviz.fixes import rank, suggest
 from test_fixes import cell, first_problem as diagnosis
 
@@ -231,7 +231,7 @@ def test_verify_reports_a_well_typed_wrong_rule_with_per_leaf_errors():
 
   schema = json.loads((resources.files("jupyter_vjpviz") / "protocol.schema.json").read_text())
   verify_schema = {**schema["definitions"]["VerifyResult"], "definitions": schema["definitions"]}
-  wrong, right = comm.verify_result(d, SCALED), comm.verify_result(d, RIGHT)
+  wrong, right = verify_result(d, SCALED), verify_result(d, RIGHT)
   for reply in (wrong, right):
     jsonschema.validate(json.loads(json.dumps(reply, allow_nan=False)), verify_schema)
   assert not wrong["pass"] and wrong["verdict"] == "type-only"

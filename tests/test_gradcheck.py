@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import oracle
+from jupyter_vjpviz.analysis.values import oracle
 
 
 def _rule(bwd):

@@ -419,23 +419,24 @@ def test_the_panel_message_validates_and_its_graph_is_asked_for_by_the_reports_i
   default view centred on the first cut, a box opened, a search."""
   from kernel_helpers import REPLY, validator
   from jupyter_vjpviz.deliver import comm
-  message = json.loads(json.dumps({"v": 1, "type": "grads", "grads": comm.grads_message(report)}))
+  from jupyter_vjpviz.deliver.ops.grads import grads_message
+  message = json.loads(json.dumps({"v": 1, "type": "grads", "grads": grads_message(report)}))
   validator("GradsMessage").validate(message)
   sent = message["grads"]
   assert sent["id"] == report.id and sent["headline"].startswith("vjpviz grads of mixed:")
   assert {z["path"]: z["reason"] for z in sent["zero"]} == {z.path: z.reason for z in report.zero}
   assert "leaves" not in sent and len(sent["graph"]["nodes"]) == len(report.graph.nodes)
   assert report in grads_module().reports()
-  view = comm.handle(_request("view", diagnosis_id=report.id))
+  view = comm.handle(_request("view", report_id=report.id))
   REPLY.validate(view)
   assert view["ok"] and view["result"]["failed_node"] == report.node is not None
   assert view["result"]["svg"].startswith("<svg")
-  found = comm.handle(_request("search", diagnosis_id=report.id, query="tanh"))
+  found = comm.handle(_request("search", report_id=report.id, query="tanh"))
   assert found["ok"] and found["result"]["matches"]
   kept = comm.handle(_request("grads"))
   validator("GradsResult").validate(kept["result"])
   assert report.id in [r["id"] for r in kept["result"]["reports"]]
-  gone = comm.handle(_request("view", diagnosis_id="g0"))
+  gone = comm.handle(_request("view", report_id="g0"))
   assert not gone["ok"] and "no diagnosis 'g0'" in gone["error"]
 
 
@@ -468,7 +469,7 @@ def test_a_report_made_in_a_kernel_reaches_a_listening_panel(panel):
   sent = pushed[0]["grads"]
   assert [(z["path"], z["reason"]) for z in sent["zero"]] == [("['frozen']", "stopped")]
   assert pushed[0]["view"]["svg"].startswith("<svg")
-  reply = panel.request(panel.control, _request("view", diagnosis_id=sent["id"]))
+  reply = panel.request(panel.control, _request("view", report_id=sent["id"]))
   assert reply["ok"] and reply["result"]["failed_node"] == sent["zero"][0]["node"]
 
 

@@ -131,7 +131,7 @@ def test_a_hostile_scope_box_carries_its_own_id(d):
   ids = {v for _, name, v in Parsed(svg.of_view(view)).attrs if name == "id"}
   assert scope in ids
   reply = comm.handle({"v": 1, "type": "request", "request_id": "x", "op": "expand",
-                       "args": {"diagnosis_id": d.id, "node": scope, "collapsed": [scope]}})
+                       "args": {"report_id": d.id, "node": scope, "collapsed": [scope]}})
   assert reply["ok"], reply   # (d is in the history: the fixture keeps it)
   assert_inert(reply["result"]["svg"], styles=0)
 

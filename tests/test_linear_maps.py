@@ -12,7 +12,7 @@ import pytest
 import jax_features
 from diagnosed import only, raises
 from kernel_helpers import DIAGNOSIS, VERIFY
-from jupyter_vjpviz.deliver import comm
+from jupyter_vjpviz.deliver.ops.diagnoses import verify_result
 import jupyter_vjpviz as vv
 
 THIS = __file__
@@ -226,14 +226,14 @@ def test_an_edited_solve_is_verified_by_its_linear_system(hook):
   d = only("solve_type")
   right = "def n_transpose_solve_column(vecmat, b):\n  return jnp.linalg.solve(N.T, b)\n"
   assert vv.verify_fix(d, right) == []
-  verified = comm.verify_result(d, right)
+  verified = verify_result(d, right)
   VERIFY.validate(verified)
   assert (verified["pass"], verified["verdict"]) == (True, "verified")
   assert "equal to the linear system's solution" in verified["summary"]
   wrong_values = right.replace("N.T, b", "N, b")
   [problem] = vv.verify_fix(d, wrong_values)
   assert problem.kind == "bwd_value" and "differ from the linear system's solution" in problem.got
-  assert comm.verify_result(d, wrong_values)["verdict"] == "type-only"
+  assert verify_result(d, wrong_values)["verdict"] == "type-only"
   [problem] = vv.verify_fix(d, right.replace("b)\n", "b)[:, None]\n"))
   assert problem.kind == "solve_type" and problem.got == "it returns float32[3,1], not b's type float32[3]"
   assert problem.id != d.id
@@ -407,16 +407,16 @@ def test_a_raise_watch_hears_only_the_calls_that_raise():
   events, heard = CodeEvents(), []
   assert events.start()
   try:
-    assert not events.watch_raises(_checked_inline.__code__, lambda f: f, lambda *a: None)
+    assert not events.follow_raises(_checked_inline.__code__, lambda f: f, lambda *a: None)
     # A raise its own frame may catch: that frame would never unwind, and stay open.
-    assert not events.watch_raises(_checked_caught.__code__, lambda f: f, lambda *a: None)
-    assert events.watch_raises(_checked.__code__, lambda frame: frame.f_locals["x"],
+    assert not events.follow_raises(_checked_caught.__code__, lambda f: f, lambda *a: None)
+    assert events.follow_raises(_checked.__code__, lambda frame: frame.f_locals["x"],
                                lambda x, value, exc: heard.append((x, type(exc).__name__)))
     assert [_checked(i) for i in range(3)] == [0, 1, 2] and heard == []
     with pytest.raises(ValueError):
       _checked(-1)
     assert [_checked(i) for i in range(3)] == [0, 1, 2] and heard == [(-1, "ValueError")]
-    assert events.watch_raises(_checked_long.__code__, lambda frame: frame.f_locals["x"],
+    assert events.follow_raises(_checked_long.__code__, lambda frame: frame.f_locals["x"],
                                lambda x, value, exc: heard.append((x, str(exc))))
     for _ in range(2):
       with pytest.raises(ValueError):

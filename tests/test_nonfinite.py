@@ -602,7 +602,7 @@ def test_a_vmapped_remat_blocks_log_at_zero_is_found_and_clamped():
 
 @pytest.mark.parametrize("program", ["soft_distance", "stacked_root"])
 def test_a_fix_judged_by_resuming_the_search_has_the_whole_passs_gradient(program):
-  from jupyter_vjpviz.analysis import nonfinite, nonfinite_eval
+  from jupyter_vjpviz.analysis.values import nonfinite, nonfinite_eval
   from jupyter_vjpviz.fixes import nonfinite as fixes
   if program == "soft_distance":                        # the culprit inside a jit's body
     fun, args = soft_distance, (jnp.array([0.0, 1.0, 4.0, 0.0, 2.0]),)
@@ -646,7 +646,7 @@ def _unrolled_inputs(layers: int = 8, bad: int = 5):
 
 def test_an_unrolled_loop_runs_as_one_compiled_block_and_its_bad_layer_is_still_found(
     monkeypatch):
-  from jupyter_vjpviz.analysis import nonfinite, repeated_blocks
+  from jupyter_vjpviz.analysis.values import nonfinite, repeated_blocks
   params, x = _unrolled_inputs()
   closed = jax.make_jaxpr(unrolled_roots)(params, x)
   body = next(e for e in closed.jaxpr.eqns if "jaxpr" in e.params).params["jaxpr"]

@@ -1,4 +1,5 @@
 """``%load_ext vjpviz`` in a real kernel: JAX's own error, then the rich diagnosis."""
+import html
 import logging
 import re
 
@@ -101,3 +102,58 @@ def test_full_package_name_loads_too():
   (cell,) = run("%load_ext jupyter_vjpviz\n" + FAILING)[-1:]
   shown = [o for o in cell.outputs if o.output_type == "display_data" and MIME in o.data]
   assert shown and shown[0].data[MIME]["rule"] == "softclip_bwd"
+
+
+FROZEN = """\
+import jax, jax.numpy as jnp, flax.linen as nn
+import jupyter_vjpviz as vv
+
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = jax.lax.stop_gradient(nn.Dense(4, name="body")(x))
+        _ = nn.Dense(2, name="head")(h)
+        return nn.Dense(1, name="out")(h).sum()
+
+x = jnp.ones((2, 3))
+net = Net()
+params = net.init(jax.random.key(0), x)
+report = vv.grads(lambda p: net.apply(p, x), params)
+report
+"""
+
+
+@pytest.fixture(scope="module")
+def cells_named():
+  """A frozen body through ``vv.grads`` (cell 2), the failing rule (cell 3), then the
+  report's payload printed (cell 4)."""
+  return run("%load_ext vjpviz", FROZEN, FAILING,
+             "import json; print(json.dumps(report.to_dict()['places']))")
+
+
+def test_sources_name_the_cell_as_ipython_does(cells_named):
+  """``Cell In[2], line 7`` in the report's text and HTML, the diagnosis's text and the
+  headline, never the temp file IPython compiled the cell into."""
+  grads, failing = cells_named[1], cells_named[2]
+  report = next(o for o in grads.outputs if o.output_type == "execute_result")
+  assert "Cell In[2], line 7" in report.data["text/html"]
+  shown = next(o for o in failing.outputs if o.output_type == "display_data" and MIME in o.data)
+  text = shown.data["text/plain"]
+  assert "softclip_bwd (Cell In[3], line 10)" in text and "called at Cell In[3], line 14" in text
+  assert "Cell In[3], line 10" in shown.data["text/html"]
+  # JAX's own message, quoted as JAX wrote it, is the only place the temp file is named.
+  jaxs = shown.data[MIME]["message"]
+  assert "ipykernel" not in text + report.data["text/html"] + shown.data["text/html"].replace(
+      html.escape(jaxs), "")
+  places = shown.data[MIME]["places"]
+  rule = places[shown.data[MIME]["rule_source"]]
+  assert rule == {"text": "Cell In[3], line 10", "cell": 3, "line": 10}
+
+
+def test_the_report_names_where_a_click_goes(cells_named):
+  """The panel's payload keeps the machine's file:line and says which cell and line it is."""
+  import json
+  printed = next(o for o in cells_named[3].outputs if o.output_type == "stream")
+  places = json.loads(printed.text)
+  cut = next(p for where, p in places.items() if where.endswith(":7"))
+  assert cut == {"text": "Cell In[2], line 7", "cell": 2, "line": 7}

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import softclip
 
-from jupyter_vjpviz.analysis import oracle
-from jupyter_vjpviz.analysis.oracle import Oracle
+from jupyter_vjpviz.analysis.values import oracle
+from jupyter_vjpviz.analysis.values.oracle import Oracle
 
 
 def site_of(hook, f, *args, argnums=0):

@@ -1,4 +1,4 @@
-"""vjpviz's own runs of the user's code (analysis/replay.py): bounded in time, loops and
+"""vjpviz's own runs of the user's code (analysis/values/replay.py): bounded in time, loops and
 memory, and repeating none of the user's side effects; real JAX, real diagnoses."""
 import time
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.experimental import io_callback
 
-from jupyter_vjpviz.analysis import oracle, replay
+from jupyter_vjpviz.analysis.values import oracle, replay
 
 
 def wrong_rule(primal, derivative):

@@ -1,5 +1,5 @@
 """vv.nans, vv.grads and the value overlay run the user's program again on vjpviz's own
-account (analysis/replay.py): the user's own run is theirs, every later one is quiet,
+account (analysis/values/replay.py): the user's own run is theirs, every later one is quiet,
 repeats no io_callback, caps its loops and stops at the deadline. Real JAX throughout."""
 import time
 
@@ -10,7 +10,7 @@ import pytest
 from jax.experimental import io_callback
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import replay
+from jupyter_vjpviz.analysis.values import replay
 from jupyter_vjpviz.deliver import call_values
 from jupyter_vjpviz.nans import gradients
 

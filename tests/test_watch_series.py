@@ -14,12 +14,13 @@ import pytest
 from kernel_helpers import REPLY, SETUP, validator
 
 from jupyter_vjpviz.watch import POINTS, PUSH_EVERY, add_listener, remove_listener, watch
-from jupyter_vjpviz.deliver import comm
+from jupyter_vjpviz import pipeline
+from jupyter_vjpviz.deliver import comm, requests
 
 optax = pytest.importorskip("optax")
 WATCH = validator("WatchMessage")
 RESULTS = {op: validator(name) for op, name in
-           comm.SCHEMA["definitions"]["RequestMessage"]["x-results"].items()}
+           requests.SCHEMA["definitions"]["RequestMessage"]["x-results"].items()}
 
 
 def _training(nan_at: int):
@@ -59,10 +60,16 @@ def test_the_series_validates_and_names_its_events():
   dense_0, dense_1 = (l["norms"] for l in series["lines"])
   assert dense_1[0] > 0 and dense_1[3:] == [0.0, 0.0, 0.0]
   assert all(n > 0 for n in dense_0[:5]) and dense_0[5] is None
-  events = {(e["path"], e["kind"]): e["step"] for e in series["events"]}
-  assert events[("['Dense_1']['kernel']", "first_zero")] == 3
-  assert events[("['Dense_1']['kernel']", "stayed_zero")] == 3
-  assert events[("['Dense_0']['kernel']", "first_nonfinite")] == 5
+  # One event per block and event: Dense_1's one leaf went zero and stayed so (one line,
+  # not two), both of Dense_0's leaves went non-finite at step 5 (one line, not two).
+  assert [(e["step"], e["path"], e["leaves"], e["kind"]) for e in series["events"]] == [
+      (3, "['Dense_1']['kernel']", 1, "stayed_zero"), (5, "['Dense_0']", 2, "first_nonfinite")]
+  assert [e["text"] for e in series["events"]] == [
+      "step 3: ['Dense_1']['kernel']: no gradient, for 3+ steps",
+      "step 5: ['Dense_0'] (2 leaves): non-finite"]
+  assert str(w).splitlines()[1:] == [
+      "  step 3: ['Dense_1']['kernel']: no gradient, for 3+ steps",
+      "  step 5: ['Dense_0'] (2 leaves): non-finite (.nans(5) finds where)"]
   assert series["kept_steps"] == [5]
 
 
@@ -82,7 +89,7 @@ def test_the_panel_runs_vv_nans_on_the_kept_step():
   RESULTS["watch_nans"].validate(json.loads(json.dumps(reply["result"])))
   d = reply["result"]["diagnosis"]
   assert d["kind"] == "nonfinite_cotangent" and "sqrt" in d["headline"]
-  assert d["id"] in [x.id for x in comm.pipeline.history()]
+  assert d["id"] in [x.id for x in pipeline.history()]
   gone = ask("watch_nans", watch_id=w.id, step=1)
   assert not gone["ok"] and "no longer kept" in gone["error"]
 

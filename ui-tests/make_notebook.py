@@ -93,3 +93,37 @@ for stem, name in SMALL_NOTEBOOKS.items():
   small = new_notebook(cells=[new_code_cell("%load_ext vjpviz"), new_code_cell(SMALL.format(name=name))])
   small.metadata["kernelspec"] = nb.metadata["kernelspec"]
   nbformat.write(small, root / f"{stem}.ipynb")
+# Issue 41 (ui-tests/galata/report.spec.ts): a flax model whose body is frozen and whose
+# head is unused through vv.grads, a watched optax loop that goes non-finite, a failing rule.
+FROZEN = '''import jax, jax.numpy as jnp, flax.linen as nn, optax
+import jupyter_vjpviz as vv
+
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = jax.lax.stop_gradient(nn.Dense(4, name="body")(x))
+        _ = nn.Dense(2, name="head")(h)
+        return nn.Dense(1, name="out")(h).sum()
+
+x = jnp.ones((2, 3))
+net = Net()
+params = net.init(jax.random.key(0), x)
+report = vv.grads(lambda p: net.apply(p, x), params)
+report'''
+WATCHED = '''opt = optax.sgd(1.0)   # too large: the loss grows tenfold a step
+
+@jax.jit
+def train_step(p, s):
+    g = jax.grad(lambda p: net.apply(p, x) ** 2)(p)
+    u, s = opt.update(g, s)
+    return optax.apply_updates(p, u), s
+
+step = vv.watch(train_step)
+p, s = params, opt.init(params)
+for _ in range(16):
+    p, s = step(p, s)
+print(step)'''
+report_nb = new_notebook(cells=[new_code_cell(c) for c in (
+    "%load_ext vjpviz", FROZEN, WATCHED, SMALL.format(name="rule_41"))])
+report_nb.metadata["kernelspec"] = nb.metadata["kernelspec"]
+nbformat.write(report_nb, root / "report.ipynb")

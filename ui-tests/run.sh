@@ -199,14 +199,15 @@ if has_tests notebook7; then
     STATUS=1
   fi
 fi
-# The README's two pictures are screenshots this run took (the panel on a failing rule,
-# the graph opened in the main area), so they show what the tests saw: copied into
-# docs/images when the full run took them (commit them with the change that altered them).
-if [ -z "${VJPVIZ_TESTS:-}" ] && [ -z "${VJPVIZ_VENV:-}" ] && [ -f "$SHOTS/02-diagnosis.png" ] \
-    && [ -f "$SHOTS/14-unscoped-main.png" ]; then
+# The README's pictures are screenshots this run took (the panel on a failing rule, the
+# graph opened in the main area, a vv.grads report inline, a vv.watch plot in the panel),
+# so they show what the tests saw: copied into docs/images when the full run took them
+# (commit them with the change that altered them).
+if [ -z "${VJPVIZ_TESTS:-}" ] && [ -z "${VJPVIZ_VENV:-}" ]; then
   mkdir -p "$ROOT/docs/images"
-  cp "$SHOTS/02-diagnosis.png" "$ROOT/docs/images/panel.png"
-  cp "$SHOTS/14-unscoped-main.png" "$ROOT/docs/images/graph.png"
+  for pair in 02-diagnosis:panel 14-unscoped-main:graph 16-grads-report:grads 17-watch:watch; do
+    [ -f "$SHOTS/${pair%%:*}.png" ] && cp "$SHOTS/${pair%%:*}.png" "$ROOT/docs/images/${pair##*:}.png"
+  done
 fi
 if [ -n "${VJPVIZ_MASK_NODE:-}" ]; then
   # JupyterLab's server probes for node (build status, yarn config, npm prefix);

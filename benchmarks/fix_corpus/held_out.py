@@ -50,9 +50,10 @@ class Case:
   right: str                        # the correct cell
   wrong: tuple[tuple[str, str], ...]   # (old, new) edits making it wrong
   args: Callable
+  rtol: float | None = None         # the precision the rule computes in on purpose
 
   def base(self) -> Base:
-    return Base(self.name, self.right, self.args, (self.mutation(),))
+    return Base(self.name, self.right, self.args, (self.mutation(),), rtol=self.rtol)
 
   def mutation(self) -> Mutation:
     return Mutation(self.kind, self.wrong, self.note)

@@ -16,6 +16,7 @@ import inspect
 import itertools
 import linecache
 import textwrap
+import types
 from typing import Any
 
 import jax
@@ -139,16 +140,35 @@ def judge_rules(subject: Subject, *rules, draws: list[Draw] | None = None) -> Ve
     fixed = jax.custom_vjp(custom_vjp.fun, nondiff_argnums=custom_vjp.nondiff_argnums)
     fixed.defvjp(*rules, symbolic_zeros=custom_vjp.symbolic_zeros)
   zeros = False
-  for i, draw in enumerate(draws if draws is not None else references(subject)):
+  draws = draws if draws is not None else references(subject)
+  for i, (fn, draw) in enumerate([(fixed, d) for d in draws] + _through_use(subject, fixed, draws)):
     try:
-      got = vjp_at(fixed, subject, draw.args, draw.ct)
+      got = vjp_at(fn, subject, draw.args, draw.ct)
     except Exception as e:  # noqa: BLE001 - JAX refusing the fix is a wrong type
       return Verdict(False, False, zeros, f"JAX raised: {type(e).__name__}: {_first_line(e)}")
-    problem, leaf_zeros = compare(got, draw.want)
+    problem, leaf_zeros = compare(got, draw.want, subject.base.rtol)
     zeros = zeros or leaf_zeros
     if problem is not None:
       return Verdict(problem[0], False, zeros, f"draw {i}: {problem[1]}")
   return Verdict(True, True, zeros)
+
+
+def _through_use(subject: Subject, fixed, draws: list[Draw]) -> list[tuple]:
+  """(the cell's ``use`` calling ``fixed``, a draw of its own) for a symbolic_zeros rule
+  whose cell uses it so: the outputs ``use`` drops get symbolic zeros, a branch the plain
+  draws (every output given a cotangent) never run."""
+  use = subject.ns.get("use")
+  if use is None or not getattr(subject.custom_vjp, "symbolic_zeros", False):
+    return []
+  calling = lambda rule: types.FunctionType(use.__code__, {**subject.ns, subject.base.name: rule})
+  found = []
+  for k, draw in enumerate(draws):
+    rng = np.random.default_rng(2000 + k)
+    out = calling(subject.reference)(*draw.args)
+    ct = jax.tree_util.tree_map(lambda a: rng.standard_normal(a.shape).astype(a.dtype), out)
+    want = vjp_at(calling(subject.reference), subject, draw.args, ct)
+    found.append((calling(fixed), Draw(draw.args, ct, want)))
+  return found
 
 
 def vjp_at(fn, subject: Subject, args: tuple, ct):
@@ -202,8 +222,9 @@ def output_types(subject: Subject, args: tuple):
   return jax.eval_shape(sm, *args)
 
 
-def compare(got, want) -> tuple[tuple[bool, str] | None, bool]:
-  """((typed, what differs) or None when equal, whether a leaf is zeros where ``want`` is not)."""
+def compare(got, want, rtol: float | None = None) -> tuple[tuple[bool, str] | None, bool]:
+  """((typed, what differs) or None when equal, whether a leaf is zeros where ``want`` is not);
+  ``rtol``: a lower precision the rule computes in on purpose, the tolerance at least."""
   got_leaves, got_tree = jax.tree_util.tree_flatten(got)
   want_leaves, want_tree = jax.tree_util.tree_flatten(want)
   if got_tree != want_tree:
@@ -218,7 +239,7 @@ def compare(got, want) -> tuple[tuple[bool, str] | None, bool]:
     wide = np.complex128 if np.iscomplexobj(w) or np.iscomplexobj(g) else np.float64
     g64, w64 = g.astype(wide), w.astype(wide)
     zeros = zeros or (not g64.any() and w64.any())
-    err = error(g64, w64, RTOL.get(w.dtype, 1e-5))
+    err = error(g64, w64, max(RTOL.get(w.dtype, 1e-5), rtol or 0.))
     if err > 1 and problem is None:
       problem = (True, f"leaf {i}: values differ ({err:.3g}x the tolerance)")
   return problem, zeros

@@ -39,6 +39,7 @@ class Base:
   args: Callable                # numpy Generator -> every positional argument, concrete
   mutations: tuple[Mutation, ...]
   specs: tuple | None = None    # (in_specs per argument, out_spec): run under shard_map on "dp"
+  rtol: float | None = None     # the rule computes at this precision on purpose: judged at it
 
 
 def m(kind: str, old: str, new: str, note: str, *more: tuple[str, str]) -> Mutation:

@@ -9,6 +9,7 @@ import itertools
 
 from ..base import kinds
 from ..capture.naming.leaf_paths import MISSING, Path
+from ..capture import grad_logs
 from ..capture.records import ERROR, WARNING, Record, Session
 from . import fallback, program
 from .diagnosis import Diagnosis, MismatchedLeaf
@@ -53,7 +54,8 @@ def diagnose(session: Session, exc: BaseException | None,
         detail=rec.detail or _swapped(leaves) or (_FAILED_LATER if failed_later else None),
         hijax=site.hijax if site else False, raised_at=rec.raised_at,
         expected_aval=rec.expected_aval, got_aval=rec.got_aval, site=site, leaves=leaves,
-        solver=rec.solver, operation=rec.operation))
+        solver=rec.solver, operation=rec.operation,
+        logs=grad_logs.of_site(session, site) if site else ()))
   return out
 
 

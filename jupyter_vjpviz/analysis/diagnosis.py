@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 from typing import Any
 from collections.abc import Callable
 
-from ..base import kinds
+from ..base import kinds, places
+from ..capture.processes import spelled
 from ..capture.naming import leaf_paths
 from .graph import Graph
 
@@ -125,6 +127,39 @@ class Diagnosis:
   ...), ``iterations`` lists each scan iteration searched (node, t, norm, finite)."""
   rule_text: RuleText | None = None
   """The rule's definition and its bad line, attached with the fixes (``fixes.suggest``)."""
+  process: int = 0
+  """The ``jax.distributed`` process that recorded it (0 outside such a job)."""
+  logs: tuple = ()
+  """The logs this rule application wrote with ``defvjp_with_logs``, as the caller received
+  them (``capture.grad_logs.LogLeaf``: shapes, what each stacked axis stands for, numbers
+  as text); () where the rule logs nothing or nobody asked JAX for its logs."""
+  processes: tuple[int, ...] = ()
+  """In a job of several processes, those that recorded the same problem (``fingerprint``),
+  as process 0 gathered them (``capture.processes``); () elsewhere, and outside a job."""
+
+  @property
+  def fingerprint(self) -> str:
+    """The problem whatever process records it: its kind, function and rule, the input,
+    and its types (for a value kind, the source where it went wrong: its numbers are the
+    process's own)."""
+    value = kinds.of(self.kind).wrong == kinds.VALUE
+    parts = (self.kind, self.function, self.rule, self.argument or self.path,
+             *((self.source,) if value else (self.expected, self.got)))
+    return "d" + hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+  def summary(self) -> dict:
+    """What another process needs to show this problem: its words (no graph, fixes or avals)."""
+    return {name: getattr(self, name) for name in _SUMMARY}
+
+  @classmethod
+  def from_summary(cls, summary: dict, processes: tuple[int, ...] = ()) -> Diagnosis:
+    """A problem another process recorded, as its ``summary`` says (no graph)."""
+    return cls(**{k: v for k, v in summary.items() if k in _SUMMARY}, processes=processes)
+
+  @property
+  def where(self) -> str:
+    """``on processes 0-3``, ``on process 2 only``; "" outside a job of several."""
+    return spelled(self.processes)
 
   @property
   def headline(self) -> str:
@@ -137,36 +172,52 @@ class Diagnosis:
   def to_dict(self) -> dict:
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_FLAT}
     d["headline"] = self.headline
+    d["processes"] = list(self.processes)
     d["traits"] = kinds.of(self.kind).traits()
     d["graph"] = self.graph.to_dict()
     d["fixes"] = [f.to_dict() for f in self.fixes]
     d["leaf_errors"] = [l.to_dict() for l in self.leaf_errors]
     d["leaves"] = [l.to_dict() for l in self.leaves]
+    d["logs"] = [l.to_dict() for l in self.logs]
     d.update(self.rule_text.to_dict() if self.rule_text else NO_RULE_TEXT)
+    d["places"] = places.places((self.source, self.rule_source, self.call_site, self.raised_at,
+                                 *self.graph.call_sites()))
     return d
 
   # Renderings: the public spellings of the render stage's renderers, which that stage
   # (above this one) registers in RENDERINGS when it is imported.
   def to_text(self) -> str:
-    return _rendering("text")(self)
+    return rendered("text", self)
 
   def to_dot(self, **view) -> str:
-    return _rendering("dot")(self, **view)
+    return rendered("dot", self, **view)
 
   def to_svg(self, **view) -> str:
-    return _rendering("svg")(self, **view)
+    return rendered("svg", self, **view)
 
   def to_html(self) -> str:
-    return _rendering("html")(self)
+    return rendered("html", self)
 
 
-_NOT_FLAT = ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves", "rule_text",
+_NOT_FLAT = ("graph", "fixes", "expected_aval", "got_aval", "site", "leaf_errors", "leaves", "logs", "rule_text",
              "operation", "solver")
 """Fields to_dict does not copy as they are: serialised by their own to_dict, or never sent."""
 
 
+_SUMMARY = ("kind", "severity", "function", "rule", "source", "path", "expected", "got", "message",
+            "rule_source", "call_site", "argument", "primal", "name_stack", "instance", "detail",
+            "hijax", "raised_at", "process")
+"""The fields a process publishes of each problem it records (``summary``): its words."""
+
+
 RENDERINGS: dict[str, Callable[..., str]] = {}
-"""format -> renderer(diagnosis, **view); filled by ``jupyter_vjpviz.render``."""
+"""format -> renderer(subject, **view): a Diagnosis's dot/html/svg/text, a gradient
+report's grads_text/grads_html; filled by ``jupyter_vjpviz.render``."""
+
+
+def rendered(fmt: str, subject, **view) -> str:
+  """``subject`` (a Diagnosis or a gradient report) drawn by the render stage as ``fmt``."""
+  return _rendering(fmt)(subject, **view)
 
 
 def _rendering(fmt: str) -> Callable[..., str]:

@@ -68,6 +68,10 @@ class Graph:
   """(failing node, for each of its operands the id of the program input it is, a scan's
   slice of it included, else None), for the located nodes only: a library rule's inputs
   spelled as the user's (``assemble``)."""
+  sliced: tuple[tuple[str, tuple[str, ...]], ...] = ()
+  """(failing node, the ids among its ``upstream`` inputs that reach it as a slice of what
+  an enclosing scan iterates over), for the located nodes only: a scan's constants and
+  carry are shared by its iterations, so only these name where in the scan it is."""
   sites: tuple[tuple[str, str], ...] = ()
   """(scope path up to a user call, ``file:line`` of that call): where each call in
   ``Node.frames`` was made, keyed as ``Node.scope`` spells it (a named scope may lead)."""
@@ -85,8 +89,15 @@ class Graph:
   def upstream_of(self, node_id: str | None) -> tuple[str, ...]:
     return next((ids for nid, ids in self.upstream if nid == node_id), ())
 
+  def sliced_of(self, node_id: str | None) -> tuple[str, ...]:
+    return next((ids for nid, ids in self.sliced if nid == node_id), ())
+
   def operands_of(self, node_id: str | None) -> tuple[str | None, ...]:
     return next((ids for nid, ids in self.operands if nid == node_id), ())
+
+  def call_sites(self) -> list[str]:
+    """Every ``file:line`` the graph names: its nodes' call sites and its user calls'."""
+    return [n.call_site for n in self.nodes if n.call_site] + [where for _, where in self.sites]
 
   def to_dict(self) -> dict:
     return {"nodes": [n.to_dict() for n in self.nodes],

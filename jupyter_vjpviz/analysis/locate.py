@@ -78,7 +78,12 @@ def instance(graph: Graph, node_id: str | None) -> str | None:
   common path that has siblings built alike, named alike up to a number
   (``model.layers[3]``, ``params['params']['blocks_3']``). A scanned stack of
   layers fails in every iteration alike, so the stack is named. Blocks without
-  parameters of their own are told apart by the order they run in.
+  parameters of their own are told apart by the order they run in. A label names only
+  where the failing application is: one application of its function in the program is
+  in no block of several, whichever parameter it reads; in a scan, only the inputs it
+  reaches as slices of what the scan iterates over (``Graph.sliced``) say where it is:
+  one that reads only what every iteration shares (a parameter its body closes over)
+  is in every iteration, in no parameter.
   """
   node = graph.node(node_id) if node_id else None
   if node is None or node.kind != "eqn":
@@ -88,13 +93,20 @@ def instance(graph: Graph, node_id: str | None) -> str | None:
   feeding = [inputs[i] for i in graph.upstream_of(node_id) if i in inputs]
   common = (_common([_parts(n.label) for n in feeding])   # else the parameters, not the data
             or _common([_parts(n.label) for n in feeding if n.kind == "input"]))
-  block = _repeated(common, paths)
+  same = [n.id for n in graph.nodes if n.custom and n.function == node.function]
+  # A rule applied once is in no block of several; an operation of the program is where
+  # its operands come from (a partial graph holds only some applications).
+  several = not node.custom or len(same) > 1 or graph.note is not None
+  block = _repeated(common, paths) if several else None
   if block is not None:
     return block
-  if common and _in_scan(graph, node):
-    return f"{_enclosing(common, paths)}, in every iteration of its scan"
-  same = [n.id for n in graph.nodes if n.custom and n.function == node.function]
-  if len(same) > 1 and graph.note is None:   # a partial graph holds only some of them
+  if _in_scan(graph, node):
+    sliced = set(graph.sliced_of(node_id))
+    named = common and sliced and all(n.id in sliced for n in feeding
+                                      if _parts(n.label)[:len(common)] == common)
+    return f"{_enclosing(common, paths)}, in every iteration of its scan" if named \
+        else "every iteration of its scan"
+  if len(same) > 1 and graph.note is None:
     return f"{node.function} call {same.index(node.id) + 1} of {len(same)}"
   return None
 

@@ -34,6 +34,7 @@ from ..capture.records import Origin
 from ..capture.sites import custom_rules, hijax_rules
 from . import user_scopes
 from .graph import Edge, Graph, Node
+from ..base.trees import substituted
 
 CUSTOM_PRIMITIVES = ("custom_vjp_call", "call_hi_primitive")
 RULE_CALLS = ("custom_vjp_call", "custom_jvp_call")
@@ -70,9 +71,7 @@ def trace(origin: Origin) -> core.Jaxpr:
   arrays = [j for j, leaf in enumerate(origin.leaves) if _is_aval(leaf)]
 
   def flat(*values):
-    leaves = list(origin.leaves)
-    for j, v in zip(arrays, values):
-      leaves[j] = v
+    leaves = substituted(origin.leaves, arrays, values)
     args, kwargs = jax.tree_util.tree_unflatten(origin.tree, leaves)
     return origin.fun(*args, **kwargs)
 
@@ -146,14 +145,6 @@ def _input_nodes(origin: Origin) -> list[Node]:
     else:
       nodes.append(Node(id=f"arg{j}", kind="static", label=names[j], out_avals=aval))
   return nodes
-
-
-def from_jaxpr(jaxpr: core.Jaxpr, inputs: list[Node] | None = None) -> Graph:
-  """The whole graph of ``jaxpr``, unbounded; ``inputs`` name its invars (default: ``args[i]``)."""
-  if inputs is None:
-    inputs = [Node(id=f"in{i}", kind="input", label=f"args[{i}]",
-                   out_avals=(_short(v.aval),)) for i, v in enumerate(jaxpr.invars)]
-  return _graph(jaxpr, inputs, _ALL, _Clock(math.inf), _Memo())
 
 
 class OutOfTime(Exception):
@@ -272,9 +263,11 @@ def _with_upstream(graph: Graph, jaxpr: core.Jaxpr, inputs: list[Node],
   ids = [n.id for n in inputs]
   differentiated = {n.id for n in inputs if n.kind == "input"}
   located = [f for f in dict.fromkeys(found) if f]
-  upstream = tuple((f, _upstream(jaxpr, ids, f, clock, differentiated)) for f in located)
+  walked = [(f, _upstream(jaxpr, ids, f, clock, differentiated)) for f in located]
+  upstream = tuple((f, found) for f, (found, _) in walked)
+  sliced = tuple((f, tuple(i for i in found if i in through)) for f, (found, through) in walked)
   operands = tuple((f, _operands(jaxpr, ids, f, clock)) for f in located)
-  return dataclasses.replace(graph, upstream=upstream, operands=operands)
+  return dataclasses.replace(graph, upstream=upstream, operands=operands, sliced=sliced)
 
 
 def _operands(jaxpr: core.Jaxpr, inputs: list[str], focus: str,
@@ -293,7 +286,7 @@ def _operands(jaxpr: core.Jaxpr, inputs: list[str], focus: str,
 
 
 def _upstream(jaxpr: core.Jaxpr, inputs: list[str], focus: str, clock: _Clock,
-              differentiated: set[str], max_hops: int = 64) -> tuple[str, ...]:
+              differentiated: set[str], max_hops: int = 64) -> tuple[tuple[str, ...], set]:
   """The parameters nearest upstream of equation ``focus``: the differentiated program
   inputs the fewest equations away, through the bodies that enclose it, not reached
   through a scan's carry; else, with none, the nearest inputs of any kind.
@@ -302,10 +295,11 @@ def _upstream(jaxpr: core.Jaxpr, inputs: list[str], focus: str, clock: _Clock,
   identical layers, the failing rule's nearest inputs are its own layer's
   parameters (``model.layers[3].w``), however deep in scans and remats it sits.
   Data added nearer (``h @ w + x`` in a scan over ``(ws, xs)``) and the state a scan
-  carries (``h0``) are the same in every block, so the walk goes on past them.
+  carries (``h0``) are the same in every block, so the walk goes on past them. Also
+  returned: the inputs reached as a slice of what an enclosing scan iterates over.
   """
   if not focus.startswith("e"):
-    return ()
+    return (), set()
   walk = _Upstream(_levels(jaxpr, focus), clock)
   frontier = [(len(walk.bodies) - 1, v, False) for v in walk.path[-1].invars]
   nearest: tuple[str, ...] = ()
@@ -321,11 +315,11 @@ def _upstream(jaxpr: core.Jaxpr, inputs: list[str], focus: str, clock: _Clock,
     params = tuple(i for i, carried in found.items() if i in differentiated and not carried)
     nearest = nearest or tuple(found)
     if params:
-      return params
+      return params, {inputs[k] for k in walk.sliced}
     if not deeper:
       break
     frontier = deeper
-  return nearest
+  return nearest, {inputs[k] for k in walk.sliced}
 
 
 class _Upstream:
@@ -338,6 +332,7 @@ class _Upstream:
     self.seen: set = set()
     self._made: dict[int, dict] = {}
     self._positions: dict[int, dict] = {}
+    self.sliced: set[int] = set()   # program inputs reached as a slice a scan iterates over
 
   def outermost(self, depth: int, v, carried: bool):
     """Follow ``v`` out of each body whose input it is, to its equation's operand (a
@@ -345,6 +340,7 @@ class _Upstream:
     (depth, variable) where it is made, (-1, position) for a program input, or
     (depth, None) for a constant or a variable already walked; and whether the way
     out went through a scan's carry (or already had)."""
+    sliced = False
     while True:
       self.clock.tick()
       if isinstance(v, core.Literal) or (depth, v) in self.seen:
@@ -354,9 +350,12 @@ class _Upstream:
       if position is None:
         return depth, v, carried
       if depth == 0:
+        if sliced:
+          self.sliced.add(position)
         return -1, position, carried
       eqn, body = self.path[depth - 1], self.bodies[depth]
       carried = carried or _is_carry(eqn, position)
+      sliced = sliced or _is_slice(eqn, position)
       position += len(eqn.invars) - len(body.invars)
       if position < 0:
         return depth, None, carried
@@ -395,6 +394,11 @@ def _is_carry(eqn, position: int) -> bool:
     return False
   consts, carry, _ = scan_groups(eqn)
   return consts <= position < consts + carry
+
+
+def _is_slice(eqn, position: int) -> bool:
+  """Whether a scan body's input ``position`` is a slice of what it iterates over."""
+  return eqn.primitive.name == "scan" and position >= sum(scan_groups(eqn)[:2])
 
 
 def _index(nid: str) -> int:

@@ -11,6 +11,8 @@ import dataclasses
 from typing import Any
 from collections.abc import Callable
 
+from .places import spelled
+
 # What a finding is about, which is how the analysis finds its graph node when no
 # custom-rule equation is known for it.
 RULE = "rule"        # a custom rule's equation (or a hijax primitive's, by name)
@@ -182,7 +184,7 @@ _ENTRIES = (
          "has the wrong tree structure", role=None, subject=OUTPUT, wrong=STRUCTURE,
          channel=PASSED, call_fixers=("cotangent_tree",), needs=(F_VJP,)),
     Kind("nonfinite_cotangent", lambda d: f"the gradient goes non-finite at {d.function}"
-         f"{' (' + d.source + ')' if d.source else ''}: {d.detail}", role=None, wrong=VALUE,
+         f"{' (' + spelled(d.source) + ')' if d.source else ''}: {d.detail}", role=None, wrong=VALUE,
          silent=True, fixed_at="line"),
     Kind("jvp_tangent_type", lambda d: f"{_who(d)} returned tangent {d.got}"
          f"{' for output ' + d.path if d.path else ''}; the tangent must be {d.expected}", role="jvp",

@@ -20,6 +20,16 @@ def shape_struct(aval):
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
+def substituted(items: Sequence, positions: Sequence[int], values) -> list:
+  """``items`` as a list with ``values`` put at ``positions``, in order: a function's
+  arguments with the differentiated ones replaced (the partial functions JAX's
+  transforms, the oracle and the replays are given)."""
+  out = list(items)
+  for i, v in zip(positions, values):
+    out[i] = v
+  return out
+
+
 def arg_slices(args_tree) -> list[slice]:
   """The flat leaf range of each child of ``args_tree`` (an args tuple's treedef)."""
   slices, start = [], 0

@@ -1,15 +1,19 @@
 """The values of the latest custom rule applications, held weakly.
 
 The checks vjpviz runs after an error start where the user's program is known to
-run: the failing application's own arguments (``analysis.oracle``). They may be
+run: the failing application's own arguments (``analysis.values.oracle``). They may be
 used only while that call is still on the stack, and none may outlive it (a
 diagnosis keeps avals only), so each is held by a weak reference: once the user's
 call lets go of an argument, it is gone here too. Traced applications (under
-``jax.jit``) have no values and are not held.
+``jax.jit``) have no values and are not held; nor are arrays that span processes (what
+vjpviz runs after an error stays in the process that failed: ``base.hosts``).
 
 Fixes are judged after the user's exception is raised (the exception comes first), when
 the call has let go: small applications are then kept as host copies (``detach``), no
-device buffer among them, until that judging is over (``forget``).
+device buffer among them, until that judging is over (``forget``). A function passed as a
+nondiff argument (the ``f`` of a fixed point, made inside the differentiated function) is
+kept with them where it reaches no array: the site holds it weakly, and the oracle must
+call it after the raise.
 """
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ import weakref
 
 import jax
 import numpy as np
+from ..base import hosts
 from .compat.private import core
+from .sites import retained_rules
 
 KEPT = 8
 """Applications remembered per thread, the latest first out of date."""
@@ -39,14 +45,24 @@ def remember(site, args) -> None:
   if any(isinstance(a, core.Tracer) for a in args):
     return
   leaves, tree = jax.tree_util.tree_flatten(args)
-  if any(isinstance(l, core.Tracer) for l in leaves):
-    return
-  refs = [weakref.ref(l) if isinstance(l, (jax.Array, np.ndarray)) else None for l in leaves]
+  if any(isinstance(l, core.Tracer) or hosts.spans_processes(l) for l in leaves):
+    return   # no values; or values another process shares: a check on them would be a collective
+  refs = [_weak(l) for l in leaves]
   values = _applied.values
   values.pop(site, None)
   values[site] = (tree, refs)
   while len(values) > KEPT:
     values.popitem(last=False)
+
+
+def _weak(leaf):
+  """A weak reference to an array leaf or a function, None for the rest."""
+  if isinstance(leaf, (jax.Array, np.ndarray)) or (callable(leaf) and not isinstance(leaf, type)):
+    try:
+      return weakref.ref(leaf)
+    except TypeError:   # a builtin: it outlives the call anyway
+      return None
+  return None
 
 
 def forget() -> None:
@@ -60,12 +76,23 @@ def detach(max_bytes: int) -> None:
   forgotten."""
   for site, (tree, refs) in list(_applied.values.items()):
     leaves = [r() if r is not None else None for r in refs]
-    arrays = [l for l in leaves if l is not None]
-    if len(arrays) != sum(r is not None for r in refs) or \
+    arrays = [l for l in leaves if isinstance(l, (jax.Array, np.ndarray))]
+    if any(r is not None and l is None for r, l in zip(refs, leaves)) or \
         sum(a.size * a.dtype.itemsize for a in arrays) > max_bytes:
       del _applied.values[site]
       continue
-    _applied.values[site] = (tree, [_Held(l) if l is not None else None for l in leaves])
+    _applied.values[site] = (tree, [_after_call(l, r) for l, r in zip(leaves, refs)])
+
+
+def _after_call(leaf, ref):
+  """What stands for ``leaf`` once the call has let go: a host copy of an array, a function
+  itself where it reaches no array (no device buffer may outlive the call through us),
+  else its weak reference still."""
+  if leaf is None:
+    return None
+  if isinstance(leaf, (jax.Array, np.ndarray)):
+    return _Held(leaf)
+  return ref if retained_rules.holds_arrays(leaf) else _Kept(leaf)
 
 
 class _Held:
@@ -78,6 +105,17 @@ class _Held:
 
   def __call__(self):
     return jax.numpy.asarray(self.value) if self.on_device else self.value
+
+
+class _Kept:
+  """A function kept strongly in place of a weak reference, until ``forget``."""
+  __slots__ = ("value",)
+
+  def __init__(self, value):
+    self.value = value
+
+  def __call__(self):
+    return self.value
 
 
 def values(site) -> tuple | None:

@@ -8,13 +8,13 @@ the callback runs between JAX's bytecodes and leaves nothing on the stack. A sta
 may open something (a session) that the same frame's return or unwind closes, with
 its return value or exception; the exception propagates as JAX raised it.
 
-A function JAX raises from when a check fails can instead be watched at its ``raise``
-statements alone (``watch_raises``): a line event there, every other line's turned off the
+A function JAX raises from when a check fails can instead be followed at its ``raise``
+statements alone (``follow_raises``): a line event there, every other line's turned off the
 first time it runs, so a call that does not raise costs nothing.
 
 Starts and returns are local events (those code objects only). An unwind can only be
-watched everywhere (``PY_UNWIND`` is a global event in CPython), so it is turned on
-only while a watched frame is open (about 1 us to switch): then, and only then, every
+followed everywhere (``PY_UNWIND`` is a global event in CPython), so it is turned on
+only while a followed frame is open (about 1 us to switch): then, and only then, every
 frame an exception leaves costs a call of ours.
 """
 from __future__ import annotations
@@ -39,14 +39,14 @@ class _Open(threading.local):
 
 
 class CodeEvents:
-  """One tool slot watching the code objects added to it, until ``stop``."""
+  """One tool slot following the code objects added to it, until ``stop``."""
 
   def __init__(self):
     self.tool: int | None = None
-    self._watched: dict = {}          # code -> (start, finish)
-    self._raises: dict = {}           # code -> the lines of its raise statements (watch_raises)
+    self._followed: dict = {}          # code -> (start, finish)
+    self._raises: dict = {}           # code -> the lines of its raise statements (follow_raises)
     self._open = _Open()
-    self._n_open = 0                  # frames open in every thread: unwinds watched while > 0
+    self._n_open = 0                  # frames open in every thread: unwinds followed while > 0
     self._lock = threading.Lock()
 
   def start(self) -> bool:
@@ -66,30 +66,30 @@ class CodeEvents:
 
   @property
   def points(self) -> list[str]:
-    return [f"{code.co_qualname} (its frames watched)" for code in self._watched]
+    return [f"{code.co_qualname} (its frames followed)" for code in self._followed]
 
-  def watch(self, code, start: Start, finish: Finish | None = None) -> None:
+  def follow(self, code, start: Start, finish: Finish | None = None) -> None:
     """Call ``start(frame)`` as ``code`` starts, and ``finish`` as that frame ends."""
     events = sys.monitoring.events
-    self._watched[code] = (start, finish)
+    self._followed[code] = (start, finish)
     sys.monitoring.set_local_events(
         self.tool, code, events.PY_START | (events.PY_RETURN if finish else 0))
 
-  def watch_raises(self, code, start: Start, finish: Finish) -> bool:
+  def follow_raises(self, code, start: Start, finish: Finish) -> bool:
     """Call ``start(frame)`` as ``code`` reaches one of its ``raise`` statements, and
     ``finish`` as the exception leaves that frame (for code that raises out of itself).
-    False, nothing watched, where a raise shares its line with other code: reaching that
+    False, nothing followed, where a raise shares its line with other code: reaching that
     line would not mean raising, and a frame opened there might never be closed."""
     lines = _raise_lines(code)
     if not lines:
       return False
     self._raises[code] = lines
-    self._watched[code] = (start, finish)
+    self._followed[code] = (start, finish)
     sys.monitoring.set_local_events(self.tool, code, sys.monitoring.events.LINE)
     return True
 
   def stop(self) -> None:
-    """Release the slot; a frame still open in another thread simply ends unwatched."""
+    """Release the slot; a frame still open in another thread simply ends unfollowed."""
     if self.tool is None:
       return
     monitoring = sys.monitoring
@@ -97,13 +97,13 @@ class CodeEvents:
       monitoring.set_events(self.tool, 0)
       self._n_open = 0
       self._open = _Open()   # what other threads still had open is dropped with it
-    for code in self._watched:
+    for code in self._followed:
       monitoring.set_local_events(self.tool, code, 0)
     for event in (monitoring.events.PY_START, monitoring.events.PY_RETURN,
                   monitoring.events.PY_UNWIND, monitoring.events.LINE):
       monitoring.register_callback(self.tool, event, None)
     monitoring.free_tool_id(self.tool)
-    self._watched.clear()
+    self._followed.clear()
     self._raises.clear()
     self.tool = None
 
@@ -122,7 +122,7 @@ class CodeEvents:
     return None
 
   def _open_frame(self, code, frame):
-    start, finish = self._watched.get(code, (None, None))
+    start, finish = self._followed.get(code, (None, None))
     token = safety.safely(start, frame) if start is not None else None
     if token is not None and finish is not None:
       self._open.frames.append((frame, finish, token))
@@ -132,7 +132,7 @@ class CodeEvents:
     self._close(value, None)
 
   def _unwound(self, code, _offset, exc):
-    if code in self._watched and self._watched[code][1] is not None:
+    if code in self._followed and self._followed[code][1] is not None:
       self._close(None, exc)
 
   def _close(self, value, exc):
@@ -146,7 +146,7 @@ class CodeEvents:
         return
 
   def _count(self, change: int) -> None:
-    """Watch unwinds while any watched frame is open, in any thread."""
+    """Follow unwinds while any followed frame is open, in any thread."""
     with self._lock:
       before, self._n_open = self._n_open, max(0, self._n_open + change)
       if self.tool is not None and (before == 0) != (self._n_open == 0):

@@ -3,7 +3,7 @@
 A rule differentiated inside ``shard_map`` is typed by the mesh (its inputs and
 cotangents vary over some manual axes, ``{V:dp}``) and may call collectives over
 its axis names: a fix of it can only be type-checked and judged inside a shard_map
-over an equivalent mesh (``analysis.on_mesh``). The fwd records here what that
+over an equivalent mesh (``analysis.values.on_mesh``). The fwd records here what that
 takes, read from JAX's public abstract mesh while the application is traced:
 names, sizes and types of the axes, which are manual, the platform, and the
 varying axes of each primal output (its cotangent's type). Avals and strings only.

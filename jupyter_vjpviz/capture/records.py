@@ -176,6 +176,10 @@ class Session:
   """(position in ``records``, check) to run as the session ends, off the user's stack: a
   check that must run the user's code abstractly does it after the user's functions
   return; its records go where they would have been, had it run at once."""
+  log_sources: list = dataclasses.field(default_factory=list)
+  """(key, RuleSite, {path: aval}) per log a ``defvjp_with_logs`` rule wrote here (``grad_logs``)."""
+  logs: list = dataclasses.field(default_factory=list)
+  """(RuleSite, its ``grad_logs.LogLeaf`` summaries) as the caller received them."""
 
 
 class _State(threading.local):

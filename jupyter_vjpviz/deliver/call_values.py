@@ -8,7 +8,7 @@ ones as the output cotangent (jax.grad's), each edge's cotangent reduced to its 
 and NaN/Inf counts as it is made (``nonfinite.measure``), as far as it runs: the rule
 that raised ends it, so the cotangents that reached it are shown. The graph's edges
 carry them (the overlay ``vv.nans`` draws) and a stacked model's per-layer strip.
-The pass is vjpviz's own run after the error (``analysis.replay``): within the failing
+The pass is vjpviz's own run after the error (``analysis.values.replay``): within the failing
 call's budget, quiet, without the program's effects; not judged, the graph has no values.
 """
 from __future__ import annotations
@@ -21,12 +21,13 @@ import jax
 from ..capture import records
 from ..capture.compat.private import core
 from .. import pipeline
-from ..analysis import flows, nonfinite, replay
+from ..analysis.values import flows, nonfinite, replay
 from ..analysis.diagnosis import Diagnosis
+from ..base import hosts
 from ..capture.sites import entry_points
 
 
-class CallWatch:
+class EagerCalls:
   """Each eager jax.vjp's call, weakly: ``(fun, args, kwargs)`` with its arrays as weak
   references, under the VJP's jaxpr (dropped with it)."""
 
@@ -56,35 +57,35 @@ def _weak(x):
     return lambda: x
 
 
-_watch: CallWatch | None = None
+_calls: EagerCalls | None = None
 
 
 def on() -> None:
-  global _watch
-  if _watch is None:
-    _watch = CallWatch()
-    entry_points.vjp_finished.add(_watch.vjp)
+  global _calls
+  if _calls is None:
+    _calls = EagerCalls()
+    entry_points.vjp_finished.add(_calls.vjp)
     pipeline.before_delivery.add(decorate)
 
 
 def off() -> None:
-  global _watch
-  if _watch is not None:
-    entry_points.vjp_finished.discard(_watch.vjp)
+  global _calls
+  if _calls is not None:
+    entry_points.vjp_finished.discard(_calls.vjp)
     pipeline.before_delivery.discard(decorate)
-    _watch = None
+    _calls = None
 
 
 def enabled() -> bool:
-  return _watch is not None
+  return _calls is not None
 
 
 def decorate(d: Diagnosis, session) -> Diagnosis:
   """``d`` with its graph's edges carrying the values its backward pass had, when its
   call is still alive and ``d`` has none yet (``vv.nans`` measured its own)."""
-  call = _watch.call_of(session.origin) if _watch and session.origin is not None else None
-  if call is None or d.cotangents.get("edges"):
-    return d
+  call = _calls.call_of(session.origin) if _calls and session.origin is not None else None
+  if call is None or d.cotangents.get("edges") or hosts.any_spans(call):
+    return d   # (a call spanning processes: re-running it would be a collective of ours alone)
   try:
     with records.suspended(), replay.replaying(capped=False):   # the call's own values: its loops end
       jaxpr, invals, active, out_cts = flows.program_inputs(session.origin, call)

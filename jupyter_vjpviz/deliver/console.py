@@ -32,6 +32,10 @@ def uninstall() -> None:
 
 
 def report(d: Diagnosis) -> str:
+  """The text block; one line on a process other than 0 of a ``jax.distributed`` job
+  (process 0 shows each problem whole, once, with the processes that recorded it)."""
+  if d.process != 0:
+    return f"vjpviz (process {d.process}): {d.headline} (process 0 has the diagnosis)"
   return safely(d.to_text, default=None) or f"vjpviz: {d.headline}"
 
 

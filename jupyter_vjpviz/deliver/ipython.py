@@ -7,7 +7,7 @@ Both are queued for ``post_run_cell``, i.e. shown after the traceback, so the
 user's error comes first and stays exactly as JAX wrote it. A cell shows and
 pushes at most SHOWN_PER_CELL.
 
-Each diagnosis comes here once, with its fixes judged (up to ``analysis.replay.BUDGET``):
+Each diagnosis comes here once, with its fixes judged (up to ``analysis.values.replay.BUDGET``):
 the panel and the output after the cell both get it whole.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .. import pipeline
-from ..analysis import replay
+from ..analysis.values import replay
 from ..analysis.assemble import key
 from ..base import safety
 from ..capture.compat import capabilities, jax_flags
@@ -25,7 +25,7 @@ from ..check import as_shape_struct, check
 from ..gradcheck import GradCheck, floating, gradcheck, judge
 from ..grads import grads as grad_report
 from ..gradcheck import applications as rule_applications
-from ..nans import GradientWatch, gradients, nans
+from ..nans import GradientScreen, gradients, nans
 from . import call_values, comm
 from .display import show
 
@@ -272,7 +272,7 @@ def report_values(prefix: str, result) -> None:
     show(d)
 
 
-def report_nans(grads: GradientWatch):
+def report_nans(grads: GradientScreen):
   """How many gradients the cell computed and how many had NaN/Inf; the first localised."""
   n, bad = grads.checked, len(grads.bad)
   print(f"{n} gradient{'s' * (n != 1)} checked for NaN/Inf, {bad} not finite")

@@ -17,6 +17,7 @@ from importlib import resources
 
 import nh3
 
+from ..base.places import spelled
 from ..base.safety import safely
 
 
@@ -65,7 +66,7 @@ class DiagnosisWidget:
         for p, x, g in diff_rows(d))
     summary = (f"<div class='vjpviz-inline'><b>{e(d.headline)}</b>"
                + (f"<table><tr><th>path</th><th>expected</th><th>got</th></tr>{rows}</table>" if rows else "")
-               + (f"<div><code>{e(d.rule_source or d.source or '')}</code></div>") + "</div>")
+               + (f"<div><code>{e(spelled(d.rule_source or d.source) or '')}</code></div>") + "</div>")
     self.summary = w.HTML(summary)
     self.graph = w.HTML(layout=w.Layout(max_height="420px", overflow="auto"))
     self.graph_button = w.Button(description="Show graph", icon="project-diagram")
@@ -98,9 +99,9 @@ class DiagnosisWidget:
       self.graph.value = f"<i>graph unavailable: {html.escape(str(err))}</i>"
 
   def _verify(self) -> None:
-    from . import comm
+    from .ops.diagnoses import verify_result
     self.result.value = "<i>verifying…</i>"
-    out = safely(comm.verify_result, self.d, self.editor.value,
+    out = safely(verify_result, self.d, self.editor.value,
                  default={"pass": False, "summary": "verification failed to run"})
     colour = "var(--jp-success-color1,#080)" if out["pass"] else "var(--jp-error-color1,#c00)"
     self.result.value = (f"<span data-vjpviz-verify='{'pass' if out['pass'] else 'fail'}' "

@@ -54,7 +54,7 @@ class Leaf:
 
 
 def suggestions(d: Diagnosis) -> list[Fix]:
-  return [f for family in kinds.of(d.kind).call_fixers for f in _FIXERS[family](d)]
+  return [f for family in kinds.of(d.kind).call_fixers for f in CALL_FIXERS[family](d)]
 
 
 def _inputs(d: Diagnosis) -> list[Leaf] | None:
@@ -173,6 +173,6 @@ def _cotangent_tree_fixes(d: Diagnosis) -> list[Fix]:
               f"the cotangent must have the output's structure {d.expected}", False)]
 
 
-_FIXERS = {"refs": _ref_fixes, "accumulator": _accumulator_fixes,
+CALL_FIXERS = {"refs": _ref_fixes, "accumulator": _accumulator_fixes,
            "cotangent": _cotangent_fixes, "cotangent_tree": _cotangent_tree_fixes}
 """The call-fix families a kind's ``call_fixers`` name."""

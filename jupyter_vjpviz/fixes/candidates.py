@@ -31,7 +31,7 @@ from ..capture.compat.private import core
 from ..analysis.diagnosis import Fix
 from ..base import kinds, syntax, trees
 from ..capture import avals, records
-from . import exprs, returns, source, verify
+from . import exprs, pytrees, returns, source, verify
 
 PER_GENERATOR = 6
 PER_RULE = 30
@@ -221,9 +221,7 @@ class Scope:
     at = [i for i, leaf in enumerate(flat) if _is_aval(leaf)]
 
     def run(*arrays):
-      values = list(flat)
-      for i, a in zip(at, arrays):
-        values[i] = a
+      values = trees.substituted(flat, at, arrays)
       ns = {**self.namespace, **jax.tree_util.tree_unflatten(tree, values)}
       exec(code, ns)  # noqa: S102 - the user's own statements, abstractly
       return ns[_OUT]
@@ -260,7 +258,40 @@ class Scope:
     return _same(aval, self.want) and exprs.varying(aval) == exprs.varying(self.want)
 
   def candidate(self, rank: float, title: str, edits: list, reason: str) -> Candidate:
-    return Candidate(rank, Fix(title, self.src.replace(edits), reason, exact=False))
+    return Candidate(rank, Fix(title, self.src.replace(self._in_branch(edits)), reason,
+                               exact=False))
+
+  def _in_branch(self, edits: list) -> list:
+    """Edits of the returned local made where the failing branch computed it, when the
+    rule assigns it in several (a symbolic_zeros rule's path for an output given no
+    cotangent): there the others, of the expected type already, stay as they are."""
+    value = self.failing_branch()
+    if value is None:
+      return edits
+    name, text = self.nodes[0].id, exprs.paren(self.src, value)
+    return [(value, re.sub(rf"(?<![\w.]){name}\b", lambda _: text, new))
+            if any(node is n for n in self.nodes) else (node, new) for node, new in edits]
+
+  def failing_branch(self) -> ast.expr | None:
+    """The value, of the two or more assigned to the returned local, that has the failing
+    type where the others have another; None unless there is exactly one."""
+    node = self.nodes[0] if len(self.nodes) == 1 else None
+    if not isinstance(node, ast.Name) or not self.typed:
+      return None
+    values = [a.value for a in syntax.own_nodes(self.src.node) if isinstance(a, ast.Assign)
+              and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+              and a.targets[0].id == node.id and a.lineno < self.ret.lineno]
+    types = [self.type_of(self.src.segment(v)) for v in values]
+    failing = [v for v, t in zip(values, types) if _same(t, self.got)]
+    right = [t for t in types if _same(t, self.want)]
+    return failing[0] if len(values) > 1 and len(failing) == 1 and right else None
+
+  def holding(self, node) -> list[str]:
+    """The rule's names of a value of ``node``'s structure (a pytree input it holds), those
+    of arrays before those of flags (equinox's ``perturbed``)."""
+    found = [n for n, t in self.types.items() if not _discarded(n) and not _is_aval(t)
+             and _structure(t) == _structure(node)]
+    return sorted(found, key=lambda n: _leaf_types(self.types[n]) is None)
 
   def shape_text(self, shape: tuple) -> str:
     """``x.shape`` for a name with that shape (the input's own first), else the literal."""
@@ -846,6 +877,100 @@ def _filled_tuple(s: Scope, node, got, want, keys: list):
     yield [(node, f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})")], used
 
 
+def _rebuilt(s: Scope) -> Iterator[Candidate]:
+  """The right leaves in another container (``(dW, db)`` where a layer belongs, a 1-tuple
+  where an array does): the cotangent built in the input's own type (``pytrees``), or a
+  one-element result unpacked where it was bound."""
+  if not kinds.of(s.rule.d.kind).structural or s.returned is None:
+    return
+  want = verify.expected_returned(s.rule.d, s.rule.keys)
+  found = _misplaced(s, s.ret.value, s.returned, want) if want is not None else None
+  if found is None:
+    return
+  node, got, want = found
+  yield from _unpacked(s, node, got, want)
+  texts = _leaf_texts(s, node, got)
+  for order in _orders(got, want):
+    built = pytrees.built(want, [texts[i] for i in order], s.holding, s.rule.globals)
+    for k, text in enumerate(built):
+      title = f"Return {text}" if _is_aval(want) else \
+          f"Build the cotangent as a {type(want).__name__}"
+      yield s.candidate(k, title, [(node, text)],
+                        f"a {type(want).__name__} input's cotangent is a {type(want).__name__} "
+                        "of the same structure; these are its leaves, each of its type")
+
+
+def _misplaced(s: Scope, node: ast.expr, got, want) -> tuple | None:
+  """(element, what it returned, what belongs there) of the one returned element holding
+  the expected leaves, each of its type, in another container; None if there is none."""
+  if _structure(got) == _structure(want):
+    return None
+  literal = _literal_of(s, node)
+  if isinstance(literal, (ast.Tuple, ast.List)) and type(got) in (tuple, list) \
+      and type(want) in (tuple, list) and len(got) == len(want) == len(literal.elts):
+    wrong = [k for k in range(len(want)) if _structure(got[k]) != _structure(want[k])]
+    if len(wrong) == 1:
+      return _misplaced(s, literal.elts[wrong[0]], got[wrong[0]], want[wrong[0]])
+  have, need = _leaf_types(got), _leaf_types(want)
+  same = have is not None and need is not None and sorted(map(str, have)) == sorted(map(str, need))
+  return (node, got, want) if have and same else None
+
+
+def _leaf_types(tree) -> list[tuple] | None:
+  leaves = jax.tree_util.tree_leaves(tree)
+  if not all(_is_aval(l) for l in leaves):
+    return None
+  return [(tuple(l.shape), l.dtype) for l in leaves]
+
+
+def _orders(got, want) -> Iterator[list[int]]:
+  """Which returned leaf goes where: in their order where the types allow it, else each
+  expected leaf takes the first unused returned leaf of its type."""
+  have, need = _leaf_types(got), _leaf_types(want)
+  if have == need:
+    yield list(range(len(need)))
+    return
+  order: list[int] = []
+  for t in need:
+    k = next((i for i, u in enumerate(have) if u == t and i not in order), None)
+    if k is None:
+      return
+    order.append(k)
+  yield order
+
+
+def _leaf_texts(s: Scope, node: ast.expr, got) -> list[str]:
+  """The rule's expression of each leaf ``node`` returns, in flattening order: the
+  elements of the literal that built it, else ``node`` indexed by each leaf's path."""
+  literal = _literal_of(s, node)
+  if _is_aval(got):
+    return [s.src.segment(node)]
+  if isinstance(literal, (ast.Tuple, ast.List)) and type(got) in (tuple, list) \
+      and len(literal.elts) == len(got):
+    return [t for e, g in zip(literal.elts, got) for t in _leaf_texts(s, e, g)]
+  if isinstance(literal, ast.Dict) and isinstance(got, dict) \
+      and all(isinstance(k, ast.Constant) for k in literal.keys):
+    by_key = {k.value: v for k, v in zip(literal.keys, literal.values)}
+    if set(by_key) == set(got):
+      return [t for k in sorted(got) for t in _leaf_texts(s, by_key[k], got[k])]
+  text = exprs.paren(s.src, node)
+  return [text + jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(got)[0]]
+
+
+def _unpacked(s: Scope, node: ast.expr, got, want) -> Iterator[Candidate]:
+  """``a_bar = vjp_a(u)`` returned where its one element belongs: ``a_bar, = vjp_a(u)``."""
+  if not isinstance(node, ast.Name) or type(got) not in (tuple, list) or len(got) != 1 \
+      or _structure(got[0]) != _structure(want):
+    return
+  bound = [a for a in syntax.own_nodes(s.src.node) if isinstance(a, ast.Assign)
+           and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+           and a.targets[0].id == node.id]
+  if len(bound) == 1 and not isinstance(bound[0].value, (ast.Tuple, ast.List)):
+    yield s.candidate(0, f"Unpack {node.id}, = ...", [(bound[0].targets[0], f"{node.id},")],
+                      f"{s.src.segment(bound[0].value)} returns a one-element "
+                      f"{type(got).__name__}; its element is the cotangent")
+
+
 def _arg_names(site) -> list[str]:
   """The primal's argument names as the diagnosis spells its inputs (``x``, ``params``)."""
   return [re.match(r"\w*", arg[0]).group() if arg else str(k)
@@ -958,7 +1083,7 @@ def _scatters(s: Scope) -> Iterator[Candidate]:
 
 
 _GENERATORS = (_unreturned, _value_edits, _swaps, _shapes, _unreduced, _scatters, _collectives,
-               _entries, _constants)
+               _entries, _rebuilt, _constants)
 
 
 # ------------------------------------------------------------------- helpers

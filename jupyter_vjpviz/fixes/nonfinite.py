@@ -27,13 +27,13 @@ import jax
 import jax.numpy as jnp
 
 from ..capture.compat.private import core
-from ..analysis import nonfinite, oracle, replay
+from ..analysis.values import nonfinite, oracle, replay
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED, Fix
 from ..analysis.locate import source_line
 from ..base import syntax
-from ..analysis.nonfinite import Culprit, Localisation
-from ..analysis.nonfinite_eval import Patch, evaluate
-from ..analysis.nonfinite_explain import chosen_away, overflowed
+from ..analysis.values.nonfinite import Culprit, Localisation
+from ..analysis.values.nonfinite_eval import Patch, evaluate
+from ..analysis.values.nonfinite_explain import chosen_away, overflowed
 from ..analysis.program import rule_call
 from ..capture.naming import function_names
 from . import pasted
@@ -76,7 +76,7 @@ def suggest(c: Culprit, p: Program, original: list) -> list[Fix]:
   """The first candidate for ``c`` (or for the equation that made its non-finite
   operand) that makes the gradient finite and keeps it where it was: each one judged
   costs a whole backward pass, so the rest are not tried. Judging is vjpviz's own run
-  of the rewritten program (``analysis.replay``: within the call's account, loops
+  of the rewritten program (``analysis.values.replay``: within the call's account, loops
   capped, no effect repeated); a candidate it could not judge is offered unverifiable,
   its note saying why."""
   c = c.origin or c

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..analysis import replay
+from ..analysis.values import replay
 from ..analysis.locate import source_line
-from ..analysis.partial_vjp import pull_ones
+from ..analysis.values.partial_vjp import pull_ones
 from ..base import syntax
 from ..capture.naming import function_names
 from ..capture.compat.private import config

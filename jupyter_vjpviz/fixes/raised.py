@@ -17,6 +17,7 @@ import math
 import operator
 
 import jax
+import numpy as np
 
 from ..analysis.diagnosis import Fix
 from ..base import syntax
@@ -26,12 +27,33 @@ from . import exprs
 def fixes(rule) -> list[Fix]:
   failed = rule.d.operation
   node = _node(rule, failed) if failed is not None else None
+  narrowed = _narrowed(rule, node) if node is not None else []
+  if narrowed:
+    return narrowed
   if isinstance(node, ast.BinOp) and len(failed.operands) == 2:
     return _fitted_operands(rule, node, failed)
   if node is None or failed.update is None:
     return []
   _, slot, value = failed.update
   return _fitted_index(rule, node, slot, value) + _fitted_value(rule, node, slot, value)
+
+
+def _narrowed(rule, node: ast.expr) -> list[Fix]:
+  """A 64-bit dtype the operation names while JAX runs without x64 (a host callback's result
+  declared ``np.float64``, which JAX refuses): the dtype JAX computes in instead, to which
+  it casts what the callback returns."""
+  names = [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in _WIDE]
+  narrow = {w: jax.dtypes.canonicalize_dtype(np.dtype(w)).name for w in _WIDE}
+  if not names or all(narrow[w] == w for w in _WIDE):
+    return []
+  edits = [(n, f"{rule.src.segment(n.value)}.{narrow[n.attr]}") for n in names]
+  return [rule.fix(f"Declare {', '.join(sorted({narrow[n.attr] for n in names}))} where "
+                   f"{', '.join(sorted({n.attr for n in names}))} is refused", edits,
+                   "without jax_enable_x64 JAX computes in 32 bits and refuses 64-bit types; "
+                   "a callback's result is cast to the type declared", exact=False)]
+
+
+_WIDE = ("float64", "complex128")
 
 
 def _node(rule, failed) -> ast.expr | None:

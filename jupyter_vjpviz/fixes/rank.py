@@ -3,7 +3,7 @@
 Every candidate, whichever generator wrote it, is judged the same way: compiled
 (bodies only, in a copy of the rules' namespace), run abstractly at the failing
 call's types (cheap; a candidate that is ill-typed or raises is dropped), then
-numerically against ``analysis.oracle`` (the primal's autodiff, or finite
+numerically against ``analysis.values.oracle`` (the primal's autodiff, or finite
 differences). Its verdict replaces the generator's claim: verified fixes come
 first, unverifiable ones (no oracle, or out of time) next in the generators'
 order, and type-only ones last, each saying what it breaks.
@@ -16,14 +16,14 @@ import functools
 import inspect
 import time
 
-from ..analysis import on_mesh, oracle, replay, tangents
+from ..analysis.values import on_mesh, oracle, replay, tangents
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERDICT_ORDER, VERIFIED, Fix
 from ..base import kinds, surrogates
 from ..capture.naming import library_wrappers
 from . import exprs, returns, source, verify
 
 VALUE_SHARE = 0.5
-"""Of the failing call's budget (``analysis.replay``), the part after which fixes are no
+"""Of the failing call's budget (``analysis.values.replay``), the part after which fixes are no
 longer run by value; abstract checks and the fallback, right whenever the primal is, have
 the rest."""
 
@@ -123,11 +123,23 @@ class Judge:
                 "gradient, by choice); equal to the primal's derivative otherwise")
       return dataclasses.replace(fix, title=f"{fix.title} (type-only: gradient for {', '.join(filled)})",
                                  exact=False, verdict=TYPE_ONLY, note=breaks)
-    judged = _with_verdict(fix, verify.as_written(verdict, self.left_none), self.rule.d.site)
+    judged = _with_verdict(fix, self.at_chosen_precision(verify.as_written(verdict, self.left_none)),
+                           self.rule.d.site)
     if judged is not None and judged.verdict == TYPE_ONLY:
       own = self.rule_values
       return (self._keeping(fix, edited, own) if own is not None and own.differs else None) or judged
     return judged
+
+  def at_chosen_precision(self, verdict: oracle.Verdict) -> oracle.Verdict:
+    """``verdict``, right at the lower precision a rule computes in only where the rule
+    chose it (it casts a value to it itself: ``x.astype(jnp.float16)``); a precision lost
+    otherwise (a float32 cotangent written into a bfloat16 buffer) is the bug, not kept."""
+    if not verdict.relaxed or _casts_down(self.rule.src):
+      return verdict
+    return dataclasses.replace(
+        verdict, status=oracle.WRONG, relaxed=False, leaves=(),
+        reason="equal to the primal's derivative only at the lower precision the rule loses "
+        "its values to, which it does not cast to itself")
 
   def surrogate_unrun(self, fix: Fix, reserved: bool) -> Fix:
     """``fix`` for a surrogate whose own values are the reference but which cannot run as
@@ -239,8 +251,11 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
                      key=lambda t: (not t[1].exact, t[2], t[0]))
   ranked = []
   by_value = kinds.of(judge.rule.d.kind).wrong == kinds.VALUE
-  for n, fix, tier, rules in likeliest:
-    judged = rules if isinstance(rules, Fix) else judge.valued(fix, *rules, reserved=tier == 1)
+  first = True   # the likeliest candidate has the fallback's budget too: building the
+  for n, fix, tier, rules in likeliest:   # oracle may have spent the first share
+    judged = rules if isinstance(rules, Fix) else \
+        judge.valued(fix, *rules, reserved=tier == 1 or first)
+    first = first and isinstance(rules, Fix)
     if judged is not None and not (by_value and judged.verdict == TYPE_ONLY):
       # a rule wrong in value was well-typed already: a fix still wrong mends nothing
       ranked.append(((VERDICT_ORDER[judged.verdict], tier, not fix.exact, n), judged))
@@ -260,13 +275,20 @@ def _with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
     return dataclasses.replace(fix, exact=not verdict.relaxed, verdict=VERIFIED,
                                note=verdict.reason)
   if verdict.status == oracle.WRONG:
-    breaks = verdict.breaks() or "its cotangents differ from the primal's derivative"
+    breaks = verdict.breaks() or verdict.reason or "its cotangents differ from the primal's derivative"
     return dataclasses.replace(fix, title=f"{fix.title} (type-only: {breaks})", exact=False,
                                verdict=TYPE_ONLY, note=breaks)
   if verdict.status == oracle.UNVERIFIABLE:
     return _unverifiable(fix, verdict.reason)
   return _unverifiable(fix, _mesh_only(site, verdict.reason)) \
       if _mesh_only(site, verdict.reason) else None
+
+
+def _casts_down(src) -> bool:
+  """The rule casts a value to a 16-bit float itself (``.astype``, ``convert_element_type``)."""
+  return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args
+             and n.func.attr in ("astype", "convert_element_type")
+             and "float16" in src.segment(n.args[-1]) for n in ast.walk(src.node))
 
 
 def _unverifiable(fix: Fix, why: str) -> Fix:
@@ -298,7 +320,7 @@ def _runs_as_written(rule) -> bool:
 
 class TangentJudge(Judge):
   """A custom_jvp rule's judge: its candidates' tangents against the primal's JVP
-  (``analysis.tangents``), a surrogate's against its own tangents."""
+  (``analysis.values.tangents``), a surrogate's against its own tangents."""
 
   @staticmethod
   def reference(rule):
@@ -319,7 +341,8 @@ class TangentJudge(Judge):
       own = self.rule_values
       return (self.against_surrogate(fix, own.verdict(jvp, symbolic_zeros)) if own is not None
               else self.surrogate_unrun(fix, reserved))
-    return _with_verdict(fix, self.oracle.verdict(jvp, symbolic_zeros), self.rule.d.site)
+    return _with_verdict(fix, self.at_chosen_precision(self.oracle.verdict(jvp, symbolic_zeros)),
+                         self.rule.d.site)
 
   @functools.cached_property
   def surrogate(self) -> str | None:

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ..analysis import oracle
+from ..analysis.values import oracle
 from ..analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERDICT_ORDER, VERIFIED, Diagnosis, Fix
 from ..capture import records
 from ..capture.compat.private import core

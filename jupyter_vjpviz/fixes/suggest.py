@@ -50,7 +50,7 @@ def suggestions(d: Diagnosis, custom_rule, rule: Rule | None) -> list[Fix]:
   if rule is None:
     return []
   judge = (rank.TangentJudge if kinds.of(d.kind).role == "jvp" else rank.Judge).of(rule)
-  found = [f for family in kinds.of(d.kind).rule_fixers for f in _FIXERS[family](rule)]
+  found = [f for family in kinds.of(d.kind).rule_fixers for f in RULE_FIXERS[family](rule)]
   found += candidates.for_rule(rule)
   fallbacks = (primal.fallbacks(rule) + _jvp_fallback(rule) + missing_leaves.fixes(rule)) \
       if judge.differentiable else []
@@ -510,7 +510,7 @@ def _jvp_fallback(rule: Rule) -> list[Fix]:
                    "pass", True)]
 
 
-_FIXERS = {"types": _type_fixes, "structure": _structure_fixes, "fwd": _fwd_fixes,
+RULE_FIXERS = {"types": _type_fixes, "structure": _structure_fixes, "fwd": _fwd_fixes,
            "tangent_tree": _tangent_tree_fixes, "raised": raised.fixes}
 """The template families a kind's ``rule_fixers`` name."""
 

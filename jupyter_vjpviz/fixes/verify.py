@@ -4,7 +4,7 @@
 rule's globals and is attached to a shallow clone of their ``custom_vjp``, which
 the caller's checker (``vjpviz.check``: this stage sits below it and is handed
 it) differentiates on ShapeDtypeStructs (no FLOPs); a well-typed rule is then
-judged by value against the primal's own derivative (``analysis.oracle``).
+judged by value against the primal's own derivative (``analysis.values.oracle``).
 ``apply_fix`` rebinds notebook-defined rules in place (the cell is the user's
 to re-run anyway) but only ever returns a patch for rules living in ``.py``
 files: writing the user's files is their call.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ..analysis import on_mesh, oracle, tangents
+from ..analysis.values import on_mesh, oracle, tangents
 from ..capture.compat.private import cd, core
 from ..analysis.diagnosis import TYPE_ONLY, VERIFIED, Diagnosis
 from ..base import kinds, syntax, trees
@@ -102,12 +102,24 @@ def reference(site, user_rules) -> oracle.Oracle:
   library's call (flax nnx's), fwd's primal output with the rule set aside stands in; on
   the mesh the application ran in, where it ran inside shard_map (``on_mesh``)."""
   try:
-    return on_mesh.oracle_for(site, user_rules.primal)
+    found = on_mesh.oracle_for(site, user_rules.primal)
   except Exception:
     stand_in = primal_by_fwd(user_rules)
     if stand_in is None:
       raise
-    return on_mesh.oracle_for(site, stand_in, by_fwd=True)
+    found = on_mesh.oracle_for(site, stand_in, by_fwd=True)
+  return _other_branches_as_written(found, site, user_rules)
+
+
+def _other_branches_as_written(found: oracle.Oracle, site, user_rules) -> oracle.Oracle:
+  """``found`` judging a symbolic_zeros application with every output given a cotangent
+  (``Oracle.given_all``) against the user's own rule there, where it runs so: a fix mends
+  the branch that failed and leaves the others as they were, right or not."""
+  if found.given_all is None:
+    return found
+  own = found.given_all.of_rule(user_rules.fwd, user_rules.bwd, user_rules.symbolic_zeros,
+                                site.perturbed)
+  return dataclasses.replace(found, given_all=own) if own is not None else found
 
 
 def _rechecked(diagnosis: Diagnosis, edited, user_rules, check) -> list[Diagnosis]:

@@ -15,4 +15,11 @@ def _renderer(fmt: str):
   return lambda d, **view: importlib.import_module(f"{__name__}.{fmt}").render(d, **view)
 
 
+def _grads_renderer(name: str):
+  """A gradient report's renderer in ``grads_view``, looked up at each call as above."""
+  return lambda r: getattr(importlib.import_module(f"{__name__}.grads_view"), name)(r)
+
+
 diagnosis.RENDERINGS.update({fmt: _renderer(fmt) for fmt in ("dot", "html", "svg", "text")})
+diagnosis.RENDERINGS.update(grads_text=_grads_renderer("text"),
+                            grads_html=_grads_renderer("html_fragment"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import graphviz
 
 from ..analysis.graph import Node
+from ..base.places import spelled
 from . import norm_strip
 from .views import Cluster, View, ViewEdge, default_view
 
@@ -79,19 +80,13 @@ def _add_level(g, view: View, parent: str | None, names: dict, opened: set) -> N
   instance = view.instance
   if instance is not None and view.node(view.failing).parent == parent:
     with g.subgraph(name="cluster_instance") as sub:
-      sub.attr(label=_text(instance.label + (f" · called at {_short_site(instance.site)}"
+      sub.attr(label=_text(instance.label + (f" · called at {spelled(instance.site, short=True)}"
                                              if instance.site else "")),
                style="dashed,bold", color=FAIL, fontcolor=FAIL, id="vjpviz-instance", labelloc="t")
       _add_boxes(sub, view, parent, names, opened, instance.boxes.__contains__)
     _add_boxes(g, view, parent, names, opened, lambda box: box not in instance.boxes)
   else:
     _add_boxes(g, view, parent, names, opened, lambda box: True)
-
-
-def _short_site(site: str) -> str:
-  """``model.py:57``: the file's name is enough beside the graph (the tooltip has the path)."""
-  path, _, line = site.rpartition(":")
-  return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
 def _add_boxes(g, view: View, parent: str | None, names: dict, opened: set, wanted) -> None:
@@ -141,7 +136,7 @@ def _tooltip(node: Node) -> list[str]:
   return [f"{node.id}: {node.label}",
           f"scope {node.name_stack}" if node.name_stack else "",
           f"{node.function} / bwd {node.rule}" if node.rule else "",
-          f"at {node.call_site}" if node.call_site else "",
+          f"at {spelled(node.call_site)}" if node.call_site else "",
           f"in: {', '.join(node.in_avals)}" if node.in_avals else "",
           f"out: {', '.join(node.out_avals)}" if node.out_avals else ""]
 
@@ -256,14 +251,22 @@ def _legend(g, view: View, labels: bool) -> None:
       if present]
   if not boxes and not edges:
     return
+  # A narrow column of small samples, unframed, one a row (held in order by invisible
+  # edges); an edge sample is a short stroke from a point to its meaning, no arrowhead.
   with g.subgraph(name="cluster_legend") as lg:
-    lg.attr(label="legend", fontsize="9", color="#BBBBBB", id="vjpviz-legend", rank="sink")
+    lg.attr(label="", peripheries="0", id="vjpviz-legend", margin="4")
+    lg.attr("node", fontsize="8", height="0.2", margin="0.05,0.02")
+    rows = [f"legend_{key}" for key, _, _ in boxes] + [f"legend_e{k}a" for k in range(len(edges))]
     for key, label, attrs in boxes:
       lg.node(f"legend_{key}", label=label, **attrs)
     for k, (text, attrs) in enumerate(edges):
-      lg.node(f"legend_e{k}a", label="", shape="point", width="0.05")
-      lg.node(f"legend_e{k}b", label="", shape="point", width="0.05")
-      lg.edge(f"legend_e{k}a", f"legend_e{k}b", label=text, **attrs)
+      with lg.subgraph() as row:
+        row.attr(rank="same")
+        row.node(f"legend_e{k}a", label="", shape="point", width="0.03")
+        row.node(f"legend_e{k}b", label=text, shape="plaintext", fontcolor=attrs.get("fontcolor", INK))
+        row.edge(f"legend_e{k}a", f"legend_e{k}b", arrowhead="none", **attrs)
+    for above, below in zip(rows, rows[1:]):
+      lg.edge(above, below, style="invis", minlen="1")
 
 
 def _strip(g, strip: tuple) -> None:

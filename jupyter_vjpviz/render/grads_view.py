@@ -10,12 +10,14 @@ from __future__ import annotations
 import html
 import math
 
+from ..analysis.grad_report import GradReport, Layer, ZeroLeaf
+from ..base.places import spelled
 from . import norm_strip, svg
 from .html import STYLE
 from .views import default_view
 
 
-def headline(r) -> str:
+def headline(r: GradReport) -> str:
   """``vjpviz grads of loss: 2 leaves with no gradient, 1 block vanishing``, or healthy."""
   flags = [layer.flag for layer in r.layers if layer.flag]
   parts = [f"{n} {what}" for n, what in (
@@ -26,11 +28,11 @@ def headline(r) -> str:
   return f"vjpviz grads of {r.function}: {', '.join(parts) or verdict}"
 
 
-def text(r) -> str:
+def text(r: GradReport) -> str:
   lines = [headline(r)]
   for z in r.zero:
     at = f" at {z.op}" if z.op else ""
-    lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({z.source})" if z.source else "")
+    lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({spelled(z.source)})" if z.source else "")
                  + (f"; {z.factor} is all zero" if z.factor else ""))
   for p in r.partly_zero:
     lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason})")
@@ -46,10 +48,10 @@ def text(r) -> str:
   return "\n".join(lines)
 
 
-def html_fragment(r) -> str:
+def html_fragment(r: GradReport) -> str:
   rows = "".join(
       f"<tr><td><code>{html.escape(z.path)}</code></td><td class=got>{html.escape(z.reason)}"
-      f"</td><td>{html.escape(cut_at(z))}</td><td>{html.escape(z.source or '')}</td></tr>"
+      f"</td><td>{html.escape(cut_at(z))}</td><td>{html.escape(spelled(z.source) or '')}</td></tr>"
       for z in r.zero)
   parts = "".join(
       f"<tr><td><code>{html.escape(p.path)}</code></td><td>{p.fraction:.0%} of "
@@ -62,12 +64,12 @@ def html_fragment(r) -> str:
           + f'<div class="graph">{svg.of_view(default_view(r.graph, r.node))}</div></div>')
 
 
-def cut_at(z) -> str:
+def cut_at(z: ZeroLeaf) -> str:
   """The operation that cut a leaf, with the all-zero factor it multiplied by."""
   return (z.op or "") + (f" ({z.factor} all zero)" if z.factor else "")
 
 
-def plot(layers, width: int = 320, height: int = 120) -> str:
+def plot(layers: tuple[Layer, ...], width: int = 320, height: int = 120) -> str:
   """The gradient norm per block against depth, log scale, as inline SVG; flagged blocks
   marked ✖ (colour is never the only cue)."""
   norms = [(layer.name, layer.grad_norm, layer.flag) for layer in layers if layer.grad_norm > 0]

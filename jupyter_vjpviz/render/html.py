@@ -41,7 +41,17 @@ def render(d) -> str:
 
 def page(found, title: str) -> str:
   """One standalone HTML file holding several diagnoses (the CLI's report)."""
-  body = "\n<hr>\n".join(fragment(d) for d in found)
+  return _standalone("\n<hr>\n".join(fragment(d) for d in found), title)
+
+
+def merged(parts: list[tuple[str, str]], title: str) -> str:
+  """One standalone page of fragments each process rendered (``report DIR``), each under
+  a heading saying which processes recorded it."""
+  return _standalone("\n<hr>\n".join(f"<h3>{html.escape(where)}</h3>{part}"
+                                       for where, part in parts), title)
+
+
+def _standalone(body: str, title: str) -> str:
   return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
           f"<title>{html.escape(title)}</title></head>\n<body>{body}</body></html>\n")
 

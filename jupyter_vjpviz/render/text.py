@@ -6,8 +6,11 @@ edges around it (the mismatched one marked).
 """
 from __future__ import annotations
 
+import math
+
 from ..analysis.graph import Edge, Graph
 from ..base import kinds
+from ..base.places import spelled
 from ..capture.naming.leaf_paths import MISSING
 
 MAX_EDGES = 8      # per direction around the failing node
@@ -32,12 +35,13 @@ def fix_label(f) -> str:
 
 def facts(d) -> list[tuple[str, str | None]]:
   """(label, value) rows shared with the HTML table; empty values are skipped by both."""
-  return [("kind", d.kind), ("function", _at(d.function, d.source)),
-          (f"{kinds.of(d.kind).role or 'bwd'} rule", _at(d.rule, d.rule_source)), ("called at", d.call_site),
+  return [("kind", d.kind), ("processes", d.where), ("function", _at(d.function, d.source)),
+          (f"{kinds.of(d.kind).role or 'bwd'} rule", _at(d.rule, d.rule_source)), ("called at", spelled(d.call_site)),
           ("scope", d.name_stack), ("instance", d.instance),
           ("output" if kinds.of(d.kind).subject == kinds.OUTPUT else "input", d.argument or d.path),
           ("expected", d.expected), ("got", d.got), *_leaf_rows(d),
-          *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors), ("note", d.detail)]
+          *((f"  {l.name}", leaf_values(l)) for l in d.leaf_errors),
+          *((f"log {l.name}", log_text(l)) for l in d.logs), ("note", d.detail)]
 
 
 def _leaf_rows(d) -> list[tuple[str, str]]:
@@ -61,6 +65,21 @@ def leaf_values(leaf) -> str:
           f"{list(leaf.where)}; {error}")
 
 
+def log_text(leaf) -> str:
+  """A log the rule wrote (``defvjp_with_logs``), as the caller received it: its type and
+  what each axis JAX stacked stands for, each stacked slice's mean, then its range (its
+  values, when that few); the panel's log table says the same (logTable.ts)."""
+  head = f"{leaf.dtype}[{','.join(map(str, leaf.shape))}]" + "".join(f"; {s}" for s in leaf.stacked)
+  if leaf.traced:
+    return f"{head}; traced under jit: its values are the jitted call's to return"
+  parts = [f"means {', '.join(leaf.slices)}"] if leaf.slices else []
+  if leaf.mean is not None and math.prod(leaf.shape) > len(leaf.first):
+    parts.append(f"min {leaf.min}, max {leaf.max}, mean {leaf.mean}")
+  elif leaf.first:
+    parts.append(", ".join(leaf.first))
+  return "; ".join([head, *parts])
+
+
 def edge_text(e: Edge) -> str:
   mark = (f"  ✖ got {e.cotangent_got}" if e.mismatch else
           f"  ✖ CT value differs: {e.value_error}" if e.value_error else "")
@@ -69,7 +88,7 @@ def edge_text(e: Edge) -> str:
 
 
 def _at(name: str | None, where: str | None) -> str | None:
-  return f"{name} ({where})" if name and where else name
+  return f"{name} ({spelled(where)})" if name and where else name
 
 
 def _neighbourhood(graph: Graph, node_id: str | None) -> list[str]:

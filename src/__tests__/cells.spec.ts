@@ -154,6 +154,23 @@ describe('NotebookCells', () => {
     );
   });
 
+  it('goes to the cell IPython named by its execution count, at its line', () => {
+    const { cells, content } = notebookOf(['code', 'x = 1'], ['code', cell]);
+    const cursor = jest.fn();
+    Object.assign(content.widgets[1], {
+      editor: { setCursorPosition: cursor }
+    });
+    (content.widgets[1].model as any).executionCount = 4;
+    expect(cells.goTo({ text: 'Cell In[4], line 7', cell: 4, line: 7 })).toBe(
+      true
+    );
+    expect(content.activeCellIndex).toBe(1);
+    expect(cursor).toHaveBeenCalledWith({ line: 6, column: 0 });
+    expect(cells.goTo({ text: 'Cell In[9], line 1', cell: 9, line: 1 })).toBe(
+      false
+    );
+  });
+
   it('jumps to the defining cell and focuses the notebook', () => {
     const { cells, content } = notebookOf(['code', 'x = 1'], ['code', cell]);
     cells.jumpTo(bwd);

@@ -2,7 +2,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 import { Signal } from '@lumino/signaling';
 
-import { VjpvizChannels } from '../comm';
+import { VjpvizChannels } from '../channel';
 import { VjpvizModel } from '../model';
 import { COMM_TARGET } from '../protocol';
 
@@ -22,6 +22,12 @@ export class FakeKernel {
 
   registerCommTarget(target: string, handler: OpenHandler): void {
     this.handlers.set(target, handler);
+  }
+
+  removeCommTarget(target: string, handler: OpenHandler): void {
+    if (this.handlers.get(target) === handler) {
+      this.handlers.delete(target);
+    }
   }
 
   /** Publish a comm message on iopub, as the kernel says hello (on a comm never opened). */

@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 import type { Text, UndoManager } from 'yjs';
 
 import { NotebookCells } from '../cells';
-import { FixEditor, IFixActions } from '../fixEditor';
+import { FixEditor, IFixActions } from '../panels/diagnoses/fixEditor';
 import { VjpvizPanel } from '../panel';
 import { VerifyResult } from '../protocol';
 import { FakeComm, body, modelOnKernel } from './fakes';
@@ -246,7 +246,7 @@ describe('the panel', () => {
       expanded: []
     });
     await panel.drawn;
-    model.select('d1');
+    model.diagnoses.select('d1');
     await settle();
     const view = codeView(panel.node);
     expect(view.state.doc.toString()).toBe(FIX);
@@ -258,7 +258,7 @@ describe('the panel', () => {
     await settle();
     expect(ops(comm)).toEqual(['view', 'verify']);
     expect(comm.sent[1].args).toEqual({
-      diagnosis_id: 'd1',
+      report_id: 'd1',
       code: `# edited\n${FIX}`
     });
     reply(comm, 'verify', { pass: true, summary: 'ok', problems: [] });

@@ -3,8 +3,8 @@
 import { Kernel } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 
-import { GradsView, cutNode, depthPlot } from '../gradsView';
-import { MAX_GRADS } from '../model';
+import { GradsView, cutNode, depthPlot } from '../panels/grads/view';
+import { MAX_GRADS } from '../panels/grads/model';
 import { GradReport } from '../protocol';
 import {
   FakeKernel,
@@ -101,20 +101,20 @@ describe('the model keeps vv.grads reports', () => {
   it('keeps each report once per kernel, the newest MAX_GRADS, and forgets them on a restart', () => {
     const { kernel, model } = modelOnKernel();
     let changes = 0;
-    model.gradsChanged.connect(() => changes++);
+    model.grads.changed.connect(() => changes++);
     const comm = kernel.open(push(report('g1')));
     for (let k = 2; k <= MAX_GRADS + 2; k++) {
       comm.receive(push(report(`g${k}`)));
     }
-    expect(model.grads.map(r => r.id)).toEqual(
+    expect(model.grads.items.map(r => r.id)).toEqual(
       Array.from({ length: MAX_GRADS }, (_, k) => `g${k + 3}`)
     );
     expect(changes).toBe(MAX_GRADS + 2);
     model.follow({ kernelId: 'k2' });
-    expect(model.grads).toEqual([]);
+    expect(model.grads.items).toEqual([]);
     model.follow({ kernelId: 'k1' });
     kernel.statusChanged.emit('restarting');
-    expect(model.grads).toEqual([]);
+    expect(model.grads.items).toEqual([]);
   });
 
   it("answers the report's graph from its push, and asks the kernel by the report's id for any other view", async () => {
@@ -128,7 +128,7 @@ describe('the model keeps vv.grads reports', () => {
     void requests.expand('n3', { expanded: [], collapsed: [] });
     expect(comm.sent[0]).toMatchObject({
       op: 'expand',
-      args: { diagnosis_id: 'g4', node: 'n3' }
+      args: { report_id: 'g4', node: 'n3' }
     });
   });
 
@@ -141,7 +141,7 @@ describe('the model keeps vv.grads reports', () => {
     expect(control.sent[1]).toMatchObject({ op: 'grads', args: {} });
     reply(control, { reports: [report('g9')] } as unknown as JSONObject);
     await new Promise(r => setTimeout(r, 0));
-    expect(model.grads.map(r => r.id)).toEqual(['g9']);
+    expect(model.grads.items.map(r => r.id)).toEqual(['g9']);
   });
 
   it('drops a grads push that breaks the schema', () => {
@@ -153,14 +153,56 @@ describe('the model keeps vv.grads reports', () => {
         zero: [{ path: 'x', reason: 'bored' }]
       } as unknown as GradReport)
     );
-    expect(model.grads).toEqual([]);
+    expect(model.grads.items).toEqual([]);
+  });
+});
+
+describe('a report that asks to be seen', () => {
+  forbidDom();
+
+  it('announces every vv.grads push (the panel shows itself for it)', () => {
+    const { kernel, model } = modelOnKernel();
+    const arrived: string[] = [];
+    model.grads.arrived.connect((_, { kernelId, item }) =>
+      arrived.push(`${kernelId}:${item.id}`)
+    );
+    const comm = kernel.open(push(report('g1')));
+    comm.receive(push(report('g2')));
+    expect(arrived).toEqual(['k1:g1', 'k1:g2']);
   });
 });
 
 describe('GradsView', () => {
+  it('names a cell as IPython does and goes to it; paths break only between keys', async () => {
+    const { kernel, model } = modelOnKernel();
+    const went: unknown[] = [];
+    const view = new GradsView(model.grads, model, place => went.push(place));
+    const cell = { text: 'Cell In[2], line 7', cell: 2, line: 7 };
+    kernel.open(
+      push({
+        ...report(),
+        places: { 'model.py:31': cell }
+      } as GradReport)
+    );
+    await view.drawn;
+    const [first, second] = Array.from(
+      view.node.querySelectorAll('.jp-Vjpviz-gradsZero tbody tr')
+    );
+    const button = first.querySelector('button.jp-Vjpviz-place') as HTMLElement;
+    expect(button.textContent).toBe('Cell In[2], line 7');
+    button.click();
+    expect(went).toEqual([cell]);
+    // A file the kernel sent no place for is shown as it is, not a link.
+    expect(second.querySelector('button')).toBeNull();
+    expect(second.lastElementChild!.textContent).toBe('model.py:12');
+    const path = first.querySelector('.jp-Vjpviz-leafPath')!;
+    expect(path.querySelectorAll('wbr')).toHaveLength(1);
+    expect(path.textContent).toBe(`${HOSTILE}['kernel']`);
+  });
+
   it('shows the newest report: its cut leaves, units and flagged blocks, names as text', async () => {
     const { kernel, model } = modelOnKernel();
-    const view = new GradsView(model);
+    const view = new GradsView(model.grads, model);
     expect(view.isHidden).toBe(true);
     expect(view.node.querySelector('.jp-Vjpviz-graph')).toBeNull();
     kernel.open(push(report()));
@@ -198,7 +240,7 @@ describe('GradsView', () => {
 
   it('lists the kept reports, shows the one picked, and the next push again', async () => {
     const { kernel, model } = modelOnKernel();
-    const view = new GradsView(model);
+    const view = new GradsView(model.grads, model);
     const comm = kernel.open(push(report('g1', 'first')));
     comm.receive(push(report('g2', 'second')));
     const pick = () => view.node.querySelector('select') as HTMLSelectElement;
@@ -216,7 +258,7 @@ describe('GradsView', () => {
 
   it("draws another kernel's report of the same id afresh", async () => {
     const { kernel, channels, model } = modelOnKernel();
-    const view = new GradsView(model);
+    const view = new GradsView(model.grads, model);
     kernel.open(push(report('g1', 'here')));
     await view.drawn;
     const other = Object.assign(new FakeKernel(), { id: 'k2' });
@@ -231,7 +273,7 @@ describe('GradsView', () => {
     expect(view.node.querySelector('.jp-Vjpviz-canvas svg')).toBeNull();
     expect(comm.sent[0]).toMatchObject({
       op: 'view',
-      args: { diagnosis_id: 'g1' }
+      args: { report_id: 'g1' }
     });
   });
 });

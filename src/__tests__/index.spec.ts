@@ -59,7 +59,7 @@ async function withDiagnoses(n: number) {
   return { ...started, comm: comms[n - 1] };
 }
 
-const current = (v: IVjpviz) => (v.current as { id: string } | null)?.id;
+const current = (v: IVjpviz) => v.diagnoses.current?.id;
 
 describe('jupyter-vjpviz:plugin', () => {
   it('registers the comm target on every notebook kernel', async () => {
@@ -126,7 +126,7 @@ describe('jupyter-vjpviz:plugin', () => {
     expect(shell.add.mock.calls[0][0].node.textContent).toContain(
       'Open a notebook'
     );
-    expect(vjpviz.current).toBeNull();
+    expect(vjpviz.diagnoses.current).toBeNull();
   });
 });
 
@@ -193,7 +193,7 @@ describe('the commands', () => {
     expect(widget.id).toBe('jp-vjpviz-graph-k1-d1');
     const asked = comm.sent
       .slice(before)
-      .map(m => [m.op, (m.args as { diagnosis_id?: string }).diagnosis_id]);
+      .map(m => [m.op, (m.args as { report_id?: string }).report_id]);
     expect(asked).toContainEqual(['view', 'd1']);
 
     await commands.execute(CommandIDs.openGraph);

@@ -1,5 +1,5 @@
-import { renderLeafTable, renderRuleSource } from '../diagnosisView';
-import { leafRows, keyPath } from '../leafTable';
+import { renderLeafTable, renderRuleSource } from '../panels/diagnoses/view';
+import { leafRows, keyPath } from '../panels/diagnoses/leafTable';
 import { Diagnosis } from '../protocol';
 
 const base = {

@@ -97,14 +97,14 @@ describe('request limits (deliver/comm.py reads the same numbers)', () => {
     type: 'request',
     request_id: requestId,
     op: 'verify',
-    args: { diagnosis_id: 'd1', code: '', ...args }
+    args: { report_id: 'd1', code: '', ...args }
   });
   const limits: [string, number, (n: number) => unknown][] = [
     ['request_id', defs.token.maxLength, n => request({}, 'r'.repeat(n))],
     [
-      'diagnosis_id',
+      'report_id',
       defs.token.maxLength,
-      n => request({ diagnosis_id: 'd'.repeat(n) })
+      n => request({ report_id: 'd'.repeat(n) })
     ],
     ['node', defs.nodeId.maxLength, n => request({ node: 'n'.repeat(n) })],
     [

@@ -3,7 +3,7 @@
 import { JSONObject } from '@lumino/coreutils';
 
 import { WatchSeries } from '../protocol';
-import { WatchPlot, eventText } from '../watchPlot';
+import { WatchPlot } from '../panels/watches/plot';
 import {
   body,
   answerHistory,
@@ -26,9 +26,20 @@ function series(id = 'w1', steps = 6): WatchSeries {
       { group: HOSTILE, norms: [0.3, 0.2, 0.1, 0, 0, 0] }
     ],
     events: [
-      { step: 3, path: `${HOSTILE}['kernel']`, kind: 'first_zero' },
-      { step: 3, path: `${HOSTILE}['kernel']`, kind: 'stayed_zero' },
-      { step: 5, path: "['Dense_0']['kernel']", kind: 'first_nonfinite' }
+      {
+        step: 3,
+        path: HOSTILE,
+        leaves: 2,
+        kind: 'stayed_zero',
+        text: `step 3: ${HOSTILE} (2 leaves): no gradient, for 3+ steps`
+      },
+      {
+        step: 5,
+        path: "['Dense_0']['kernel']",
+        leaves: 1,
+        kind: 'first_nonfinite',
+        text: "step 5: ['Dense_0']['kernel']: non-finite"
+      }
     ],
     kept_steps: [5]
   };
@@ -43,20 +54,20 @@ describe('the model keeps watches', () => {
   it('keeps each watch once, the newest push of it, per kernel', () => {
     const { kernel, model } = modelOnKernel();
     let changes = 0;
-    model.watchesChanged.connect(() => changes++);
+    model.watches.changed.connect(() => changes++);
     const comm = kernel.open(push(series('w1', 6)));
     comm.receive(push(series('w2', 6)));
     comm.receive(push({ ...series('w1', 7) }));
-    expect(model.watches.map(w => [w.id, w.steps])).toEqual([
+    expect(model.watches.items.map(w => [w.id, w.steps])).toEqual([
       ['w1', 7],
       ['w2', 6]
     ]);
     expect(changes).toBe(3);
     model.follow({ kernelId: 'k2' });
-    expect(model.watches).toEqual([]);
+    expect(model.watches.items).toEqual([]);
     model.follow({ kernelId: 'k1' });
     kernel.statusChanged.emit('restarting');
-    expect(model.watches).toEqual([]);
+    expect(model.watches.items).toEqual([]);
   });
 
   it('asks for the watches once the history is loaded (a panel opened late)', async () => {
@@ -66,59 +77,74 @@ describe('the model keeps watches', () => {
     expect(control.sent[0]).toMatchObject({ op: 'watch', args: {} });
     reply(control, { watches: [series('w3')] } as unknown as JSONObject);
     await new Promise(r => setTimeout(r, 0));
-    expect(model.watches.map(w => w.id)).toEqual(['w3']);
+    expect(model.watches.items.map(w => w.id)).toEqual(['w3']);
   });
 
   it('drops a watch push that breaks the schema', () => {
     const { kernel, model } = modelOnKernel();
     jest.spyOn(console, 'warn').mockImplementation(() => undefined);
     kernel.open(push({ ...series(), points: 'all' } as unknown as WatchSeries));
-    expect(model.watches).toEqual([]);
+    expect(model.watches.items).toEqual([]);
   });
 
   it('asks for the series and runs vv.nans on a step, its diagnosis selected', async () => {
     const { kernel, model } = modelOnKernel();
     const comm = kernel.open(push(series()));
-    const refreshed = model.refreshWatches();
+    const refreshed = model.watches.refresh();
     expect(comm.sent[comm.sent.length - 1]).toMatchObject({
       op: 'watch',
       args: {}
     });
     reply(comm, { watches: [series('w1', 9)] } as unknown as JSONObject);
     await refreshed;
-    expect(model.watches[0].steps).toBe(9);
+    expect(model.watches.items[0].steps).toBe(9);
 
-    const ran = model.watchNans('w1', 5);
+    const ran = model.watches.nans('w1', 5);
     expect(comm.sent[comm.sent.length - 1]).toMatchObject({
       op: 'watch_nans',
       args: { watch_id: 'w1', step: 5 }
     });
     reply(comm, { summary: 'sqrt at 0', diagnosis: body(4) });
     expect(await ran).toBe('sqrt at 0');
-    expect(model.current?.id).toBe('d4');
+    expect(model.diagnoses.current?.id).toBe('d4');
+  });
+});
+
+describe("a watch's first event", () => {
+  forbidDom();
+
+  it('is announced once (the panel shows itself), not every push after', () => {
+    const { kernel, model } = modelOnKernel();
+    const arrived: number[] = [];
+    model.watches.arrived.connect((_, { item }) => arrived.push(item.steps));
+    const quiet = { ...series('w1', 2), events: [] };
+    const comm = kernel.open(push(quiet));
+    comm.receive(push(series('w1', 6)));
+    comm.receive(push(series('w1', 7)));
+    expect(arrived).toEqual([6]);
   });
 });
 
 describe('WatchPlot', () => {
   it('draws one line per layer and lists the events, names as text', () => {
     const { kernel, model } = modelOnKernel();
-    const plot = new WatchPlot(model);
+    const plot = new WatchPlot(model.watches);
     expect(plot.isHidden).toBe(true);
     kernel.open(push(series()));
     const node = plot.node;
     expect(plot.isHidden).toBe(false);
     expect(node.querySelectorAll('path.jp-Vjpviz-watchLine')).toHaveLength(2);
-    expect(node.querySelectorAll('line.jp-Vjpviz-watchMark')).toHaveLength(3);
+    expect(node.querySelectorAll('line.jp-Vjpviz-watchMark')).toHaveLength(2);
     // A non-finite norm breaks its line: two M pens would mean a gap; this one ends there.
     const first = node.querySelector('path')!.getAttribute('d')!;
     expect(first.match(/[ML]/g)).toEqual(['M', 'L', 'L', 'L', 'L']);
     const items = Array.from(node.querySelectorAll('li'), li =>
       li.firstChild!.textContent!.trim()
     );
+    // One line per block and event, as the kernel words it.
     expect(items).toEqual([
-      `step 3: ${HOSTILE}['kernel'] gradient zero`,
-      `step 3: ${HOSTILE}['kernel'] gradient zero for 3 steps`,
-      "step 5: ['Dense_0']['kernel'] gradient non-finite"
+      `step 3: ${HOSTILE} (2 leaves): no gradient, for 3+ steps`,
+      "step 5: ['Dense_0']['kernel']: non-finite"
     ]);
     expect(node.querySelector('img')).toBeNull();
     expect(node.textContent).toContain(HOSTILE);
@@ -127,7 +153,7 @@ describe('WatchPlot', () => {
 
   it("says on the button whether the kernel keeps that step's arguments", () => {
     const { kernel, model } = modelOnKernel();
-    const plot = new WatchPlot(model);
+    const plot = new WatchPlot(model.watches);
     const button = () =>
       plot.node.querySelector('button.jp-Vjpviz-watchNans') as HTMLElement;
     kernel.open(push(series()));
@@ -143,7 +169,7 @@ describe('WatchPlot', () => {
 
   it("runs vv.nans from a non-finite event's button and says what it found", async () => {
     const { kernel, model } = modelOnKernel();
-    const plot = new WatchPlot(model);
+    const plot = new WatchPlot(model.watches);
     const comm = kernel.open(push(series()));
     (
       plot.node.querySelector('button.jp-Vjpviz-watchNans') as HTMLElement
@@ -163,16 +189,5 @@ describe('WatchPlot', () => {
     const status = plot.node.querySelector('.jp-Vjpviz-watchNansStatus')!;
     expect(status.textContent).toContain('<b>x</b>');
     expect(status.querySelector('b')).toBeNull();
-  });
-});
-
-describe('eventText', () => {
-  it('names the step, the leaf and what its gradient did', () => {
-    expect(
-      eventText(
-        { step: 37, path: "['Dense_1']['kernel']", kind: 'stayed_zero' },
-        20
-      )
-    ).toBe("step 37: ['Dense_1']['kernel'] gradient zero for 20 steps");
   });
 });

@@ -63,7 +63,7 @@ def of(points: list[str]) -> Capabilities:
       jax=jax.__version__, kinds=kinds,
       missing=tuple(k for k in NEEDS if not wrapped(NEEDS[k])),
       sources=tuple(s for s, need in SOURCES.items() if has(need)),
-      hijax_path=_hijax_path_watched(has), tested=_tested(),
+      hijax_path=_hijax_path_hooked(has), tested=_tested(),
       off=tuple(f"{name.key}: {_cost(name)}" for name in gone))
 
 
@@ -93,7 +93,7 @@ def no_monitoring() -> str:
   return "no free tool slot: wrappers instead, with their frames"
 
 
-def _hijax_path_watched(has) -> bool:
+def _hijax_path_hooked(has) -> bool:
   """Whether a custom_vjp under jax_custom_vjp3 has its rules read where vjpviz reads them:
   through ``custom_vjp.__call__`` (JAX 0.12), or, where that flag makes ``jax.custom_vjp``
   build another class (JAX 0.9 to 0.11's ``custom_vjp3``), that class's rules hooked."""

@@ -2,7 +2,7 @@
 ``jax.debug.callback``, ``jax.debug.print``), found where ``private`` says this version keeps
 them, and a window in which this thread's eager runs of them are held back.
 
-vjpviz rewrites the programs it traces (``analysis.replay.rewrite`` drops their
+vjpviz rewrites the programs it traces (``analysis.values.replay.rewrite`` drops their
 equations, knowing whether their results are used), but some of its runs are eager: a
 train step run again with jit disabled, a rule whose Python reads its values. There
 they are caught here: each primitive's ``impl`` (what JAX calls for an eager bind, and

@@ -38,9 +38,11 @@ NANS = "NaN localisation and gradient values"
 SOURCES = "source locations"
 TRACEBACKS = "tracebacks as JAX's own"
 JIT_RUNS = "failures when a jit runs"
+GRAD_LOGS = "the logs of defvjp_with_logs rules beside their diagnoses"
 JVP, SOLVE = kinds.JVP, kinds.SOLVE
 HIJAX = kinds.HIJAX_BWD
 LINEAR_MAPS = "linear_transpose's cotangents and custom_root's tangent solves"
+PROCESSES = "records gathered across a jax.distributed job's processes"
 CORE = "JAX's core data model, unchanged in name since 0.4: vjpviz reads programs in it"
 
 
@@ -103,6 +105,14 @@ _CD, _API, _HI = "jax._src.custom_derivatives", "jax._src.api", "jax._src.hijax"
 _SIU, _TBU = "jax._src.source_info_util", "jax._src.traceback_util"
 _never_exempt = lambda got, expected: False
 _nothing = lambda *args, **kwargs: None
+
+
+class _Alone:
+  """``distributed.global_state`` where JAX has none: no coordination service's client,
+  so each process's records stay its own (none is gathered)."""
+  client = None
+  process_id = 0
+  num_processes = 1
 
 
 class _Frame(typing.NamedTuple):
@@ -172,6 +182,8 @@ NAMES: tuple[Name, ...] = (
     _n("api._vjp3_bwd", f"{_API}:_vjp3_bwd", EVERYTHING,
        params=("jaxpr", "out_tree", "out_primal_avals", "out_ct"), since="0.7",
        why="every backward pass starts there: the session the check sites fill"),
+    _n("api._vjp3_bwd_logs", f"{_API}:_vjp3_bwd", GRAD_LOGS, params=("want_logs",), since="0.12",
+       why="whether the backward pass returns JAX's logs (defvjp_with_logs) with its cotangents"),
     _n("api._vjp", f"{_API}:_vjp", kinds.F_VJP, until="0.10"),
     _n("api._vjp_pullback_wrapper", f"{_API}:_vjp_pullback_wrapper", EVERYTHING, until="0.7",
        why="every backward pass starts there before _vjp3_bwd (JAX 0.7; it stays until 0.9)"),
@@ -222,6 +234,10 @@ NAMES: tuple[Name, ...] = (
     _n("source_info_util.register_exclusion", f"{_SIU}:register_exclusion", TRACEBACKS, _nothing),
     _n("traceback_util.register_exclusion", f"{_TBU}:register_exclusion", TRACEBACKS, _nothing),
     _n("traceback_util.api_boundary", f"{_TBU}:api_boundary", TRACEBACKS, lambda f: f),
+    # a jax.distributed job: the coordination service's client, whose key-value store
+    # gathers which processes recorded the same problem (capture/processes.py)
+    _n("distributed.global_state", "jax._src.distributed:global_state", PROCESSES, _Alone(),
+       why="the client jax.distributed.initialize connects; without it no process gathers"),
 )
 
 
@@ -306,10 +322,10 @@ def _resolve_all(absent: set[str]) -> None:
 
 _resolve_all({k for k in os.environ.get("VJPVIZ_PRIVATE_ABSENT", "").split(",") if k})
 (core, effect_types, callbacks, cd, ad, pe, api, lu, state, config, pjit, solves, hijax,
- source_info_util, traceback_util, codes) = (
+ source_info_util, traceback_util, codes, distributed) = (
     _spaces[s] for s in ("core", "effect_types", "callbacks", "cd", "ad", "pe", "api", "lu", "state",
                          "config", "pjit", "solves", "hijax", "source_info_util",
-                         "traceback_util", "codes"))
+                         "traceback_util", "codes", "distributed"))
 
 
 def has(key: str) -> bool:

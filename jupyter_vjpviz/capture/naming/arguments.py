@@ -3,7 +3,7 @@
 A library's custom_vjp (equinox's ``filter_custom_vjp``) takes the user's
 arguments rearranged (``diff_array_vjp_arg[0].weight``), but hands the very same
 tracer objects on to the user's fwd (``model.layers[2].weight``). Watching that
-one call's frame (``code_watch``: that code object only, only during that call)
+one call's frame (``code_monitor``: that code object only, only during that call)
 tells which parameter path holds each input. It is learned once per user fwd and
 input structure, then cached: the hot path pays a dict lookup.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import jax
 
-from . import code_watch
+from . import code_monitor
 
 _LIMIT = 512                      # cached (code, structure) pairs; cleared when full
 _DEPTH = 200                      # nesting flattened at most: far below CPython's C budget (1500)
@@ -42,20 +42,20 @@ class Learning:
     self.code, self.structure, self.event = code, structure, event
     self._seen: dict = {}
     self.returned: list = []   # RETURN: the value, while the call is open (a bwd that raises)
-    self._watch = code_watch.Watch(code, event, self._hit)
+    self._monitor = code_monitor.Monitor(code, event, self._hit)
 
   def __enter__(self):
-    self._watch.__enter__()
+    self._monitor.__enter__()
     return self
 
   def __exit__(self, *exc):
-    return self._watch.__exit__(*exc)
+    return self._monitor.__exit__(*exc)
 
   def _hit(self, frame, *value):
     if value and not self.returned:
       self.returned.append(value[0])
     if not self._seen:
-      self._seen.update(_spelled(frame.f_locals if self.event == code_watch.START
+      self._seen.update(_spelled(frame.f_locals if self.event == code_monitor.START
                                  else {"": value[0]}))
 
   def learned(self, leaves_of: Callable[[], list]) -> tuple[str | None, ...] | None:

@@ -130,11 +130,20 @@ def leaf_labels(origin) -> list[str]:
   """Each leaf of an ``Origin`` as the user names it (``x``, ``p['w']``, a keyword's name):
   the graph's input labels, and a library rule's inputs that are program inputs."""
   params = positional_names(origin.fun)
-  labels = []
-  for path in trees.leaf_paths(origin.tree, origin.leaves):
-    group, top, rest = path[0].idx, path[1], jax.tree_util.keystr(path[2:])
-    labels.append(f"{top.key}{rest}" if group == 1 else argument_name(params, top.idx, rest))
+  labels = [_label(params, path) for path in trees.leaf_paths(origin.tree, origin.leaves)]
   return [own or label for own, label in zip(origin.labels, labels)] if origin.labels else labels
+
+
+def call_labels(fun, call) -> list[str]:
+  """Each leaf of ``call``, ``fun``'s ``(args, kwargs)``, as the user named it."""
+  params = positional_names(fun)
+  return [_label(params, path) for path, _ in jax.tree_util.tree_flatten_with_path(call)[0]]
+
+
+def _label(params: tuple[str, ...], path: tuple) -> str:
+  """The leaf at ``path`` of ``(args, kwargs)``: ``p['w']``, a keyword's name."""
+  group, top, rest = path[0].idx, path[1], jax.tree_util.keystr(path[2:])
+  return f"{top.key}{rest}" if group == 1 else argument_name(params, top.idx, rest)
 
 
 def library_function(fun) -> bool:

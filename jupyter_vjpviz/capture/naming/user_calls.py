@@ -5,7 +5,7 @@ A library's grad (flax nnx's ``nnx.grad``, equinox's ``filter_grad``) hands
 state and back, and need not survive a second call (nnx's pops a deque): the
 analysis cannot re-trace it for the graph. The function the user wrote is
 behind that wrapper (``__wrapped__``, partials, closure cells); while JAX runs
-the forward pass, ``code_watch`` watches that one code object start and
+the forward pass, ``code_monitor`` watches that one code object start and
 takes the arguments it was called with, as avals: an ``Origin`` that is safe to
 trace again and names the inputs as the user does (``model.layers[3].w``).
 
@@ -26,10 +26,10 @@ import numpy as np
 from ..compat.private import cd, core
 from ...base import safety
 from ..records import Origin, Session
-from . import arguments, code_watch, function_names, library_wrappers
+from . import arguments, code_monitor, function_names, library_wrappers
 
 
-class Watch:
+class Follow:
   """A context manager around one forward pass: on exit, the session's origin is the user's
   call if it was seen. Only the first start of the user's function counts. While open, it
   names the pass's inputs for ``program_names``."""
@@ -38,23 +38,23 @@ class Watch:
     self.session, self.primals = session, primals
     self.fun = safety.safely(_target, session.origin)
     code = getattr(self.fun, "__code__", None)
-    self.watch = code_watch.Watch(code, code_watch.START, self._started) if code else None
+    self.monitor = code_monitor.Monitor(code, code_monitor.START, self._started) if code else None
     self.call = self.spelled = None    # (args, kwargs), and arguments.spelled, when seen
     self.positions = None        # id of each primal leaf -> its index, once asked
 
   def __enter__(self):
     _passes().append(self)
-    if self.watch is not None:
-      safety.safely(self.watch.__enter__)
+    if self.monitor is not None:
+      safety.safely(self.monitor.__enter__)
     return self
 
   def __exit__(self, *exc):
     if self in _passes():
       _passes().remove(self)
     self.positions = None
-    if self.watch is None or not self.watch.opened:
+    if self.monitor is None or not self.monitor.opened:
       return False
-    safety.safely(self.watch.__exit__)
+    safety.safely(self.monitor.__exit__)
     if self.call is not None:
       origin = (safety.safely(user_origin, self.fun, *self.call, self.primals)
                 or safety.safely(relabelled, self.session.origin, self.spelled, self.primals))

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..compat.private import core
 from ...base import syntax, trees
+from ...base.places import spelled
 from .. import records
 from ..avals import ct_aval, same_type
 from ..naming import leaf_paths
@@ -122,7 +123,7 @@ def _finding(at: Statement, written) -> list[Record]:
       rule=site.rule, site=site, path=path, expected=expected.str_short(),
       got=got.str_short(), flat_index=k, expected_aval=expected, got_aval=got,
       raised_at=at.where,
-      detail=f"{site.rule} raised at {at.where} before returning: `{at.text}` writes "
+      detail=f"{site.rule} raised at {spelled(at.where)} before returning: `{at.text}` writes "
              f"{got.str_short()} where the cotangent of {site.in_names[k]} must be "
              f"{expected.str_short()}"))]
 
@@ -143,7 +144,7 @@ def _failed_value(at: Statement, written) -> list[Record]:
       rule=site.rule, site=site, path=site.in_paths[k] if k is not None else None,
       expected=expected.str_short() if expected is not None else None, got=failed.asked,
       flat_index=k, expected_aval=expected, raised_at=at.where, operation=failed,
-      detail=f"{site.rule} raised at {at.where} computing {of}: `{failed.text}` "
+      detail=f"{site.rule} raised at {spelled(at.where)} computing {of}: `{failed.text}` "
              f"({failed.asked}) in `{at.text}`"))]
 
 
@@ -179,23 +180,25 @@ def _literal_paths(node, hit, keys: tuple = ()) -> list[tuple]:
 
 def returned_then_raised(site, code, returned, exc: BaseException) -> None:
   """A ``bwd_structure`` record when a library's bwd raised after the user's bwd returned
-  ``returned`` (equinox checks the tree itself), if the user's names of the rule's inputs
-  are the args tree's own paths under one parameter (equinox's ``vjp_arg``: the tree the
-  user's bwd answers for) and ``returned`` lacks or adds leaves there. Any other mapping
-  (flax's, whose bwd returns ``(params_t, x_t)`` for variables it spells otherwise) is
-  no finding."""
+  ``returned`` (equinox checks the tree itself), if the user's names of the rule's first
+  inputs are the args tree's own paths under one parameter (equinox's ``vjp_arg``: the tree
+  the user's bwd answers for; the arguments after it get no cotangent from the user) and
+  ``returned`` lacks or adds leaves there, or holds its leaves in another container. Any
+  other mapping (flax's, whose bwd returns ``(params_t, x_t)`` for variables it spells
+  otherwise) is no finding."""
   if records.current_session() is None or _failing_frame(exc.__traceback__, code)[0] is not None:
     return
-  tails = _answered_paths(site)
-  if tails is None:
+  answered = _answered_paths(site)
+  if answered is None:
     return
-  head = site.in_keys[0][:len(site.in_keys[0]) - len(tails[0])]
-  expected = [(tail, a) for tail, a in zip(tails, site.in_avals)]
+  k0, tail0 = answered[0]
+  head = site.in_keys[k0][:len(site.in_keys[k0]) - len(tail0)]
+  expected = [(tail, site.in_avals[k]) for k, tail in answered]
   want = {path for path, _ in expected}
   # None is a leaf, as equinox compares trees: a zero for an input, nothing elsewhere
   got = [(path, t) for path, t in leaf_paths.of_tree(returned) if t != "None" or path in want]
   have = {path for path, _ in got}
-  if want == have or not want & have:
+  if want == have or not (want & have or _same_leaves(expected, got)):
     return
   leaves = leaf_paths.compared([(p, ct_aval(a).str_short()) for p, a in expected], got)
   missing = next((l for l in leaves if l.got == leaf_paths.MISSING), None)
@@ -204,32 +207,52 @@ def returned_then_raised(site, code, returned, exc: BaseException) -> None:
   records.record(retained(Record(
       kind="bwd_structure", severity=ERROR, function=site.function, source=site.source,
       rule=site.rule, site=site, path=keystr(first.path),
-      flat_index=tails.index(first.path) if missing else None,
+      flat_index=answered[[t for _, t in answered].index(first.path)][0] if missing else None,
       expected=str(_subtree(site, head)), got=str(jax.tree_util.tree_structure(returned)),
       leaves=tuple(dataclasses.replace(l, path=head + l.path) for l in leaves),
       detail=f"{site.rule} returned a tree {'without' if missing else 'with an extra'} "
              f"{keystr(first.path)}; the library's own check raised after it returned")))
 
 
+def _same_leaves(expected: list, got: list) -> bool:
+  """The user's bwd returned every leaf, each of its type and in order, in another
+  container (a tuple ``(dW, db)`` where the layer belongs): its own tree, wrong, not a
+  mapping of the inputs this module misreads."""
+  return len(expected) == len(got) and all(
+      ct_aval(a).str_short() == t for (_, a), (_, t) in zip(expected, got))
+
+
 def _answered_paths(site) -> list | None:
-  """Each input leaf's path in the tree the user's bwd answers for: the tail of its args
-  tree path that its user name spells under one root parameter; None unless every input
-  has one, under the same root and the same args tree head."""
-  roots, tails, heads = set(), [], set()
-  for name, keys in zip(site.in_names, site.in_keys):
-    try:
-      target = _target(ast.parse(name, mode="eval").body)
-    except SyntaxError:
+  """(input index, its path in the tree the user's bwd answers for) of each input leaf
+  under the first input's root parameter and args tree head: the tail of its args tree
+  path that its user name spells; None unless the first input, and every input under
+  that head, has one."""
+  spelled = [_spelled(name, keys) for name, keys in zip(site.in_names, site.in_keys)]
+  if not spelled or spelled[0] is None:
+    return None
+  root, head = spelled[0][0], spelled[0][1]
+  answered = []
+  for k, (found, keys) in enumerate(zip(spelled, site.in_keys)):
+    if found is not None and found[:2] == (root, head):
+      answered.append((k, found[2]))
+    elif keys[:len(head)] == head:   # under the same head, spelled otherwise: no mapping
       return None
-    if target is None or len(target[1]) > len(keys):
-      return None
-    tail = keys[len(keys) - len(target[1]):]
-    if [k.key for k in tail] != target[1]:
-      return None
-    roots.add(target[0])
-    heads.add(keys[:len(keys) - len(tail)])
-    tails.append(tail)
-  return tails if len(roots) == 1 and len(heads) == 1 and tails else None
+  return answered
+
+
+def _spelled(name: str, keys) -> tuple | None:
+  """(root name, args tree head, tail) where the user's name of an input spells the tail
+  of its args tree path under one local; None otherwise."""
+  try:
+    target = _target(ast.parse(name, mode="eval").body)
+  except SyntaxError:
+    return None
+  if target is None or len(target[1]) > len(keys):
+    return None
+  tail = keys[len(keys) - len(target[1]):]
+  if [k.key for k in tail] != target[1]:
+    return None
+  return target[0], keys[:len(keys) - len(tail)], tail
 
 
 def _subtree(site, head):

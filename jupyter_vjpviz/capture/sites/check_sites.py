@@ -37,7 +37,7 @@ def install(patches: PatchSet, sink: Callable | None = None,
   jvp_rules.install(patches)
   if sink is not None and private.has("pjit._run_python_pjit"):
     if events is not None:   # no frame of ours under a jitted function run
-      events.watch(inspect.unwrap(pjit._run_python_pjit).__code__, _run_started,
+      events.follow(inspect.unwrap(pjit._run_python_pjit).__code__, _run_started,
                    lambda _, __, exc: _run_finished(sink, exc))
     else:
       patches.apply(pjit, "_run_python_pjit", lambda o: wrap_run_staged(o, sink))
@@ -252,7 +252,7 @@ def _install_rules_of(cls, patches: PatchSet, events: CodeEvents | None) -> None
     else:
       patches.add(cls, name, RuleAttribute(name, code))
   if events is not None and private.has("cd.custom_vjp.__call__"):   # its locals read by name
-    events.watch(code, _applied)
+    events.follow(code, _applied)
   else:
     patches.apply(cls, "__call__", _wrap_custom_vjp_call)
 

@@ -20,10 +20,10 @@ import numpy as np
 
 from ..compat.private import cd, core, hijax, source_info_util
 from ...base import kinds, safety, surrogates, trees
-from .. import applied, mesh_context, records
+from .. import applied, grad_logs, mesh_context, records
 from ..avals import ct_aval, same_shape, same_type
 from ..compat import dtype_exemption, jax_flags
-from ..naming import (arguments, code_watch, frames, function_names, leaf_paths, library_wrappers,
+from ..naming import (arguments, code_monitor, frames, function_names, leaf_paths, library_wrappers,
                       user_calls)
 from ..records import ERROR, WARNING, Record, RuleSite
 from . import bwd_raises, vjp3_rules
@@ -37,7 +37,7 @@ class InstrumentedRule:
   result must pass through us (the fwd's residuals get their site, the bwd's
   cotangents are compared), so one frame is the least a wrapper can be; what it does
   with the result happens after the rule has returned. Learning a library rule's
-  spelling of its inputs (``arguments.Learning``) watches the call from this frame,
+  spelling of its inputs (``arguments.Learning``) follows the call from this frame,
   adding none. An exception leaving the rule leaves without this frame
   (``frames.strip``).
   """
@@ -62,13 +62,13 @@ class InstrumentedFwd(InstrumentedRule):
     cvjp = self._custom_vjp()
     if cvjp is None:  # a JAX cache outlived the user's object: be the plain rule
       return self.__wrapped__(*args)
-    watch = safety.safely(_user_fwd_to_watch, cvjp, args)
+    follow = safety.safely(_user_fwd_to_name, cvjp, args)
     try:
-      if watch is None:
+      if follow is None:
         out_res, spelled = cvjp.fwd(*args), None
       else:
-        code, structure, leaves = watch
-        with arguments.Learning(code, structure, code_watch.START) as learning:
+        code, structure, leaves = follow
+        with arguments.Learning(code, structure, code_monitor.START) as learning:
           out_res = cvjp.fwd(*args)
         spelled = safety.safely(learning.learned, lambda: leaves)
     except BaseException as e:
@@ -98,7 +98,7 @@ class InstrumentedBwd(InstrumentedRule):
       if code is None or arguments.known(code, site.in_tree):
         cts = bwd(*static, tagged.res, ct)
       else:
-        with arguments.Learning(code, site.in_tree, code_watch.RETURN) as learning:
+        with arguments.Learning(code, site.in_tree, code_monitor.RETURN) as learning:
           cts = bwd(*static, tagged.res, ct)
         safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
@@ -112,6 +112,8 @@ class InstrumentedBwd(InstrumentedRule):
     finally:
       records.state.rule_stack.pop()
     safety.safely(_check_bwd_output, site, cts, code, self._with_logs)
+    if self._with_logs:
+      safety.safely(grad_logs.noted, site, cts)
     return cts
 
 
@@ -245,10 +247,10 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
-def _user_fwd_to_watch(cvjp, args):
+def _user_fwd_to_name(cvjp, args):
   """(code, structure, leaves) when a library's fwd stands for the user's and how the
   user spells its inputs is not known yet (``arguments``); else None."""
-  code = _watched_code(cvjp)
+  code = _fwd_code(cvjp)
   if code is None:
     return None
   structure = jax.tree_util.tree_structure(_differentiable_args(cvjp, args), is_leaf=_is_primal_box)
@@ -277,7 +279,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
     occurrence = session.occurrences[key]
   params = function_names.positional_names(cvjp.fun)
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
-  code = _watched_code(cvjp)
+  code = _fwd_code(cvjp)
   spelled = spelled or (arguments.cached(code, treedef) if code is not None else None) or ()
   library = function_names.library_function(cvjp.fun)
   program = (user_calls.program_names([_unbox(x) for _, x in leaves])
@@ -306,7 +308,7 @@ def _rule_names(cvjp) -> dict:
   """Names and sources of the primal and its rules: fixed per rule set, so computed
   once (``_site`` runs on every fwd) and recomputed only after a new ``defvjp``."""
   key = (cvjp.fun, cvjp.fwd, cvjp.bwd)
-  cached = _names_cache.get(cvjp)   # (key, names, the user fwd's code to watch or None)
+  cached = _names_cache.get(cvjp)   # (key, names, the user fwd's code to follow or None)
   if cached is None or cached[0] != key:
     cached = _names_cache[cvjp] = (key, dict(
         function=function_names.function_name(cvjp.fun), source=function_names.function_source(cvjp.fun),
@@ -334,7 +336,7 @@ def seen_names(bwd) -> dict | None:
     return None
 
 
-def _watched_code(cvjp):
+def _fwd_code(cvjp):
   _rule_names(cvjp)
   return _names_cache[cvjp][2]
 

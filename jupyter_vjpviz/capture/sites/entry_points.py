@@ -2,7 +2,7 @@
 
 ``jax.vjp`` (and ``jax.grad``, which calls it), building the VJP function
 (``_vjp3_callable``: ``f_vjp(ct)`` and ``f_vjp.with_refs(...)``) and running its
-backward pass (``_vjp3_bwd``). Each is watched as its frame starts and ends
+backward pass (``_vjp3_bwd``). Each is followed as its frame starts and ends
 (``code_events``): nothing of ours is on the stack while the user's functions run,
 and the exception propagates as JAX raised it. Where no monitoring slot is free,
 wrappers around them do the same, at the price of their frames.
@@ -18,12 +18,13 @@ from ..compat.private import api, core, traceback_util
 from ..compat import private
 
 from ...base import safety
-from .. import records
+from .. import grad_logs, records
 from ..code_events import CodeEvents
 from ..compat.patches import PatchSet
 from ..naming import frames, function_names, user_calls
 from ..records import Origin, Session
 from . import check_sites
+from ...base.trees import substituted
 
 Sink = Callable[[Session, BaseException | None], None]
 
@@ -47,6 +48,7 @@ class Boundary:
 
   call = jaxpr = None      # for vjp_finished: the vjp's (fun, primals, has_aux); for
                            # backward_finished: the backward pass's jaxpr
+  want_logs = False        # the backward pass returns (cotangents, JAX's logs)
 
   def __init__(self, entry: str, origin: Origin | None, sink: Sink):
     self.session = Session(entry, origin)
@@ -78,7 +80,7 @@ def _run_deferred(session: Session) -> None:
 
 
 def _pop(session: Session) -> None:
-  """Close ``session``: the innermost one, unless a frame ended unwatched (uninstall
+  """Close ``session``: the innermost one, unless a frame ended unfollowed (uninstall
   while another thread was inside JAX) and left one above it."""
   sessions = records.state.sessions
   if session in sessions:
@@ -86,7 +88,7 @@ def _pop(session: Session) -> None:
 
 
 def install(patches: PatchSet, sink: Sink, events: CodeEvents | None = None) -> None:
-  if events is not None and safety.safely(_watch, events, sink, default=False):
+  if events is not None and safety.safely(_follow, events, sink, default=False):
     return
   original_vjp = api.vjp
   vjp = _wrap_vjp(original_vjp, sink)
@@ -99,16 +101,16 @@ def install(patches: PatchSet, sink: Sink, events: CodeEvents | None = None) -> 
 _WATCHED = ("vjp", "_vjp3_callable", "_vjp3_bwd")
 
 
-def _watch(events: CodeEvents, sink: Sink) -> bool:
-  """Watch the three entry points' frames; False (nothing watched) on a JAX whose
+def _follow(events: CodeEvents, sink: Sink) -> bool:
+  """Follow the three entry points' frames; False (nothing followed) on a JAX whose
   functions do not have the parameters read here (``private``'s entries say which)."""
   if not all(private.has(f"api.{name}") for name in _WATCHED):
     return False
   codes = {name: inspect.unwrap(getattr(api, name)).__code__ for name in _WATCHED}
   finish = lambda opened, value, exc: _finish(opened, value, exc)
-  events.watch(codes["vjp"], lambda frame: _vjp_started(frame, sink), finish)
-  events.watch(codes["_vjp3_callable"], lambda frame: _call_started(frame, sink), finish)
-  events.watch(codes["_vjp3_bwd"], lambda frame: _backward_started(frame, sink), finish)
+  events.follow(codes["vjp"], lambda frame: _vjp_started(frame, sink), finish)
+  events.follow(codes["_vjp3_callable"], lambda frame: _call_started(frame, sink), finish)
+  events.follow(codes["_vjp3_bwd"], lambda frame: _backward_started(frame, sink), finish)
   return True
 
 
@@ -119,8 +121,8 @@ def _vjp_started(frame, sink):
   boundary = Boundary("vjp", safety.safely(_origin, args["fun"], args["primals"]), sink)
   boundary.call = (args["fun"], args["primals"], args.get("has_aux", False))
   boundary.__enter__()
-  watch = user_calls.Watch(boundary.session, args["primals"]).__enter__()
-  return boundary, watch
+  follow = user_calls.Follow(boundary.session, args["primals"]).__enter__()
+  return boundary, follow
 
 
 def _call_started(frame, sink):
@@ -137,18 +139,21 @@ def _backward_started(frame, sink):
   args = frame.f_locals
   boundary = Boundary("backward", origin_of(args["jaxpr"]), sink)
   boundary.jaxpr = args["jaxpr"]
+  boundary.want_logs = private.has("api._vjp3_bwd_logs") and args.get("want_logs") is True
   boundary.__enter__()
   _check_out_cotangent(args["jaxpr"], args["out_tree"], args["out_primal_avals"], args["out_ct"])
   return boundary, None
 
 
 def _finish(opened, value, exc) -> None:
-  boundary, watch = opened
+  boundary, follow = opened
   info = (type(exc), exc, exc.__traceback__) if exc is not None else (None, None, None)
-  if watch is not None:
-    watch.__exit__(*info)
+  if follow is not None:
+    follow.__exit__(*info)
   if exc is None and boundary.session.entry == "vjp":
     safety.safely(_remember, value, boundary.session)
+  if exc is None and boundary.want_logs:
+    safety.safely(grad_logs.received, boundary.session, value[1])
   if exc is None and (vjp_finished or backward_finished):
     safety.safely(_tell_listeners, boundary, value)
   boundary.__exit__(*info)
@@ -182,7 +187,7 @@ def _wrap_vjp(original, sink):
 def in_session(original, fun, primals, kwargs, origin, sink, remember):
   """``original(fun, *primals, **kwargs)``, a VJP of the user's call ``origin``, in a session;
   then ``remember(result, session)``, so applying its VJP function finds that call."""
-  with (Boundary("vjp", origin, sink) as session, user_calls.Watch(session, primals)):
+  with (Boundary("vjp", origin, sink) as session, user_calls.Follow(session, primals)):
     result = original(fun, *primals, **kwargs)
   safety.safely(remember, result, session)
   return result
@@ -231,9 +236,7 @@ def _unwrap_argnums(fun, primals):
   if code is not None and cells and code.co_name == "f_wrapped":
     free = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
     if {"f", "static_args", "dyn_argnums", "kwargs"} <= free.keys():
-      args = list(free["static_args"])
-      for i, x in zip(free["dyn_argnums"], primals):
-        args[i] = x
+      args = substituted(free["static_args"], free["dyn_argnums"], primals)
       return free["f"], args, dict(free["kwargs"]), tuple(free["dyn_argnums"])
   return fun, list(primals), {}, tuple(range(len(primals)))
 
@@ -263,11 +266,24 @@ def _wrap_vjp_callable(original, sink):
 
 
 def _wrap_backward(original, sink):
+  logs_at = safety.safely(_want_logs_position, original)
   def vjp3_bwd(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest):
     if not records.active():
       return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
-    with Boundary("backward", origin_of(jaxpr), sink):
+    with Boundary("backward", origin_of(jaxpr), sink) as session:
       _check_out_cotangent(jaxpr, out_tree, out_primal_avals, rest[-1])
-      return original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
+      value = original(in_tree, out_tree, out_zeros, jaxpr, out_primal_avals, *rest)
+      if logs_at is not None and rest[logs_at] is True:
+        safety.safely(grad_logs.received, session, value[1])
+      return value
   vjp3_bwd.__wrapped__ = original
   return vjp3_bwd
+
+
+def _want_logs_position(original) -> int | None:
+  """Where ``want_logs`` comes after ``out_primal_avals`` among ``_vjp3_bwd``'s arguments;
+  None on a JAX whose backward pass returns no logs."""
+  if not private.has("api._vjp3_bwd_logs"):
+    return None
+  names = list(inspect.signature(original).parameters)
+  return names.index("want_logs") - names.index("out_primal_avals") - 1

@@ -8,12 +8,12 @@ Read from those, the session knows the function and every argument, as
 ``jax.vjp``'s does on newer JAX: the graph, re-runs and applied fixes need it.
 
 Before 0.8 the VJP function is ``_vjp_pullback_wrapper`` around ``ad.vjp``'s
-pullback (no ``_vjp3_bwd``): it is watched here, with the cotangent the user hands
+pullback (no ``_vjp3_bwd``): it is followed here, with the cotangent the user hands
 it checked against the output types (``vjp_cotangent_*``) before JAX's own check
 raises, and the origin found again by the linearized jaxpr it closes over.
 
 Before 0.10 the outermost ``jit`` traces, lowers and runs in ``_python_pjit_helper``
-(no ``_run_python_pjit``): it is watched as check_sites watches the newer one, so what
+(no ``_run_python_pjit``): it is followed as check_sites follows the newer one, so what
 JAX accepted while tracing is told once the program ran (or failed lowering).
 """
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from ...base import syntax
+from ..compat.private import core
 
 MAX_NODES = 48     # sub-expressions evaluated per statement at most
 _UPDATES = ("set", "add", "subtract", "multiply", "divide", "power", "min", "max", "apply")
@@ -113,7 +114,9 @@ def _array(leaf) -> bool:
 
 def _failed(node, text, filename, glb, env, operands) -> Failed:
   segment = lambda n: ast.get_source_segment(text, n) or ast.unparse(n)
-  avals = [(segment(o), a) for o, a in operands if hasattr(a, "shape") and hasattr(a, "dtype")]
+  # avals of values only: a ShapeDtypeStruct operand (a callback's result spec) is no value
+  avals = [(segment(o), a) for o, a in operands if isinstance(a, core.AbstractValue)
+           and hasattr(a, "shape")]
   update = _update(node, filename, glb, env, segment)
   if update is not None:
     index, slot, value = update

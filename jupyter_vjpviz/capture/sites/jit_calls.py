@@ -5,8 +5,8 @@ the jitted call's outputs. A call that compiles goes through pjit's Python path
 (``_run_python_pjit``); a cached one runs in C++, which calls JAX's post hook (the
 one ``jax_debug_nans`` checks outputs with) when one is set. Both tell
 ``observer(fun, args, kwargs, outputs)``, ``fun`` the Python function jitted;
-calls made while tracing are not told. Only in the thread that watches and only
-while ``watching`` runs: nothing is wrapped otherwise, and a post hook already set
+calls made while tracing are not told. Only in the thread that observes and only
+while ``observing`` runs: nothing is wrapped otherwise, and a post hook already set
 (``jax_debug_nans``'s) still runs after ours.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..compat.patches import PatchSet
 
 
 @contextlib.contextmanager
-def watching(observer):
+def observing(observer):
   """Tell ``observer`` of each top-level jitted call in this thread meanwhile."""
   me = threading.get_ident()
   tell = lambda fun, args, kwargs, outs: (threading.get_ident() == me and safety.safely(

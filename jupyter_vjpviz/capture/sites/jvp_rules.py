@@ -6,7 +6,7 @@ rule nor the output. The hook hands the user's rule to that check behind one mor
 tangent whose type is not its primal's tangent type, and returns it unchanged, so
 JAX raises exactly what it would have. Under ``jax_custom_jvp3`` (JAX 0.11 on) a
 custom_jvp is applied by hijax's ``custom_jvp3.__call__``, which checks the rule
-elsewhere: there the rule it is handed is watched the same way, as a plain function.
+elsewhere: there the rule it is handed is checked the same way, as a plain function.
 """
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ def install(patches: PatchSet) -> None:
 
 
 def _wrap_jvp3_call(original):
-  """``custom_jvp3.__call__`` applying a copy of itself whose rule is watched (the user's
+  """``custom_jvp3.__call__`` applying a copy of itself whose rule is checked (the user's
   object keeps its own rule: a later ``defjvp`` replaces it as ever)."""
   def __call__(self, *args, **kwargs):
     rule = getattr(self, "jvp_fun", None)
     if records.current_session() is not None and rule is not None:
       applied = safety.safely(_jvp3_applied, self, sys._getframe(1), args, default=None)
-      self = safety.safely(_watched_copy, self, rule, applied, default=self)
+      self = safety.safely(_checked_copy, self, rule, applied, default=self)
     return original(self, *args, **kwargs)
   return functools.update_wrapper(__call__, original)
 
@@ -56,7 +56,7 @@ def _jvp3_applied(jvp3, frame, args) -> Applied | None:
   return _applied(caller if isinstance(caller, cd.custom_jvp) else jvp3, args)
 
 
-def _watched_copy(jvp3, rule, applied: Applied | None):
+def _checked_copy(jvp3, rule, applied: Applied | None):
   view = copy.copy(jvp3)
   primal = getattr(jvp3, "f", None)
   name = function_names.function_name(primal)
@@ -64,13 +64,13 @@ def _watched_copy(jvp3, rule, applied: Applied | None):
   jvp_name = function_names.function_name(rule)
   rule_source = function_names.function_source(rule)
 
-  def watched(*args):   # (*nondiff values, primals, tangents), as custom_jvp3 calls it
+  def checked(*args):   # (*nondiff values, primals, tangents), as custom_jvp3 calls it
     pair = rule(*args)
     for rec in safety.safely(mismatches, pair, name, jvp_name, rule_source,
                              applied or (lambda: primal), source, args[-2:], default=[]):
       records.record(rec)
     return pair
-  view.jvp_fun = functools.update_wrapper(watched, rule)
+  view.jvp_fun = functools.update_wrapper(checked, rule)
   return view
 
 
@@ -79,9 +79,9 @@ def _wrap_flatten_jvp(original):
     if records.current_session() is None:   # outside a VJP, no one would hear of it
       return original(jvp, primal_name, jvp_name, *rest)
     primal = safety.safely(_primal_of, sys._getframe(1), default=None)
-    watched = safety.safely(_watch, jvp, primal_name, jvp_name, primal, default=None)
-    made = original(watched or jvp, primal_name, jvp_name, *rest)
-    if watched is not None:   # ``_watched`` in place of JAX's call_wrapped frame
+    checked = safety.safely(_check, jvp, primal_name, jvp_name, primal, default=None)
+    made = original(checked or jvp, primal_name, jvp_name, *rest)
+    if checked is not None:   # ``_checked`` in place of JAX's call_wrapped frame
       safety.safely(direct_calls.direct, made[0])
     return made
   flatten_jvp.__wrapped__ = original
@@ -143,13 +143,13 @@ def _is_zero(t) -> bool:
   return isinstance(t, (cd.SymbolicZero, ad.Zero))
 
 
-def _watch(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
+def _check(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
            primal) -> lu.WrappedFun:
-  """``jvp`` with ``_watched`` around it (a transformation, as JAX composes its own)."""
-  return jvp.wrap(_watched, (primal_name, jvp_name, function_names.function_of(jvp)[1], primal), None)
+  """``jvp`` with ``_checked`` around it (a transformation, as JAX composes its own)."""
+  return jvp.wrap(_checked, (primal_name, jvp_name, function_names.function_of(jvp)[1], primal), None)
 
 
-def _watched(rule, primal_name, jvp_name, rule_source, primal, *args):
+def _checked(rule, primal_name, jvp_name, rule_source, primal, *args):
   pair = rule(*args)
   for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal, None,
                            args, default=[]):

@@ -15,7 +15,7 @@ depends on who handed the cotangent over:
 it was handed is read there, in a wrapper: a shape that differs is an error (JAX raises),
 a dtype alone a warning (``solve_dtype``: JAX compares shapes only, and lets it through).
 The wrapper runs where JAX traces the solves, once per call of ``custom_linear_solve``.
-``transposed_fun`` is watched at its ``raise`` statements only (``CodeEvents.watch_raises``,
+``transposed_fun`` is followed at its ``raise`` statements only (``CodeEvents.follow_raises``,
 with ``sys.monitoring``), and read from the raising frame: a call that passes JAX's check
 costs nothing. Where no session is open (a transpose or solve called outside any VJP), the
 sink hears of the finding as a session of its own.
@@ -46,10 +46,10 @@ def install(patches: PatchSet, sink, events: CodeEvents | None) -> None:
   start = lambda frame: frame if records.active() else None
   if not private.has("codes.transposed_fun"):
     patches.skip("linear_transpose's transposed_fun", "not found in this JAX")
-  elif events is None or not events.watch_raises(codes.transposed_fun, start, lambda frame, _value, exc: _report(
+  elif events is None or not events.follow_raises(codes.transposed_fun, start, lambda frame, _value, exc: _report(
       safety.safely(transposed_records, frame, default=[]), exc, sink,
       safety.safely(linear_origin, frame))):
-    patches.skip("linear_transpose's transposed_fun", "watched only at raise statements of "
+    patches.skip("linear_transpose's transposed_fun", "followed only at raise statements of "
                  "their own, with sys.monitoring")
   if getattr(solves, "_check_shapes", None) is None:
     patches.skip("custom_linear_solve's _check_shapes", "not found in this JAX")

@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Callable
 
 import jax
+from ...base.trees import substituted
 
 matching: list[Callable] = []
 """The predicates of the active ``differentiated_through`` blocks (the hook reads this
@@ -49,9 +50,7 @@ def _fwd(fun: Callable, nondiff: tuple) -> Callable:
     positions = [i for i in range(len(args)) if i not in nondiff]
 
     def of_differentiable(*values):
-      full = list(args)
-      for i, v in zip(positions, values):
-        full[i] = v
+      full = substituted(args, positions, values)
       return fun(*full)
     return jax.vjp(of_differentiable, *[args[i] for i in positions])   # (out, the VJP as residuals)
   return fwd

@@ -1,0 +1,192 @@
+"""vjpviz in ``jax.distributed`` jobs: 2 and 4 processes on this machine (issue 38).
+
+Each test is one job (``multiprocess_harness``): CPU devices, gloo collectives, a
+coordinator on a free localhost port, a hard timeout, every process reaped. The last
+process's rows of a global batch carry a NaN where a test needs one.
+"""
+import subprocess
+import sys
+
+import pytest
+
+from multiprocess_harness import ROOT, run_job, skip_unless_available
+
+SIZES = [2, 4]
+
+
+@pytest.fixture(autouse=True)
+def distributed():
+  skip_unless_available()
+
+
+NAN_ROWS = """
+x = batch(np.ones((2, 3)) if PID != N - 1 else np.array([[1., 1., 1.], [-1., -1., -1.]]))
+w = replicated(np.ones(3))
+
+def loss(w, x):
+  return jnp.sqrt(x @ w).sum()
+"""
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_the_checks_read_only_the_shards_each_process_holds(n):
+  """vv.nans, vv.grads, vv.check and vv.gradcheck on a batch spanning the processes: no
+  internal error, nothing raised, the process whose rows go NaN named with the global
+  rows it holds and the first NaN's global index, the others saying theirs are fine;
+  and every process reaches the next collective."""
+  found = run_job(NAN_ROWS + """
+vv.install()
+d = vv.nans(loss, w, x)
+dx = vv.nans(loss, w, x, argnums=1)
+r = vv.grads(loss, w, x)
+result(function=d.function, got=d.got, detail=d.detail, process=d.to_dict()["process"],
+       dx=dx and dx.detail, note=r.note, report_process=r.to_dict()["process"],
+       check=len(vv.check(loss, w, x)), gradcheck=len(vv.gradcheck(loss, w, x).rules),
+       after=collective())
+""", n)
+  *fine, bad = found
+  assert bad["function"] == "sqrt" and bad["process"] == n - 1
+  rows = f"x[{2 * (n - 1)}:{2 * n}, 0:3]"
+  assert bad["detail"].startswith(f"on process {n - 1}, from its shards {rows}")
+  assert f"first non-finite at x[{2 * n - 1}, 0]" in bad["dx"]
+  for i, r in enumerate(fine):
+    assert r["got"] == f"a finite gradient on process {i}, from its shards x[{2 * i}:{2 * i + 2}, 0:3]"
+    assert "another process's shards" in r["detail"] and r["dx"] is None
+    assert f"process {i}'s shards of the gradient are finite" in r["stdout"]
+  for i, r in enumerate(found):
+    assert r["note"] == f"process {i}'s shards only: x[{2 * i}:{2 * i + 2}, 0:3]"
+    assert r["report_process"] == i and r["check"] == 0 and r["gradcheck"] == 0
+    assert r["after"] == 6 * n and "could not" not in r["stderr"], r["stderr"]
+
+
+WRONG_RULE = """
+f = jax.custom_vjp(lambda x: x * 2.)
+f.defvjp(lambda x: (x * 2., None), lambda r, g: (g[:1],))
+
+def fails():
+  '''A failing gradient, and what JAX raised: (type, message).'''
+  try:
+    jax.grad(lambda v: f(v).sum())(jnp.ones(3))
+  except Exception as e:
+    return type(e).__name__, str(e).split("\\n")[0]
+"""
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_process_that_fails_alone_holds_no_other(n):
+  """Process 1's own computation fails and is caught; vjpviz diagnoses it there (judging
+  fixes within its budget) while the others go straight on to a collective, which every
+  process then completes: what vjpviz does after the error is local to process 1."""
+  found = run_job(WRONG_RULE + """
+plain = fails() if PID == 1 else None
+vv.install()
+hooked = fails() if PID == 1 else None
+start = time.monotonic()
+total = collective()
+d = vv.last()
+result(plain=plain, hooked=hooked, kind=d and d.kind, total=total,
+       waited=time.monotonic() - start)
+""", n, env={"VJPVIZ_BUDGET": "2"})
+  failed = found[1]
+  assert failed["hooked"] == failed["plain"] and failed["plain"][0] == "ValueError"
+  assert failed["kind"] == "bwd_type"
+  for i, r in enumerate(found):
+    assert r["total"] == 6 * n and "could not" not in r["stderr"], r["stderr"]
+    assert i == 1 or r["kind"] is None
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_records_know_the_processes_that_had_the_same_problem(n):
+  """A wrong rule in a data-parallel jitted step fails on every process with JAX's error
+  unchanged; each records its diagnosis, and process 0's says "on processes 0-(n-1)".
+  A problem only the last process had shows on process 0 once, "on process n-1 only";
+  the other processes print one line each of theirs."""
+  found = run_job(WRONG_RULE + """
+g = jax.custom_vjp(lambda x: x * 3.)
+g.defvjp(lambda x: (x * 3., None), lambda r, ct: (ct.astype(jnp.float16),))
+xs = batch(np.ones((2, 3)))
+
+def step(w, x):
+  return jax.grad(lambda w: f(x @ w).sum())(w)
+
+def attempt():
+  try:
+    jax.jit(step)(replicated(np.ones(3)), xs)
+  except Exception as e:
+    return type(e).__name__, str(e).split("\\n")[0]
+
+plain = attempt()
+vv.install()
+hooked = attempt()
+if PID == N - 1:   # this process alone: a rule only its own computation reaches
+  jax.grad(lambda v: g(v).sum())(jnp.ones(3, jnp.float32))
+collective()       # the last process has published its problem before it gets here
+from jupyter_vjpviz.deliver import console
+last = vv.last().to_dict()
+seen = [(d.kind, d.where, d.process) for d in vv.diagnoses()]
+result(same=plain == hooked, processes=last["processes"], process=last["process"], seen=seen,
+       lines=len(console.report(vv.last()).splitlines()), text=vv.diagnoses()[0].to_text())
+""", n)
+  lead = found[0]
+  assert lead["same"] and lead["processes"] == list(range(n)) and lead["process"] == 0
+  assert sorted(lead["seen"]) == sorted([
+      ["bwd_type", f"on processes 0-{n - 1}", 0],
+      ["silent_dtype", f"on process {n - 1} only", n - 1]]), lead["seen"]
+  assert f"processes on processes 0-{n - 1}" in " ".join(lead["text"].split())
+  for i, r in enumerate(found[1:], 1):
+    assert r["same"] and r["process"] == i and r["lines"] == 1
+    assert len(r["seen"]) == 1 + (i == n - 1)   # only process 0 gathers the others'
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_watched_step_keeps_one_series_on_process_0(n):
+  """vv.watch on a data-parallel jitted step: process 0 keeps the global gradient's norms
+  (the NaN the last process's rows bring at step 2 among them); the others copy nothing
+  to the host and say where the series is."""
+  found = run_job("""
+w = replicated(np.ones(3))
+good = np.ones((2, 3))
+nan = np.array([[1., 1., 1.], [np.nan, 1., 1.]]) if PID == N - 1 else good
+
+@jax.jit
+def step(w, x):
+  return w - 0.1 * jax.grad(lambda w: ((x @ w) ** 2).mean())(w)
+
+watched = vv.watch(step)
+for rows in (good, good, nan):
+  w = watched(w, batch(rows))
+steps = watched.steps
+result(steps=len(steps), events=[e.first_nonfinite for e in watched.events()],
+       text=str(watched), after=collective())
+""", n)
+  assert found[0]["steps"] == 3 and found[0]["events"] == [2]
+  for i, r in enumerate(found[1:], 1):
+    assert r["steps"] == 0 and r["text"].startswith(f"vjpviz watch: process {i} of a job")
+  assert all(r["after"] == 6 * n for r in found)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_headless_job_writes_each_process_records_and_merges_them(n, tmp_path):
+  """VJPVIZ_REPORT_DIR: each process writes its records there as it records them;
+  ``python -m jupyter_vjpviz report DIR`` makes one page, each problem once, with its
+  processes."""
+  run_job(WRONG_RULE + NAN_ROWS + """
+vv.install()
+xs = batch(np.ones((2, 3)))
+try:
+  jax.jit(lambda w: jax.grad(lambda w: f(xs @ w).sum())(w))(replicated(np.ones(3)))
+except ValueError:
+  pass
+vv.diagnoses()      # the error's diagnosis followed up (fixes, processes): then written
+vv.nans(loss, w, x)
+result(done=True)
+""", n, env={"VJPVIZ_REPORT_DIR": str(tmp_path)})
+  assert sorted(p.name for p in tmp_path.iterdir()) == [f"process-{i}.json" for i in range(n)]
+  merged = subprocess.run([sys.executable, "-m", "jupyter_vjpviz", "report", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert merged.returncode == 0, merged.stderr
+  page = (tmp_path / "report.html").read_text()
+  assert page.count(f"diagnosis: on processes 0-{n - 1}") == 1
+  assert page.count(f"diagnosis: on process {n - 1} only") == 1      # the NaN's origin
+  assert page.count(f"diagnosis: on processes 0-{n - 2}") + page.count(
+      "diagnosis: on process 0 only") == 1                           # the others: fine here

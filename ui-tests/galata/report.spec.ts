@@ -1,0 +1,130 @@
+// What a user sees of vv.grads and vv.watch (issue 41): cells named as IPython names
+// them, with a click going to the cell and line; the panel showing itself for a report
+// and for a watch's first event; a watch's events one line per block and event; a
+// compact legend inline; leaf paths readable at the panel's width. Its two screenshots
+// are the README's pictures of the gradient report and the watch plot.
+import { expect, test } from './vjpviz';
+
+const CELLS = { load: 0, frozen: 1, watched: 2, rule: 3 };
+
+test('vv.grads and vv.watch: cells named, the panel shown, events per block', async ({
+  vv,
+  page
+}) => {
+  await vv.open('report.ipynb');
+  await vv.hidePanel();
+  await vv.runCells(CELLS.load, CELLS.frozen);
+
+  // The report the user just asked for shows the panel, as a diagnosis does.
+  await expect(
+    vv.panel,
+    'the panel shows itself for a vv.grads report'
+  ).toBeVisible({
+    timeout: 30000
+  });
+  const grads = vv.panel.locator('.jp-Vjpviz-grads');
+  await expect(grads.locator('.jp-Vjpviz-gradsHeadline')).toContainText(
+    '4 leaves with no gradient',
+    { timeout: 30000 }
+  );
+  const zero = grads.locator('.jp-Vjpviz-gradsZero tbody tr');
+  await expect(zero).toHaveCount(4);
+  // The line that cut the frozen body, named as IPython's traceback names it.
+  const place = zero.first().locator('button.jp-Vjpviz-place');
+  await expect(place).toHaveText('Cell In[2], line 7');
+  await expect(grads).not.toContainText('ipykernel');
+
+  // A leaf path stays readable at the panel's width: broken (if at all) between keys,
+  // never one bracket a line.
+  const path = zero.nth(1).locator('.jp-Vjpviz-leafPath');
+  await expect(path).toHaveText("['params']['body']['kernel']");
+  const pieces = await path.evaluate(
+    span =>
+      // One text fragment per line box: where the browser broke the path.
+      Array.from(span.getClientRects(), r => Math.round(r.top)).filter(
+        (top, i, tops) => tops.indexOf(top) === i
+      ).length
+  );
+  vv.log(`['params']['body']['kernel'] takes ${pieces} line(s) in the panel`);
+  expect(
+    pieces,
+    "['params']['body']['kernel'] in the panel: its lines"
+  ).toBeLessThanOrEqual(2);
+  await vv.shot('16-grads-panel', grads);
+
+  // A click on the place goes to that cell, its cursor on that line.
+  await place.click();
+  const at = await page.evaluate(() => {
+    const content = (window as any).jupyterapp.shell.currentWidget.content;
+    return {
+      cell: content.activeCellIndex,
+      line: content.activeCell.editor.getCursorPosition().line
+    };
+  });
+  expect(at).toEqual({ cell: CELLS.frozen, line: 6 });
+
+  // The inline report: the cell named, the legend compact (unframed, no arrowheads
+  // pointing at nothing).
+  const inline = vv.cell(CELLS.frozen).locator('.jp-OutputArea-output').last();
+  await expect(inline).toContainText('Cell In[2], line 7');
+  await expect(inline).not.toContainText('ipykernel');
+  const legend = await inline.evaluate(out => {
+    const frame = out.querySelector(
+      'g#vjpviz-legend > polygon, g#vjpviz-legend > path'
+    );
+    const arrows = Array.from(out.querySelectorAll('g.edge'))
+      .filter(e => /^legend_/.test(e.querySelector('title')?.textContent ?? ''))
+      .filter(e => e.querySelector('polygon')).length;
+    return {
+      framed: !!frame,
+      arrows,
+      samples: out.querySelectorAll('g.node title').length
+    };
+  });
+  expect(legend.framed, 'the legend has no frame').toBe(false);
+  expect(legend.arrows, 'legend edges with an arrowhead').toBe(0);
+  await vv.shot('16-grads-report', inline);
+
+  // A watched loop: its first event shows the panel again; one line per block and event.
+  await vv.hidePanel();
+  await vv.runCell(CELLS.watched);
+  await expect(
+    vv.panel,
+    "the panel shows itself for a watch's first event"
+  ).toBeVisible({
+    timeout: 30000
+  });
+  const events = vv.panel.locator('.jp-Vjpviz-watchEvent');
+  await expect(events).toHaveCount(3, { timeout: 30000 });
+  const texts = await events.evaluateAll(els =>
+    els.map(el => el.firstChild!.textContent!.trim())
+  );
+  expect(texts).toEqual([
+    "step 0: ['params']['body'] (2 leaves): no gradient, for 3+ steps",
+    "step 0: ['params']['head'] (2 leaves): no gradient, for 3+ steps",
+    "step 10: ['params']['out'] (2 leaves): non-finite"
+  ]);
+  const printed = await vv.outputText(CELLS.watched);
+  expect(printed).toContain(
+    "step 0: ['params']['body'] (2 leaves): no gradient, for 3+ steps"
+  );
+  expect(printed.split('\n')).toHaveLength(4);
+  await vv.shot('17-watch', vv.panel.locator('.jp-Vjpviz-watchSeries').first());
+
+  // A diagnosis names its rule's cell so too, and goes there.
+  await vv.runCell(CELLS.rule);
+  const location = vv.panel.locator('.jp-Vjpviz-location');
+  await expect(location).toHaveText(/^rule_41_bwd — Cell In\[4\], line 11$/, {
+    timeout: 30000
+  });
+  await expect(vv.panel.locator('.jp-Vjpviz-headline')).not.toContainText(
+    'ipykernel'
+  );
+  await location.click();
+  expect(
+    await page.evaluate(
+      () =>
+        (window as any).jupyterapp.shell.currentWidget.content.activeCellIndex
+    )
+  ).toBe(CELLS.rule);
+});
