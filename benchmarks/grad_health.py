@@ -13,7 +13,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jupyter_vjpviz.grads import grads
+from jupyter_vjpviz.api.grads import grads
 
 KEY = jax.random.PRNGKey(0)
 

@@ -294,7 +294,7 @@ class _Handler:
 def install() -> None:
   """The hook, with its session handler timed, and a warm layout worker."""
   import jupyter_vjpviz as vv
-  from jupyter_vjpviz import pipeline
+  from jupyter_vjpviz.api import pipeline
   from jupyter_vjpviz.render import layout
 
   pipeline._on_session = _Handler(pipeline._on_session)   # before install: the hook binds it

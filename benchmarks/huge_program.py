@@ -27,7 +27,7 @@ SMALL = dict(batch=2, seq=4, d_model=16, ffn=32)
 def analysis(limits, jaxpr) -> dict:
   """diagnose() on the last captured session under ``limits``, its re-trace (JAX's part,
   timed apart) replaced by ``jaxpr``: seconds; then, in a second run, peak and kept bytes."""
-  from jupyter_vjpviz import pipeline
+  from jupyter_vjpviz.api import pipeline
   from jupyter_vjpviz.analysis import assemble, program
 
   session, exc = scale._Handler.last

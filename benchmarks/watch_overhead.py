@@ -20,7 +20,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jupyter_vjpviz.watch import watch
+from jupyter_vjpviz.api.watch import watch
 
 KEY = jax.random.PRNGKey(0)
 BATCH, IN, OUT = 256, 64, 8

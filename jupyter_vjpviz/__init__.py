@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the API as type checkers and IDEs see it; at run time, imported on first use
   from .analysis.diagnosis import Diagnosis, Fix
   from .base.surrogates import surrogate
-  from .check import apply_fix, check, verify_fix
-  from .gradcheck import gradcheck
-  from .grads import grads
-  from .nans import nans
-  from .watch import watch
+  from .api.check import apply_fix, check, verify_fix
+  from .api.gradcheck import gradcheck
+  from .api.grads import grads
+  from .api.nans import nans
+  from .api.watch import watch
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
            "diagnoses", "clear", "check", "gradcheck", "nans", "grads", "watch", "surrogate", "verify_fix",
@@ -31,8 +30,8 @@ __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
 __version__ = "0.1.0"
 
 _LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis", "surrogate": ".base.surrogates",
-         "check": ".check", "verify_fix": ".check", "apply_fix": ".check",
-         "gradcheck": ".gradcheck", "nans": ".nans", "grads": ".grads", "watch": ".watch"}
+         "check": ".api.check", "verify_fix": ".api.check", "apply_fix": ".api.check",
+         "gradcheck": ".api.gradcheck", "nans": ".api.nans", "grads": ".api.grads", "watch": ".api.watch"}
 """The names imported on first use, from the modules above (which import JAX's internals)."""
 
 
@@ -40,19 +39,6 @@ def __getattr__(name: str):
   if name in _LAZY:
     return getattr(importlib.import_module(_LAZY[name], __name__), name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-  """``vjpviz.check`` stays the function once ``jupyter_vjpviz.check``, its module, is
-  imported (and so do ``gradcheck``, ``nans``, ``grads``, ``watch``): the import system
-  would bind the module to that name here."""
-
-  def __setattr__(self, name: str, value) -> None:
-    if not (name in _LAZY and isinstance(value, types.ModuleType)):
-      super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def install(budget: float | None = None) -> None:
@@ -122,12 +108,12 @@ def unload_ipython_extension(ipython) -> None:
 
 
 def _pipeline():
-  return _import(".pipeline")
+  return _import(".api.pipeline")
 
 
 def _pipeline_if_loaded():
   """The pipeline if anything installed it; without it there is nothing to ask or undo."""
-  return sys.modules.get(f"{__name__}.pipeline")
+  return sys.modules.get(f"{__name__}.api.pipeline")
 
 
 _unavailable: list[str] = []

@@ -14,10 +14,10 @@ import runpy
 import sys
 import traceback
 
-from . import pipeline
+from .api import pipeline
 from .capture import processes
 from .deliver import console, headless
-from .pipeline import NOTE_POINTER
+from .api.pipeline import NOTE_POINTER
 from .render import html
 
 

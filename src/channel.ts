@@ -58,6 +58,28 @@ interface IPending {
 }
 
 /**
+ * Disposed once: the first `dispose` marks it disposed, then runs `onDispose`;
+ * later calls do nothing.
+ */
+abstract class DisposedOnce implements IDisposable {
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._isDisposed = true;
+    this.onDispose();
+  }
+
+  protected abstract onDispose(): void;
+
+  private _isDisposed = false;
+}
+
+/**
  * The transport to one kernel: its vjpviz comms, requests and their replies.
  *
  * The kernel opens a fresh comm for every push and closes the previous one,
@@ -65,29 +87,22 @@ interface IPending {
  * and a late close of an older comm is ignored. Every message is validated
  * against the schema; a malformed reply rejects its request with the reason.
  */
-export class KernelChannel implements IDisposable {
+export class KernelChannel extends DisposedOnce {
   constructor(
     readonly kernel: Kernel.IKernelConnection,
     private readonly _handlers: KernelChannel.IHandlers
   ) {
+    super();
     kernel.registerCommTarget(COMM_TARGET, this._onCommOpen);
     kernel.iopubMessage.connect(this._onIopub, this);
     kernel.statusChanged.connect(this._onStatus, this);
-  }
-
-  get isDisposed(): boolean {
-    return this._isDisposed;
   }
 
   /**
    * Stop listening to the kernel: its comm target unregistered, the comms closed,
    * every request still waiting rejected.
    */
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
+  protected onDispose(): void {
     this.kernel.removeCommTarget(COMM_TARGET, this._onCommOpen);
     Signal.disconnectReceiver(this);
     const open = [this._comm, this._control];
@@ -296,7 +311,6 @@ export class KernelChannel implements IDisposable {
     string,
     { readonly message: RequestMessage; readonly sentAt: number }
   >();
-  private _isDisposed = false;
 }
 
 /**
@@ -319,7 +333,7 @@ export namespace KernelChannel {
  * (or once vjpviz says hello) the panel opens its own comm and asks for the
  * history.
  */
-export class VjpvizChannels implements IDisposable {
+export class VjpvizChannels extends DisposedOnce {
   /**
    * Emitted for every valid push, whatever its type.
    */
@@ -345,7 +359,7 @@ export class VjpvizChannels implements IDisposable {
    * Listen for vjpviz comms on a kernel connection; repeated calls are no-ops.
    */
   attach(kernel: Kernel.IKernelConnection): void {
-    if (this._isDisposed || this._channels.get(kernel.id)?.kernel === kernel) {
+    if (this.isDisposed || this._channels.get(kernel.id)?.kernel === kernel) {
       return;
     }
     const channel = new KernelChannel(kernel, {
@@ -359,18 +373,10 @@ export class VjpvizChannels implements IDisposable {
     void this._loadHistory(channel);
   }
 
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
   /**
    * Dispose every kernel channel and disconnect whoever listens to these signals.
    */
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
+  protected onDispose(): void {
     this._attached.forEach(channel => channel.dispose());
     this._attached = [];
     this._channels.clear();
@@ -435,7 +441,6 @@ export class VjpvizChannels implements IDisposable {
 
   private _channels = new Map<string, KernelChannel>();
   private _attached: KernelChannel[] = [];
-  private _isDisposed = false;
   private _pushed = new Signal<this, IPushEvent>(this);
   private _historyLoaded = new Signal<this, IHistoryEvent>(this);
   private _kernelRestarted = new Signal<this, string>(this);

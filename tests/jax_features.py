@@ -26,7 +26,7 @@ def _hook_points() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
   """The hook points installed here and those skipped: the hook installed once to read
   them (its one-line notice on an older JAX kept out of the tests' output)."""
   import jupyter_vjpviz as vv
-  from jupyter_vjpviz import pipeline
+  from jupyter_vjpviz.api import pipeline
   was = vv.installed()
   with contextlib.redirect_stderr(io.StringIO()):
     vv.install()

@@ -302,7 +302,7 @@ def _bf16_rule():
 def test_dtype_jax_accepts_while_tracing_but_fails_lowering_is_the_error(path):
   """Under jit the scan's carry check fails when jit lowers the program, after every VJP
   session ended: the error is the rule's, attached as the note of that exception."""
-  from jupyter_vjpviz import pipeline
+  from jupyter_vjpviz.api import pipeline
   f = _bf16_rule()
   loss = lambda x: jax.lax.scan(lambda c, _: (f(c), None), x, None, length=3)[0].sum()
   err = raises(lambda: jax.jit(jax.grad(loss))(jnp.ones(3)))

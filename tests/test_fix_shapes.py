@@ -4,13 +4,13 @@ derivative here, not only vjpviz's verdict on it.
 Cotangents of pytree inputs built in the input's own type, a custom_vjp applied inside
 its own bwd, a symbolic_zeros rule wrong on one branch only, a host callback declaring
 float64 without x64, a tangent computed in float16 on purpose, and instance labels that
-name only where the failing application is.
+name only where the failing application is. The rules the fix corpus
+(``benchmarks/fix_corpus``) holds are its cells with their bug written in.
 """
 import ast
-import dataclasses
-import functools
 import gc
-from typing import NamedTuple
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +21,13 @@ import jupyter_vjpviz as vv
 from test_fixes import cell
 
 eqx = pytest.importorskip("equinox")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from fix_corpus import rules, shapes  # noqa: E402
+from fix_corpus.shapes import Dense, Norm, Pair, Params  # noqa: E402
+
+RULES = {b.name: b for b in rules.BASES}
+SHAPES = {c.name: c.base() for c in shapes.CASES}
 
 
 def _diagnosed(thunk, raises=Exception):
@@ -66,12 +73,13 @@ def _verified_first(d):
   return first
 
 
+def _wrong(base: rules.Base, kind: str | None = None) -> str:
+  """The corpus cell ``base`` with its bug of ``kind`` (its only one, by default) written in."""
+  [mutation] = [m for m in base.mutations if kind in (None, m.kind)]
+  return mutation.apply(base.code)
+
+
 # ------------------------------------------------------------ the input's own type
-
-class Lin(eqx.Module):
-  weight: jax.Array
-  bias: jax.Array
-
 
 EQX_FILTER = """
 @eqx.filter_custom_vjp
@@ -94,7 +102,7 @@ def test_an_equinox_bwd_returning_a_tuple_for_a_layer_builds_it_with_tree_at(hoo
   """Diagnosed although no leaf path of the tuple is the layer's (equinox's own check
   raised), and fixed by building the layer's cotangent in its own type, as equinox does."""
   ns = cell("import equinox as eqx\n" + EQX_FILTER)
-  layer = Lin(jnp.arange(12.).reshape(3, 4) / 10, jnp.ones(3))
+  layer = Dense(jnp.arange(12.).reshape(3, 4) / 10, jnp.ones(3))
   x = jnp.linspace(-1., 1., 4)
   d = _diagnosed(lambda: eqx.filter_grad(lambda l: jnp.sin(ns["linear"](l, x)).sum())(layer))
   assert (d.kind, d.rule, d.argument) == ("bwd_structure", "linear_bwd", "layer.weight")
@@ -104,29 +112,9 @@ def test_an_equinox_bwd_returning_a_tuple_for_a_layer_builds_it_with_tree_at(hoo
   g = jnp.linspace(.5, 1.5, 3)
   got = _defs(ns, first.code)["linear_bwd"](None, g, None, layer, x)
   want, = jax.vjp(lambda l: ns["linear"].fn(l, x), layer)[1](g)
-  assert isinstance(got, Lin)
+  assert isinstance(got, Dense)
   _close(got, want)
 
-
-class Params(NamedTuple):
-  w: jax.Array
-  b: jax.Array
-
-
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["gain", "bias"], meta_fields=[])
-@dataclasses.dataclass
-class Norm:
-  gain: jax.Array
-  bias: jax.Array
-
-
-class Pair:
-  def __init__(self, first, second):
-    self.first, self.second = first, second
-
-
-jax.tree_util.register_pytree_node(Pair, lambda p: ((p.first, p.second), None),
-                                   lambda _, kids: Pair(*kids))
 
 SHIFT = """
 @jax.custom_vjp
@@ -171,39 +159,7 @@ def test_a_pytree_inputs_cotangent_is_built_in_its_own_type(hook, make, scale, o
 
 # ------------------------------------------------------------ nested rules
 
-FIXED_POINT = """
-from functools import partial
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def fixed_point(f, a, x_guess):
-  def cond_fun(carry):
-    x_prev, x = carry
-    return jnp.abs(x_prev - x) > 1e-6
-
-  def body_fun(carry):
-    _, x = carry
-    return x, f(a, x)
-
-  _, x_star = jax.lax.while_loop(cond_fun, body_fun, (x_guess, f(a, x_guess)))
-  return x_star
-
-def fixed_point_fwd(f, a, x_init):
-  x_star = fixed_point(f, a, x_init)
-  return x_star, (a, x_star)
-
-def rev_iter(f, packed, u):
-  a, x_star, x_star_bar = packed
-  _, vjp_x = jax.vjp(lambda x: f(a, x), x_star)
-  return x_star_bar + vjp_x(u)[0]
-
-def fixed_point_rev(f, res, x_star_bar):
-  a, x_star = res
-  _, vjp_a = jax.vjp(lambda a: f(a, x_star), a)
-  a_bar = vjp_a(fixed_point(partial(rev_iter, f), (a, x_star, x_star_bar), x_star_bar))
-  return a_bar, jnp.zeros_like(x_star)
-
-fixed_point.defvjp(fixed_point_fwd, fixed_point_rev)
-
+FIXED_POINT = _wrong(SHAPES["fixed_point"]) + """
 def newton_sqrt(a):
   update = lambda a, x: 0.5 * (x + a / x)
   return fixed_point(update, a, a)
@@ -226,36 +182,7 @@ def test_the_fixed_point_rule_applied_inside_its_own_bwd_is_fixed_by_unpacking(h
 
 # ------------------------------------------------------------ symbolic zeros
 
-BATCH_NORM = """
-SymbolicZero = jax.custom_derivatives.SymbolicZero
-
-@jax.custom_vjp
-def batch_norm(x, scale):
-  mu, var = x.mean(0), x.var(0)
-  return (x - mu) / jnp.sqrt(var + 1e-5) * scale, (mu, var)
-
-def batch_norm_fwd(x, scale):
-  x, scale = x.value, scale.value
-  mu, var = x.mean(0), x.var(0)
-  inv = 1. / jnp.sqrt(var + 1e-5)
-  xhat = (x - mu) * inv
-  return (xhat * scale, (mu, var)), (x, mu, xhat, inv, scale)
-
-def batch_norm_bwd(res, g):
-  x, mu, xhat, inv, scale = res
-  gy, (gmu, gvar) = g
-  n = x.shape[0]
-  dxhat = gy * scale
-  dx = inv * (dxhat - dxhat.mean(0) - xhat * (dxhat * xhat).mean(0))
-  if isinstance(gmu, SymbolicZero) and isinstance(gvar, SymbolicZero):
-    dscale = gy * xhat
-  else:
-    dx = dx + gmu / n + gvar * 2. * (x - mu) / n
-    dscale = (gy * xhat).sum(0)
-  return dx, dscale
-
-batch_norm.defvjp(batch_norm_fwd, batch_norm_bwd, symbolic_zeros=True)
-"""
+BATCH_NORM = _wrong(SHAPES["batch_norm"])
 
 
 def test_a_symbolic_zeros_rule_is_fixed_on_the_branch_that_failed_and_right_on_the_others(hook):
@@ -281,28 +208,7 @@ def test_a_symbolic_zeros_rule_is_fixed_on_the_branch_that_failed_and_right_on_t
 
 # ------------------------------------------------------------ host callbacks
 
-CALLBACK = """
-import scipy.special
-
-def _host_erf(x):
-  return scipy.special.erf(x).astype(x.dtype)
-
-def _host_derf(x):
-  return 2. / np.sqrt(np.pi) * np.exp(-np.asarray(x, np.float64) ** 2)
-
-@jax.custom_vjp
-def erf(x):
-  return jax.pure_callback(_host_erf, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
-
-def erf_fwd(x):
-  return erf(x), x
-
-def erf_bwd(x, g):
-  d = jax.pure_callback(_host_derf, jax.ShapeDtypeStruct(x.shape, np.float64), x)
-  return (g * d,)
-
-erf.defvjp(erf_fwd, erf_bwd)
-"""
+CALLBACK = _wrong(SHAPES["erf"])
 
 
 def test_a_host_callback_declaring_float64_without_x64_declares_the_dtype_jax_computes_in(hook):
@@ -312,26 +218,14 @@ def test_a_host_callback_declaring_float64_without_x64_declares_the_dtype_jax_co
   d = _diagnosed(lambda: jax.grad(lambda x: ns["erf"](x).sum())(x), ValueError)
   assert (d.kind, d.argument) == ("bwd_raised", "x")
   first = _verified_first(d)
-  assert "jax.ShapeDtypeStruct(x.shape, np.float32), x)" in first.code
+  assert "jax.ShapeDtypeStruct(x.shape, np.float32), x," in first.code
   fixed = _with_bwd(ns, "erf", first.code)
   _close(jax.grad(lambda x: fixed(x).sum())(x), jax.grad(lambda x: jax.scipy.special.erf(x).sum())(x))
 
 
 # ------------------------------------------------------------ a precision on purpose
 
-GELU16 = """
-@jax.custom_jvp
-def gelu(x):
-  return 0.5 * x * (1. + jnp.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
-
-@gelu.defjvp
-def gelu_jvp(primals, tangents):
-  (x,), (t,) = primals, tangents
-  h = x.astype(jnp.float16)
-  u = jnp.tanh(0.7978845608 * (h + 0.044715 * h ** 3))
-  d = 0.5 * (1. + u) + 0.5 * h * (1. - u ** 2) * 0.7978845608 * (1. + 3. * 0.044715 * h ** 2)
-  return gelu(x), t.astype(jnp.float16) * d
-"""
+GELU16 = _wrong(SHAPES["gelu32"])
 
 
 def test_a_tangent_computed_in_float16_on_purpose_is_cast_back_first(hook):
@@ -339,16 +233,16 @@ def test_a_tangent_computed_in_float16_on_purpose_is_cast_back_first(hook):
   arithmetic is verified, and leads the float32 derivative (also verified)."""
   ns = cell(GELU16)
   x = jnp.linspace(-2., 2., 12).reshape(3, 4)
-  d = _diagnosed(lambda: jax.grad(lambda x: ns["gelu"](x).sum())(x), TypeError)
+  d = _diagnosed(lambda: jax.grad(lambda x: ns["gelu32"](x).sum())(x), TypeError)
   assert d.kind == "jvp_tangent_type"
   first = _verified_first(d)
   assert " by differentiating " not in first.title and "t.astype(jnp.float16) * d" in first.code
   assert "at the lower precision the rule computes in" in first.note and not first.exact
   assert any(" by differentiating " in f.title and f.verdict == "verified" for f in d.fixes[1:])
-  jvp = _defs(ns, first.code)["gelu_jvp"]
+  jvp = _defs(ns, first.code)["gelu32_jvp"]
   out, tangent = jvp((x,), (jnp.ones_like(x),))
   assert tangent.dtype == jnp.float32
-  _close(tangent, jax.jvp(ns["gelu"].fun, (x,), (jnp.ones_like(x),))[1], rtol=2e-3)
+  _close(tangent, jax.jvp(ns["gelu32"].fun, (x,), (jnp.ones_like(x),))[1], rtol=2e-3)
 
 
 # ------------------------------------------------------------ instance labels
@@ -427,22 +321,7 @@ def test_a_rule_in_a_scan_reading_only_a_parameter_its_body_closes_over_is_in_no
   assert "p['b']" not in d.headline
 
 
-TOPK_BF16 = """
-@jax.custom_vjp
-def topk(x):
-  return jax.lax.top_k(x, 2)[0]
-
-def topk_fwd(x):
-  vals, idx = jax.lax.top_k(x, 2)
-  return vals, (idx, x)
-
-def topk_bwd(res, g):
-  idx, x = res
-  rows = jnp.arange(x.shape[0])[:, None]
-  return (jnp.zeros(x.shape, jnp.bfloat16).at[rows, idx].set(g),)
-
-topk.defvjp(topk_fwd, topk_bwd)
-"""
+TOPK_BF16 = _wrong(RULES["topk"], "dtype")
 
 
 def test_a_precision_lost_by_accident_is_not_kept_by_a_verified_fix(hook):

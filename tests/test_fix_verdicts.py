@@ -242,8 +242,8 @@ def test_verify_reports_a_well_typed_wrong_rule_with_per_leaf_errors():
 def test_the_fixes_stage_imports_nothing_above_it():
   """It used to import lint (and so runtime) through verify: a cycle hidden by a deferred import."""
   code = ("import sys, jupyter_vjpviz.fixes.suggest, jupyter_vjpviz.fixes.verify\n"
-          "print(sorted(m for m in sys.modules if m in ('jupyter_vjpviz.check', "
-          "'jupyter_vjpviz.pipeline') or m.startswith(('jupyter_vjpviz.render', "
+          "print(sorted(m for m in sys.modules if m in ('jupyter_vjpviz.api.check', "
+          "'jupyter_vjpviz.api.pipeline') or m.startswith(('jupyter_vjpviz.render', "
           "'jupyter_vjpviz.deliver'))))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]"

@@ -18,7 +18,7 @@ import softclip
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.fixes import suggest
-from jupyter_vjpviz.check import apply_fix, verify_fix
+from jupyter_vjpviz.api.check import apply_fix, verify_fix
 
 _cells = itertools.count(1)
 

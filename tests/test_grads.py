@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jupyter_vjpviz.grads import grads
+from jupyter_vjpviz.api.grads import grads
 
 HERE = pathlib.Path(__file__)
 
@@ -266,7 +266,7 @@ def test_bad_inputs_say_what_is_wrong():
 
 def test_watch_names_first_zero_stuck_and_nonfinite_steps():
   optax = pytest.importorskip("optax")
-  from jupyter_vjpviz.watch import watch
+  from jupyter_vjpviz.api.watch import watch
   opt = optax.sgd(0.1)
 
   @jax.jit
@@ -288,14 +288,16 @@ def test_watch_names_first_zero_stuck_and_nonfinite_steps():
   assert (events["['gate']"].first_zero, events["['gate']"].stayed_zero) == (3, 3)
   assert events["['gate']"].first_nonfinite is None
   assert events["['w']"].first_nonfinite == 5 and events["['w']"].first_zero is None
-  assert "zero first at step 3" in str(w)
+  text = str(w)
+  assert "step 3: ['gate']: no gradient, for 3+ steps" in text
+  assert "step 5: ['w']: non-finite" in text
   assert json.loads(json.dumps(w.to_dict()))["events"]
 
 
 def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
   eqx, optax = pytest.importorskip("equinox"), pytest.importorskip("optax")
   from flax import nnx
-  from jupyter_vjpviz.watch import watch
+  from jupyter_vjpviz.api.watch import watch
   model = eqx.nn.MLP(3, 1, 8, 1, key=jax.random.PRNGKey(0))
   opt = optax.adam(1e-2)
   state = opt.init(eqx.filter(model, eqx.is_array))
@@ -333,7 +335,7 @@ def test_watch_equinox_and_flax_steps_keep_their_outputs_and_paths():
 def test_watch_an_nnx_jit_step_updates_its_live_modules_in_place():
   optax = pytest.importorskip("optax")
   nnx = pytest.importorskip("flax.nnx")
-  from jupyter_vjpviz.watch import watch
+  from jupyter_vjpviz.api.watch import watch
 
   class MLP(nnx.Module):
     def __init__(self, rngs):
@@ -372,7 +374,7 @@ def test_watch_an_nnx_jit_step_updates_its_live_modules_in_place():
 
 
 def test_watch_keeps_a_jitted_steps_static_arguments():
-  from jupyter_vjpviz.watch import watch
+  from jupyter_vjpviz.api.watch import watch
 
   @functools.partial(jax.jit, static_argnums=1)
   def step(w, power):
@@ -390,7 +392,7 @@ def test_public_names_and_the_line_magic():
   import jupyter_vjpviz as vv
   from IPython.core.interactiveshell import InteractiveShell
   from jupyter_vjpviz.deliver.magics import VjpvizMagics
-  from jupyter_vjpviz.watch import watch
+  from jupyter_vjpviz.api.watch import watch
   assert vv.grads is grads and vv.watch is watch
   shell = InteractiveShell.instance()
   shell.user_ns.update(loss=lambda p, x: (p["used"] * x).sum(), x=jnp.ones(2),
@@ -406,8 +408,8 @@ def test_one_array_held_twice_is_two_leaves_each_with_its_gradient():
 
 
 def grads_module():
-  """The module ``jupyter_vjpviz.grads`` (the package's ``grads`` is the function)."""
-  return sys.modules["jupyter_vjpviz.grads"]
+  """The module ``jupyter_vjpviz.api.grads`` (the package's ``grads`` is the function)."""
+  return sys.modules["jupyter_vjpviz.api.grads"]
 
 
 def _request(op: str, **args) -> dict:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz import pipeline
+from jupyter_vjpviz.api import pipeline
 from jupyter_vjpviz.capture.compat import capabilities
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.check import apply_fix, verify_fix
+from jupyter_vjpviz.api.check import apply_fix, verify_fix
 
 _cells = itertools.count(1)
 JVP3 = "jax_custom_jvp3"

@@ -7,6 +7,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from frozen_net import SOURCE as FROZEN
+
 MIME = "application/vnd.vjpviz.diagnosis+json"
 
 FAILING = """\
@@ -102,25 +104,6 @@ def test_full_package_name_loads_too():
   (cell,) = run("%load_ext jupyter_vjpviz\n" + FAILING)[-1:]
   shown = [o for o in cell.outputs if o.output_type == "display_data" and MIME in o.data]
   assert shown and shown[0].data[MIME]["rule"] == "softclip_bwd"
-
-
-FROZEN = """\
-import jax, jax.numpy as jnp, flax.linen as nn
-import jupyter_vjpviz as vv
-
-class Net(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-        h = jax.lax.stop_gradient(nn.Dense(4, name="body")(x))
-        _ = nn.Dense(2, name="head")(h)
-        return nn.Dense(1, name="out")(h).sum()
-
-x = jnp.ones((2, 3))
-net = Net()
-params = net.init(jax.random.key(0), x)
-report = vv.grads(lambda p: net.apply(p, x), params)
-report
-"""
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def test_vjpviz_alias_loads_the_extension():
 
 
 def test_panel_keeps_as_many_diagnoses_as_the_kernel():
-  from jupyter_vjpviz.pipeline import HISTORY_LIMIT
+  from jupyter_vjpviz.api.pipeline import HISTORY_LIMIT
   model = ROOT / "src" / "panels" / "diagnoses" / "model.ts"
   panel = re.search(r"export const MAX_DIAGNOSES = (\d+);", model.read_text())
   assert panel and int(panel.group(1)) == HISTORY_LIMIT

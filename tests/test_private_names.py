@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz import pipeline
+from jupyter_vjpviz.api import pipeline
 from jupyter_vjpviz.capture.compat import capabilities, private
 
 PACKAGE = pathlib.Path(vv.__file__).parent

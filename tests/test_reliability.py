@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz import pipeline
+from jupyter_vjpviz.api import pipeline
 from jupyter_vjpviz.analysis.diagnosis import Diagnosis
 from jupyter_vjpviz.base.safety import Listeners
 from test_capture import _frames, custom
@@ -66,7 +66,7 @@ FAULTS = {
                                        "compare_cotangents"),
     "capture: rule clone": ("jupyter_vjpviz.capture.sites.custom_rules", "instrumented"),
     "capture: entry point": ("jupyter_vjpviz.capture.sites.entry_points", "call_origin"),
-    "analysis": ("jupyter_vjpviz.pipeline", "diagnose"),
+    "analysis": ("jupyter_vjpviz.api.pipeline", "diagnose"),
     "analysis: locate": ("jupyter_vjpviz.analysis.assemble", "locate"),
     "fixes": ("jupyter_vjpviz.fixes.suggest", "attach"),
     "render: text": ("jupyter_vjpviz.render.text", "render"),
@@ -95,7 +95,7 @@ def test_a_fault_in_any_stage_leaves_user_code_exactly_as_without_vjpviz(
 
 
 def test_internal_errors_are_reported_once_per_place_not_every_step(hook, monkeypatch, capsys):
-  monkeypatch.setattr(importlib.import_module("jupyter_vjpviz.pipeline"), "diagnose", _fault)
+  monkeypatch.setattr(importlib.import_module("jupyter_vjpviz.api.pipeline"), "diagnose", _fault)
   rule = _scenarios()["raises"]
   for _ in range(5):
     _outcome(rule)

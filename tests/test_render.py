@@ -166,7 +166,7 @@ def test_the_exception_comes_first_then_the_diagnosis_with_its_fixes(hook):
   """The exception (with its note) waits neither on listeners (views, SVG) nor on judging
   fixes (up to a second): they follow it, where it has been shown (``pipeline.follow``),
   and each listener hears of the diagnosis once, its fixes and rule text attached."""
-  from jupyter_vjpviz import pipeline
+  from jupyter_vjpviz.api import pipeline
   seen = []
   listener = lambda found, exc: seen.append((found, exc))   # noqa: E731
   pipeline.add_listener(listener)
@@ -192,7 +192,7 @@ def test_the_exception_comes_first_then_the_diagnosis_with_its_fixes(hook):
 def test_reading_the_history_finishes_what_followed_a_caught_error(hook):
   """A script that catches the error: ``vjpviz.last()`` judges the fixes then, and the
   listeners that follow get a stand-in, never an exception vjpviz kept."""
-  from jupyter_vjpviz import pipeline
+  from jupyter_vjpviz.api import pipeline
   seen = []
   listener = lambda found, exc: seen.append(exc)   # noqa: E731
   pipeline.add_listener(listener)

@@ -12,7 +12,7 @@ from jax.experimental import io_callback
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis.values import replay
 from jupyter_vjpviz.deliver import call_values
-from jupyter_vjpviz.nans import gradients
+from jupyter_vjpviz.api.nans import gradients
 
 
 def logged(log: list):

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import pytest
 from kernel_helpers import REPLY, SETUP, validator
 
-from jupyter_vjpviz.watch import POINTS, PUSH_EVERY, add_listener, remove_listener, watch
-from jupyter_vjpviz import pipeline
+from jupyter_vjpviz.api.watch import POINTS, PUSH_EVERY, add_listener, remove_listener, watch
+from jupyter_vjpviz.api import pipeline
 from jupyter_vjpviz.deliver import comm, requests
 
 optax = pytest.importorskip("optax")
@@ -214,7 +214,7 @@ def test_a_watched_loop_in_a_kernel_pushes_its_series_at_most_twice_a_second(pan
   before = len(panel.opened())
   loop = """
 import time
-from jupyter_vjpviz.watch import watch
+from jupyter_vjpviz.api.watch import watch
 @jax.jit
 def train(w, x):
     g = jax.grad(lambda w: (jnp.tanh(x @ w) ** 2).sum())(w)

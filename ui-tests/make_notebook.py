@@ -6,6 +6,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import frozen_net  # noqa: E402 - the frozen model the kernel test reports on too
 import softclip  # noqa: E402 - the broken rule the kernel tests use too
 
 DEFINE = softclip.SOURCE + """x = jnp.arange(20.0).reshape(4, 5) / 20
@@ -95,22 +96,10 @@ for stem, name in SMALL_NOTEBOOKS.items():
   nbformat.write(small, root / f"{stem}.ipynb")
 # Issue 41 (ui-tests/galata/report.spec.ts): a flax model whose body is frozen and whose
 # head is unused through vv.grads, a watched optax loop that goes non-finite, a failing rule.
-FROZEN = '''import jax, jax.numpy as jnp, flax.linen as nn, optax
-import jupyter_vjpviz as vv
+FROZEN = frozen_net.SOURCE
+WATCHED = '''import optax
 
-class Net(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-        h = jax.lax.stop_gradient(nn.Dense(4, name="body")(x))
-        _ = nn.Dense(2, name="head")(h)
-        return nn.Dense(1, name="out")(h).sum()
-
-x = jnp.ones((2, 3))
-net = Net()
-params = net.init(jax.random.key(0), x)
-report = vv.grads(lambda p: net.apply(p, x), params)
-report'''
-WATCHED = '''opt = optax.sgd(1.0)   # too large: the loss grows tenfold a step
+opt = optax.sgd(1.0)   # too large: the loss grows tenfold a step
 
 @jax.jit
 def train_step(p, s):

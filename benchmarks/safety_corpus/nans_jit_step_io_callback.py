@@ -35,7 +35,7 @@ def step(w, x):
 
 w, x = jnp.zeros(3), jnp.ones((4, 3))
 if HOOKED:
-  from jupyter_vjpviz.nans import gradients
+  from jupyter_vjpviz.api.nans import gradients
   with gradients() as watch:
     step(w, x)
   watch.diagnose()

@@ -1,6 +1,6 @@
 """A gradient-health report (``vv.grads``): plain data, next to ``Diagnosis``.
 
-``jupyter_vjpviz.grads`` makes it; the render stage draws it (``grads_text``,
+``jupyter_vjpviz.api.grads`` makes it; the render stage draws it (``grads_text``,
 ``grads_html`` in ``diagnosis.RENDERINGS``) and the panel's channel sends ``to_dict()``.
 """
 from __future__ import annotations

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from ..base import hosts
 from .compat.private import core
+from .records import Strong
 from .sites import retained_rules
 
 KEPT = 8
@@ -92,7 +93,7 @@ def _after_call(leaf, ref):
     return None
   if isinstance(leaf, (jax.Array, np.ndarray)):
     return _Held(leaf)
-  return ref if retained_rules.holds_arrays(leaf) else _Kept(leaf)
+  return ref if retained_rules.holds_arrays(leaf) else Strong(leaf)
 
 
 class _Held:
@@ -105,17 +106,6 @@ class _Held:
 
   def __call__(self):
     return jax.numpy.asarray(self.value) if self.on_device else self.value
-
-
-class _Kept:
-  """A function kept strongly in place of a weak reference, until ``forget``."""
-  __slots__ = ("value",)
-
-  def __init__(self, value):
-    self.value = value
-
-  def __call__(self):
-    return self.value
 
 
 def values(site) -> tuple | None:

@@ -20,7 +20,7 @@ import jax
 
 from ..capture import records
 from ..capture.compat.private import core
-from .. import pipeline
+from ..api import pipeline
 from ..analysis.values import flows, nonfinite, replay
 from ..analysis.diagnosis import Diagnosis
 from ..base import hosts

@@ -25,10 +25,10 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from ..grads import add_listener as add_grads_listener
-from ..grads import remove_listener as remove_grads_listener
-from ..watch import add_listener as add_watch_listener
-from ..watch import remove_listener as remove_watch_listener
+from ..api.grads import add_listener as add_grads_listener
+from ..api.grads import remove_listener as remove_grads_listener
+from ..api.watch import add_listener as add_watch_listener
+from ..api.watch import remove_listener as remove_watch_listener
 from ..base.safety import safely
 from ..render import views
 from .ops import HANDLERS

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import pipeline
+from ..api import pipeline
 from ..analysis.diagnosis import Diagnosis
 from ..base.safety import safely
 from ..capture.records import ERROR

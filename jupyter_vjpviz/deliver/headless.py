@@ -16,7 +16,7 @@ import glob
 import json
 import os
 
-from .. import pipeline, watch
+from ..api import pipeline, watch
 from ..analysis.diagnosis import Diagnosis
 from ..base.safety import safely
 from ..capture import processes

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from IPython.display import display
 
-from .. import pipeline
+from ..api import pipeline
 from ..analysis.diagnosis import Diagnosis
 from ..base.safety import safely
 from ..render import layout

@@ -14,18 +14,18 @@ import jax
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .. import pipeline
+from ..api import pipeline
 from ..analysis.values import replay
 from ..analysis.assemble import key
 from ..base import safety
 from ..capture.compat import capabilities, jax_flags
 from ..capture.naming import function_names
 from ..capture.sites.check_sites import rule_applied
-from ..check import as_shape_struct, check
-from ..gradcheck import GradCheck, floating, gradcheck, judge
-from ..grads import grads as grad_report
-from ..gradcheck import applications as rule_applications
-from ..nans import GradientScreen, gradients, nans
+from ..api.check import as_shape_struct, check
+from ..api.gradcheck import GradCheck, floating, gradcheck, judge
+from ..api.grads import grads as grad_report
+from ..api.gradcheck import applications as rule_applications
+from ..api.nans import GradientScreen, gradients, nans
 from . import call_values, comm
 from .display import show
 

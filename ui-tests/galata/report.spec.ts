@@ -3,9 +3,16 @@
 // and for a watch's first event; a watch's events one line per block and event; a
 // compact legend inline; leaf paths readable at the panel's width. Its two screenshots
 // are the README's pictures of the gradient report and the watch plot.
-import { expect, test } from './vjpviz';
+import { expect, test, Vjpviz } from './vjpviz';
 
 const CELLS = { load: 0, frozen: 1, watched: 2, rule: 3 };
+
+/** The hidden panel shows itself for `what`. */
+async function panelShownFor(vv: Vjpviz, what: string): Promise<void> {
+  await expect(vv.panel, `the panel shows itself for ${what}`).toBeVisible({
+    timeout: 30000
+  });
+}
 
 test('vv.grads and vv.watch: cells named, the panel shown, events per block', async ({
   vv,
@@ -16,12 +23,7 @@ test('vv.grads and vv.watch: cells named, the panel shown, events per block', as
   await vv.runCells(CELLS.load, CELLS.frozen);
 
   // The report the user just asked for shows the panel, as a diagnosis does.
-  await expect(
-    vv.panel,
-    'the panel shows itself for a vv.grads report'
-  ).toBeVisible({
-    timeout: 30000
-  });
+  await panelShownFor(vv, 'a vv.grads report');
   const grads = vv.panel.locator('.jp-Vjpviz-grads');
   await expect(grads.locator('.jp-Vjpviz-gradsHeadline')).toContainText(
     '4 leaves with no gradient',
@@ -88,12 +90,7 @@ test('vv.grads and vv.watch: cells named, the panel shown, events per block', as
   // A watched loop: its first event shows the panel again; one line per block and event.
   await vv.hidePanel();
   await vv.runCell(CELLS.watched);
-  await expect(
-    vv.panel,
-    "the panel shows itself for a watch's first event"
-  ).toBeVisible({
-    timeout: 30000
-  });
+  await panelShownFor(vv, "a watch's first event");
   const events = vv.panel.locator('.jp-Vjpviz-watchEvent');
   await expect(events).toHaveCount(3, { timeout: 30000 });
   const texts = await events.evaluateAll(els =>

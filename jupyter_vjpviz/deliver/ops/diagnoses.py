@@ -6,10 +6,10 @@ rebinds the rule after the same check (``check.apply_fix``).
 """
 from __future__ import annotations
 
-from ... import pipeline
+from ...api import pipeline
 from ...analysis.values import oracle
 from ...analysis.diagnosis import TYPE_ONLY, UNVERIFIABLE, VERIFIED
-from ...check import apply_fix, check
+from ...api.check import apply_fix, check
 from ...fixes import verify as fix_verify
 from ..requests import Refused
 

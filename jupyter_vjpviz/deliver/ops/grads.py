@@ -2,7 +2,7 @@
 protocol sends it (pushed, or in that reply)."""
 from __future__ import annotations
 
-from ...grads import reports
+from ...api.grads import reports
 from ...render import grads_view
 from ..requests import DEFS
 

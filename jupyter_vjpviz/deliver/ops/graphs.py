@@ -7,7 +7,7 @@ no view state; each reply is the view drawn (render.views + render.svg).
 """
 from __future__ import annotations
 
-from ...grads import reports as grads_reports
+from ...api.grads import reports as grads_reports
 from ...render import svg, views
 from .diagnoses import diagnosis
 

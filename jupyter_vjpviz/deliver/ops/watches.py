@@ -2,8 +2,8 @@
 watched step's kept call (its diagnosis joins the history, as any other)."""
 from __future__ import annotations
 
-from ... import pipeline
-from ...watch import watches
+from ...api import pipeline
+from ...api.watch import watches
 from ..requests import Refused
 
 

@@ -42,12 +42,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base import hosts
-from .base.safety import Listeners
-from .capture import processes
-from .capture.naming import leaf_paths
+from ..base import hosts
+from ..base.safety import Listeners
+from ..capture import processes
+from ..capture.naming import leaf_paths
 from .nans import nans as localise_nans
-from .render.html import STYLE
+from ..render.html import STYLE
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
 BATCH = 32    # steps whose arrays are stacked and sent to the host at once

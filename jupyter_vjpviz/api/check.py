@@ -12,12 +12,12 @@ import weakref
 
 import jax
 
-from .capture.compat.private import core
+from ..capture.compat.private import core
 from . import pipeline
-from .analysis.diagnosis import Diagnosis
-from .analysis.values.partial_vjp import pull_ones
-from .base import trees
-from .fixes import verify as fix_verify
+from ..analysis.diagnosis import Diagnosis
+from ..analysis.values.partial_vjp import pull_ones
+from ..base import trees
+from ..fixes import verify as fix_verify
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

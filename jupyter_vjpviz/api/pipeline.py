@@ -19,15 +19,15 @@ import gc
 import threading
 import time
 
-from . import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
-from .analysis.values import replay
-from .analysis.assemble import diagnose, key
-from .analysis.diagnosis import Diagnosis
-from .base import safety
-from .capture import applied, hook, processes
-from .capture.records import ERROR, Session
-from .capture.sites import check_sites
-from .fixes import suggest
+from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other renderings
+from ..analysis.values import replay
+from ..analysis.assemble import diagnose, key
+from ..analysis.diagnosis import Diagnosis
+from ..base import safety
+from ..capture import applied, hook, processes
+from ..capture.records import ERROR, Session
+from ..capture.sites import check_sites
+from ..fixes import suggest
 
 HISTORY_LIMIT = 200
 """Diagnoses kept; the oldest go first, so a loop that fails every step stays bounded."""

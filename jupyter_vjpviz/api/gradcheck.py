@@ -25,15 +25,15 @@ import dataclasses
 import jax
 
 from . import pipeline
-from .analysis.values import oracle, replay
-from .analysis.assemble import diagnose, key
-from .analysis.diagnosis import Diagnosis
-from .analysis.graph import Graph
-from .base import safety
-from .base.surrogates import is_surrogate
-from .capture import records
-from .capture.records import WARNING, Record, Session
-from .capture.sites import custom_rules
+from ..analysis.values import oracle, replay
+from ..analysis.assemble import diagnose, key
+from ..analysis.diagnosis import Diagnosis
+from ..analysis.graph import Graph
+from ..base import safety
+from ..base.surrogates import is_surrogate
+from ..capture import records
+from ..capture.records import WARNING, Record, Session
+from ..capture.sites import custom_rules
 from .check import as_shape_struct, run
 
 @dataclasses.dataclass(frozen=True)

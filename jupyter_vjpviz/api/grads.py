@@ -22,21 +22,22 @@ import re
 import jax
 import numpy as np
 
-from .capture import records
-from .capture.compat.private import core
-from .analysis import program
-from .analysis.values import grad_paths, nonfinite, replay
-from .analysis.values.flows import mark_flows, program_inputs
-from .analysis.graph import Graph
-from .analysis.grad_report import GradReport, Layer, PartlyZero, ZeroLeaf
-from .analysis.values.nonfinite_eval import inexact
-from .analysis.values.partial_vjp import as_input, without_aux
-from .base import hosts
-from .base.safety import Listeners
-from .capture.naming import function_names as names
-from .capture.records import Origin
-from . import pipeline, render  # noqa: F401 - render registers the report's renderings
-from .base.trees import substituted
+from ..capture import records
+from ..capture.compat.private import core
+from ..analysis import program
+from ..analysis.values import grad_paths, nonfinite, replay
+from ..analysis.values.flows import mark_flows, program_inputs
+from ..analysis.graph import Graph
+from ..analysis.grad_report import GradReport, Layer, PartlyZero, ZeroLeaf
+from ..analysis.values.nonfinite_eval import inexact
+from ..analysis.values.partial_vjp import as_input, without_aux
+from ..base import hosts
+from ..base.safety import Listeners
+from ..capture.naming import function_names as names
+from ..capture.records import Origin
+from . import pipeline
+from .. import render  # noqa: F401 - registers the report's renderings
+from ..base.trees import substituted
 
 CHANGE = 10.0      # a block whose gradient norm changes more than this from the next is flagged
 LEARNING_RATES = (1e-6, 1.0)   # what users set: a block no rate in it trains is flagged

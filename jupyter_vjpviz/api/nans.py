@@ -18,20 +18,20 @@ import weakref
 import jax
 import numpy as np
 
-from .capture import records
-from .capture.compat.private import core
+from ..capture import records
+from ..capture.compat.private import core
 from . import pipeline
-from .analysis import locate, program
-from .analysis.values import nonfinite, nonfinite_explain, replay
-from .analysis.diagnosis import Diagnosis
-from .analysis.values.flows import flow_dicts, input_names, mark_flows, program_inputs
-from .analysis.values.nonfinite_eval import inexact
-from .analysis.values.partial_vjp import arrays_only, as_input, pull_ones, without_aux
-from .base import hosts, safety
-from .capture.naming import frames, function_names, user_calls
-from .capture.records import ERROR, WARNING
-from .capture.sites import entry_points, jit_calls
-from .fixes import nonfinite as nonfinite_fixes
+from ..analysis import locate, program
+from ..analysis.values import nonfinite, nonfinite_explain, replay
+from ..analysis.diagnosis import Diagnosis
+from ..analysis.values.flows import flow_dicts, input_names, mark_flows, program_inputs
+from ..analysis.values.nonfinite_eval import inexact
+from ..analysis.values.partial_vjp import arrays_only, as_input, pull_ones, without_aux
+from ..base import hosts, safety
+from ..capture.naming import frames, function_names, user_calls
+from ..capture.records import ERROR, WARNING
+from ..capture.sites import entry_points, jit_calls
+from ..fixes import nonfinite as nonfinite_fixes
 
 def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | None:
   """Differentiate ``fun`` w.r.t. ``argnums``; if a gradient leaf is NaN or Inf, the
