@@ -17,6 +17,7 @@ import jax_features
 jax_features.require(jax_features.WITH_LOGS)
 
 DIAGNOSIS = validator("Diagnosis")
+WATCH = validator("WatchMessage")
 
 
 def _logging_rule():
@@ -115,3 +116,51 @@ def test_logs_under_shard_map_are_shown_per_shard(hook):
 
 def _text(hook) -> str:
   return "\n".join(d.to_text() for d in hook.diagnoses())
+
+
+def test_a_watched_step_records_the_logs_it_returns():
+  """vv.watch(step, logs=...) on a jitted step taking its gradient with_logs: each step's
+  logs as JAX returned them, reduced to mean, min and max, in the series (which validates)
+  and the text; the step returns exactly what it returned."""
+  from jupyter_vjpviz.api.watch import watch
+
+  @jax.custom_vjp
+  def f(x):
+    return jnp.sin(x)
+  f.defvjp_with_logs(lambda x: (jnp.sin(x), x), lambda x, g: (
+      (g * jnp.cos(x),), {"gnorm": jnp.abs(g).sum(), "stats": {"cos": jnp.cos(x)}}))
+
+  @jax.jit
+  def step(w, x):
+    g, logs = jax.grad(lambda w: f(w * x).sum(), with_logs=True)(w)
+    return w - 0.1 * g, logs
+
+  w, x, returned = jnp.arange(3.), jnp.ones(3), []
+  watched = watch(step, logs=lambda out: out[-1])
+  for _ in range(3):
+    w_before = w
+    w, logs = watched(w, x)
+    plain_w, plain_logs = step(w_before, x)
+    np.testing.assert_array_equal(w, plain_w)
+    assert jax.tree_util.tree_structure(logs) == jax.tree_util.tree_structure(plain_logs)
+    returned.append(logs)
+  recorded = watched.logs
+  assert list(recorded) == ["gnorm", "stats['cos']"] and watched.steps.shape == (3, 1)
+  assert watched.paths == [""] and "non-finite" not in str(watched)   # the gradient alone
+  for k, logs in enumerate(returned):
+    cos = np.asarray(logs["stats"]["cos"])
+    np.testing.assert_allclose(recorded["stats['cos']"][k], [cos.mean(), cos.min(), cos.max()],
+                               rtol=1e-6)
+    np.testing.assert_allclose(recorded["gnorm"][k], [float(logs["gnorm"])] * 3, rtol=1e-6)
+  series = watched.series()
+  WATCH.validate({"v": 1, "type": "watch", "watch": series})
+  assert [l["name"] for l in series["logs"]] == ["gnorm", "stats['cos']"]
+  assert series["logs"][1]["max"][-1] == pytest.approx(float(recorded["stats['cos']"][-1, 2]))
+  assert "log stats['cos'], step 2: mean" in str(watched)
+
+
+def test_a_watch_without_logs_records_none():
+  from jupyter_vjpviz.api.watch import watch
+  watched = watch(jax.jit(lambda w: w - jax.grad(lambda w: (w ** 2).sum())(w)))
+  watched(jnp.ones(3))
+  assert watched.logs == {} and watched.series()["logs"] == [] and "log " not in str(watched)

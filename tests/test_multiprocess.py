@@ -141,8 +141,9 @@ result(same=plain == hooked, processes=last["processes"], process=last["process"
 @pytest.mark.parametrize("n", SIZES)
 def test_a_watched_step_keeps_one_series_on_process_0(n):
   """vv.watch on a data-parallel jitted step: process 0 keeps the global gradient's norms
-  (the NaN the last process's rows bring at step 2 among them); the others copy nothing
-  to the host and say where the series is."""
+  (the NaN the last process's rows bring at step 2 among them), its event naming that
+  process and the rows it holds; the others copy no norms to the host and say where the
+  series is."""
   found = run_job("""
 w = replicated(np.ones(3))
 good = np.ones((2, 3))
@@ -160,6 +161,8 @@ result(steps=len(steps), events=[e.first_nonfinite for e in watched.events()],
        text=str(watched), after=collective())
 """, n)
   assert found[0]["steps"] == 3 and found[0]["events"] == [2]
+  assert (f"step 2: the gradient: non-finite on process {n - 1} only (x[{2 * n - 2}:{2 * n}, 0:3])"
+          in found[0]["text"]), found[0]["text"]
   for i, r in enumerate(found[1:], 1):
     assert r["steps"] == 0 and r["text"].startswith(f"vjpviz watch: process {i} of a job")
   assert all(r["after"] == 6 * n for r in found)

@@ -26,6 +26,14 @@ is kept, if any is seen so), and arguments donated to the step, or live nnx modu
 ``keep_first_nonfinite=True`` keeps that step exactly, as a host copy made inside the
 compiled step, at the price of a host callback compiled into every step (~2 ms a step on
 a TPU even when its branch is not taken: benchmarks/watch_overhead.py).
+
+In a ``jax.distributed`` job only process 0 keeps the series; every process reads its
+last call's health as ``_promote`` does (ready, until the first non-finite one) and, at a
+non-finite one, checks its own shards of that call's sharded arrays and tells process 0
+which hold non-finite values (``_locate``): the event names that process.
+
+``logs=``: the gradient logs a step returns (``jax.grad(..., with_logs=True)``) reduced
+in the step to each log's mean, min and max, carried in the same row as the norms.
 """
 from __future__ import annotations
 
@@ -43,9 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..base import hosts
-from ..base.safety import Listeners
+from ..base.safety import Listeners, safely
 from ..capture import processes
-from ..capture.naming import leaf_paths
+from ..capture.naming import function_names, leaf_paths
 from .nans import nans as localise_nans
 from ..render.html import STYLE
 
@@ -84,12 +92,13 @@ class BlockEvent:
   leaves: int
   kind: str
   stayed_from: int | None = None
+  where: str = ""    # a job's non-finite shards: ``on process 1 only (x[2:4, 0:3])``
 
   def text(self, stayed: int) -> str:
     """``step 0: ['params']['body'] (2 leaves): no gradient, for 3+ steps``."""
-    who = f"{self.path} ({self.leaves} leaves)" if self.leaves > 1 else self.path
+    who = f"{self.path} ({self.leaves} leaves)" if self.leaves > 1 else self.path or "the gradient"
     if self.kind == "first_nonfinite":
-      what = "non-finite"
+      what = f"non-finite {self.where}".rstrip()
     elif self.stayed_from is None:
       what = "no gradient"
     elif self.stayed_from == self.step:
@@ -103,13 +112,18 @@ class Watched:
   """A jitted training step that records its gradient's health per call."""
 
   def __init__(self, step, stayed: int = STAYED, keep: bool = True,
-               keep_first_nonfinite: bool = False):
+               keep_first_nonfinite: bool = False, logs=None):
     self.__wrapped__, self.stayed, self.keep = step, stayed, keep
+    self.logs_of = logs      # the step's outputs -> the gradient logs it returned
+    self.log_names: list[str] = []
     self.keep_first_nonfinite = keep_first_nonfinite
     self.id = f"w{next(_ids)}"
     _watches[self.id] = self
     self._calls = 0
-    self._kept: tuple | None = None   # (step, args, kwargs, health) of the last call
+    self._kept: tuple | None = None   # (step, args, kwargs, health, out) of the last call
+    self._located: int | None = None   # the step whose non-finite shards this process told
+    self._shards: dict[int, dict] = {}   # on process 0: process -> its record of that step
+    self._waited = False   # process 0 waited (once) for the others' records
     self._first_bad: tuple | None = None   # (step, () -> (args, kwargs)) of the first
                                            # non-finite call: _kept's, or a host copy
     self._armed = None    # on the device: [no non-finite step yet, calls so far]
@@ -135,10 +149,11 @@ class Watched:
       kwargs = {**kwargs, ARMED: self._armed}
     out, health, armed = self.compiled_call(args, kwargs)
     self._armed = armed if self.keep_first_nonfinite else None
+    safely(self._locate, False)   # the last call's, before this one's replaces it
+    self._promote()
+    self._kept = (*kept, health, out) if self.keep else None
     if not self.recording:   # the same global norms as process 0's, which keeps the series
       return out
-    self._promote()
-    self._kept = (*kept, health) if self.keep else None
     with self._lock:
       self._pending.append(health)
       if len(self._pending) == BATCH:   # one dispatch and one async copy per BATCH steps
@@ -157,7 +172,8 @@ class Watched:
   @property
   def recording(self) -> bool:
     """Whether this process keeps the series: in a ``jax.distributed`` job only process 0
-    does (every process computes the same global norms; the others copy none to the host)."""
+    does (every process computes the same global norms; the others copy no series to the
+    host, only the last call's health until a non-finite one: ``_locate``)."""
     return processes.index() == 0
 
   def compiled_call(self, args, kwargs):
@@ -175,11 +191,49 @@ class Watched:
     if self._kept is None or self._first_bad is not None or self.keep_first_nonfinite:
       return
     health = self._kept[3]
-    if self._live or not health.is_ready() or np.isfinite(np.asarray(health)).all():
+    if self._live or not health.is_ready() or self._finite(np.asarray(health)):
       return
-    step, args, kwargs, _ = self._kept
+    step, args, kwargs, *_ = self._kept
     if not any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       self._first_bad = (step, lambda: (args, kwargs))
+
+  def _finite(self, row: np.ndarray) -> bool:
+    """Every leaf's norm of a step's ``row`` finite (its logs' summaries not judged)."""
+    return bool(np.isfinite(row[:len(self.paths)]).all())
+
+  def _locate(self, wait: bool) -> None:
+    """In a job: once the last call's global norms (the same on every process, so every
+    process takes this branch alike) are seen non-finite, its arrays sharded across the
+    processes (arguments and outputs) are checked here, on the shards this process holds
+    (host copies: no collective), and which hold non-finite values is published for
+    process 0 (``processes``). Best-effort as ``_promote``: the health is read where it is
+    ready (``wait``: waited for, by a read), until the first non-finite call."""
+    if self._located is not None or self._kept is None or processes.count() == 1:
+      return
+    step, args, kwargs, health, out = self._kept
+    if not (wait or health.is_ready()) or self._finite(hosts.host(health)):
+      return
+    self._located = step
+    labels = [*function_names.call_labels(self._fun, (args, kwargs)),
+              *(f"out{jax.tree_util.keystr(kp)}"
+                for kp, _ in jax.tree_util.tree_flatten_with_path(out)[0])]
+    processes.publish(f"watch/{self.id}", {"step": step, "held": [
+        f"{label}{view.span()}" for label, x in zip(labels, jax.tree_util.tree_leaves(
+            (args, kwargs, out))) if (view := _nonfinite_view(x)) is not None]})
+
+  def _nonfinite_shards(self, step: int) -> str:
+    """On process 0, where a job's processes found non-finite shards at ``step``:
+    ``on process 1 only (x[2:4, 0:3])``; waits for their records once, at most
+    ``processes.WAIT``; "" elsewhere, or where none did."""
+    if self._located != step or processes.index() != 0:
+      return ""
+    if len(self._shards) < processes.count():
+      wait = 0.0 if self._waited else processes.WAIT
+      self._waited = True
+      self._shards = processes.gathered({f"watch/{self.id}"}, wait).get(f"watch/{self.id}", {})
+    held = {p: r["held"] for p, r in self._shards.items() if r["step"] == step and r["held"]}
+    spans = "; ".join(", ".join(h) for _, h in sorted(held.items()))
+    return f"{processes.spelled(held)} ({spans})" if held else ""
 
   def _flush(self) -> None:
     """The pending steps' arrays stacked and copied to the host (held: ``_lock``)."""
@@ -233,7 +287,19 @@ class Watched:
                   for kp, _ in flat]
     self._keypaths = [kp for kp, _ in flat]
     health = jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
-    return out, health, None if armed is None else self._guarded(health, armed, call)
+    armed = None if armed is None else self._guarded(health, armed, call)
+    if self.logs_of is not None:
+      health = jnp.concatenate([health, safely(self._log_stats, out, default=_NO_LOGS)])
+    return out, health, armed
+
+  def _log_stats(self, out) -> jax.Array:
+    """float32[3 * logs]: each numeric leaf's mean, min and max of the gradient logs
+    ``logs_of`` picks from the step's outputs (``jax.grad(..., with_logs=True)``), reduced
+    inside the step: they reach the host with its norms, in the same copy."""
+    self.log_names = []     # as the default this returns on a failure
+    named = _named_logs(self.logs_of(out))
+    self.log_names = [name for name, _ in named]
+    return jnp.concatenate([_NO_LOGS, *(_stats(x) for _, x in named)])
 
   def _guarded(self, health, armed, call):
     """``armed`` updated: its first entry cleared at a non-finite step, its second counting
@@ -295,6 +361,17 @@ class Watched:
   @property
   def steps(self) -> np.ndarray:
     """float32[steps, leaves]: each leaf's squared gradient norm per step."""
+    return self._every_row()[:, :len(self.paths)]
+
+  @property
+  def logs(self) -> dict[str, np.ndarray]:
+    """name -> float32[steps, 3]: each gradient log's mean, min and max per step
+    (``watch(step, logs=...)``; {} without)."""
+    return _logs_of(self._every_row(), len(self.paths), self.log_names)
+
+  def _every_row(self) -> np.ndarray:
+    """Every step's row (``steps``, then the logs' summaries), waiting for the copies."""
+    safely(self._locate, True)
     with self._lock:
       self._rows += [*(row for b in self._batches for row in np.asarray(b)),
                      *(np.asarray(h) for h in self._pending)]
@@ -303,14 +380,16 @@ class Watched:
       return self._stacked()
 
   def landed(self) -> np.ndarray:
-    """The steps already on the host, in order, without waiting for any copy."""
+    """The steps' rows already on the host, in order, without waiting for any copy: each
+    leaf's squared norm, then the logs' summaries (``series`` reads both)."""
     with self._lock:
       while self._batches and self._batches[0].is_ready():
         self._rows.extend(np.asarray(self._batches.pop(0)))
       return self._stacked()
 
   def _stacked(self) -> np.ndarray:
-    return np.stack(self._rows) if self._rows else np.zeros((0, len(self.paths)), np.float32)
+    width = len(self.paths) + 3 * len(self.log_names)
+    return np.stack(self._rows) if self._rows else np.zeros((0, width), np.float32)
 
   @property
   def norms(self) -> np.ndarray:
@@ -342,7 +421,7 @@ class Watched:
                           []).append(e.path)
     return [BlockEvent(step, block if len(paths) > 1 else paths[0], len(paths),
                        kind if kind != "zero" else "first_zero" if stayed is None else "stayed_zero",
-                       stayed)
+                       stayed, self._nonfinite_shards(step) if kind == "first_nonfinite" else "")
             for (step, block, kind, stayed), paths in sorted(
                 groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))]
 
@@ -351,10 +430,11 @@ class Watched:
             "events": [dataclasses.asdict(e) for e in self.events()]}
 
   def series(self, s: np.ndarray | None = None) -> dict:
-    """The panel's WatchSeries (protocol.schema.json) of ``s`` (every step by default):
-    at most ``POINTS`` steps drawn, every event's step among them, one norm line per
-    layer (at most ``LINES``: past that, per top-level key), at most ``EVENTS`` events."""
-    s = self.steps if s is None else s
+    """The panel's WatchSeries (protocol.schema.json) of ``s`` (every step's rows by
+    default): at most ``POINTS`` steps drawn, every event's step among them, one norm line
+    per layer (at most ``LINES``: past that, per top-level key), at most ``EVENTS``
+    events, the first ``LINES`` logs' mean, min and max at the steps drawn."""
+    s = self._every_row() if s is None else s
     events = self.block_events(s)[:EVENTS]
     points = _points(len(s), [e.step for e in events])
     groups = _layers(self._keypaths)
@@ -363,12 +443,15 @@ class Watched:
     lines = []
     for g in list(dict.fromkeys(groups))[:LINES]:
       norm = np.sqrt(s[points][:, [i for i, x in enumerate(groups) if x == g]].sum(axis=1))
-      lines.append({"group": g, "norms": [float(x) if np.isfinite(x) else None for x in norm]})
+      lines.append({"group": g, "norms": _finite_or_none(norm)})
     return {"id": self.id, "steps": len(s), "stayed": self.stayed, "process": processes.index(),
             "points": [int(p) for p in points], "lines": lines,
             "events": [{"step": e.step, "path": e.path, "leaves": e.leaves, "kind": e.kind,
                         "text": e.text(self.stayed)} for e in events],
-            "kept_steps": self.kept_steps()}
+            "kept_steps": self.kept_steps(),
+            "logs": [{"name": name, **{k: _finite_or_none(v[points, i]) for i, k in enumerate(
+                ("mean", "min", "max"))}} for name, v in list(_logs_of(
+                    s, len(self.paths), self.log_names).items())[:LINES]]}
 
   def kept_steps(self) -> list[int]:
     """The steps whose arguments are kept (``nans`` runs on them): the last call's and the
@@ -391,7 +474,7 @@ class Watched:
                        f"{', '.join(map(str, self.kept_steps())) or 'none'}); "
                        "vv.watch(step, keep_first_nonfinite=True) keeps the first for sure, "
                        "or run vv.nans(step, *args, argnums=None) on that call's arguments")
-    _, args, kwargs, _ = self._kept
+    _, args, kwargs, *_ = self._kept
     if any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
     return self._localised_nans(args, kwargs)
@@ -413,6 +496,8 @@ class Watched:
       last = self.norms[-1]
       lines.append(f"  every leaf's gradient finite and non-zero; ‖g‖ last step "
                    f"{float(last.min()):.3g} .. {float(last.max()):.3g}")
+    lines += [f"  log {name}, step {n - 1}: mean {v[-1, 0]:.4g}, min {v[-1, 1]:.4g}, "
+              f"max {v[-1, 2]:.4g}" for name, v in self.logs.items() if n]
     return "\n".join(lines)
 
   def _repr_html_(self) -> str:
@@ -421,7 +506,7 @@ class Watched:
 
 
 def watch(step, *, stayed: int = STAYED, keep: bool = True,
-          keep_first_nonfinite: bool = False) -> Watched:
+          keep_first_nonfinite: bool = False, logs=None) -> Watched:
   """``step`` (a train step that takes one gradient, jitted or not) with its gradient's
   health recorded per call: ``.norms`` [steps, leaves], ``.events()``, ``.paths``; its
   non-array arguments are static, as under ``eqx.filter_jit``. ``keep``: hold the last
@@ -429,8 +514,11 @@ def watch(step, *, stayed: int = STAYED, keep: bool = True,
   non-finite call's where its health is seen in time (not donated arguments, not live
   nnx modules). ``keep_first_nonfinite``: that call's arguments copied to the host for
   sure, donated or live ones too, by a host callback compiled into the step, which costs
-  every step (~2 ms a step on a TPU v5e, against a step's ~0.6 ms)."""
-  return Watched(step, stayed, keep, keep_first_nonfinite)
+  every step (~2 ms a step on a TPU v5e, against a step's ~0.6 ms). ``logs``: a function
+  of the step's outputs that picks the gradient logs it returned (``lambda out: out[-1]``
+  for a step returning ``jax.grad(..., with_logs=True)``'s logs last): each log's mean,
+  min and max recorded per step, ``.logs``."""
+  return Watched(step, stayed, keep, keep_first_nonfinite, logs)
 
 
 _ids = itertools.count(1)
@@ -499,6 +587,17 @@ def _jitted_as(step, traced):
                  graph_updates=type(step).__name__ == "JitWrapped", **options)
 
 
+def _nonfinite_view(x) -> hosts.HostView | None:
+  """The shards held here of ``x``, an array sharded across processes (not replicated:
+  a replica's non-finite values are every process's), if any of their values is
+  non-finite."""
+  if not hosts.spans_processes(x) or x.is_fully_replicated or _deleted(x):
+    return None
+  view = hosts.host_view(x)
+  return view if jnp.issubdtype(view.value.dtype, jnp.inexact) and not np.isfinite(
+      view.value).all() else None
+
+
 def _deleted(x) -> bool:
   """An array donated to a call since (its buffer gone)."""
   return isinstance(x, jax.Array) and x.is_deleted()
@@ -509,6 +608,35 @@ def _health(g) -> jax.Array:
   below 1e-19 in magnitude), NaN or Inf if any is (or the sum overflows float32)."""
   g32 = g.astype(jnp.float32)
   return jnp.sum(g32 * g32)
+
+
+_NO_LOGS = np.zeros(0, np.float32)
+
+
+def _named_logs(logs) -> list[tuple[str, jax.Array]]:
+  """The numeric leaves of a logs tree, named as the diagnosis names them (``gnorm``,
+  ``stats['cos']``: capture/grad_logs.py), the empty ones left out."""
+  def name(path) -> str:
+    head = path[0].key if path and isinstance(path[0], jax.tree_util.DictKey) else None
+    return f"{head}{jax.tree_util.keystr(path[1:])}" if head is not None else jax.tree_util.keystr(path)
+  return [(name(path), x) for path, x in jax.tree_util.tree_leaves_with_path(logs)
+          if jnp.size(x) and (jnp.issubdtype(jnp.result_type(x), jnp.number))]
+
+
+def _stats(x) -> jax.Array:
+  """float32[3]: the mean, min and max of ``x`` over every axis (stacked ones too)."""
+  x32 = jnp.asarray(x).astype(jnp.float32)
+  return jnp.stack([x32.mean(), x32.min(), x32.max()])
+
+
+def _logs_of(rows: np.ndarray, leaves: int, names: list[str]) -> dict[str, np.ndarray]:
+  """name -> float32[steps, 3] of the logs' columns of ``rows`` (after the ``leaves``')."""
+  return {name: rows[:, leaves + 3 * k:leaves + 3 * k + 3] for k, name in enumerate(names)}
+
+
+def _finite_or_none(values: np.ndarray) -> list[float | None]:
+  """JSON numbers, a non-finite one as null."""
+  return [float(x) if np.isfinite(x) else None for x in values]
 
 
 def _first(flags: np.ndarray) -> int | None:
@@ -533,9 +661,9 @@ def _seen_through(box: list):
   """``jax.grad`` and ``jax.value_and_grad`` (flax's ``nnx.grad`` and ``nnx.value_and_grad``
   too, where flax is loaded) meanwhile put the first gradient they return into ``box``,
   with whether it is of live nnx modules (the step's trace is the only caller: held under
-  a lock)."""
-  of_grad = lambda res, aux: res[0] if aux else res
-  of_value_and_grad = lambda res, aux: res[1]
+  a lock). Asked ``with_logs``, JAX returns the logs beside the gradient: left out."""
+  of_grad = lambda res, k: res[0] if k.get("has_aux") or k.get("with_logs") else res
+  of_value_and_grad = lambda res, k: res[1][0] if k.get("with_logs") else res[1]
   nnx = sys.modules.get("flax.nnx")
   seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
       [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
@@ -550,7 +678,7 @@ def _seen_through(box: list):
         first = not box
         res = inner(*args, **kwargs)
         if first:   # the outermost: nnx.grad's State, not the jax.grad it calls
-          box[:] = [(grads_of(res, k.get("has_aux", False)), live)]
+          box[:] = [(grads_of(res, k), live)]
         return res
       return call
     return wrapped

@@ -151,6 +151,40 @@ describe('WatchPlot', () => {
     expect(node.querySelectorAll('button.jp-Vjpviz-watchNans')).toHaveLength(1);
   });
 
+  it("tables the step's logs at the last step drawn, names as text", () => {
+    const { kernel, model } = modelOnKernel();
+    const plot = new WatchPlot(model.watches);
+    kernel.open(push(series()));
+    expect(plot.node.querySelectorAll('.jp-Vjpviz-watchLogs tr')).toHaveLength(
+      0
+    );
+    const nan = [1, 1, 1, 1, 1, null];
+    kernel.open(
+      push({
+        ...series(),
+        logs: [
+          {
+            name: 'gnorm',
+            mean: [1, 2, 3, 4, 5, 6],
+            min: nan,
+            max: [1, 2, 3, 4, 5, 6.5]
+          },
+          { name: HOSTILE, mean: nan, min: nan, max: nan }
+        ]
+      })
+    );
+    const rows = Array.from(
+      plot.node.querySelectorAll('.jp-Vjpviz-watchLogs tr'),
+      tr => Array.from(tr.children, c => c.textContent)
+    );
+    expect(rows).toEqual([
+      ['log, step 5', 'mean', 'min', 'max'],
+      ['gnorm', '6.000', 'non-finite', '6.500'],
+      [HOSTILE, 'non-finite', 'non-finite', 'non-finite']
+    ]);
+    expect(plot.node.querySelector('img')).toBeNull();
+  });
+
   it("says on the button whether the kernel keeps that step's arguments", () => {
     const { kernel, model } = modelOnKernel();
     const plot = new WatchPlot(model.watches);

@@ -1,8 +1,10 @@
 /**
  * vv.watch in the panel: each watch's gradient norms against its steps (one
  * line per layer, log scale), its events marked and listed, a non-finite one
- * with a button that runs vv.nans on that step in the kernel. Drawn as SVG
- * elements from numbers; every name (a pytree path) is set as text.
+ * with a button that runs vv.nans on that step in the kernel, and the gradient
+ * logs the step returned (vv.watch(step, logs=...)) as a table of their last
+ * drawn step. Drawn as SVG elements from numbers; every name (a pytree path, a
+ * log's key) is set as text.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -58,7 +60,13 @@ export class WatchPlot extends Widget {
     refresh.textContent = 'Refresh';
     refresh.onclick = () => void this._model.refresh();
     h.append(' ', refresh);
-    section.append(h, plot(series), legend(series), this._events(series));
+    section.append(
+      h,
+      plot(series),
+      legend(series),
+      logs(series),
+      this._events(series)
+    );
     return section;
   }
 
@@ -201,6 +209,38 @@ function axes(
     })
   );
   return g;
+}
+
+/**
+ * Each log's mean, min and max at the last step drawn, one row per log (an
+ * empty node without logs); a non-finite value reads "non-finite".
+ */
+function logs(series: WatchSeries): HTMLElement {
+  const table = document.createElement('table');
+  table.className = 'jp-Vjpviz-watchLogs';
+  const found = series.logs ?? [];
+  const at = series.points.length - 1;
+  if (!found.length || at < 0) {
+    return table;
+  }
+  const row = (cells: string[], tag: 'th' | 'td') => {
+    const tr = document.createElement('tr');
+    for (const text of cells) {
+      const cell = document.createElement(tag);
+      cell.textContent = text;
+      tr.append(cell);
+    }
+    return tr;
+  };
+  const shown = (v: number | null) =>
+    v === null ? 'non-finite' : v.toPrecision(4);
+  table.append(
+    row([`log, step ${series.points[at]}`, 'mean', 'min', 'max'], 'th'),
+    ...found.map(l =>
+      row([l.name, shown(l.mean[at]), shown(l.min[at]), shown(l.max[at])], 'td')
+    )
+  );
+  return table;
 }
 
 function legend(series: WatchSeries): HTMLElement {
