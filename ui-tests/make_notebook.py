@@ -95,7 +95,8 @@ for stem, name in SMALL_NOTEBOOKS.items():
   small.metadata["kernelspec"] = nb.metadata["kernelspec"]
   nbformat.write(small, root / f"{stem}.ipynb")
 # Issue 41 (ui-tests/galata/report.spec.ts): a flax model whose body is frozen and whose
-# head is unused through vv.grads, a watched optax loop that goes non-finite, a failing rule.
+# head is unused through vv.grads, a watched optax loop that goes non-finite, a failing rule,
+# a rule with logs.
 FROZEN = frozen_net.SOURCE
 WATCHED = '''import optax
 
@@ -112,7 +113,28 @@ p, s = params, opt.init(params)
 for _ in range(16):
     p, s = step(p, s)
 print(step)'''
+# A rule with logs (defvjp_with_logs) asked for with jax.grad(..., with_logs=True): its
+# bfloat16 cotangent is a warning whose diagnosis lists the logs; the cell prints what JAX
+# returned ("LOG name = values", as vjpviz formats numbers) for the test to compare.
+LOGGED = '''import jax, jax.numpy as jnp, numpy as np
+
+@jax.custom_vjp
+def logged_sin(x):
+    return jnp.sin(x)
+
+def logged_sin_fwd(x):
+    return jnp.sin(x), x
+
+def logged_sin_bwd(x, g):   # logs its cotangent's norm and the cosines; returns bfloat16
+    logs = {"gnorm": jnp.abs(g).sum(), "stats": {"cos": jnp.cos(x)}}
+    return ((g * jnp.cos(x)).astype(jnp.bfloat16),), logs
+
+logged_sin.defvjp_with_logs(logged_sin_fwd, logged_sin_bwd)
+g, logs = jax.grad(lambda x: logged_sin(x).sum(), with_logs=True)(jnp.arange(3.0))
+for path, leaf in jax.tree_util.tree_leaves_with_path(logs):
+    name = path[0].key + jax.tree_util.keystr(path[1:])
+    print(f"LOG {name} =", ", ".join(f"{float(v):.4g}" for v in np.ravel(leaf)))'''
 report_nb = new_notebook(cells=[new_code_cell(c) for c in (
-    "%load_ext vjpviz", FROZEN, WATCHED, SMALL.format(name="rule_41"))])
+    "%load_ext vjpviz", FROZEN, WATCHED, SMALL.format(name="rule_41"), LOGGED)])
 report_nb.metadata["kernelspec"] = nb.metadata["kernelspec"]
 nbformat.write(report_nb, root / "report.ipynb")

@@ -1,11 +1,12 @@
 // What a user sees of vv.grads and vv.watch (issue 41): cells named as IPython names
 // them, with a click going to the cell and line; the panel showing itself for a report
 // and for a watch's first event; a watch's events one line per block and event; a
-// compact legend inline; leaf paths readable at the panel's width. Its two screenshots
-// are the README's pictures of the gradient report and the watch plot.
+// compact legend inline; leaf paths readable at the panel's width; a rule's logs
+// (defvjp_with_logs) listed beside its diagnosis as JAX returned them. Its first two
+// screenshots are the README's pictures of the gradient report and the watch plot.
 import { expect, test, Vjpviz } from './vjpviz';
 
-const CELLS = { load: 0, frozen: 1, watched: 2, rule: 3 };
+const CELLS = { load: 0, frozen: 1, watched: 2, rule: 3, logs: 4 };
 
 /** The hidden panel shows itself for `what`. */
 async function panelShownFor(vv: Vjpviz, what: string): Promise<void> {
@@ -124,4 +125,49 @@ test('vv.grads and vv.watch: cells named, the panel shown, events per block', as
         (window as any).jupyterapp.shell.currentWidget.content.activeCellIndex
     )
   ).toBe(CELLS.rule);
+});
+
+test('a rule with logs: its diagnosis lists them as JAX returned them', async ({
+  vv
+}) => {
+  await vv.open('report.ipynb');
+  await vv.runCells(CELLS.load, CELLS.logs);
+  expect(await vv.hasError(CELLS.logs), 'the logging cell raised').toBe(false);
+
+  // What JAX returned, as the cell printed it: "LOG name = values".
+  const printed = (await vv.outputText(CELLS.logs))
+    .split('\n')
+    .map(line => /^LOG (.+?) = (.+)$/.exec(line.trim()))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map(m => [m[1], m[2]]);
+  // The constructed values: |g| summed over 3 ones, and cos(0), cos(1), cos(2).
+  expect(printed).toEqual([
+    ['gnorm', '3'],
+    ["stats['cos']", '1, 0.5403, -0.4161']
+  ]);
+
+  // The bfloat16 cotangent JAX let through: a diagnosis, its logs beside it.
+  await vv.showPanel();
+  await vv.item('logged_sin').click({ timeout: 30000 });
+  await expect(vv.panel.locator('.jp-Vjpviz-location')).toHaveText(
+    /^logged_sin_bwd — Cell In\[\d+\], line \d+$/,
+    { timeout: 30000 }
+  );
+  await expect(
+    vv.panel.locator('h4.jp-Vjpviz-section', { hasText: 'Logs the rule wrote' })
+  ).toBeVisible();
+  const table = vv.panel.locator('table.jp-Vjpviz-logs');
+  const rows = table.locator('tbody tr');
+  await expect(rows).toHaveCount(printed.length);
+  const shown = await rows.evaluateAll(trs =>
+    trs.map(tr => Array.from(tr.querySelectorAll('td'), td => td.textContent))
+  );
+  vv.log(`logs table: ${JSON.stringify(shown)}`);
+  // log, type, stacked, values: names and values as printed, types as JAX made them.
+  expect(shown.map(([name, , , values]) => [name, values])).toEqual(printed);
+  expect(shown.map(([, type, stacked]) => [type, stacked])).toEqual([
+    ['float32[]', ''],
+    ['float32[3]', '']
+  ]);
+  await vv.shot('18-rule-logs', vv.panel);
 });
