@@ -1,11 +1,11 @@
-"""The README's per-version capability table, written from test results.
+"""docs/jax-versions.md's per-version capability table, written from test results.
 
 tests/test_jax_versions.py, run with VJPVIZ_CAPABILITIES=DIR on each JAX (scripts/test.sh
 does), leaves DIR/jax-VERSION.json with the outcome of each kind's real failure there.
 
   python scripts/capability_table.py DIR/*.json                  print the table
-  python scripts/capability_table.py --write README.md DIR/*.json  replace README's table
-  python scripts/capability_table.py --check README.md DIR/*.json  exit 1 if it differs
+  python scripts/capability_table.py --write docs/jax-versions.md DIR/*.json  replace its table
+  python scripts/capability_table.py --check docs/jax-versions.md DIR/*.json  exit 1 if it differs
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def replaced(readme: str, block: str) -> str:
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   mode = parser.add_mutually_exclusive_group()
-  mode.add_argument("--write", metavar="README")
-  mode.add_argument("--check", metavar="README")
+  mode.add_argument("--write", metavar="FILE")
+  mode.add_argument("--check", metavar="FILE")
   parser.add_argument("results", nargs="+", type=Path)
   args = parser.parse_args(argv)
   block = table([json.loads(p.read_text()) for p in args.results if p.exists()])

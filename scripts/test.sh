@@ -17,13 +17,6 @@ NEWEST_JAX=$(python -c 'import jax; print(jax.__version__)')
 # OLDEST_JAX_TESTS on the oldest);
 # UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
 # (this checkout on PYTHONPATH, only the runtime dependencies installed).
-# Older JAX releases, each in a venv of its own on the oldest Python they run on: a
-# user's environment with that JAX, into which the checkout is pip-installed as a user
-# would (a wheel: the labextension is already built, so no npm runs); the install must
-# leave JAX as it was (suite "install", counted). OLD_JAX is tested (OLD_JAX_TESTS, and
-# OLDEST_JAX_TESTS on the oldest);
-# UNSUPPORTED_JAX is older than pyproject's floor, for tests/test_unsupported_jax.py
-# (this checkout on PYTHONPATH, only the runtime dependencies installed).
 # The main lane runs the newest JAX pip resolves (the next release is found by CI the day it
 # appears); a release of this list that is that JAX runs there alone, not twice.
 OLD_JAX=(0.6.2 0.7.2 0.8.3 0.9.2 0.10.2 0.11.2 0.12.1)
@@ -184,7 +177,7 @@ suite wheel '^[0-9]+ passed, [0-9]+ failed$' env VJPVIZ_WHEEL_JAX="${OLD_JAX[0]}
 wait "$older" || true
 echo "== older JAX lane"
 cat "$logs/older-lane.out"
-python scripts/capability_table.py --check README.md "$VJPVIZ_CAPABILITIES"/*.json || true
+python scripts/capability_table.py --check docs/jax-versions.md "$VJPVIZ_CAPABILITIES"/*.json || true
 
 passed=0
 failed=0

@@ -4,7 +4,7 @@ For every kind one real failure: with vjpviz installed, JAX raises (or returns) 
 what it does without it; vjpviz diagnoses that kind exactly when it says, in the line
 ``%load_ext`` prints, that this JAX gets it; uninstalling restores every hook point.
 With ``VJPVIZ_CAPABILITIES`` set to a directory, the outcome per kind is written there
-as JSON for ``scripts/capability_table.py`` (the README's table).
+as JSON for ``scripts/capability_table.py`` (docs/jax-versions.md's table).
 """
 import json
 import os
