@@ -6,6 +6,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jupyter_vjpviz.api.grads import grads
@@ -608,3 +609,46 @@ def test_a_residual_sum_of_zeros_is_traced_to_the_dead_relu():
   report = grads(_dead_then_residual_attention, p, jnp.ones((3, 4)))
   line = _line(_dead_then_residual_attention, "relu")
   assert _reasons(report)["['out']"] == ("dead", line)
+
+
+def _nonfinite_truth(loss, *args):
+  """Per leaf of jax.grad's own gradient: (NaN count, Inf count)."""
+  return [(int(np.isnan(g).sum()), int(np.isinf(g).sum()))
+          for g in jax.tree_util.tree_leaves(jax.grad(loss)(*args))]
+
+
+def test_a_nan_gradient_is_reported_first_and_is_never_healthy():
+  loss = lambda w, x: jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))   # the issue's
+  w, x = jnp.ones((3, 2)), jnp.ones((4, 3)).at[1].set(0.0)
+  r = grads(loss, w, x)
+  assert r.judged and not r.healthy
+  assert [(n.nan, n.inf) for n in r.nonfinite] == _nonfinite_truth(loss, w, x) == [(6, 0)]
+  assert r.nonfinite[0].first == (0, 0)
+  head, first, cause = str(r).splitlines()[:3]
+  assert head == "vjpviz grads of <lambda>: 1 leaf with a NaN/Inf gradient"
+  assert "6 NaN of 6, first at [0, 0]" in first and "vv.nans(<lambda>" in cause
+
+
+def test_an_inf_gradient_names_its_first_index():
+  w = jnp.array([1.0, 0.0, 4.0])
+  r = grads(lambda w: jnp.sqrt(w).sum(), w)
+  assert [(n.nan, n.inf, n.first) for n in r.nonfinite] == [(0, 1, (1,))]
+  assert _nonfinite_truth(lambda w: jnp.sqrt(w).sum(), w) == [(0, 1)] and not r.healthy
+
+
+def test_a_flax_model_whose_every_leaf_is_nan_is_not_called_dead():
+  nn = pytest.importorskip("flax.linen")
+  model = nn.Dense(3)
+  x = jnp.zeros((2, 4))
+  params = model.init(jax.random.key(0), x)
+  loss = lambda p, x: jnp.sqrt(jnp.sum(model.apply(p, x) ** 2))   # at 0: no finite derivative
+  r = grads(loss, params, x)
+  truth = _nonfinite_truth(loss, params, x)
+  assert all(n + i for n, i in truth) and len(r.nonfinite) == len(truth) == 2
+  assert not r.partly_zero and not r.zero and not any(layer.flag for layer in r.layers)
+  assert str(r).splitlines()[0].endswith("2 leaves with a NaN/Inf gradient")
+
+
+def test_print_gives_the_reports_text_and_repr_is_short(report):
+  assert str(report).startswith("vjpviz grads of") and "\n" in str(report)
+  assert repr(report).startswith("<GradReport") and len(repr(report)) < 120

@@ -22,6 +22,8 @@ from jupyter_vjpviz.analysis import program
 from jupyter_vjpviz.analysis.values import oracle, replay
 from jupyter_vjpviz.capture.sites import check_sites
 
+watch_module = importlib.import_module("jupyter_vjpviz.api.watch")
+
 
 @jax.custom_vjp
 def cube(x):
@@ -76,11 +78,11 @@ ANSWERS = {   # entry point -> (ask it about fn, its all-clear)
     "grads": (lambda fn, *a: vv.grads(fn, *a), lambda r: r.healthy),
     "last": (lambda fn, *a: _failing_call(fn) or vv.last(), lambda r: r is None),
     "diagnoses": (lambda fn, *a: _failing_call(fn) or vv.diagnoses(), lambda r: r == []),
+    "watch": (lambda fn, *a: _watched(fn, *a), lambda r: r.events() == [] and "finite" in str(r)),
 }
 NOT_CHECKS = {"Diagnosis", "Fix", "Unchecked", "unchecked", "install", "uninstall", "installed",
               "clear", "surrogate", "verify_fix", "apply_fix", "load_ipython_extension",
-              "unload_ipython_extension",
-              "watch"}   # a watch's verdicts are its events: tests/test_grads.py's watch tests
+              "unload_ipython_extension"}
 FAILING_CALL = {"last", "diagnoses"}   # they answer about a failing call: asked of ``broken``
 ASKED_OF = {"last": broken, "diagnoses": broken,
             "nans": nan_loss}   # vjpviz runs nothing of its own on a finite gradient
@@ -90,6 +92,13 @@ ASKED_OF = {"last": broken, "diagnoses": broken,
 def _uncached():
   """``vv.check`` keeps an established answer per function and types: asked afresh here."""
   importlib.import_module("jupyter_vjpviz.api.check").clear_cache()
+
+
+def _watched(fn, w, x):
+  """A watched train step of ``fn``, called once: its verdict is its events."""
+  step = vv.watch(jax.jit(lambda w, x: w - 0.1 * jax.grad(fn)(w, x)))
+  step(w, x)
+  return step
 
 
 def test_every_public_name_is_an_answer_or_not_a_check():
@@ -123,6 +132,8 @@ def _inject(monkeypatch, entry):
     monkeypatch.setattr(check_sites, "_instrumented", boom)
   elif entry == "gradcheck":  # the judge of each rule
     monkeypatch.setattr(oracle.Oracle, "of", boom)
+  elif entry == "watch":      # the health each step computes beside its outputs
+    monkeypatch.setattr(watch_module, "_health", boom)
   else:                        # the program's graph: the diagnosis, the report, the search
     monkeypatch.setattr(program, "build", boom)
 
@@ -144,6 +155,8 @@ SCOPE = {   # (entry, mode) whose all-clear stays true, and why
     ("diagnoses", "non-finite"): "as last",
     ("last", "unreadable input"): "the user's own call reads its inputs",
     ("diagnoses", "unreadable input"): "as last",
+    ("watch", "raises in our run"): "runs only the user's step, compiled with its health",
+    ("watch", "no time"): "as its step runs: no budget to spend",
 }
 
 
@@ -155,9 +168,14 @@ def _deleted(x):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("entry", sorted(ANSWERS))
-def test_no_entry_point_gives_an_all_clear_it_did_not_establish(hook, monkeypatch, entry, mode):
+def test_no_entry_point_gives_an_all_clear_it_did_not_establish(hook, monkeypatch, request, entry,
+                                                                mode):
   if (entry, mode) in SCOPE:
     pytest.skip(SCOPE[(entry, mode)])
+  if (entry, mode) == ("watch", "internal error"):   # no all-clear, but our error is raised
+    request.applymarker(pytest.mark.xfail(
+        strict=True, reason="vv.watch raises an error of its instrumented step into the user's "
+        "step (issue 49's watch flow: the plain step, the watch unchecked)"))
   ask, clear = ANSWERS[entry]
   fn, args = ASKED_OF.get(entry, clean), (W, X)
   if mode == "raises in our run":   # gradcheck runs a rule's primal, the user's program never does
@@ -169,7 +187,7 @@ def test_no_entry_point_gives_an_all_clear_it_did_not_establish(hook, monkeypatc
   elif mode == "non-finite":
     fn = nan_loss
   elif mode == "unreadable input":
-    args = (_deleted(W), X) if entry in ("nans", "grads") else (object(), X)
+    args = (_deleted(W), X) if entry in ("nans", "grads", "watch") else (object(), X)
   try:
     answer = ask(fn, *args)
   except Exception as e:  # noqa: BLE001 - raising is no all-clear: its type says whose it is
@@ -202,3 +220,9 @@ def test_the_line_magics_return_the_entry_points_answers(hook, monkeypatch, caps
   shell.user_ns.update(loss=nan_loss)
   assert isinstance(magic("nans loss(w, x)"), vv.Unchecked)
   assert "could not check vv.nans of nan_loss" in capsys.readouterr().out
+
+
+def test_print_gives_a_diagnosis_as_text_and_its_repr_is_one_short_line(hook):
+  d = vv.nans(nan_loss, W, X)
+  assert str(d) == d.to_text() and str(d).count("\n") > 3 and "sqrt" in str(d)
+  assert repr(d).startswith("<Diagnosis") and "\n" not in repr(d) and len(repr(d)) < 200
