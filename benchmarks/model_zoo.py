@@ -496,6 +496,9 @@ def judge_grads(p: Program, show_traceback: bool = False) -> Verdict:
               + [f"partly {q.path} ({q.reason})" for q in report.partly_zero if q.alarm]
               + [f"layer {l.name} {l.flag} ({l.why})" for l in report.layers if l.flag])
     return Verdict("false alarm", "; ".join(alarms)) if alarms else Verdict("exact")
+  if twice := [f"{l.name} {l.flag} ({l.why})" for l in report.layers if l.flag and not l.grad_norm]:
+    return Verdict("false alarm", f"blocks with no gradient also flagged: {twice}")   # their
+    # zero leaves say why, each with its reason
   if missing := sorted(p.zero - set(got)):
     return Verdict("missed", f"expected zero {missing} ({p.reason}), got "
                              f"{[(z.path, z.reason) for z in report.zero]}")

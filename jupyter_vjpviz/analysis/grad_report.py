@@ -38,6 +38,8 @@ class PartlyZero:
   reason: str                   # "not gathered" (an embedding's rows this batch), "not read"
                                 # (sliced away: ``w[:n]``), "dead"
   alarm: bool
+  source: str | None = None     # dead: the user's line of the mask where those units die
+  op: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +132,7 @@ class GradReport:
                     "partly_zero": [dataclasses.asdict(p) for p in self.partly_zero],
                     "layers": [dataclasses.asdict(layer) for layer in self.layers],
                     "graph": self.graph.to_dict(), "process": self.process,
-                    "places": places.places((*(z.source for z in self.zero),
+                    "places": places.places((*(z.source for z in (*self.zero, *self.partly_zero)),
                                              *self.graph.call_sites())),
                     "processes": list(self.processes)})
 

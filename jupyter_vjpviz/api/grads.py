@@ -25,7 +25,7 @@ import numpy as np
 from ..capture import records
 from ..capture.compat.private import core
 from ..analysis import program
-from ..analysis.values import grad_paths, nonfinite, replay
+from ..analysis.values import dead_units, grad_paths, nonfinite, replay
 from ..analysis.values.flows import mark_flows, program_inputs
 from ..analysis.graph import Graph
 from ..analysis.grad_report import GradReport, Layer, NonFinite, PartlyZero, ZeroLeaf
@@ -124,14 +124,18 @@ def _report(fn, args, kwargs, paths, positions, nums) -> GradReport:
   live = [position[k] for k in zeros if struct[position[k]] == grad_paths.LIVE]
   cuts = grad_paths.value_cuts(jaxpr, env, edges, live) if live else {}
   primals = grad_paths.primal_norms(jaxpr, env)
+  gathered, sliced = grad_paths.gathered(jaxpr), grad_paths.sliced(jaxpr)
+  partly = {k: _partly(paths[k], g, position[k] in gathered, sliced.get(position[k]))
+            for k, g in enumerate(values) if k not in zeros and grad_flows[k].finite}
+  dying = [position[k] for k, found in partly.items() if any(p.reason == "dead" for p in found)]
+  died = dead_units.unit_cuts(jaxpr, env, dying) if dying else {}
   del env, invals
+  partly = tuple(_with_source(p, died.get(position[k])) for k, found in partly.items()
+                 for p in found)
   names = _input_names(origin, args, kwargs, dict(zip(position, paths)))
   zero = tuple(_zero_leaf(paths[k], struct[position[k]] if struct[position[k]] != grad_paths.LIVE
                           else cuts.get(position[k], grad_paths.Cut("dead")), names)
                for k in zeros)
-  gathered, sliced = grad_paths.gathered(jaxpr), grad_paths.sliced(jaxpr)
-  partly = tuple(p for k, g in enumerate(values) if k not in zeros and grad_flows[k].finite
-                 for p in _partly(paths[k], g, position[k] in gathered, sliced.get(position[k])))
   eps = max((float(np.finfo(x.dtype).eps) for x in leaves if inexact(x)), default=0.0)
   tables = {k for k, i in enumerate(position) if i in gathered}
   unmeasured = {k for k, f in enumerate(grad_flows) if not f.finite}
@@ -144,6 +148,11 @@ def _report(fn, args, kwargs, paths, positions, nums) -> GradReport:
                                                                           param_flows)),
                     graph=graph, note=None if complete else "the measured pass stopped early",
                     nonfinite=bad, cause=_cause(origin.name, nums) if bad else None)
+
+
+def _with_source(p: PartlyZero, cut: grad_paths.Cut | None) -> PartlyZero:
+  """Dead units with the line of the mask where they die (``grad_paths.unit_cuts``)."""
+  return dataclasses.replace(p, source=cut.source, op=cut.op) if cut and p.reason == "dead" else p
 
 
 def _nonfinite(path: str, g: np.ndarray, f: nonfinite.Flow) -> NonFinite:

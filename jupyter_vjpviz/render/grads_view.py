@@ -42,7 +42,8 @@ def text(r: GradReport) -> str:
     lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({spelled(z.source)})" if z.source else "")
                  + (f"; {z.factor} is all zero" if z.factor else ""))
   for p in r.partly_zero:
-    lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason})")
+    at = (f" at {p.op}" if p.op else "") + (f", {spelled(p.source)}" if p.source else "")
+    lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason}{at})")
   for layer in r.layers:
     ratio = f"{layer.ratio:.3g}" if layer.ratio is not None else "-"
     flag = f"  ✖ {layer.flag}: {layer.why}" if layer.flag else ""
