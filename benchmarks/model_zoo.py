@@ -496,6 +496,9 @@ def judge_grads(p: Program, show_traceback: bool = False) -> Verdict:
               + [f"partly {q.path} ({q.reason})" for q in report.partly_zero if q.alarm]
               + [f"layer {l.name} {l.flag} ({l.why})" for l in report.layers if l.flag])
     return Verdict("false alarm", "; ".join(alarms)) if alarms else Verdict("exact")
+  if twice := [f"{l.name} {l.flag} ({l.why})" for l in report.layers if l.flag and not l.grad_norm]:
+    return Verdict("false alarm", f"blocks with no gradient also flagged: {twice}")   # their
+    # zero leaves say why, each with its reason
   if missing := sorted(p.zero - set(got)):
     return Verdict("missed", f"expected zero {missing} ({p.reason}), got "
                              f"{[(z.path, z.reason) for z in report.zero]}")
@@ -541,9 +544,9 @@ class Crashed(Exception):
 
 
 def vjpviz(call: str, p: Program, show_traceback: bool = False):
-  """``vv.grads``/``vv.nans`` of the program as jax.grad takes it; what it raises, or the
-  internal error its safety net prints instead (then it answers as if nothing was wrong),
-  as ``Crashed``."""
+  """``vv.grads``/``vv.nans`` of the program as jax.grad takes it; what it raises, the
+  internal error its safety net prints, or its answer that it could not check, as
+  ``Crashed``."""
   printed = io.StringIO()
   safety.forget_failures()    # else its safety net prints each kind of failure only once
   try:
@@ -556,6 +559,8 @@ def vjpviz(call: str, p: Program, show_traceback: bool = False):
     raise Crashed(f"vv.{call} raised {type(e).__name__}: {first}") from e
   if "internal error" in printed.getvalue():
     raise Crashed(f"vv.{call} printed {printed.getvalue().strip()[:240]}")
+  if vv.unchecked(answer) is not None:   # it said it could not check: no answer to judge
+    raise Crashed(str(vv.unchecked(answer))[:240])
   return answer
 
 

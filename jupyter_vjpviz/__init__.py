@@ -23,15 +23,19 @@ if TYPE_CHECKING:   # the API as type checkers and IDEs see it; at run time, imp
   from .api.grads import grads
   from .api.nans import nans
   from .api.watch import watch
+  from .base.unchecked import Unchecked, unchecked
 
 __all__ = ["Diagnosis", "Fix", "install", "uninstall", "installed", "last",
-           "diagnoses", "clear", "check", "gradcheck", "nans", "grads", "watch", "surrogate", "verify_fix",
+           "diagnoses", "clear", "Unchecked", "unchecked",
+           "check", "gradcheck", "nans", "grads", "watch", "surrogate", "verify_fix",
            "apply_fix", "load_ipython_extension", "unload_ipython_extension"]
 __version__ = "0.1.0"
 
 _LAZY = {"Diagnosis": ".analysis.diagnosis", "Fix": ".analysis.diagnosis", "surrogate": ".base.surrogates",
          "check": ".api.check", "verify_fix": ".api.check", "apply_fix": ".api.check",
-         "gradcheck": ".api.gradcheck", "nans": ".api.nans", "grads": ".api.grads", "watch": ".api.watch"}
+         "gradcheck": ".api.gradcheck",
+         "nans": ".api.nans", "grads": ".api.grads", "watch": ".api.watch",
+         "Unchecked": ".base.unchecked", "unchecked": ".base.unchecked"}
 """The names imported on first use, from the modules above (which import JAX's internals)."""
 
 
@@ -82,15 +86,17 @@ def clear() -> None:
 
 def last():
   """The diagnosis of the most recent failing call or warning, or None: of one call's
-  several, its first error (the one the exception's note names)."""
+  several, its first error (the one the exception's note names); an ``Unchecked`` where
+  vjpviz could not diagnose it."""
   pipeline = _pipeline_if_loaded()
   return pipeline.latest() if pipeline is not None else None
 
 
 def diagnoses() -> list:
-  """The diagnoses since install (or ``clear()``), oldest first; the newest 200 are kept."""
+  """The diagnoses since install (or ``clear()``), oldest first; the newest 200 are kept;
+  then an ``Unchecked`` for each problem vjpviz could not diagnose, saying why."""
   pipeline = _pipeline_if_loaded()
-  return pipeline.history() if pipeline is not None else []
+  return pipeline.answers() if pipeline is not None else []
 
 
 def load_ipython_extension(ipython) -> None:

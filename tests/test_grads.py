@@ -6,6 +6,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jupyter_vjpviz.api.grads import grads
@@ -608,3 +609,109 @@ def test_a_residual_sum_of_zeros_is_traced_to_the_dead_relu():
   report = grads(_dead_then_residual_attention, p, jnp.ones((3, 4)))
   line = _line(_dead_then_residual_attention, "relu")
   assert _reasons(report)["['out']"] == ("dead", line)
+
+
+def _nonfinite_truth(loss, *args):
+  """Per leaf of jax.grad's own gradient: (NaN count, Inf count)."""
+  return [(int(np.isnan(g).sum()), int(np.isinf(g).sum()))
+          for g in jax.tree_util.tree_leaves(jax.grad(loss)(*args))]
+
+
+def test_a_nan_gradient_is_reported_first_and_is_never_healthy():
+  loss = lambda w, x: jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))   # the issue's
+  w, x = jnp.ones((3, 2)), jnp.ones((4, 3)).at[1].set(0.0)
+  r = grads(loss, w, x)
+  assert r.judged and not r.healthy
+  assert [(n.nan, n.inf) for n in r.nonfinite] == _nonfinite_truth(loss, w, x) == [(6, 0)]
+  assert r.nonfinite[0].first == (0, 0)
+  head, first, cause = str(r).splitlines()[:3]
+  assert head == "vjpviz grads of <lambda>: 1 leaf with a NaN/Inf gradient"
+  assert "6 NaN of 6, first at [0, 0]" in first and "vv.nans(<lambda>" in cause
+
+
+def test_an_inf_gradient_names_its_first_index():
+  w = jnp.array([1.0, 0.0, 4.0])
+  r = grads(lambda w: jnp.sqrt(w).sum(), w)
+  assert [(n.nan, n.inf, n.first) for n in r.nonfinite] == [(0, 1, (1,))]
+  assert _nonfinite_truth(lambda w: jnp.sqrt(w).sum(), w) == [(0, 1)] and not r.healthy
+
+
+def test_a_flax_model_whose_every_leaf_is_nan_is_not_called_dead():
+  nn = pytest.importorskip("flax.linen")
+  model = nn.Dense(3)
+  x = jnp.zeros((2, 4))
+  params = model.init(jax.random.key(0), x)
+  loss = lambda p, x: jnp.sqrt(jnp.sum(model.apply(p, x) ** 2))   # at 0: no finite derivative
+  r = grads(loss, params, x)
+  truth = _nonfinite_truth(loss, params, x)
+  assert all(n + i for n, i in truth) and len(r.nonfinite) == len(truth) == 2
+  assert not r.partly_zero and not r.zero and not any(layer.flag for layer in r.layers)
+  assert str(r).splitlines()[0].endswith("2 leaves with a NaN/Inf gradient")
+
+
+def test_print_gives_the_reports_text_and_repr_is_short(report):
+  assert str(report).startswith("vjpviz grads of") and "\n" in str(report)
+  assert repr(report).startswith("<GradReport") and len(repr(report)) < 120
+
+
+HEADS = jnp.array([1.0, 0.0])   # a leftover head mask: head 1 off
+
+
+def _masked_heads(p, x):
+  hs = jnp.stack([jax.nn.softmax(x @ p["q0"] @ (x @ p["k0"]).T) @ x,
+                  jax.nn.softmax(x @ p["q1"] @ (x @ p["k1"]).T) @ x])
+  return (hs * HEADS[:, None, None]).sum()   # heads
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_a_head_mask_is_a_zero_factor_not_a_dead_unit_nor_an_underflow(dtype):
+  x = jax.random.normal(jax.random.key(0), (4, 4), dtype)
+  p = {k: jax.random.normal(jax.random.key(i), (4, 4), dtype) / 2
+       for i, k in enumerate(("q0", "k0", "q1", "k1"))}
+  r = grads(_masked_heads, p, x)
+  zero = {leaf for leaf, g in jax.grad(_masked_heads)(p, x).items()
+          if not np.any(np.asarray(g, np.float32))}
+  assert zero == {"k1", "q1"}
+  assert [(z.path, z.reason, z.op, z.source) for z in r.zero] == [
+      (f"['{k}']", "zero_factor", "mul", line_of("heads")) for k in ("k1", "q1")]
+
+
+def _dead_in_a_scan(p, x):
+  h, _ = jax.lax.scan(lambda c, _: (jax.nn.relu(c @ p["w"] + p["b"]), None), x, None, length=2)
+  return h.astype(jnp.float32).sum() + (x @ p["v"]).astype(jnp.float32).sum()
+
+
+def test_a_dead_relu_in_a_bfloat16_scan_is_dead_not_underflow():
+  dt = jnp.bfloat16
+  p = {"w": jnp.ones((4, 4), dt), "b": jnp.full(4, -100.0, dt), "v": jnp.ones((4, 1), dt)}
+  r = grads(_dead_in_a_scan, p, jnp.ones((3, 4), dt))
+  assert {(z.path, z.reason) for z in r.zero} == {("['b']", "dead"), ("['w']", "dead")}
+
+
+def _partly_dead(p, x):
+  h = jax.nn.relu(x @ p["w"] + p["b"])   # units die
+  return (h @ p["w2"]).sum()
+
+
+def test_dead_units_carry_the_line_of_the_mask_where_they_die():
+  p = {"w": jnp.ones((4, 4)), "b": jnp.array([-100.0, 0.5, 0.5, -100.0]), "w2": jnp.ones((4, 1))}
+  r = grads(_partly_dead, p, jnp.ones((3, 4)))
+  assert [(q.path, q.units, q.fraction, q.op, q.source) for q in r.partly_zero] == [
+      ("['b']", "entries", 0.5, "relu", line_of("units die")),
+      ("['w']", "columns", 0.5, "relu", line_of("units die")),
+      ("['w2']", "rows", 0.5, "relu", line_of("units die"))]
+  assert "50% of columns get none (dead at relu, " in str(r) and f"{HERE.name}:" in str(r)
+
+
+def test_a_block_cut_by_stop_gradient_is_its_zero_leaves_not_also_vanishing():
+  def loss(p, x):
+    with jax.named_scope("enc"):
+      h = jnp.tanh(x @ p["enc"]["w"])
+    h = jax.lax.stop_gradient(h)
+    with jax.named_scope("dec"):
+      return jnp.tanh(h @ p["dec"]["w"]).sum()
+  p = {"enc": {"w": jnp.ones((3, 3)) / 3}, "dec": {"w": jnp.ones((3, 3)) / 3}}
+  r = grads(loss, p, jnp.ones((2, 3)))
+  assert [(z.path, z.reason) for z in r.zero] == [("['enc']['w']", "stopped")]
+  assert [layer.name for layer in r.layers] == ["enc", "dec"]
+  assert not any(layer.flag for layer in r.layers), r.layers

@@ -184,6 +184,16 @@ class Diagnosis:
                                  *self.graph.call_sites()))
     return d
 
+  def __str__(self) -> str:
+    """``print(d)``: the readable text (its headline where the render stage is not loaded)."""
+    return self.to_text() if "text" in RENDERINGS else f"vjpviz: {self.headline}"
+
+  def __repr__(self) -> str:
+    """Short and informative: ``print(d)`` and ``to_dict()`` have the rest."""
+    where = self.call_site or self.source
+    return (f"<Diagnosis {self.id} {self.kind} ({self.severity}) in {self.function}"
+            + (f" at {where}" if where else "") + f": {len(self.fixes)} fixes>")
+
   # Renderings: the public spellings of the render stage's renderers, which that stage
   # (above this one) registers in RENDERINGS when it is imported.
   def to_text(self) -> str:

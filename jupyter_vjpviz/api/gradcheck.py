@@ -30,6 +30,8 @@ from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
 from ..analysis.graph import Graph
 from ..base import safety
+from ..base.unchecked import Unchecked, attempt
+from ..capture.naming.function_names import function_name
 from ..base.surrogates import is_surrogate
 from ..capture import records
 from ..capture.records import WARNING, Record, Session
@@ -61,6 +63,7 @@ class GradCheck:
   every rule checked, with why the unjudged ones were not (``not_judged``)."""
   diagnoses: tuple[Diagnosis, ...]
   rules: tuple[RuleCheck, ...]
+  failed: Unchecked | None = None    # vjpviz failed inside while judging: why
 
   def __iter__(self):
     return iter(self.diagnoses)
@@ -70,6 +73,21 @@ class GradCheck:
 
   def __getitem__(self, i):
     return self.diagnoses[i]
+
+  def __bool__(self) -> bool:
+    """False only where every rule reached was judged right (or marked surrogate): the
+    all-clear; a rule not judged is not one (``unchecked`` says which)."""
+    return bool(self.diagnoses) or self.unchecked is not None
+
+  @property
+  def unchecked(self) -> Unchecked | None:
+    """Why this is no all-clear though nothing differs: an internal failure, or the rules
+    nothing could judge (a flat primal, loops past their cap, no time left)."""
+    missed = [r for r in self.not_judged if not r.surrogate]
+    if self.failed is not None or not missed:
+      return self.failed
+    return Unchecked("vv.gradcheck", f"{len(missed)} of {len(self.rules)} custom rule"
+                     f"{'s' * (len(self.rules) != 1)} not judged; first: {missed[0].line()}")
 
   @property
   def not_judged(self) -> tuple[RuleCheck, ...]:
@@ -103,8 +121,11 @@ def gradcheck(fun, *args, argnums=None, seed: int = 0, **kwargs) -> GradCheck:
       (argnums,) if isinstance(argnums, int) else tuple(argnums))
   jax.clear_caches()
   with applications() as applied:
-    run(fun, abstract_args, nums, kwargs)
-  return judge(applied, seed)
+    found = run(fun, abstract_args, nums, kwargs)
+  with attempt(f"vv.gradcheck of {function_name(fun)}") as trial:
+    result = judge(applied, seed)
+  missed = trial.unchecked() or next((u for u in found if isinstance(u, Unchecked)), None)
+  return dataclasses.replace(result, failed=missed) if missed else result
 
 
 @contextlib.contextmanager

@@ -25,13 +25,13 @@ import numpy as np
 from ..capture import records
 from ..capture.compat.private import core
 from ..analysis import program
-from ..analysis.values import grad_paths, nonfinite, replay
+from ..analysis.values import dead_units, grad_paths, nonfinite, replay
 from ..analysis.values.flows import mark_flows, program_inputs
 from ..analysis.graph import Graph
-from ..analysis.grad_report import GradReport, Layer, PartlyZero, ZeroLeaf
+from ..analysis.grad_report import GradReport, Layer, NonFinite, PartlyZero, ZeroLeaf
 from ..analysis.values.nonfinite_eval import inexact
 from ..analysis.values.partial_vjp import as_input, without_aux
-from ..base import hosts
+from ..base import hosts, unchecked
 from ..base.safety import Listeners
 from ..capture.naming import function_names as names
 from ..capture.records import Origin
@@ -67,8 +67,15 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
           and jax.numpy.issubdtype(out.dtype, jax.numpy.floating)):   # bfloat16 is one
     raise TypeError(f"vv.grads: {getattr(fn, '__name__', 'fn')} must return a real scalar "
                     f"(as jax.grad needs), got {jax.tree_util.tree_map(_aval, out)}")
-  with records.suspended(), jax.debug_nans(False):
-    report = _report(fn, args, kwargs, paths, positions)
+  name = names.function_name(fn)
+  with records.suspended(), jax.debug_nans(False), unchecked.attempt(f"vv.grads of {name}") as trial:
+    try:
+      report = _report(fn, args, kwargs, paths, positions, nums)
+    except Exception as e:  # noqa: BLE001 - vjpviz's own run, not the user's call: said, not raised
+      report = GradReport(function=name, leaves=tuple((p, math.nan, math.nan) for p in paths),
+                          unchecked=unchecked.raised(trial.check, e))
+  if trial.failed and report.healthy:   # a stage of ours failed: no all-clear to give
+    report = dataclasses.replace(report, unchecked=trial.unchecked())
   if views:
     held = f"process {jax.process_index()}'s shards only: {hosts.held(views, labels)}"
     report = dataclasses.replace(report, note="; ".join(filter(None, (held, report.note))))
@@ -89,7 +96,7 @@ def reports() -> list[GradReport]:
   return list(_kept)
 
 
-def _report(fn, args, kwargs, paths, positions) -> GradReport:
+def _report(fn, args, kwargs, paths, positions, nums) -> GradReport:
   """One forward run and one backward pass, eager and measured edge by edge (``vv.nans``'s):
   its inputs' cotangents are the gradient."""
   origin = _origin(fn, args, kwargs, positions)
@@ -110,34 +117,62 @@ def _report(fn, args, kwargs, paths, positions) -> GradReport:
   values = [np.zeros(x.shape, x.dtype) if got[i] is None else hosts.host(got[i])
             for x, i in zip(leaves, position)]
   del got
+  grad_flows = [_flow(g) for g in values]
+  bad = tuple(_nonfinite(paths[k], g, f) for k, (g, f) in enumerate(zip(values, grad_flows))
+              if not f.finite)
   zeros = [k for k, g in enumerate(values) if not np.any(g)]
   live = [position[k] for k in zeros if struct[position[k]] == grad_paths.LIVE]
   cuts = grad_paths.value_cuts(jaxpr, env, edges, live) if live else {}
   primals = grad_paths.primal_norms(jaxpr, env)
+  gathered, sliced = grad_paths.gathered(jaxpr), grad_paths.sliced(jaxpr)
+  partly = {k: _partly(paths[k], g, position[k] in gathered, sliced.get(position[k]))
+            for k, g in enumerate(values) if k not in zeros and grad_flows[k].finite}
+  dying = [position[k] for k, found in partly.items() if any(p.reason == "dead" for p in found)]
+  died = dead_units.unit_cuts(jaxpr, env, dying) if dying else {}
   del env, invals
+  partly = tuple(_with_source(p, died.get(position[k])) for k, found in partly.items()
+                 for p in found)
   names = _input_names(origin, args, kwargs, dict(zip(position, paths)))
   zero = tuple(_zero_leaf(paths[k], struct[position[k]] if struct[position[k]] != grad_paths.LIVE
                           else cuts.get(position[k], grad_paths.Cut("dead")), names)
                for k in zeros)
-  gathered, sliced = grad_paths.gathered(jaxpr), grad_paths.sliced(jaxpr)
-  partly = tuple(p for k, g in enumerate(values) if k not in zeros
-                 for p in _partly(paths[k], g, position[k] in gathered, sliced.get(position[k])))
-  grad_flows = [_flow(g) for g in values]
   eps = max((float(np.finfo(x.dtype).eps) for x in leaves if inexact(x)), default=0.0)
   tables = {k for k, i in enumerate(position) if i in gathered}
-  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows, eps, tables)
+  unmeasured = {k for k, f in enumerate(grad_flows) if not f.finite}
+  layers = _layers(paths, [scopes[i] for i in position], grad_flows, param_flows, eps, tables,
+                   unmeasured)
   graph = dataclasses.replace(_with_primals(mark_flows(_graph(origin), edges), primals),
                               strip=nonfinite.strip(list(paths), grad_flows))
   return GradReport(function=origin.name, zero=zero, partly_zero=partly, layers=layers,
                     leaves=tuple((p, g.norm, w.norm) for p, g, w in zip(paths, grad_flows,
                                                                           param_flows)),
-                    graph=graph, note=None if complete else "the measured pass stopped early")
+                    graph=graph, note=None if complete else "the measured pass stopped early",
+                    nonfinite=bad, cause=_cause(origin.name, nums) if bad else None)
+
+
+def _with_source(p: PartlyZero, cut: grad_paths.Cut | None) -> PartlyZero:
+  """Dead units with the line of the mask where they die (``grad_paths.unit_cuts``)."""
+  return dataclasses.replace(p, source=cut.source, op=cut.op) if cut and p.reason == "dead" else p
+
+
+def _nonfinite(path: str, g: np.ndarray, f: nonfinite.Flow) -> NonFinite:
+  first = np.unravel_index(int(np.flatnonzero(~np.isfinite(g))[0]), g.shape) if g.ndim else ()
+  return NonFinite(path, f.nan, f.inf, f.size, tuple(int(i) for i in first))
+
+
+def _cause(name: str, nums: tuple) -> str:
+  """How to learn what made the gradient non-finite: ``vv.nans`` on the same call."""
+  argnums = "" if nums == (0,) else f", argnums={nums[0] if len(nums) == 1 else nums}"
+  return (f"vv.nans({name}, <the same arguments>{argnums}) names the equation whose backward "
+          "rule made it, at your line, with a verified fix")
 
 
 def _unjudged(origin, paths, param_flows, reason: str) -> GradReport:
   """The report of a gradient vjpviz could not take again: the parameters' norms, and why."""
   return GradReport(function=origin.name, graph=_graph(origin), note=f"gradient {reason}",
-                    judged=False, leaves=tuple((p, math.nan, w.norm) for p, w in zip(paths, param_flows)))
+                    unchecked=unchecked.Unchecked(f"vv.grads of {origin.name}",
+                                                  "the gradient could not be taken again"),
+                    leaves=tuple((p, math.nan, w.norm) for p, w in zip(paths, param_flows)))
 
 
 def _graph(origin) -> Graph:
@@ -244,13 +279,15 @@ def _flow(x) -> nonfinite.Flow:
   return nonfinite.Flow.of(nonfinite.flow(x), int(np.size(x)))
 
 
-def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset()) -> tuple[Layer, ...]:
+def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset(),
+            unmeasured=frozenset()) -> tuple[Layer, ...]:
   """Per block, in depth order, each flagged where its gradient norm is over ``CHANGE``
   times above or below the next one's, or its update ratio is out of reach (``_flag``).
   The blocks are the named scopes the leaves are read in, where they make two or more
   (``_named_blocks``); else the repeated blocks of a stacked model (``nonfinite.strip``'s
   grouping of the paths). A block of embedding ``tables`` (leaf indices read only by
-  gathers) is neither flagged nor compared with."""
+  gathers) is neither flagged nor compared with; nor is one holding an ``unmeasured`` leaf
+  (its gradient NaN/Inf: its norm is of the finite part only)."""
   named = _named_blocks(scopes)
   if named and _by_class(named, paths):   # equinox's scopes: one per class, not per layer
     named = _path_blocks(paths, scopes)
@@ -264,7 +301,8 @@ def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset()) -> 
             for row in nonfinite.strip(list(paths), grad_flows)]
     members = [[k for k, p in enumerate(paths) if p.startswith(row[0])] for row in rows]
   # An embedding's gradient is sparse by nature (rows not gathered): its norm is no evidence.
-  sparse = [bool(ks) and set(ks) <= set(tables) for ks in members]
+  sparse = [bool(ks) and set(ks) <= set(tables) or bool(set(ks) & set(unmeasured))
+            for ks in members]
   layers = []
   for k, (name, norm, param) in enumerate(rows):
     deeper = rows[k + 1][1] if k + 1 < len(rows) and not sparse[k + 1] else None
@@ -279,9 +317,10 @@ def _flag(norm, deeper, ratio, eps) -> tuple[str | None, str | None]:
   next block's; else an update ratio ‖g‖/‖w‖ no learning rate a user sets makes work:
   below the weights' rounding ``eps`` at the highest (the update is lost adding it), or
   over the weights themselves at the lowest."""
-  if deeper is not None and deeper > 0 and norm < deeper / CHANGE:
-    return "vanishing", (f"‖g‖ {deeper / norm:.3g}x below the next block's" if norm else
-                         "no gradient, where the next block has one")
+  # A block with no gradient at all is its zero leaves' to say, each with its reason (a
+  # stop_gradient, an unused head): "vanishing" would be a second, wrong one.
+  if deeper is not None and deeper > 0 and 0 < norm < deeper / CHANGE:
+    return "vanishing", f"‖g‖ {deeper / norm:.3g}x below the next block's"
   if deeper and norm > deeper * CHANGE:   # a next block with none is a zero leaf's to say
     return "exploding", f"‖g‖ {norm / deeper:.3g}x above the next block's"
   low, high = LEARNING_RATES

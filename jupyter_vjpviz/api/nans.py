@@ -27,13 +27,13 @@ from ..analysis.diagnosis import Diagnosis
 from ..analysis.values.flows import flow_dicts, input_names, mark_flows, program_inputs
 from ..analysis.values.nonfinite_eval import inexact
 from ..analysis.values.partial_vjp import arrays_only, as_input, pull_ones, without_aux
-from ..base import hosts, safety
+from ..base import hosts, safety, unchecked
 from ..capture.naming import frames, function_names, user_calls
 from ..capture.records import ERROR, WARNING
 from ..capture.sites import entry_points, jit_calls
 from ..fixes import nonfinite as nonfinite_fixes
 
-def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | None:
+def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | unchecked.Unchecked | None:
   """Differentiate ``fun`` w.r.t. ``argnums``; if a gradient leaf is NaN or Inf, the
   ``nonfinite_cotangent`` Diagnosis: the equation whose backward rule first turned a
   finite cotangent non-finite, why (from the primal values there), and fixes verified
@@ -49,15 +49,22 @@ def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | None:
   The gradient taken first is the user's own (their prints and callbacks happen, once);
   every later run (JAX's again without ``jax_debug_nans``, the search, each fix's
   gradient) is vjpviz's (``analysis.values.replay``): quiet, its effects not repeated.
+
+  Where finiteness was not established (vjpviz failed inside, its run of ``fun`` raised,
+  no time left, a step whose gradient it could not see) an ``Unchecked`` saying why,
+  never None.
   """
-  if argnums is None:
-    found = stepped(fun, args, kwargs)
-  else:
-    found = _nans(without_aux(fun) if has_aux else fun, args, argnums, kwargs, ran=False)
-  return found and pipeline.recorded(found)
+  with unchecked.attempt(f"vv.nans of {function_names.function_name(fun)}") as trial:
+    if argnums is None:
+      found = stepped(fun, args, kwargs)
+    else:
+      found = _nans(without_aux(fun) if has_aux else fun, args, argnums, kwargs, ran=False)
+  if isinstance(found, Diagnosis):
+    return pipeline.recorded(found)
+  return found or trial.clear_or(None)
 
 
-def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
+def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | unchecked.Unchecked | None:
   """``nans``; ``ran``: the user's call took this gradient already (a screened one)."""
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a
@@ -75,9 +82,9 @@ def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
       with jax.debug_nans(False):
         grads = _gradient(fun, args, nums, kwargs, ran=True)
   except replay.NotJudged as e:   # taken again, it would repeat an effect the program uses
-    print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
-    return None
-  if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
+    return _unlocalised(fun, e)
+  # Unread (our failure): not called finite, so the search runs and says what it can.
+  if safety.safely(nonfinite.all_finite, jax.tree_util.tree_leaves(grads), default=False):
     if hosts.any_spans(grads):
       print(f"vjpviz: process {jax.process_index()}'s shards of the gradient are finite")
     return None
@@ -280,25 +287,38 @@ class GradientScreen:
     return stepped(*steps[0], ran=True) if steps else None
 
 
-def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | None:
+def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | unchecked.Unchecked | None:
   """``fun`` (a train step: it takes its gradients itself) run again with jit disabled,
   so that each gradient it takes is eager and screened: ``nans`` of the first one that is
   not finite. Its inputs donated to the jitted call are gone: then None, said. ``ran``:
   the user's call ran the step already; this run's output is captured and its effects
   held back (``replay.quiet``): where the step uses an effect's result, None, said."""
+  name = function_names.function_name(fun)
   if any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(args)):
-    print(f"vjpviz: {function_names.function_name(fun)}'s inputs were donated to it; call it without "
-          "donate_argnums to localise its NaN")
-    return None
+    return _said(unchecked.Unchecked(f"vv.nans of {name}", "its inputs were donated to it; call "
+                                     "it without donate_argnums to localise its NaN"))
   args, kwargs = _detached(args, kwargs)
   try:
     with (_hooked(), pipeline.collecting(), gradients(jit=False) as screen, jax.disable_jit(),
           _replayable_nnx(), replay.quiet() if ran else contextlib.nullcontext()):
       fun(*args, **kwargs)
   except replay.NotJudged as e:
-    print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
-    return None
+    return _unlocalised(fun, e)
+  if not screen.checked:   # no gradient seen: nothing established about one
+    return unchecked.Unchecked(f"vv.nans of {name}", "it took no gradient vjpviz could see "
+                               "(argnums=None runs a step that takes its own gradients)")
   return screen.diagnose()
+
+
+def _unlocalised(fun, e: replay.NotJudged) -> unchecked.Unchecked:
+  """A gradient vjpviz could not take again (an effect the program uses, no time left)."""
+  name = function_names.function_name(fun)
+  return _said(unchecked.Unchecked(f"vv.nans of {name}", f"the gradient was not localised: {e}"))
+
+
+def _said(u: unchecked.Unchecked) -> unchecked.Unchecked:
+  print(u)
+  return u
 
 
 def _detached(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

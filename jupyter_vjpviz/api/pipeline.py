@@ -23,7 +23,7 @@ from .. import render  # noqa: F401 - registers Diagnosis.to_text and the other 
 from ..analysis.values import replay
 from ..analysis.assemble import diagnose, key
 from ..analysis.diagnosis import Diagnosis
-from ..base import safety
+from ..base import safety, unchecked
 from ..capture import applied, hook, processes
 from ..capture.records import ERROR, Session
 from ..capture.sites import check_sites
@@ -40,6 +40,8 @@ NOTE_POINTER = "vjpviz.last() has the full diagnosis"
 ``run`` CLI says where its report goes, as a script cannot call ``vjpviz.last()``)."""
 
 _history: collections.deque[Diagnosis] = collections.deque(maxlen=HISTORY_LIMIT)
+_unchecked: collections.deque[unchecked.Unchecked] = collections.deque(maxlen=WARNINGS_REMEMBERED)
+"""The problems the capture recorded that vjpviz could not diagnose, each saying why."""
 _latest: list[str] = []              # ids of the latest delivery (one call's), in order
 _warned: dict = {}                   # warnings show once per (kind, rule, path, types); oldest forgotten
 _lock = threading.Lock()             # history and warnings, when grads fail in several threads
@@ -81,12 +83,15 @@ def history() -> list[Diagnosis]:
   return across_processes(found, others=True)
 
 
-def latest() -> Diagnosis | None:
+def latest() -> Diagnosis | unchecked.Unchecked | None:
   """The lead of the latest delivery, as the error's note names it: of one call's
   diagnoses its first error (the one JAX raised for), else its first."""
   follow()
   with _lock:
     batch = [d for d in _history if d.id in _latest]
+    missed = next((u for u in _unchecked if u.id in _latest), None)
+  if missed is not None:   # the latest failing call vjpviz could not diagnose: not None
+    return missed
   lead = next((d for d in batch if d.severity == ERROR), batch[0] if batch else None)
   return across_processes([lead])[0] if lead is not None else None
 
@@ -137,6 +142,7 @@ def clear() -> None:
   with _lock:
     _following.clear()
     _history.clear()
+    _unchecked.clear()
     _latest.clear()
     _warned.clear()
   safety.forget_failures()
@@ -204,8 +210,11 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
   found = []
   with _gc_paused():
     for session in sessions:
-      found += [stamped(_decorated(d, session))
-                for d in safety.safely(diagnose, session, exc, skip, default=[])]
+      with unchecked.attempt(_asked(session, exc)) as trial:
+        made = safety.safely(diagnose, session, exc, skip, default=[])
+      if trial.failed and not made:   # no diagnosis where the capture recorded a problem
+        _missed(trial.unchecked(), collector)
+      found += [stamped(_decorated(d, session)) for d in made]
   if not found:
     return
   if collector is not None:
@@ -222,6 +231,31 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
     return
   _remember_warnings(found)
   _finish(found, None)
+
+
+def _asked(session: Session, exc: BaseException | None) -> str:
+  """What a session's diagnosis would have answered, in words."""
+  name = getattr(session.origin, "name", None) or "a VJP"
+  return f"{'the error' if exc is not None else 'the warning'} in the backward pass of {name}"
+
+
+def _missed(missed: unchecked.Unchecked, collector: list | None) -> None:
+  """A problem the capture recorded that vjpviz could not diagnose: into ``vv.check``'s
+  list, or the answers ``vv.last()`` and ``vv.diagnoses()`` give."""
+  if collector is not None:
+    collector.append(missed)
+    return
+  with _lock:
+    _unchecked.append(missed)
+    _latest[:] = [missed.id]
+
+
+def answers() -> list:
+  """``vv.diagnoses()``: the history, then the problems vjpviz could not diagnose since
+  (``Unchecked``, each saying why)."""
+  found = history()
+  with _lock:
+    return found + list(_unchecked)
 
 
 def follow(exc: BaseException | None = None) -> None:

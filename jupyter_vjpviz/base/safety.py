@@ -33,13 +33,16 @@ def safely(fn: Callable, *args, default: Any = None) -> Any:
   """
   try:
     return fn(*args)
-  except Unavailable:
+  except Unavailable as e:
+    absorbed.notify(_stage(fn, sys._getframe(1)), getattr(fn, "__qualname__", "?"), e)
     return default
   except Exception as e:  # noqa: BLE001 - our bug must not become the user's
     where = getattr(fn, "__qualname__", None) or type(fn).__name__
+    doing = _stage(fn, sys._getframe(1))
+    absorbed.notify(doing, where, e)   # a check running meanwhile is not established
     if (where, type(e).__name__) not in _reported_failures:
       _reported_failures.add((where, type(e).__name__))
-      print(failure_line(_stage(fn, sys._getframe(1)), where, e), file=sys.stderr)
+      print(failure_line(doing, where, e), file=sys.stderr)
       if os.environ.get("VJPVIZ_DEBUG"):   # for us: where in vjpviz it failed
         traceback.print_exc()
     return default
@@ -85,6 +88,11 @@ class ThreadListeners(threading.local):
 
   def __bool__(self) -> bool:
     return bool(self.here)
+
+
+absorbed = ThreadListeners()
+"""``f(doing, where, error)``: each error ``safely`` absorbs in this thread, as it does
+(``base.unchecked.attempt``: a check whose stage failed has no all-clear to give)."""
 
 
 def failure_line(doing: str, where: str, error: BaseException) -> str:

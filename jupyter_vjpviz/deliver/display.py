@@ -3,16 +3,20 @@ from __future__ import annotations
 
 from ..analysis.diagnosis import Diagnosis
 from ..base.safety import safely
+from ..base.unchecked import Unchecked
 
 MIME_TYPE = "application/vnd.vjpviz.diagnosis+json"
 
 
-def show(d: Diagnosis) -> None:
-  """Display ``d`` as an output of its own.
+def show(d: Diagnosis | Unchecked) -> None:
+  """Display ``d`` as an output of its own (an ``Unchecked``: its line).
 
   The bundle is made here, not lazily by IPython's formatter, so a renderer
   failing costs vjpviz's one line instead of a formatter traceback.
   """
+  if isinstance(d, Unchecked):
+    print(d)
+    return
   from IPython.display import display
   display(mimebundle(d), raw=True)
 

@@ -17,7 +17,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..api import pipeline
 from ..analysis.values import replay
 from ..analysis.assemble import key
-from ..base import safety
+from ..base import safety, unchecked
+from ..analysis.diagnosis import Diagnosis
 from ..capture.compat import capabilities, jax_flags
 from ..capture.naming import function_names
 from ..capture.sites.check_sites import rule_applied
@@ -92,8 +93,9 @@ def check_application(cvjp, abstract_args) -> list:
 def unique(found: list) -> list:
   seen, out = set(), []
   for d in found:
-    if key(d) not in seen:
-      seen.add(key(d))
+    k = key(d) if isinstance(d, Diagnosis) else d.headline   # an Unchecked: by its words
+    if k not in seen:
+      seen.add(k)
       out.append(d)
   return out
 
@@ -202,7 +204,9 @@ class VjpvizMagics(Magics):
   def _check(self, expr: str) -> list:
     fun, args, kwargs = self._call(expr)
     found = check(fun, *args, **kwargs)
-    print(f"{expr}: {len(found)} problem{'s' * (len(found) != 1)}")
+    missed = unchecked.unchecked(found)
+    print(f"{expr}: {len(found)} problem{'s' * (len(found) != 1)}" if missed is None else
+          f"{expr}: not checked")
     for d in found:
       show(d)
     return found
@@ -253,19 +257,28 @@ class VjpvizMagics(Magics):
     print(summary(len(applied), problems))
     for d in problems:
       show(d)
-    values = safety.safely(judge, sites) if args.values else None
+    with unchecked.attempt("the cell's custom rules' values") as trial:
+      values = safety.safely(judge, sites) if args.values else None
+    values = values if values is not None or not args.values else trial.unchecked()
     if values is not None:
       report_values("", values)
     nonfinite = report_nans(grads) if grads is not None else None
     if args.strict and (problems or values or nonfinite):
-      shown = [*problems, *(values or ()), *([nonfinite] if nonfinite else [])]
+      shown = [*problems, *(values if isinstance(values, GradCheck) else ()),
+               *filter(None, [unchecked.unchecked(values), nonfinite])]
       raise VjpvizProblems(summary(len(applied), shown) + ": "
                            + "; ".join(d.headline for d in shown))
 
 
 def report_values(prefix: str, result) -> None:
-  """A gradcheck's summary line, each rule not judged (why, in one line), each warning."""
+  """A gradcheck's summary line, each rule not judged (why, in one line), each warning;
+  or the line saying it could not check."""
+  if isinstance(result, unchecked.Unchecked):
+    print(prefix + str(result))
+    return
   print(prefix + result.summary())
+  if result.failed:
+    print(f"  {result.failed}")
   for r in result.not_judged:
     print(f"  not judged: {r.line()}")
   for d in result:
@@ -282,7 +295,9 @@ def report_nans(grads: GradientScreen):
           + (f"; NaN/Inf in the outputs of {function_names.function_name(steps[0][0])}"
              + ("" if bad else ": re-run with jit disabled to localise it") if steps else
              ", all outputs finite"))
-  d = safety.safely(grads.diagnose)
+  with unchecked.attempt("the cell's gradients") as trial:
+    d = safety.safely(grads.diagnose)
+  d = d if d is not None else trial.clear_or(None)
   if d is not None:
     show(d)
   return d

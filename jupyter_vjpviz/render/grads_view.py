@@ -18,24 +18,32 @@ from .views import default_view
 
 
 def headline(r: GradReport) -> str:
-  """``vjpviz grads of loss: 2 leaves with no gradient, 1 block vanishing``, or healthy."""
+  """``vjpviz grads of loss: 2 leaves with no gradient, 1 block vanishing``, or healthy;
+  a non-finite gradient first; ``could not check: why`` where it was not established."""
+  if r.unchecked is not None:
+    return f"vjpviz grads of {r.function}: {r.unchecked.headline}"
   flags = [layer.flag for layer in r.layers if layer.flag]
+  n = len(r.nonfinite)
   parts = [f"{n} {what}" for n, what in (
+      (n, f"lea{'f' if n == 1 else 'ves'} with a NaN/Inf gradient"),
       (len(r.zero), "leaf with no gradient" if len(r.zero) == 1 else "leaves with no gradient"),
       (sum(p.alarm for p in r.partly_zero), "leaf with dead units"),
       *((flags.count(f), f"block(s) {f}") for f in ("vanishing", "exploding"))) if n]
-  verdict = "healthy" if r.judged else "not judged"
-  return f"vjpviz grads of {r.function}: {', '.join(parts) or verdict}"
+  return f"vjpviz grads of {r.function}: {', '.join(parts) or 'healthy'}"
 
 
 def text(r: GradReport) -> str:
   lines = [headline(r)]
+  lines += [f"  NaN/Inf  {n.line()}" for n in r.nonfinite]
+  if r.cause:
+    lines.append(f"  cause: {r.cause}")
   for z in r.zero:
     at = f" at {z.op}" if z.op else ""
     lines.append(f"  zero  {z.path}: {z.reason}{at}" + (f" ({spelled(z.source)})" if z.source else "")
                  + (f"; {z.factor} is all zero" if z.factor else ""))
   for p in r.partly_zero:
-    lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason})")
+    at = (f" at {p.op}" if p.op else "") + (f", {spelled(p.source)}" if p.source else "")
+    lines.append(f"  part  {p.path}: {p.fraction:.0%} of {p.units} get none ({p.reason}{at})")
   for layer in r.layers:
     ratio = f"{layer.ratio:.3g}" if layer.ratio is not None else "-"
     flag = f"  ✖ {layer.flag}: {layer.why}" if layer.flag else ""
@@ -56,7 +64,10 @@ def html_fragment(r: GradReport) -> str:
   parts = "".join(
       f"<tr><td><code>{html.escape(p.path)}</code></td><td>{p.fraction:.0%} of "
       f"{html.escape(p.units)}</td><td>{html.escape(p.reason)}</td></tr>" for p in r.partly_zero)
+  bad = "".join(f"<li>{html.escape(n.line())}</li>" for n in r.nonfinite)
   return (f'<div class="vjpviz"><style>{STYLE}</style><h2>{html.escape(headline(r))}</h2>'
+          + (f"<ul class=got>{bad}</ul>" if bad else "")
+          + (f"<p>{html.escape(r.cause)}</p>" if r.cause else "")
           + (f"<table><tr><td>leaf</td><td>reason</td><td>cut at</td><td>line</td></tr>"
              f"{rows}</table>" if rows else "")
           + (f"<table>{parts}</table>" if parts else "")

@@ -42,6 +42,11 @@ SATURATING = frozenset({"tanh", "logistic", "sigmoid", "softmax", "log_softmax",
 PRODUCTS = frozenset({"mul", "dot_general", "conv_general_dilated", "div"})
 PASS = frozenset({"reshape", "broadcast_in_dim", "convert_element_type", "transpose",
                   "squeeze", "expand_dims", "copy", "copy_p", "reduce_sum", "slice"})
+ROUTES = frozenset({"concatenate", "stack", "pad", "broadcast_in_dim", "reshape", "transpose", "squeeze",
+                    "expand_dims", "rev", "dynamic_update_slice"})
+"""Operations that only move values: a zero operand's cotangent is a part of their output's."""
+UNDERFLOWS = PRODUCTS | {"convert_element_type"}
+"""Where low precision rounds a non-zero cotangent to zero: a product, a cast down."""
 SCALINGS = frozenset({"mul", "div", "neg"})
 """Operations that keep a value's zeros where their other operand is a constant."""
 LOW = (jnp.bfloat16, jnp.float16)
@@ -182,7 +187,12 @@ def value_cuts(jaxpr: core.Jaxpr, env: dict, edges: dict, zero: list[int]) -> di
   reached = {jaxpr.invars[i]: {i} for i in zero}
   found: dict[int, Cut] = {}
   inputs = {v: i for i, v in enumerate(jaxpr.invars)}
-  _value_level(jaxpr, None, env, edges, reached, [True] * len(jaxpr.outvars), found, inputs)
+  routed: dict = {}
+  _value_level(jaxpr, None, env, edges, reached, [True] * len(jaxpr.outvars), found, inputs,
+               routed=routed)
+  for v, cut in routed.items():   # routed on and cut nowhere later: where it was routed
+    for i in reached.get(v, ()):
+      found.setdefault(i, cut)
   return found
 
 
@@ -199,14 +209,18 @@ class _Enclosing:
 
 
 def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
-                 outer: str | None = None, up: _Enclosing | None = None) -> None:
+                 outer: str | None = None, up: _Enclosing | None = None,
+                 routed: dict | None = None) -> None:
   """``inputs``: this level's variables that are the program's inputs, by input index;
   ``outer``: the enclosing call's line, for a library's body that keeps no user frame
-  (``jnp.where``'s); ``up``: the levels around this one."""
+  (``jnp.where``'s); ``up``: the levels around this one; ``routed``: the variables that
+  hold the zero cotangent in part (a stack of heads, one of them masked later), each with
+  the routing equation's cut, should nothing further on cut it."""
+  routed = {} if routed is None else routed
   nonzero = _nonzero(jaxpr, prefix, edges, out_nonzero)
   for k, eqn in enumerate(jaxpr.eqns):
-    hit = set().union(*[reached.get(v, ()) for v in eqn.invars
-                        if isinstance(v, core.Var) and inexact(v) and v not in nonzero])
+    hit = set().union(*[reached.get(v, ()) for v in eqn.invars if isinstance(v, core.Var)
+                        and inexact(v) and (v not in nonzero or v in routed)])
     hit -= set(found)
     if not hit:
       continue
@@ -214,6 +228,15 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
     if not any(v in nonzero for v in eqn.outvars):
       for v in eqn.outvars:
         reached.setdefault(v, set()).update(hit)
+      continue
+    # The zeros go on in part of its output (a stack; a cast of what is zero in part, not
+    # rounded to zero by it): what cuts them is further on.
+    if _routes(eqn) or (eqn.primitive.name == "convert_element_type"
+                        and isinstance(eqn.invars[0], core.Var) and eqn.invars[0] in routed):
+      cut = Cut("dead", nid, op_name(eqn), eqn_source(eqn) or outer)
+      for v in eqn.outvars:
+        reached.setdefault(v, set()).update(hit)
+        routed.setdefault(v, cut)
       continue
     if eqn.primitive.name in CALLS and isinstance(env.get(k), dict):
       body = next(sub_jaxprs(eqn))
@@ -223,7 +246,9 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
                 if isinstance(v, core.Var) and v in inputs}   # a Literal is no input
       _value_level(body, nid, env[k], edges, inner, [v in nonzero for v in eqn.outvars], found,
                    passed, eqn_source(eqn) or outer,
-                   _Enclosing(jaxpr, env, prefix, inputs, dict(zip(body.invars, eqn.invars)), up))
+                   _Enclosing(jaxpr, env, prefix, inputs, dict(zip(body.invars, eqn.invars)), up),
+                   {b: routed[v] for b, v in zip(body.invars, eqn.invars)
+                    if isinstance(v, core.Var) and v in routed})
       if hit - set(found):   # not cut inside: the call as a whole
         for i in hit - set(found):
           found[i] = _classify(eqn, nid, jaxpr, env, inputs, reached, outer, up)
@@ -267,21 +292,50 @@ def _classify(eqn, nid: str, jaxpr, env: dict, inputs: dict, zeroed: dict,
               outer: str | None = None, up: _Enclosing | None = None) -> Cut:
   """The value reason an equation made a zero cotangent from a non-zero one (``zeroed``:
   the variables whose zero cotangent is being explained; ``inputs``: ``_value_level``'s)."""
-  name, where = _op_name(eqn), eqn_source(eqn) or outer
+  name, where = op_name(eqn), eqn_source(eqn) or outer
   low = any(getattr(v.aval, "dtype", None) in LOW for v in eqn.invars if inexact(v))
-  if name in MASKS:
+  inner = inside_kinds(eqn)   # jnp.where's jit, a library's activation: what its body holds
+  if name in MASKS or "dead" in inner:
     return Cut("dead", nid, name, where)
-  if name in SATURATING:
+  if name in SATURATING or "saturated" in inner:
     return Cut("saturated", nid, name, where)
-  factors = [v for v in eqn.invars if not (isinstance(v, core.Var) and zeroed.get(v))
-             and _all_zero(env.get(v) if isinstance(v, core.Var) else getattr(v, "val", 1))]
-  if name in PRODUCTS and factors:
-    here = _Enclosing(jaxpr, env, nid.rpartition(".")[0] or None, inputs, {}, up)
+  value = lambda v: env.get(v) if isinstance(v, core.Var) else getattr(v, "val", 1)
+  others = [v for v in eqn.invars if not (isinstance(v, core.Var) and zeroed.get(v))]
+  here = _Enclosing(jaxpr, env, nid.rpartition(".")[0] or None, inputs, {}, up)
+  if name in PRODUCTS and (factors := [v for v in others if _all_zero(value(v))]):
     return _zero_factor(Cut("zero_factor", nid, name, where), here, factors)
-  return Cut("underflow" if low else "dead", nid, name, where)
+  if name in PRODUCTS and (partly := [v for v in others if _any_zero(value(v))]):
+    # zero wherever this input's cotangent flows (a head mask, a relu's dead units): a
+    # zero factor, or the mask that made it, never an underflow; named only when all zero
+    cut = _zero_factor(Cut("zero_factor", nid, name, where), here, partly)
+    return dataclasses.replace(cut, factor=None)
+  # Rounding makes a zero only of a product of non-zero factors, or of a cast down.
+  rounds = name in UNDERFLOWS or "rounds" in inner
+  return Cut("underflow" if low and rounds else "dead", nid, name, where)
 
 
-def _op_name(eqn) -> str:
+def _routes(eqn) -> bool:
+  """Whether ``eqn`` only moves values (a stack, a pad, a reshape; a call of nothing else):
+  a zero cotangent of one operand is part of its output's, not cut here."""
+  if eqn.primitive.name in ROUTES:
+    return True
+  bodies = list(sub_jaxprs(eqn)) if eqn.primitive.name in CALLS else []
+  return bool(bodies) and all(_routes(e) for b in bodies for e in b.eqns)
+
+
+def inside_kinds(eqn, depth: int = 4) -> set[str]:
+  """What a call's body (a jit, a custom rule's primal) holds, through nested calls: a
+  mask ("dead"), a saturating function ("saturated"), a product or cast ("rounds")."""
+  kinds: set[str] = set()
+  for body in (sub_jaxprs(eqn) if depth else ()):
+    for e in body.eqns:
+      name = e.primitive.name
+      kinds |= ({"dead"} if name in MASKS else {"saturated"} if name in SATURATING else
+                {"rounds"} if name in UNDERFLOWS else inside_kinds(e, depth - 1))
+  return kinds
+
+
+def op_name(eqn) -> str:
   """An equation's operation as the user knows it: a custom rule's or a jit's function."""
   name = eqn.primitive.name
   if name in ("custom_jvp_call", "custom_vjp_call"):
@@ -302,23 +356,23 @@ def _zero_factor(cut: Cut, level: _Enclosing, factors: list, hops: int = 8) -> C
   ``jax.checkpoint`` block after a dead relu)."""
   for v in factors:
     at = level
-    made = _producers(at.jaxpr)
+    made = producers(at.jaxpr)
     for _ in range(hops):
       while isinstance(v, core.Var) and v not in made and at.up is not None and v in at.up.operands:
         at, v = at.up, at.up.operands[v]
-        made = _producers(at.jaxpr)
+        made = producers(at.jaxpr)
       if not isinstance(v, core.Var) or v not in made:   # an input, or a literal 0
         break
       value = lambda u, env=at.env: env.get(u) if isinstance(u, core.Var) else getattr(u, "val", 1)
       k, producer = made[v]
       prefix = at.prefix
-      name = _op_name(producer)
+      name = op_name(producer)
       inside = _made_inside(producer, v)
-      found = next((n for n in (name, inside and _op_name(inside)) if n in MASKS | SATURATING),
-                   None)
-      if found is not None:   # jnp.where's jit, relu's rule: the mask inside
+      kinds = {"dead" if n in MASKS else "saturated" for n in (name, inside and op_name(inside))
+               if n in MASKS | SATURATING} or (inside_kinds(inside) - {"rounds"} if inside else set())
+      if kinds:   # jnp.where's jit, relu's rule, a jitted block's last where: the mask inside
         where = eqn_source(inside) if inside is not None else None
-        return Cut("dead" if found in MASKS else "saturated", eqn_id(prefix, k), name,
+        return Cut("dead" if "dead" in kinds else "saturated", eqn_id(prefix, k), name,
                    where or eqn_source(producer))
       v = _zeroed_by(producer, name, value)
       if v is None:
@@ -328,7 +382,7 @@ def _zero_factor(cut: Cut, level: _Enclosing, factors: list, hops: int = 8) -> C
   return cut
 
 
-def _producers(jaxpr) -> dict:
+def producers(jaxpr) -> dict:
   return {v: (k, e) for k, e in enumerate(jaxpr.eqns) for v in e.outvars}
 
 
@@ -363,6 +417,13 @@ def _made_inside(call, v):
     return None
   out = body.outvars[call.outvars.index(v)]
   return next((e for e in body.eqns if any(o is out for o in e.outvars)), None)
+
+
+def _any_zero(x) -> bool:
+  try:
+    return bool(np.any(np.asarray(x) == 0))
+  except Exception:  # noqa: BLE001 - a value we cannot read is not called zero
+    return False
 
 
 def _all_zero(x) -> bool:
