@@ -707,6 +707,58 @@ def test_custom_gradient_points_at_the_users_function(hook):
   assert all(f.verdict != "verified" for f in d.fixes), [(f.title, f.verdict) for f in d.fixes]
 
 
+def _dense():
+  """A dense layer whose VJP closure is written for batched x (``x.T @ g``)."""
+  @jax.custom_gradient
+  def dense(x, w):
+    def dense_vjp(g):
+      return g @ w.T, x.T @ g
+    return x @ w, dense_vjp
+  return dense
+
+
+_DENSE_GRAD = jax.grad(lambda x, w, dense: dense(x, w).sum(), argnums=(0, 1))
+_DENSE_PLACES = {
+    "eager": lambda x, w: _DENSE_GRAD(x, w, _dense()),
+    "jit": lambda x, w: jax.jit(_DENSE_GRAD, static_argnums=2)(x, w, _dense()),
+    "vmap": lambda x, w: jax.vmap(_DENSE_GRAD, in_axes=(0, None, None))(x[None], w, _dense()),
+}
+
+
+@pytest.mark.parametrize("place", _DENSE_PLACES)
+def test_a_custom_gradient_closure_that_raises_is_diagnosed_at_its_line(hook, place):
+  """JAX traces a custom_gradient's VJP closure in the fwd, on the cotangent types: called on
+  one example, the batched closure raises there, and the diagnosis names it and the input."""
+  w = jnp.ones((3, 2))
+  _DENSE_PLACES[place](jnp.ones((5, 3)), w)   # the batch it was written for: silent
+  assert vv.diagnoses() == []
+  err = raises(lambda: _DENSE_PLACES[place](jnp.ones(3), w))
+  d = only("bwd_raised")
+  assert (d.function, d.rule, d.argument) == ("dense", "dense_vjp", "w")
+  assert d.raised_at.startswith(__file__) and d.rule_source.startswith(__file__)
+  assert "x.T @ g" in d.detail
+  (note,) = [n for n in err.__notes__ if n.startswith("vjpviz: ")]
+  assert note.startswith("vjpviz: dense's bwd rule dense_vjp raised at line")
+
+
+def test_a_custom_gradient_closure_that_raises_leaves_the_error_unchanged(hook):
+  run = lambda: _DENSE_PLACES["eager"](jnp.ones(3), jnp.ones((3, 2)))
+  vv.uninstall()
+  plain = raises(run)
+  vv.install()
+  hooked = raises(run)
+  assert type(hooked) is type(plain) and str(hooked) == str(plain)
+  assert _frames(hooked) == _frames(plain)
+
+
+def test_a_custom_gradient_whose_forward_raises_is_no_closure_diagnosis(hook):
+  @jax.custom_gradient
+  def dense(x, w):
+    return x.T @ w.T, lambda g: (g, g)
+  raises(lambda: jax.grad(lambda x, w: dense(x, w).sum(), argnums=(0, 1))(jnp.ones((5, 3)), jnp.ones((3, 2))))
+  assert vv.diagnoses() == []
+
+
 def test_a_custom_gradient_differentiated_itself_labels_its_input_by_the_users_name(hook):
   """jax.grad(f) of a custom_gradient f: the graph's input is f's own parameter, not the
   ``*args`` of the function JAX wraps it in."""

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..base import kinds
 from . import source, verify
 
 _serial = itertools.count(1)
@@ -42,7 +43,8 @@ def failing_elements(rule) -> list[ast.expr] | None:
   if len(returns) == 1:
     element = source.leaf_expression(returns[0].value, rule.keys, rule.src.node, rule.globals)
     return [element] if element is not None else None
-  hits = failing_returns(rule)
+  # which return ran is found by running a bwd rule alone: a jvp rule's returns stay unknown
+  hits = failing_returns(rule) if kinds.of(rule.d.kind).role == "bwd" else None
   elements = [source.leaf_expression(returns[k].value, rule.keys, rule.src.node, rule.globals) for k in hits or ()]
   return elements if elements and None not in elements else None
 

@@ -41,6 +41,7 @@ JIT_RUNS = "failures when a jit runs"
 GRAD_LOGS = "the logs of defvjp_with_logs rules beside their diagnoses"
 JVP, SOLVE = kinds.JVP, kinds.SOLVE
 HIJAX = kinds.HIJAX_BWD
+FORWARD = "custom rules checked under forward mode (jax.jvp, jacfwd, hessian, linearize)"
 LINEAR_MAPS = "linear_transpose's cotangents and custom_root's tangent solves"
 PROCESSES = "records gathered across a jax.distributed job's processes"
 CORE = "JAX's core data model, unchanged in name since 0.4: vjpviz reads programs in it"
@@ -185,6 +186,9 @@ NAMES: tuple[Name, ...] = (
     _n("api._vjp3_bwd_logs", f"{_API}:_vjp3_bwd", GRAD_LOGS, params=("want_logs",), since="0.12",
        why="whether the backward pass returns JAX's logs (defvjp_with_logs) with its cotangents"),
     _n("api._vjp", f"{_API}:_vjp", kinds.F_VJP, until="0.10"),
+    # the forward-mode entry points: jax.jvp and jacfwd (so hessian), and jax.linearize
+    _n("api._jvp", f"{_API}:_jvp", FORWARD, params=("fun", "primals")),
+    _n("api.linearize", f"{_API}:linearize", FORWARD, params=("fun", "primals")),
     _n("api._vjp_pullback_wrapper", f"{_API}:_vjp_pullback_wrapper", EVERYTHING, until="0.7",
        why="every backward pass starts there before _vjp3_bwd (JAX 0.7; it stays until 0.9)"),
     _n("api._vjp_accum", f"{_API}:_vjp_accum", kinds.WITH_REFS, since="0.11"),

@@ -16,7 +16,7 @@ from ..compat.private import source_info_util
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _ours(tb: TracebackType) -> bool:
+def ours(tb: TracebackType) -> bool:
   return tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR + os.sep)
 
 
@@ -40,7 +40,7 @@ def strip(exc: BaseException) -> None:
   kept = []
   tb = exc.__traceback__
   while tb is not None:
-    if not _ours(tb):
+    if not ours(tb):
       if _called_around(tb, kept[-1] if kept else None):
         kept.extend(filter(None, [_call_wrapped[0][1]()]))
       kept.append(tb)

@@ -72,6 +72,8 @@ class InstrumentedFwd(InstrumentedRule):
           out_res = cvjp.fwd(*args)
         spelled = safety.safely(learning.learned, lambda: leaves)
     except BaseException as e:
+      if isinstance(e, Exception) and records.current_session() is not None:
+        safety.safely(_closure_raised, cvjp, args, e)
       safety.safely(frames.strip, e)
       raise
     return safety.safely(_tagged, cvjp, args, out_res, spelled, default=out_res)
@@ -245,6 +247,27 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
     return site
   rule, rule_source = function_names.function_of(res.jaxpr)
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
+
+
+def _closure_raised(cvjp, args, exc: Exception) -> None:
+  """A ``jax.custom_gradient``'s VJP closure raised where JAX traces it, in the fwd (on the
+  cotangent types): ``bwd_raises`` reads the statement as it reads a bwd rule's. The closure
+  is the first of the user's frames the exception passed through below JAX's fwd, unless
+  that is the user's function itself (then the forward computation raised)."""
+  site = _site(cvjp, args)
+  if not function_names.inside_jax(site.rule_source):   # the user's own bwd: not traced in fwd
+    return
+  fun = getattr(function_names.unwrap(cvjp.fun), "__code__", None)
+  tb = exc.__traceback__
+  while tb is not None and (frames.library_file(tb.tb_frame.f_code.co_filename)
+                            or frames.ours(tb)):
+    tb = tb.tb_next
+  code = tb.tb_frame.f_code if tb is not None else None
+  if code is None or code is fun:
+    return
+  site = dataclasses.replace(site, rule=code.co_name,
+                             rule_source=f"{code.co_filename}:{code.co_firstlineno}")
+  bwd_raises.raised(site, None, code, exc)
 
 
 def _user_fwd_to_name(cvjp, args):

@@ -162,7 +162,7 @@ def _finish(opened, value, exc) -> None:
 def _tell_listeners(boundary: Boundary, value) -> None:
   if boundary.call is not None:
     fun, primals, has_aux = boundary.call
-    vjp_finished.notify(*_unwrap_argnums(fun, primals), has_aux, value[1])
+    vjp_finished.notify(*unwrap_argnums(fun, primals), has_aux, value[1])
   elif boundary.jaxpr is not None:
     backward_finished.notify(boundary.jaxpr, value)
 
@@ -209,7 +209,7 @@ def remember(jaxpr, session: Session) -> None:
 
 
 def _origin(fun, primals) -> Origin:
-  return call_origin(*_unwrap_argnums(fun, primals))
+  return call_origin(*unwrap_argnums(fun, primals))
 
 
 def call_origin(user_fun, args: list, kwargs: dict, diff_argnums: tuple[int, ...]) -> Origin:
@@ -225,7 +225,7 @@ def call_origin(user_fun, args: list, kwargs: dict, diff_argnums: tuple[int, ...
                 name=function_names.function_name(user_fun), source=function_names.function_source(user_fun))
 
 
-def _unwrap_argnums(fun, primals):
+def unwrap_argnums(fun, primals):
   """See through ``jax.grad``'s argnums wrapper to the user's function and all its args.
 
   ``argnums_partial2`` closes over the user's ``f``, the other arguments and

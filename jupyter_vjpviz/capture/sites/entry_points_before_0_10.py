@@ -50,7 +50,7 @@ def _wrap_vjp(original, sink):
         safety.safely(_remember, result, session)
       return result
     return entry_points.in_session(original, fun, primals, kwargs,
-                                   safety.safely(_origin, fun, primals), sink, _remember)
+                                   safety.safely(origin, fun, primals), sink, _remember)
   _vjp.__wrapped__ = original
   return _vjp
 
@@ -73,7 +73,7 @@ def _wrap_pullback(original, sink):
   return pullback
 
 
-def _origin(fun, primals) -> Origin | None:
+def origin(fun, primals) -> Origin | None:
   """The user's call behind grad's ``lu.WrappedFun``; None for a transformation not
   known here (its arguments need not be the user's)."""
   call = _call(fun, primals)
