@@ -176,6 +176,11 @@ def judge_fix(cell: programs.Cell, text: str, code: str, want, scratch: str) -> 
   return same(got, want)
 
 
+BUDGET = 20.
+"""Seconds vjpviz may spend judging fixes after each failing call (the default is 2): the
+matrix measures what it can diagnose and fix, not how fast on a loaded machine."""
+
+
 def run_cells(cells: list[programs.Cell]) -> list[dict]:
   """Plain runs, then hooked runs, then the fixes judged with the hook off again."""
   import jax
@@ -198,7 +203,7 @@ def run_cells(cells: list[programs.Cell]) -> list[dict]:
       row.raises = plain[c][0] is not None
       rows.append(row)
     found = {}
-    vv.install()
+    vv.install(budget=BUDGET)
     try:
       for c, row in zip(cells, rows):
         if row.refused:
