@@ -104,6 +104,12 @@ def first_line(text: str) -> str:
   return (unnamed(("", text))[1].strip().splitlines() or [""])[0][:160]
 
 
+def ran(text: str, scratch: str, stem: str):
+  """``attempt`` of the module's ``run``: plain and hooked runs call it from this one line,
+  so an error that quotes the stack (an MLIR verifier's locations) quotes the same one."""
+  return attempt(load(text, scratch, stem).run)
+
+
 def same(got, want) -> tuple[bool, str]:
   """Equal trees of arrays, float32 tolerances."""
   import jax
@@ -125,13 +131,13 @@ def matches(d, cell: programs.Cell) -> bool:
   """``d`` is the defect's kind for the rule's role, naming the rule (and ``w`` for a bwd)."""
   from jupyter_vjpviz.base import kinds
   kind = kinds.of(d.kind)
-  role = "jvp" if cell.api == "custom_jvp" else "bwd"
+  role = "jvp" if programs.rule_name(cell.api) == "f_jvp" else "bwd"
   wrong = {"shape": kinds.TYPE, "dtype": kinds.TYPE, "structure": kinds.STRUCTURE,
            "raises": None}[cell.defect]
   if kind.role != role or (kind.wrong != wrong if wrong else "raised" not in d.kind):
     return False
   words = f"{d.rule or ''} {d.headline}"
-  if not re.search(rf"\b{programs.RULE_NAMES[cell.api]}\b", words):
+  if not re.search(rf"\b{programs.rule_name(cell.api)}\b", words):
     return False
   return role == "jvp" or d.argument == "w" or bool(re.search(r"\bw\b", d.headline))
 
@@ -199,7 +205,7 @@ def run_cells(cells: list[programs.Cell]) -> list[dict]:
       row.refused = refused[program] is not None
       row.refused_why = "" if refused[program] is None else f"{refused[program][0]}: {first_line(refused[program][1])}"
       text = programs.module_text(c)
-      plain[c] = attempt(load(text, scratch, c.stem).run)[0], text
+      plain[c] = ran(text, scratch, c.stem)[0], text
       row.raises = plain[c][0] is not None
       rows.append(row)
     found = {}
@@ -211,7 +217,7 @@ def run_cells(cells: list[programs.Cell]) -> list[dict]:
         vv.clear()
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-          error = attempt(load(plain[c][1], scratch, c.stem).run)[0]
+          error = ran(plain[c][1], scratch, c.stem)[0]
         row.altered = unnamed(error) != unnamed(plain[c][0])
         row.internal = sum(1 for line in err.getvalue().splitlines() if INTERNAL.search(line))
         found[c] = [d for d in vv.diagnoses() if matches(d, c)]
@@ -334,14 +340,14 @@ def main(argv=None):
       rows = json.load(f)
   else:
     import jax
-    cells = programs.cells(tuple(opts.api) if opts.api else tuple(programs.RULES))
+    cells = programs.cells(tuple(opts.api) if opts.api else None)
     if opts.sample:
       cells = sample(cells, opts.sample, opts.seed)
     rows = run_all(cells, opts.jobs)
     if opts.json:
       with open(opts.json, "w") as f:
         json.dump(rows, f, indent=0)
-    skipped = [f"{api} ({why})" for api in programs.RULES if (why := programs.available(api))]
+    skipped = [f"{api} ({why})" for api in programs.rule_apis() if (why := programs.available(api))]
     print(f"jax {jax.__version__}: {len(rows)} cells; not written: {', '.join(skipped) or 'none'}; "
           f"differentiation API not in the matrix: {', '.join(programs.missing_transforms()) or 'none'}")
   report(rows, opts.markdown, opts.uncovered)

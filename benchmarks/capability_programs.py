@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import textwrap
 
 import jax
@@ -138,8 +139,50 @@ _TANGENT_DEFECTS = {     # (ty, returned)
 }
 
 
+def options(api: str) -> list[str]:
+  """The boolean options (default False) of the registration JAX has for ``api``, read
+  from its signature: each switched on is a rule API of its own (``defvjp(symbolic_zeros=True)``)."""
+  fn = {"custom_vjp": jax.custom_vjp.defvjp, "custom_gradient": jax.custom_gradient}[api]
+  return [n for n, p in inspect.signature(fn).parameters.items()
+          if p.default is False and n not in ("self",)]
+
+
+OPTION_NEEDS = {"defremat": "jax_custom_vjp3 and jax_remat3", "remat": "jax_custom_vjp3 and jax_remat3"}
+REGISTRATIONS = ("defremat", "defremat_with_logs", "defvjp_with_accums")
+"""custom_vjp's other registrations (where the JAX has them), each a rule API."""
+"""Options that run only under JAX's upgrade flags (which would change every later cell of
+a process): listed as not written."""
+
+
+def rule_apis() -> list[str]:
+  """The plain APIs, then each registration option JAX has (``options``)."""
+  return [*RULES, *(f"{'defvjp' if api == 'custom_vjp' else api}({o}=True)"
+                    for api in ("custom_vjp", "custom_gradient") for o in options(api)),
+          *(f"custom_vjp.{r}" for r in REGISTRATIONS if hasattr(jax.custom_vjp, r))]
+
+
+def _base_api(api: str) -> tuple[str, str | None]:
+  """(the plain API, the option switched on) of a rule API's name."""
+  name, _, option = api.partition("(")
+  return ("custom_vjp" if name == "defvjp" else name), (option[:-len("=True)")] or None)
+
+
 def rule_text(api: str, defect: str | None) -> str:
   """The rule block of ``api`` with ``defect`` (None: the right rule)."""
+  base, option = _base_api(api)
+  text = _plain_rule_text(base, defect)
+  if option is None:
+    return text
+  if base == "custom_gradient":
+    if option == "with_logs":   # the VJP returns (cotangents, logs)
+      text = re.sub(r"return (.*)\n  return y", r'return (\1), {"g_norm": jnp.abs(g).sum()}\n  return y', text)
+    return text.replace("@jax.custom_gradient", f"@jax.custom_gradient({option}=True)")
+  if option == "symbolic_zeros":   # the fwd is handed CustomVJPPrimal(value, perturbed)
+    text = text.replace("def f_fwd(x, w):\n", "def f_fwd(x, w):\n  x, w = x.value, w.value\n")
+  return text.replace("f.defvjp(f_fwd, f_bwd)", f"f.defvjp(f_fwd, f_bwd, {option}=True)")
+
+
+def _plain_rule_text(api: str, defect: str | None) -> str:
   if api == "custom_jvp":
     ty, ret = _TANGENT_DEFECTS[defect]
     return RULES[api].format(ty=ty, ret=ret)
@@ -151,7 +194,15 @@ def rule_text(api: str, defect: str | None) -> str:
 
 
 def available(api: str) -> str | None:
-  """Why this JAX lacks ``api`` (None: it has it)."""
+  """Why this JAX lacks ``api``, or the matrix does not write it (None: written)."""
+  if api.startswith("custom_vjp."):
+    return ("not written yet: needs jax_custom_vjp3 and jax_remat3" if "remat" in api
+            else "not written yet: a rule pushing into accumulators")
+  base, option = _base_api(api)
+  if option in OPTION_NEEDS:
+    return f"runs only under {OPTION_NEEDS[option]}"
+  if option is not None and option not in options(base):
+    return f"jax {jax.__version__} has no {api}"
   if api == "defvjp_with_logs" and not hasattr(jax.custom_vjp, "defvjp_with_logs"):
     return f"jax {jax.__version__} has no custom_vjp.defvjp_with_logs"
   if api == "hijax":
@@ -294,7 +345,13 @@ def module_text(cell: Cell, defect: str | None = "cell") -> str:
   return "\n".join(parts)
 
 
-def cells(apis=tuple(RULES), contexts=CONTEXTS, defects=DEFECTS) -> list[Cell]:
+def rule_name(api: str) -> str:
+  """The def a diagnosis of ``api``'s rule must name, and a fix replaces."""
+  return RULE_NAMES[_base_api(api)[0]]
+
+
+def cells(apis=None, contexts=CONTEXTS, defects=DEFECTS) -> list[Cell]:
   """Every cell of the matrix this JAX can write."""
+  apis = rule_apis() if apis is None else apis
   return [Cell(api, t, c, d) for api in apis if available(api) is None
           for t in transforms() for c in contexts for d in defects]
