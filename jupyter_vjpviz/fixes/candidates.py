@@ -503,6 +503,42 @@ def _mean_sum(s: Scope) -> Iterator[Candidate]:
                       f"a {call.func.attr} scales the gradient by the reduced size")
 
 
+def _factors(s: Scope) -> Iterator[Candidate]:
+  """The cotangent times what it multiplied in the primal, reduced to the expected type:
+  ``(g * xhat).sum()`` where the rule wrote ``g.sum(0)`` for a scale's gradient (the
+  gradient of ``a * b`` with respect to ``a`` is ``g * b`` summed over what ``a`` was
+  broadcast to). Each array the rule holds with the cotangent's type, not computed from
+  it (a residual), is tried as the factor."""
+  if not s.typed or len(s.nodes) != 1:
+    return
+  origin = s.origin
+  inner = _reduction_operand(origin) or origin
+  cotangents = s.cotangents() & _loads(inner)
+  arrays = s.arrays()
+  for c in sorted(cotangents):
+    kind = arrays.get(c)
+    factors = [r for r, a in arrays.items() if kind is not None and r != c and r.isidentifier() and _same(a, kind)
+               and not (_loads(ast.parse(r, mode="eval")) & s.cotangents())]
+    factors.sort(key=lambda r: (r.startswith("_"), r))
+    for r in factors[:PER_GENERATOR]:
+      segment = s.src.segment(inner)
+      product = f"{c} * {r}" if segment.strip() == c else f"({c} * {r})"
+      text = re.sub(rf"(?<![\w.]){c}\b", lambda _: product, segment)
+      t = s.type_of(text)
+      found = _reductions(tuple(t.shape), tuple(s.want.shape)) if hasattr(t, "shape") else []
+      if hasattr(t, "shape") and s.fits(t):
+        new = text
+      elif found:
+        drop, keep = found[0]
+        new = f"{exprs.wrap(text)}.sum(axis={_axis(drop)})" if drop and not keep else None
+      else:
+        new = None
+      if new is not None and s.fits(s.type_of(new)):
+        yield s.candidate(1, f"Multiply {c} by {r}", [(origin, new)],
+                          f"{c} times {r}, what it multiplied in the primal, reduced to "
+                          f"{s.want.str_short()}")
+
+
 _FLIPPED = {ast.Add: ast.Sub, ast.Sub: ast.Add}
 _AXIS_TAKING = ("sum", "mean", "max", "min", "var", "std", "cumsum", "cumprod", "expand_dims",
                 "squeeze", "flip", "softmax", "log_softmax", "logsumexp")
@@ -1105,8 +1141,8 @@ def _scatters(s: Scope) -> Iterator[Candidate]:
                           "take_along_axis): its gradient is zero elsewhere")
 
 
-_GENERATORS = (_unreturned, _value_edits, _swaps, _shapes, _unreduced, _scatters, _collectives,
-               _entries, _rebuilt, _constants)
+_GENERATORS = (_unreturned, _value_edits, _swaps, _shapes, _factors, _unreduced, _scatters,
+               _collectives, _entries, _rebuilt, _constants)
 
 
 # ------------------------------------------------------------------- helpers
