@@ -152,6 +152,35 @@ def rows_bwd(idx, g): return g, None
 rows.defvjp(rows_fwd, rows_bwd)
 def loss(x): return (rows(x, jnp.array([0, 2, 2])) ** 2).sum()
 """, (jnp.arange(12.).reshape(4, 3),), "jnp.zeros((4, 3), jnp.float32).at[idx].add(g)"),
+    "scale_without_its_factor": ("""
+from jax.custom_derivatives import SymbolicZero
+@jax.custom_vjp
+def batch_norm(x, scale):
+  mean, var = x.mean(0), x.var(0)
+  return (x - mean) / jnp.sqrt(var + 1e-5) * scale, mean, var
+def bn_fwd(x, scale):
+  x, scale = x.value, scale.value
+  mean, var = x.mean(0), x.var(0)
+  inv = 1. / jnp.sqrt(var + 1e-5)
+  xhat = (x - mean) * inv
+  return (xhat * scale, mean, var), (xhat, inv, scale)
+def bn_bwd(res, cts):
+  g, g_mean, g_var = cts
+  xhat, inv, scale = res
+  n = xhat.shape[0]
+  d_scale = g.sum(0)
+  dxhat = g * scale
+  dx = inv * (dxhat - dxhat.mean(0) - xhat * (dxhat * xhat).mean(0))
+  if not isinstance(g_mean, SymbolicZero):
+    dx = dx + g_mean / n
+  if not isinstance(g_var, SymbolicZero):
+    dx = dx + g_var * 2. * xhat / (inv * n)
+  return dx, d_scale
+batch_norm.defvjp(bn_fwd, bn_bwd, symbolic_zeros=True)
+def loss(x, scale):
+  y, mean, var = batch_norm(x, scale)
+  return (y ** 2).sum() + (mean ** 2).sum() + ((var - 1.) ** 2).sum()
+""", (jnp.sin(jnp.arange(32.)).reshape(8, 4), jnp.float32(1.5)), "d_scale = (g * xhat).sum(axis=(0, 1))"),
 }
 
 
@@ -447,3 +476,36 @@ def test_a_fix_drops_the_comment_on_the_line_it_rewrites(hook):
   assert first.verdict == "verified"
   assert "dW = jnp.outer(g, x)\n" in first.code and "BUG" not in first.code
   assert "w, x = res" in first.code
+
+
+def test_the_bad_line_is_where_the_wrong_cotangent_was_made():
+  """``d_scale = g.sum(0)`` made the wrong cotangent; ``return dx, d_scale`` only returned it."""
+  code, args, _ = CASES["scale_without_its_factor"]
+  d = first_problem(cell(code)["loss"], *args)
+  text = d.rule_text
+  assert text.text.splitlines()[text.bad_line - text.start].strip() == "d_scale = g.sum(0)"
+
+
+MISSING = """
+@jax.custom_gradient
+def f(x, w):
+  y = jnp.sin(x) * w
+  def f_bwd(g):
+    dx = jnp.cos(x) * w * g
+    dw = (jnp.sin(x) * g).sum(0)
+    return (dx,)
+  return y, f_bwd
+def loss(x, w): return (f(x, w) ** 2).sum()
+"""
+
+
+def test_a_missing_cotangent_is_named_and_returned_from_its_local():
+  """A custom_gradient closure that computed ``dw`` and left it out: the headline names
+  ``w``, and a fix returns ``dw`` (no zeros, no rewrite of the rule)."""
+  d = first_problem(cell(MISSING)["loss"], jnp.ones((3, 4)), jnp.ones(4))
+  assert d.headline.endswith("no cotangent for input w.")
+  titles = [f.title for f in d.fixes]
+  right = [f for f in d.fixes if "return (dx, dw)" in f.code]
+  assert right and right[0].verdict != "type-only", titles
+  assert titles.index(right[0].title) < next(
+      (k for k, t in enumerate(titles) if t.startswith("Add None")), len(titles)), titles

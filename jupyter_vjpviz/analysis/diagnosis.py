@@ -60,8 +60,9 @@ class MismatchedLeaf:
 class RuleText:
   """The failing rule's definition as its file has it (fixes/rule_text.py finds it, once):
   what the panel's fix editor opens on and Apply replaces. Lines are the file's numbering;
-  ``bad_line`` is the return that produced the failing cotangent, or the rule's statement
-  that raised, None when not known."""
+  ``bad_line`` is the line that made the failing cotangent (its expression, followed back
+  from the return through the locals holding it), or the rule's statement that raised,
+  None when not known."""
   text: str
   start: int
   end: int

@@ -19,6 +19,9 @@ RULE = "rule"        # a custom rule's equation (or a hijax primitive's, by name
 INPUT = "input"      # an input leaf of the differentiated program (``in{flat_index}``)
 OUTPUT = "output"    # an output leaf (``out{flat_index}``)
 
+MISSING = "missing"
+"""A leaf one tree has and the other lacks, as a MismatchedLeaf's ``expected``/``got`` says."""
+
 # What is wrong with what the rule (or the caller) produced.
 TYPE, STRUCTURE, VALUE, BINDING = "type", "structure", "value", "binding"
 
@@ -98,6 +101,12 @@ def _input(d) -> str | None:
   return d.argument or d.path
 
 
+def _missing(d) -> str:
+  """``: no cotangent for input w``: the inputs the rule's tree left out, by the user's names."""
+  names = [leaf.name for leaf in getattr(d, "leaves", ()) if leaf.got == MISSING]
+  return f": no cotangent for input{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else ""
+
+
 def _where(d) -> str:
   if d.argument and d.primal:
     return f" for input {d.argument}: {d.primal}"
@@ -157,7 +166,7 @@ _ENTRIES = (
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
          rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"
-         f"{' at ' + _input(d) if d.path else ''}", role="bwd", wrong=STRUCTURE,
+         f"{' at ' + _input(d) if d.path else ''}{_missing(d)}", role="bwd", wrong=STRUCTURE,
          rule_fixers=("structure",), needs=(RULES,)),
     Kind("bwd_value", lambda d: f"{d.function}'s bwd rule returns well-typed cotangents that are "
          f"not {d.function}'s derivative: {d.got}", role="bwd", wrong=VALUE, silent=True),

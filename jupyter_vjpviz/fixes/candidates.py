@@ -503,6 +503,42 @@ def _mean_sum(s: Scope) -> Iterator[Candidate]:
                       f"a {call.func.attr} scales the gradient by the reduced size")
 
 
+def _factors(s: Scope) -> Iterator[Candidate]:
+  """The cotangent times what it multiplied in the primal, reduced to the expected type:
+  ``(g * xhat).sum()`` where the rule wrote ``g.sum(0)`` for a scale's gradient (the
+  gradient of ``a * b`` with respect to ``a`` is ``g * b`` summed over what ``a`` was
+  broadcast to). Each array the rule holds with the cotangent's type, not computed from
+  it (a residual), is tried as the factor."""
+  if not s.typed or len(s.nodes) != 1:
+    return
+  origin = s.origin
+  inner = _reduction_operand(origin) or origin
+  cotangents = s.cotangents() & _loads(inner)
+  arrays = s.arrays()
+  for c in sorted(cotangents):
+    kind = arrays.get(c)
+    factors = [r for r, a in arrays.items() if kind is not None and r != c and r.isidentifier() and _same(a, kind)
+               and not (_loads(ast.parse(r, mode="eval")) & s.cotangents())]
+    factors.sort(key=lambda r: (r.startswith("_"), r))
+    for r in factors[:PER_GENERATOR]:
+      segment = s.src.segment(inner)
+      product = f"{c} * {r}" if segment.strip() == c else f"({c} * {r})"
+      text = re.sub(rf"(?<![\w.]){c}\b", lambda _: product, segment)
+      t = s.type_of(text)
+      found = _reductions(tuple(t.shape), tuple(s.want.shape)) if hasattr(t, "shape") else []
+      if hasattr(t, "shape") and s.fits(t):
+        new = text
+      elif found:
+        drop, keep = found[0]
+        new = f"{exprs.wrap(text)}.sum(axis={_axis(drop)})" if drop and not keep else None
+      else:
+        new = None
+      if new is not None and s.fits(s.type_of(new)):
+        yield s.candidate(1, f"Multiply {c} by {r}", [(origin, new)],
+                          f"{c} times {r}, what it multiplied in the primal, reduced to "
+                          f"{s.want.str_short()}")
+
+
 _FLIPPED = {ast.Add: ast.Sub, ast.Sub: ast.Add}
 _AXIS_TAKING = ("sum", "mean", "max", "min", "var", "std", "cumsum", "cumprod", "expand_dims",
                 "squeeze", "flip", "softmax", "log_softmax", "logsumexp")
@@ -800,12 +836,34 @@ def _entries(s: Scope) -> Iterator[Candidate]:
   want = verify.expected_returned(s.rule.d, s.rule.keys)
   if want is None:
     return
-  top = _filled(s, s.ret.value, s.returned, want, _arg_names(s.rule.d.site))
+  keys = _arg_names(s.rule.d.site)
+  got = s.returned if s.returned is not None else _untyped_return(s, want, keys)
+  top = _filled(s, s.ret.value, got, want, keys) if got is not None else ()
   for edits, filled in itertools.islice(top, PER_GENERATOR):
     if edits and filled:   # zeros alone are the templates' placeholder, not a search result
       yield s.candidate(0, f"Return the missing entries from {', '.join(filled)}", edits,
                         "the primal argument has these entries; their cotangents are computed "
                         f"as {', '.join(filled)}")
+
+
+def _untyped_return(s: Scope, want, keys: list) -> tuple | None:
+  """What a too-short returned tuple gave, where the rule could not run on its own (a
+  closure over its function's locals, ``jax.custom_gradient``): each entry the type of the
+  slot its name says (``dw`` is ``w``'s), else of the next free slot. A guess the oracle
+  judges like any candidate."""
+  node = s.ret.value
+  if not isinstance(want, (tuple, list)) or not isinstance(node, (ast.Tuple, ast.List)) \
+      or len(node.elts) >= len(want):
+    return None
+  free = list(range(len(want)))
+  named = [next((k for k in free if isinstance(e, ast.Name) and _about(e.id, str(keys[k])) == 2), None)
+           for e in node.elts]
+  slots = []
+  for k in named:
+    k = k if k is not None and k in free else free[0]
+    free.remove(k)
+    slots.append(k)
+  return tuple(want[k] for k in slots)
 
 
 def _filled(s: Scope, node: ast.expr, got, want, keys: list | None = None
@@ -983,8 +1041,9 @@ def _choices(s: Scope, slots: list[tuple[Any, Any]]) -> Iterator[list[tuple[Any,
   per_slot = []
   returned = {n.id for r in s.src.returns() for n in syntax.own_nodes(r.value) if isinstance(n, ast.Name)}
   for key, w in slots:
-    options = [n for n, a in s.types.items() if _is_aval(a) and _is_aval(w) and _same(a, w)
-               and n in s.computed() and n not in returned]
+    options = ([n for n, a in s.types.items() if _is_aval(a) and _is_aval(w) and _same(a, w)
+                and n in s.computed() and n not in returned] if s.types else   # untyped: by name
+               [n for n in sorted(s.computed()) if n not in returned and _about(n, str(key)) == 2])
     options.sort(key=lambda n: -_about(n, str(key)))
     zero = _zeros_tree(s, w)
     per_slot.append([*options[:2], zero] if zero is not None else options[:2])
@@ -1082,8 +1141,8 @@ def _scatters(s: Scope) -> Iterator[Candidate]:
                           "take_along_axis): its gradient is zero elsewhere")
 
 
-_GENERATORS = (_unreturned, _value_edits, _swaps, _shapes, _unreduced, _scatters, _collectives,
-               _entries, _rebuilt, _constants)
+_GENERATORS = (_unreturned, _value_edits, _swaps, _shapes, _factors, _unreduced, _scatters,
+               _collectives, _entries, _rebuilt, _constants)
 
 
 # ------------------------------------------------------------------- helpers

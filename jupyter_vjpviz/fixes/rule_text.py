@@ -4,13 +4,14 @@ failing cotangent may run the rule abstractly, so it is not done again each time
 diagnosis is sent."""
 from __future__ import annotations
 
+import ast
 import inspect
 import linecache
 
 from ..analysis.diagnosis import Diagnosis, RuleText
 from ..base import kinds
 from ..base.safety import safely
-from . import returns
+from . import returns, verify
 
 MAX_LINES = 400
 """A longer definition is cut here (the panel's editor shows its first lines)."""
@@ -25,7 +26,8 @@ def of(d: Diagnosis, rule) -> RuleText | None:
 
 def _live(d: Diagnosis, rule) -> RuleText | None:
   kind = kinds.of(d.kind)
-  fn = inspect.unwrap(getattr(rule.user_rules, kind.role))
+  # a closure the user's function returned (jax.custom_gradient): that function's text
+  fn = verify.home(rule.user_rules) if rule.closure else inspect.unwrap(getattr(rule.user_rules, kind.role))
   if fn.__name__ == "<lambda>":   # a lambda's def is made up: no lines of its own
     return None
   lines, start = inspect.getsourcelines(fn)
@@ -35,7 +37,20 @@ def _live(d: Diagnosis, rule) -> RuleText | None:
   hits = None
   if kind.channel == kinds.RETURNED and rets:
     hits = [0] if len(rets) == 1 else returns.failing_returns(rule) if kind.role == "bwd" else None
-  return _text(lines, start, start + rets[hits[0]].lineno - 1 if hits else None)
+  if not hits:
+    return _text(lines, start, None)
+  made = made_at(rule, rets[hits[0]]) if kind.wrong == kinds.TYPE else None
+  return _text(lines, start, start + (made or rets[hits[0]].lineno) - 1)
+
+
+def made_at(rule, ret: ast.Return) -> int | None:
+  """The line (of the rule's text) where the failing value ``ret`` returns was made: the
+  expression JAX's failing leaf came from, followed back through the locals that hold it
+  (``d_scale = g.sum(0)``, not ``return d_scale``); None where it is not known."""
+  elements = returns.failing_elements(rule) if rule.src.only_return() is ret else None
+  if not elements or len(elements) != 1 or not hasattr(elements[0], "lineno"):
+    return None
+  return elements[0].lineno
 
 
 def located(location: str | None) -> RuleText | None:

@@ -12,10 +12,9 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 import jax
-from ..compat.private import core
 
-MISSING = "missing"
-"""A leaf one side of the comparison does not have."""
+from ...base.kinds import MISSING  # noqa: F401 - a leaf one side of the comparison lacks
+from ..compat.private import core
 
 
 @dataclasses.dataclass(frozen=True)
