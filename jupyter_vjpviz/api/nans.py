@@ -156,7 +156,7 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
     labels = input_names(graph, origin)
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
                                   found, (fun, tuple(args), kwargs, finite))
-    fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
+    fixes, at = nonfinite_fixes.suggest(c, run, original) if c is not None else ((), None)
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
   strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
@@ -164,8 +164,8 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   del original, invals, run
   found.frames.clear()                  # the search's arrays: this call's only
   graph = dataclasses.replace(graph, strip=strip)
-  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin,
-                              unjudged)
+  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, tuple(fixes), raised,
+                              origin, unjudged, at)
 
 
 def _finite_where(grads):
@@ -196,7 +196,10 @@ def _in_program_order(args, nums, grads, origin, active) -> list:
 
 
 def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin,
-                         unjudged: str = "") -> Diagnosis:
+                         unjudged: str = "", at: str | None = None) -> Diagnosis:
+  """``at``: the line the leading fix rewrites, where not the one that made the value
+  (the ``log`` around an ``exp`` that overflowed): the diagnosis's ``source``, where
+  ``vv.apply_fix`` writes it; ``call_site`` stays the line that made it."""
   graph = mark_flows(graph, found.edges)
   cotangents = {**flow_dicts(found.edges, graph.strip),
                 "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
@@ -210,17 +213,18 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
                      "no single equation made it non-finite: the forward pass may be "
                      "non-finite already, or finite cotangents overflowed as they added up")
   function, rule = program.custom_names(c.eqn) if program.rule_call(c.eqn) else (c.eqn.primitive.name, None)
+  made = (c.origin or c).source
   inner = c.inner[1] if c.inner else None
   primal = function_names.function_of(c.eqn.params.get("call_jaxpr"))[1] if c.inner else None
   if c.inner and c.inner[4] and primal and frames.library_file(primal.rpartition(":")[0]):
     function = c.inner[4]       # a library's rule (diffrax's loop): name the user's function
   return Diagnosis(
       kind="nonfinite_cotangent", severity=ERROR if raised else WARNING, function=function, rule=rule,
-      source=inner or c.source, path=name, argument=name,
+      source=inner or at or made, path=name, argument=name,
       expected=f"a finite cotangent out of {function}, given a finite one in (max |ct| "
                f"{c.ct_in.max_abs:.3g})",
       got=f"{c.ct_out.bad()} out of {function}; {where}", message=None, node=node,
-      graph=graph, fixes=fixes, call_site=c.source, instance=locate.instance(graph, node),
+      graph=graph, fixes=fixes, call_site=made, instance=locate.instance(graph, node),
       detail=nonfinite_explain.explain(c), cotangents=cotangents)
 
 

@@ -374,6 +374,8 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
   with replay.replaying():
     before, after = _run(fun, args, kwargs), _run(fixed, args, kwargs)
     changed = _forward_changed(before, after)
+    if changed and not _forward_changed(_in_float64(fun, args, kwargs), after):
+      changed = None    # the original's own values, where its precision rounded them off
     if changed:
       return changed
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
@@ -388,16 +390,33 @@ def _run(fun, args, kwargs):
   return replay.run(functools.partial(replay.bounded(fun), **kwargs), *args)
 
 
+def _in_float64(fun, args, kwargs):
+  """``fun``'s outputs at ``args`` computed in float64: what the program means where its
+  own precision rounds a value to the edge (a sigmoid to exactly 1, and the clamp of its
+  log to -100); None where it does not run so."""
+  try:
+    with config.enable_x64(True):
+      return _run(fun, _as64(args), _as64(kwargs))
+  except replay.NotJudged:
+    raise
+  except Exception:  # noqa: BLE001 - a program that does not run in float64 has no such reference
+    return None
+
+
 def _inexact(x) -> bool:
   return jax.numpy.issubdtype(getattr(x, "dtype", np.float32), jax.numpy.inexact)
 
 
 def _forward_changed(before, after) -> str | None:
+  """Where ``after`` differs from ``before`` where that was finite, at the tolerance of
+  the lower of their precisions."""
+  if before is None:
+    return "it changes the forward values"
   b, a = jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)
   if len(a) != len(b):
     return "it changes the function's outputs"
   for x, y in zip(b, a):
-    rtol = RTOL.get(str(getattr(x, "dtype", "float32")), 2e-3)
+    rtol = max(RTOL.get(str(getattr(v, "dtype", "float32")), 2e-3) for v in (x, y))
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if x.shape != y.shape:
       return "it changes the shape of an output"
