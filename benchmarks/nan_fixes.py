@@ -33,6 +33,7 @@ import os
 import random
 import re
 import tempfile
+import textwrap
 import time
 
 import jax
@@ -318,7 +319,7 @@ def paste(text: str, line: int, code: str) -> str:
   helpers, _, statement = code.rpartition("\n\n")
   if not helpers.lstrip().startswith(("def ", "#")):
     helpers, statement = "", code
-  lines[line - 1:line] = [indent + l for l in statement.strip("\n").splitlines()]
+  lines[line - 1:line] = [indent + l for l in textwrap.dedent(statement).strip("\n").splitlines()]
   first = next(k for k, l in enumerate(lines) if l.startswith(("def ", "class ", "@")))
   lines[first:first] = helpers.splitlines() + ["", ""] if helpers else []
   return "\n".join(lines) + "\n"

@@ -323,8 +323,11 @@ def _swappable(target, new) -> bool:
 
 
 def _helpers_read(target, new) -> set[str]:
+  """The globals ``new`` reads that ``target``'s lack or hold otherwise: the fix's helpers,
+  and a function on the way to the line rebuilt (``kernel`` called from a method)."""
   reads = {n for c in _codes(new.__code__) for n in c.co_names}
-  return reads & (new.__globals__.keys() - target.__globals__.keys())
+  return {n for n in reads if n in new.__globals__
+          and target.__globals__.get(n, _NONE) is not new.__globals__[n]}
 
 
 _NONE = object()
