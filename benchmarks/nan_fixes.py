@@ -248,7 +248,7 @@ def arguments(framework: str, module, w: np.ndarray, x: np.ndarray, dtype: str) 
     return {"params": {"w": w}}, x
   from flax import nnx
   net = module.Net()
-  net.w.value = w
+  net.w[...] = w
   return nnx.split(net)[1], x
 
 

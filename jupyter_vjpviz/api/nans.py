@@ -156,7 +156,9 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
     labels = input_names(graph, origin)
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
                                   found, (fun, tuple(args), kwargs, finite))
-    fixes, at = nonfinite_fixes.suggest(c, run, original) if c is not None else ((), None)
+    given = _nonfinite_input(c, fun, args, kwargs, origin, invals)
+    fixes, at = (nonfinite_fixes.suggest(c, run, original) if c is not None and not given
+                 else ((), None))
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
   strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
@@ -164,8 +166,29 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   del original, invals, run
   found.frames.clear()                  # the search's arrays: this call's only
   graph = dataclasses.replace(graph, strip=strip)
-  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, tuple(fixes), raised,
-                              origin, unjudged, at)
+  d = _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, tuple(fixes), raised,
+                           origin, unjudged, at)
+  return dataclasses.replace(d, detail=f"{given}; {d.detail}") if given else d
+
+
+def _nonfinite_input(c, fun, args, kwargs, origin, invals) -> str | None:
+  """``the input x is already non-finite: NaN at x[2, 1]...`` where the culprit's
+  non-finite operand was made by nothing in the program (it came in) and an input holds a
+  NaN or Inf: no rewrite of the program can fix that, the data must be."""
+  if c is None or c.origin is not None or all(s is None or s.finite for s in c.operands):
+    return None
+  labels = function_names.call_labels(fun, (tuple(args), kwargs))
+  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
+  for j, x in zip(arrays, invals):
+    x = hosts.host(x)
+    if inexact(x) and not np.isfinite(x).all():
+      at = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+      what = "NaN" if np.isnan(x[at]) else "Inf"
+      index = f"[{', '.join(map(str, at))}]" if at else ""
+      return (f"the input {labels[j]} is already non-finite ({what} at {labels[j]}{index}, "
+              f"{int((~np.isfinite(x)).sum())} of {x.size}): the gradient is not finite "
+              "because an input is; no rewrite of the program fixes that, the data must be")
+  return None
 
 
 def _finite_where(grads):

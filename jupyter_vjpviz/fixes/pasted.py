@@ -382,10 +382,29 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
     if changed:
       return changed
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
-  leaves = jax.tree_util.tree_leaves(grads)
-  if not all(np.isfinite(np.asarray(g, np.float64)).all() for g in leaves if _inexact(g)):
+  if not _all_finite(grads):
     return "its gradient is not finite"
-  return _against_reference(fun, args, kwargs, nums, grads, finite)
+  return _against_reference(fun, args, kwargs, nums, _gradient64(fixed, args, kwargs, nums)
+                            or grads, finite)
+
+
+def _all_finite(grads) -> bool:
+  return all(np.isfinite(np.asarray(g, np.float64)).all()
+             for g in jax.tree_util.tree_leaves(grads) if _inexact(g))
+
+
+def _gradient64(fixed, args, kwargs, nums):
+  """The fixed program's gradient computed in float64 (None where it does not run so, or
+  is not finite there): what its code means, without the rounding of a bfloat16 program,
+  which would otherwise swamp the comparison with the reference."""
+  try:
+    with config.enable_x64(True), replay.replaying():
+      grads = pull_ones(replay.bounded(fixed), _as64(args), nums, _as64(kwargs))
+  except replay.NotJudged:
+    raise
+  except Exception:  # noqa: BLE001 - judged in its own precision instead
+    return None
+  return grads if _all_finite(grads) else None
 
 
 def _run(fun, args, kwargs):

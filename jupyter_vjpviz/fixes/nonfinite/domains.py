@@ -35,8 +35,11 @@ GUARDS = {
     "cbrt": Guard(("cbrt",), "{a} != 0", "1.0", "0.0"),
     "erf_inv": Guard(("erfinv",), "jnp.abs({a}) < 1", "0.0", None),
     "pow": Guard(("power", "pow", "**"), "{a} != 0", "1.0", "0.0"),
+    "acospi": Guard(("acospi",), "jnp.abs({a}) < 1", "0.0", None),
+    "asinpi": Guard(("asinpi",), "jnp.abs({a}) < 1", "0.0", None),
+    "log2p1": Guard(("log2p1",), "{a} > -1", "0.0", None),
 }
-PRIMITIVES = frozenset({*GUARDS, "atan2", "acospi", "asinpi", "atan2pi", "log2p1"})
+PRIMITIVES = frozenset({*GUARDS, "atan2", "atan2pi"})
 
 
 def propose(c: Culprit, p) -> list[Candidate]:
@@ -78,7 +81,7 @@ def _guarded(e: lines.Expr, g: Guard, outer: bool) -> str | None:
 
 def _atan2(e: lines.Expr, outer: bool) -> str | None:
   node = e.node
-  if not (isinstance(node, ast.Call) and lines.called(node) in ("arctan2", "atan2")
+  if not (isinstance(node, ast.Call) and lines.called(node) in ("arctan2", "atan2", "atan2pi")
           and len(node.args) == 2):
     return None
   y, x = (e.sub(a) for a in node.args)

@@ -14,9 +14,8 @@ from ...analysis.values.nonfinite import Culprit
 from . import lines, reach
 from .candidate import Candidate, in_place
 
-PRIMITIVES = frozenset({"exp", "exp2", "expm1", "exp2m1", "log", "log1p", "log2", "log2p1",
-                        "logistic", "cosh", "sinh"})
-_STARTS = PRIMITIVES | {"div", "sub", "add", "reduce_sum"}
+PRIMITIVES = frozenset({"exp", "expm1", "log", "log1p", "logistic", "cosh"})
+_STARTS = PRIMITIVES | {"exp2", "div", "sub", "add", "reduce_sum"}
 
 
 def propose(c: Culprit, p) -> list[Candidate]:

@@ -11,7 +11,7 @@ SCALES = (32, 64, 100)   # 2**-k tried in turn: float32 spans 2**-126 to 2**128
 PRIMITIVES = frozenset({"add", "sub", "mul", "dot_general", "conv_general_dilated",
                         "reduce_sum", "cumsum", "reduce_window_sum", "psum", "reduce_prod",
                         "cumprod", "integer_pow", "exp", "exp2", "expm1", "exp2m1", "cosh",
-                        "sinh", "pad", "reduce", "reduce_window", "fft", "linear_solve",
+                        "sinh", "pad", "reduce", "reduce_window", "fft", "custom_linear_solve",
                         "cummax", "cummin"})
 
 
