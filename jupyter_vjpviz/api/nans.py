@@ -157,8 +157,8 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
                                   found, (fun, tuple(args), kwargs, finite))
     given = _nonfinite_input(c, fun, args, kwargs, origin, invals)
-    fixes, at = (nonfinite_fixes.suggest(c, run, original) if c is not None and not given
-                 else ((), None))
+    fixes, at, none = (nonfinite_fixes.suggest(c, run, original) if c is not None and not given
+                       else ((), None, ""))
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
   strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
@@ -168,7 +168,8 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   graph = dataclasses.replace(graph, strip=strip)
   d = _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, tuple(fixes), raised,
                            origin, unjudged, at)
-  return dataclasses.replace(d, detail=f"{given}; {d.detail}") if given else d
+  detail = "; ".join(x for x in (given, d.detail, none) if x)
+  return dataclasses.replace(d, detail=detail)
 
 
 def _nonfinite_input(c, fun, args, kwargs, origin, invals) -> str | None:

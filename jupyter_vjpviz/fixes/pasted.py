@@ -41,6 +41,7 @@ from . import source
 MAX_DEPTH = 3          # calls followed from the differentiated function to the named line
 DIRECTIONS = 3         # random directions of the float64 reference
 MAX_LEAVES = 8         # leaves given directions of their own, where no joint one is smooth
+STILL_NONFINITE = "its gradient is not finite"
 RTOL = {"float64": 1e-6, "float32": 2e-3, "float16": 3e-2, "bfloat16": 6e-2}
 
 
@@ -383,7 +384,7 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
       return changed
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
   if not _all_finite(grads):
-    return "its gradient is not finite"
+    return STILL_NONFINITE
   return _against_reference(fun, args, kwargs, nums, _gradient64(fixed, args, kwargs, nums)
                             or grads, finite)
 

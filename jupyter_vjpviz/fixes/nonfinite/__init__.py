@@ -34,6 +34,7 @@ from ...analysis.values.nonfinite_eval import Patch
 from ...analysis.values.nonfinite_explain import overflowed
 from ...capture.compat.private import core
 from .. import pasted
+from ..pasted import STILL_NONFINITE
 from . import clamps, division, domains, logs, logspace, overflow, roots, rules
 from .candidate import Candidate, Family
 
@@ -67,6 +68,7 @@ class Program(NamedTuple):
 class Suggested(NamedTuple):
   fixes: list
   at: str | None = None     # "file:line" the leading fix rewrites, where not the culprit's
+  none: str = ""            # why no fix at one line can work, where that is established
 
 
 def gradient(p: Program, patch: Patch | None = None) -> list:
@@ -97,7 +99,7 @@ def suggest(c: Culprit, p: Program, original: list) -> Suggested:
   account, loops capped, no effect repeated); a candidate it could not judge is offered
   unverifiable, its note saying why."""
   c = c.origin or c
-  unjudged = []
+  unjudged, still = [], 0
   with replay.account():
     for cand in candidates(c, p):
       try:
@@ -109,15 +111,27 @@ def suggest(c: Culprit, p: Program, original: list) -> Suggested:
         if str(e) == replay.TIME_BUDGET:
           break
         continue
+      still += verdict == ""
       if broken:
         unjudged.append(Fix(cand.title, cand.code, cand.reason, exact=False,
                             verdict=TYPE_ONLY, note=f"the gradient is finite, but {broken}"
-                            if "gradient is not finite" not in broken else broken))
-      elif verdict is not None:
+                            if broken != STILL_NONFINITE else broken))
+      elif verdict:
         note = (AS_WRITTEN if cand.in_place else verdict)
         fix = Fix(cand.title, cand.code, cand.reason, exact=True, verdict=VERIFIED, note=note)
         return Suggested([fix], cand.at if cand.at != c.source else None)
-  return Suggested(unjudged)
+  return Suggested(unjudged, none=_no_single_line(unjudged, still))
+
+
+def _no_single_line(judged: list, still: int) -> str:
+  """Why no fix at one line can work, where every rewrite tried left the gradient
+  non-finite (``still``: those the program's rewrite did): another line is a trap too."""
+  if not (judged or still) or any(f.note != STILL_NONFINITE for f in judged):
+    return ""
+  return ("no fix at one line can work: each rewrite of the line tried leaves the gradient "
+          "non-finite, so another line that feeds it "
+          "(a norm, a division, a where-guarded branch) goes non-finite too: rewrite them "
+          "together, or the whole expression (a Taylor expansion near the singular point)")
 
 
 AS_WRITTEN = ("pasted at the line: the forward values are kept, the gradient is finite and "
@@ -143,6 +157,8 @@ def _as_written(cand: Candidate, c: Culprit, p: Program) -> str | None:
 
 
 def _judge(cand: Candidate, c: Culprit, p: Program, original: list) -> str | None:
+  """Why the rewritten program's gradient is right (None: it is not; "": it is still not
+  finite)."""
   try:
     with replay.replaying():
       patch = cand.fn and Patch(c.path, cand.fn)
@@ -155,7 +171,7 @@ def _judge(cand: Candidate, c: Culprit, p: Program, original: list) -> str | Non
   except Exception:  # noqa: BLE001 - a rewrite that does not apply here is no fix
     return None
   if not nonfinite.all_finite(got):
-    return None
+    return ""
   kept = [oracle.compare(i, n, o, g, core.typeof(o))
           for i, (n, o, g) in enumerate(zip(p.names, original, got))]
   if not all(k.ok for k in kept):
