@@ -26,9 +26,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
-import importlib.util
 import io
-import itertools
 import os
 import random
 import re
@@ -42,6 +40,7 @@ import numpy as np
 
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.base import safety
+from model_zoo import load
 
 B, K = 6, 4
 FRAMEWORKS = ("pytree", "equinox", "linen", "nnx")
@@ -223,19 +222,6 @@ def render(family: str, framework: str, spelling: str, rng: random.Random) -> tu
   lines = head + helpers + ["", ""] + model
   made = next((i + 1 for i, l in enumerate(lines) if "#@made" in l), None)
   return "\n".join(l.replace("  #@made", "") for l in lines) + "\n", made
-
-
-_loaded = itertools.count()
-
-
-def load(text: str, directory: str, stem: str):
-  path = os.path.join(directory, f"{stem}.py")
-  with open(path, "w") as f:
-    f.write(text)
-  spec = importlib.util.spec_from_file_location(f"nanfix_{stem}_{next(_loaded)}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def arguments(framework: str, module, w: np.ndarray, x: np.ndarray, dtype: str) -> tuple:
@@ -439,7 +425,10 @@ def plan(n: int, seed: int, families=tuple(FAMILIES)) -> list:
 
 
 def run(n: int, seed: int, families=tuple(FAMILIES), out=print, only=None,
-        keep: str | None = None) -> dict:
+        keep: str | None = None, rows: bool = False) -> dict:
+  """Builds and judges ``n`` programs (``only``: those indices); prints a hint per program
+  that falls short (``rows``: every program's row too, so that a run cut short still
+  gives its table). Returns {family: Counter of the table's columns}."""
   table = collections.defaultdict(collections.Counter)
   with tempfile.TemporaryDirectory(prefix="nan_fixes_") as scratch:
     directory = keep or scratch
@@ -454,10 +443,19 @@ def run(n: int, seed: int, families=tuple(FAMILIES), out=print, only=None,
         continue
       row, hint = judge(p)
       table[family].update(row)
+      if rows:
+        out(f"  row {index} {family} {dict(row)}")
       if hint:
         out(f"  seed {seed} index {index} {p.name} [{p.dtype}] "
             f"{os.path.basename(p.path)}: {hint}")
   return table
+
+
+def totals(table: dict) -> collections.Counter:
+  total = collections.Counter()
+  for row in table.values():
+    total.update(row)
+  return total
 
 
 def goal(table: dict) -> tuple[int, int]:
@@ -469,11 +467,10 @@ def goal(table: dict) -> tuple[int, int]:
 def print_table(table: dict, out=print) -> None:
   width = [len(c) + 2 for c in COLUMNS]
   out(f"{'family':<12}" + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, width)))
-  total = collections.Counter()
   for key in sorted(table):
-    total.update(table[key])
     mark = "" if FAMILIES[key].stable else "*"
     out(f"{key + mark:<12}" + "".join(f"{table[key][c]:>{w}}" for c, w in zip(COLUMNS, width)))
+  total = totals(table)
   out(f"{'total':<12}" + "".join(f"{total[c]:>{w}}" for c, w in zip(COLUMNS, width)))
   stable, right = goal(table)
   out(f"* no stable rewrite. With one: {right}/{stable} right as pasted "
@@ -487,10 +484,11 @@ def main(argv=None) -> None:
   parser.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
   parser.add_argument("--index", type=int, nargs="*")
   parser.add_argument("--keep")
+  parser.add_argument("--rows", action="store_true", help="print each program's row")
   args = parser.parse_args(argv)
   start = time.perf_counter()
   table = run(args.n, args.seed, tuple(args.families), out=lambda s: print(s, flush=True),
-              only=args.index and set(args.index), keep=args.keep)
+              only=args.index and set(args.index), keep=args.keep, rows=args.rows)
   print_table(table)
   print(f"{sum(r['programs'] for r in table.values())} programs, seed {args.seed}, "
         f"{time.perf_counter() - start:.0f} s")

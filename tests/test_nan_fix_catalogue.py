@@ -2,7 +2,6 @@
 generated NaN programs (benchmarks/nan_fixes.py) on a seeded sample small enough for CI:
 a fix vjpviz calls verified must pass that file's own check (pasted at its line: the loss
 kept, a finite gradient, float64 central differences of the original)."""
-import collections
 import pathlib
 import sys
 
@@ -33,7 +32,9 @@ def test_the_newer_primitives_are_on_the_list_where_jax_has_them():
 
 
 FAMILIES = ("softplus", "logsumexp", "bce_clamp", "norm_div", "arccos", "atan2", "pow",
-            "xlogy", "sum_div", "logaddexp", "distance", "nan_input")
+            "xlogy", "nan_input")
+"""One program of most families (about 40 s of CPU): the other three are alike in how
+they are fixed (sum_div as norm_div, logaddexp as logsumexp, distance as the roots)."""
 SEED = 3
 
 
@@ -41,10 +42,7 @@ SEED = 3
 def sample():
   hints = []
   table = nan_fixes.run(len(FAMILIES), SEED, families=FAMILIES, out=hints.append)
-  total = collections.Counter()
-  for row in table.values():
-    total.update(row)
-  return total, table, "\n".join(hints)
+  return nan_fixes.totals(table), table, "\n".join(hints)
 
 
 def test_the_sample_was_built(sample):
