@@ -163,7 +163,9 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
     labels = input_names(graph, origin)
     run = nonfinite_fixes.Program(jaxpr, invals, active, out_cts, labels, origin.name, nums,
                                   found, (fun, tuple(args), kwargs, finite))
-    fixes = tuple(nonfinite_fixes.suggest(c, run, original)) if c is not None else ()
+    given = _nonfinite_input(c, fun, args, kwargs, origin, invals)
+    fixes, at, none = (nonfinite_fixes.suggest(c, run, original) if c is not None and not given
+                       else ((), None, ""))
   bad = next(i for i, g in enumerate(original) if not np.isfinite(g).all())
   grad = nonfinite.summary(original[bad])
   strip = nonfinite.strip(labels, [nonfinite.Flow.of(f, g.size) for f, g in zip(
@@ -171,8 +173,30 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   del original, invals, run
   found.frames.clear()                  # the search's arrays: this call's only
   graph = dataclasses.replace(graph, strip=strip)
-  return _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, fixes, raised, origin,
-                              unjudged)
+  d = _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, tuple(fixes), raised,
+                           origin, unjudged, at)
+  detail = "; ".join(x for x in (given, d.detail, none) if x)
+  return dataclasses.replace(d, detail=detail)
+
+
+def _nonfinite_input(c, fun, args, kwargs, origin, invals) -> str | None:
+  """``the input x is already non-finite: NaN at x[2, 1]...`` where the culprit's
+  non-finite operand was made by nothing in the program (it came in) and an input holds a
+  NaN or Inf: no rewrite of the program can fix that, the data must be."""
+  if c is None or c.origin is not None or all(s is None or s.finite for s in c.operands):
+    return None
+  labels = function_names.call_labels(fun, (tuple(args), kwargs))
+  arrays = [j for j, leaf in enumerate(origin.leaves) if isinstance(leaf, core.AbstractValue)]
+  for j, x in zip(arrays, invals):
+    x = hosts.host(x)
+    if inexact(x) and not np.isfinite(x).all():
+      at = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+      what = "NaN" if np.isnan(x[at]) else "Inf"
+      index = f"[{', '.join(map(str, at))}]" if at else ""
+      return (f"the input {labels[j]} is already non-finite ({what} at {labels[j]}{index}, "
+              f"{int((~np.isfinite(x)).sum())} of {x.size}): the gradient is not finite "
+              "because an input is; no rewrite of the program fixes that, the data must be")
+  return None
 
 
 def _finite_where(grads):
@@ -203,7 +227,10 @@ def _in_program_order(args, nums, grads, origin, active) -> list:
 
 
 def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origin,
-                         unjudged: str = "") -> Diagnosis:
+                         unjudged: str = "", at: str | None = None) -> Diagnosis:
+  """``at``: the line the leading fix rewrites, where not the one that made the value
+  (the ``log`` around an ``exp`` that overflowed): the diagnosis's ``source``, where
+  ``vv.apply_fix`` writes it; ``call_site`` stays the line that made it."""
   graph = mark_flows(graph, found.edges)
   cotangents = {**flow_dicts(found.edges, graph.strip),
                 "iterations": [{"node": n, "t": t, "norm": norm, "finite": ok}
@@ -217,17 +244,18 @@ def _nonfinite_diagnosis(c, found, graph, node, name, grad, fixes, raised, origi
                      "no single equation made it non-finite: the forward pass may be "
                      "non-finite already, or finite cotangents overflowed as they added up")
   function, rule = program.custom_names(c.eqn) if program.rule_call(c.eqn) else (c.eqn.primitive.name, None)
+  made = (c.origin or c).source
   inner = c.inner[1] if c.inner else None
   primal = function_names.function_of(c.eqn.params.get("call_jaxpr"))[1] if c.inner else None
   if c.inner and c.inner[4] and primal and frames.library_file(primal.rpartition(":")[0]):
     function = c.inner[4]       # a library's rule (diffrax's loop): name the user's function
   return Diagnosis(
       kind="nonfinite_cotangent", severity=ERROR if raised else WARNING, function=function, rule=rule,
-      source=inner or c.source, path=name, argument=name,
+      source=inner or at or made, path=name, argument=name,
       expected=f"a finite cotangent out of {function}, given a finite one in (max |ct| "
                f"{c.ct_in.max_abs:.3g})",
       got=f"{c.ct_out.bad()} out of {function}; {where}", message=None, node=node,
-      graph=graph, fixes=fixes, call_site=c.source, instance=locate.instance(graph, node),
+      graph=graph, fixes=fixes, call_site=made, instance=locate.instance(graph, node),
       detail=nonfinite_explain.explain(c), cotangents=cotangents)
 
 

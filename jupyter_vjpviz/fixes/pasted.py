@@ -41,6 +41,7 @@ from . import source
 MAX_DEPTH = 3          # calls followed from the differentiated function to the named line
 DIRECTIONS = 3         # random directions of the float64 reference
 MAX_LEAVES = 8         # leaves given directions of their own, where no joint one is smooth
+STILL_NONFINITE = "its gradient is not finite"
 RTOL = {"float64": 1e-6, "float32": 2e-3, "float16": 3e-2, "bfloat16": 6e-2}
 
 
@@ -323,8 +324,11 @@ def _swappable(target, new) -> bool:
 
 
 def _helpers_read(target, new) -> set[str]:
+  """The globals ``new`` reads that ``target``'s lack or hold otherwise: the fix's helpers,
+  and a function on the way to the line rebuilt (``kernel`` called from a method)."""
   reads = {n for c in _codes(new.__code__) for n in c.co_names}
-  return reads & (new.__globals__.keys() - target.__globals__.keys())
+  return {n for n in reads if n in new.__globals__
+          and target.__globals__.get(n, _NONE) is not new.__globals__[n]}
 
 
 _NONE = object()
@@ -374,13 +378,34 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
   with replay.replaying():
     before, after = _run(fun, args, kwargs), _run(fixed, args, kwargs)
     changed = _forward_changed(before, after)
+    if changed and not _forward_changed(_in_float64(fun, args, kwargs), after):
+      changed = None    # the original's own values, where its precision rounded them off
     if changed:
       return changed
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
-  leaves = jax.tree_util.tree_leaves(grads)
-  if not all(np.isfinite(np.asarray(g, np.float64)).all() for g in leaves if _inexact(g)):
-    return "its gradient is not finite"
-  return _against_reference(fun, args, kwargs, nums, grads, finite)
+  if not _all_finite(grads):
+    return STILL_NONFINITE
+  return _against_reference(fun, args, kwargs, nums, _gradient64(fixed, args, kwargs, nums)
+                            or grads, finite)
+
+
+def _all_finite(grads) -> bool:
+  return all(np.isfinite(np.asarray(g, np.float64)).all()
+             for g in jax.tree_util.tree_leaves(grads) if _inexact(g))
+
+
+def _gradient64(fixed, args, kwargs, nums):
+  """The fixed program's gradient computed in float64 (None where it does not run so, or
+  is not finite there): what its code means, without the rounding of a bfloat16 program,
+  which would otherwise swamp the comparison with the reference."""
+  try:
+    with config.enable_x64(True), replay.replaying():
+      grads = pull_ones(replay.bounded(fixed), _as64(args), nums, _as64(kwargs))
+  except replay.NotJudged:
+    raise
+  except Exception:  # noqa: BLE001 - judged in its own precision instead
+    return None
+  return grads if _all_finite(grads) else None
 
 
 def _run(fun, args, kwargs):
@@ -388,16 +413,33 @@ def _run(fun, args, kwargs):
   return replay.run(functools.partial(replay.bounded(fun), **kwargs), *args)
 
 
+def _in_float64(fun, args, kwargs):
+  """``fun``'s outputs at ``args`` computed in float64: what the program means where its
+  own precision rounds a value to the edge (a sigmoid to exactly 1, and the clamp of its
+  log to -100); None where it does not run so."""
+  try:
+    with config.enable_x64(True):
+      return _run(fun, _as64(args), _as64(kwargs))
+  except replay.NotJudged:
+    raise
+  except Exception:  # noqa: BLE001 - a program that does not run in float64 has no such reference
+    return None
+
+
 def _inexact(x) -> bool:
   return jax.numpy.issubdtype(getattr(x, "dtype", np.float32), jax.numpy.inexact)
 
 
 def _forward_changed(before, after) -> str | None:
+  """Where ``after`` differs from ``before`` where that was finite, at the tolerance of
+  the lower of their precisions."""
+  if before is None:
+    return "it changes the forward values"
   b, a = jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)
   if len(a) != len(b):
     return "it changes the function's outputs"
   for x, y in zip(b, a):
-    rtol = RTOL.get(str(getattr(x, "dtype", "float32")), 2e-3)
+    rtol = max(RTOL.get(str(getattr(v, "dtype", "float32")), 2e-3) for v in (x, y))
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if x.shape != y.shape:
       return "it changes the shape of an output"

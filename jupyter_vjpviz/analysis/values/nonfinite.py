@@ -452,20 +452,38 @@ class _Search:
 
 
 def _origin(c: Culprit, jaxpr, path, prefix, read, outer, where) -> Culprit | None:
-  """Where ``c``'s first non-finite operand was made, when one is and the equation that
-  made it at this level had finite operands."""
+  """Where ``c``'s first non-finite operand was made: followed back through the equations
+  that only carried it (a matmul consuming a division's NaN) to the first whose operands
+  were finite, at this level or inside the call that made it (a jitted helper); None when
+  it came in as a non-finite input of the level."""
+  bad = next((v for v, s in zip(c.eqn.invars, c.operands) if s is not None and not s.finite), None)
+  return _made(jaxpr, read, bad, path, prefix, c, outer, where, ORIGIN_STEPS)
+
+
+def _made(jaxpr, read, bad, path, prefix, c, outer, where, steps) -> Culprit | None:
   made = {v: (i, e) for i, e in enumerate(jaxpr.eqns) for v in e.outvars}
-  for v, s in zip(c.eqn.invars, c.operands):
-    if s is None or s.finite or v not in made:
-      continue
-    k, eqn = made[v]
+  while steps > 0 and isinstance(bad, core.Var) and bad in made:
+    steps -= 1
+    k, eqn = made[bad]
     operands = [read(u) for u in eqn.invars]
-    if not all_finite(operands):
-      return None
+    worse = next((u for u, x in zip(eqn.invars, operands) if isinstance(u, core.Var)
+                  and inexact(x) and not all_finite([x])), None)
+    if worse is not None:
+      bad = worse
+      continue
+    if eqn.primitive.name in CALLS:   # made inside the call: its body run on these operands
+      body = next(sub_jaxprs(eqn))
+      env = forward(body, operands)
+      out = body.outvars[eqn.outvars.index(bad)]
+      return _made(body, lambda v: v.val if isinstance(v, core.Literal) else env[v], out,
+                   (*path, (k, 0)), eqn_id(prefix, k), c, eqn_source(eqn) or outer, where, steps)
     return Culprit(eqn_id(prefix, k), (*path, (k, 0)), eqn, jaxpr,
                    tuple(summary(o) if inexact(o) else None for o in operands), c.ct_in,
                    c.ct_out, eqn_source(eqn) or outer, where)
   return None
+
+
+ORIGIN_STEPS = 64    # equations followed back from a non-finite operand to where it was made
 
 
 def forward(jaxpr, args, patch: Patch | None = None, run=None) -> dict:
