@@ -165,6 +165,10 @@ older=$!
 
 suite pytest "$pytest_summary" python -m pytest -q -p no:cacheprovider tests
 flag_suite "pytest+flags" python
+# Speed as a tested property: issue 48's figures as ratios measured interleaved in one run
+# (beside the older lane's load), against benchmarks/speed_baseline.json (docs/benchmarks.md).
+suite speed '^[0-9]+ passed, [0-9]+ failed$' env PYTHONPATH="$PWD:$PWD/benchmarks" \
+  python benchmarks/speed.py
 suite lint '^[0-9]+ passed, [0-9]+ failed$' bash -c \
   'if jlpm lint:check; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; exit 1; fi'
 suite jest '^Tests:' jlpm test
