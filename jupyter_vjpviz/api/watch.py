@@ -271,7 +271,9 @@ class Watched:
     """The step's outputs, its first gradient's squared norm per leaf, and ``ARMED``
     carried on (``_guarded``)."""
     armed = kwargs.pop(ARMED, None)
-    call = (args, kwargs)
+    # flattened before the step runs: an nnx step updates its modules in place, and the
+    # copy ``_guarded`` makes must be of the arguments it was called with
+    call = jax.tree_util.tree_flatten((args, kwargs))
     box: list = []
     with _seen_through(box):
       out = self._fun(*args, **kwargs)
@@ -302,12 +304,12 @@ class Watched:
     return jnp.concatenate([_NO_LOGS, *(_stats(x) for _, x in named)])
 
   def _guarded(self, health, armed, call):
-    """``armed`` updated: its first entry cleared at a non-finite step, its second counting
+    """``armed`` updated (``call``: the step's arguments flattened before it ran): its first entry cleared at a non-finite step, its second counting
     calls. At the first non-finite step, its arguments are copied to the host (a pure
     callback in a branch not taken otherwise: no transfer at any other step), one copy, where they
     take at most ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after. Only with
     ``keep_first_nonfinite``: the callback costs every step ~2 ms on an accelerator."""
-    flat, tree = jax.tree_util.tree_flatten(call)
+    flat, tree = call
     at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
     bad = ~jnp.all(jnp.isfinite(health))
     if sum(flat[k].size * flat[k].dtype.itemsize for k in at) <= KEEP_BYTES:
@@ -462,8 +464,8 @@ class Watched:
   def nans(self, step: int):
     """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
     last call's, the first non-finite one's): the nonfinite_cotangent Diagnosis, or None
-    when its gradient is finite. ValueError when that call's arguments are gone (or were
-    donated). Arguments spanning a job's processes are read as this process holds them
+    when its gradient is finite. ValueError when that call's arguments are gone (donated, or
+    live nnx modules the step updated in place: replayed, they would be the next step's). Arguments spanning a job's processes are read as this process holds them
     (it is asked alone: the others run no step meanwhile)."""
     self._promote()
     if self._first_bad is not None and self._first_bad[0] == step:
@@ -475,6 +477,10 @@ class Watched:
                        "vv.watch(step, keep_first_nonfinite=True) keeps the first for sure, "
                        "or run vv.nans(step, *args, argnums=None) on that call's arguments")
     _, args, kwargs, *_ = self._kept
+    if self._live:
+      raise ValueError(f"step {step} updated its nnx modules in place: the arguments it was "
+                       "called with are gone; vv.watch(step, keep_first_nonfinite=True) keeps "
+                       "the first non-finite step's as they were")
     if any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
     return self._localised_nans(args, kwargs)
