@@ -37,11 +37,9 @@ in the step to each log's mean, min and max, carried in the same row as the norm
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import html
 import itertools
-import sys
 import threading
 import time
 import weakref
@@ -56,11 +54,13 @@ from ..capture import processes
 from ..capture.naming import function_names, leaf_paths
 from .nans import nans as localise_nans
 from ..render.html import STYLE
+from ..analysis import watch_rows as rows
+from ..analysis.watch_rows import POINTS, BlockEvent, LeafEvents  # noqa: F401 - their home was here
+from ..capture import grad_calls
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
 BATCH = 32    # steps whose arrays are stacked and sent to the host at once
 PUSH_EVERY = 0.5   # seconds between two pushes of a watch's series to the panel
-POINTS = 512       # the most steps a series pushed draws
 LINES = 64         # the most lines (layers) it draws
 EVENTS = 256       # the most events it lists
 KEEP_BYTES = 1 << 28   # the most bytes of arguments copied to the host at a non-finite step
@@ -70,42 +70,6 @@ ARMED = "_vjpviz_armed"   # the keyword the watched step's device flags pass und
 # A full batch stacked by one compiled call: op by op, ``jnp.stack`` of BATCH arrays costs a
 # small step a quarter of its time again (benchmarks/watch_overhead.py, width 64 on CPU).
 _stack_batch = jax.jit(jnp.stack)
-
-
-@dataclasses.dataclass(frozen=True)
-class LeafEvents:
-  """The first step (0-based) at which a leaf's gradient did each thing, None if never."""
-  path: str
-  first_zero: int | None
-  stayed_zero: int | None      # the first step of its first run of ``STAYED`` zero steps
-  first_nonfinite: int | None
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockEvent:
-  """One line of a watch's report: the leaves of one block (``_layers``) whose gradient did
-  the same thing at the same steps, as one event: a frozen block is one line, not one per
-  leaf and condition. ``kind`` is ``first_zero``, ``stayed_zero`` (zero, and ``stayed``
-  steps running from ``stayed_from``) or ``first_nonfinite``."""
-  step: int
-  path: str          # the leaf, or the block of ``leaves`` leaves
-  leaves: int
-  kind: str
-  stayed_from: int | None = None
-  where: str = ""    # a job's non-finite shards: ``on process 1 only (x[2:4, 0:3])``
-
-  def text(self, stayed: int) -> str:
-    """``step 0: ['params']['body'] (2 leaves): no gradient, for 3+ steps``."""
-    who = f"{self.path} ({self.leaves} leaves)" if self.leaves > 1 else self.path or "the gradient"
-    if self.kind == "first_nonfinite":
-      what = f"non-finite {self.where}".rstrip()
-    elif self.stayed_from is None:
-      what = "no gradient"
-    elif self.stayed_from == self.step:
-      what = f"no gradient, for {stayed}+ steps"
-    else:
-      what = f"no gradient; none for {stayed}+ steps from step {self.stayed_from}"
-    return f"step {self.step}: {who}: {what}"
 
 
 class Watched:
@@ -275,7 +239,7 @@ class Watched:
     # copy ``_guarded`` makes must be of the arguments it was called with
     call = jax.tree_util.tree_flatten((args, kwargs))
     box: list = []
-    with _seen_through(box):
+    with grad_calls.seen_through(box):
       out = self._fun(*args, **kwargs)
     if not box:
       raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
@@ -288,10 +252,10 @@ class Watched:
     self.paths = [leaf_paths.attribute_path(kp) if live else jax.tree_util.keystr(kp)
                   for kp, _ in flat]
     self._keypaths = [kp for kp, _ in flat]
-    health = jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
+    health = jnp.stack([rows.health(g) for _, g in flat])   # float32[leaves]
     armed = None if armed is None else self._guarded(health, armed, call)
     if self.logs_of is not None:
-      health = jnp.concatenate([health, safely(self._log_stats, out, default=_NO_LOGS)])
+      health = jnp.concatenate([health, safely(self._log_stats, out, default=rows.NO_LOGS)])
     return out, health, armed
 
   def _log_stats(self, out) -> jax.Array:
@@ -299,15 +263,16 @@ class Watched:
     ``logs_of`` picks from the step's outputs (``jax.grad(..., with_logs=True)``), reduced
     inside the step: they reach the host with its norms, in the same copy."""
     self.log_names = []     # as the default this returns on a failure
-    named = _named_logs(self.logs_of(out))
+    named = rows.named_logs(self.logs_of(out))
     self.log_names = [name for name, _ in named]
-    return jnp.concatenate([_NO_LOGS, *(_stats(x) for _, x in named)])
+    return jnp.concatenate([rows.NO_LOGS, *(rows.stats(x) for _, x in named)])
 
   def _guarded(self, health, armed, call):
-    """``armed`` updated (``call``: the step's arguments flattened before it ran): its first entry cleared at a non-finite step, its second counting
-    calls. At the first non-finite step, its arguments are copied to the host (a pure
-    callback in a branch not taken otherwise: no transfer at any other step), one copy, where they
-    take at most ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after. Only with
+    """``armed`` updated (``call``: the step's arguments, flattened before it ran): its
+    first entry cleared at a non-finite step, its second counting calls. At the first
+    non-finite step, its arguments are copied to the host (a pure callback in a branch
+    not taken otherwise: no transfer at any other step), one copy, where they take at most
+    ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after. Only with
     ``keep_first_nonfinite``: the callback costs every step ~2 ms on an accelerator."""
     flat, tree = call
     at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
@@ -369,7 +334,7 @@ class Watched:
   def logs(self) -> dict[str, np.ndarray]:
     """name -> float32[steps, 3]: each gradient log's mean, min and max per step
     (``watch(step, logs=...)``; {} without)."""
-    return _logs_of(self._every_row(), len(self.paths), self.log_names)
+    return rows.logs_of(self._every_row(), len(self.paths), self.log_names)
 
   def _every_row(self) -> np.ndarray:
     """Every step's row (``steps``, then the logs' summaries), waiting for the copies."""
@@ -397,31 +362,31 @@ class Watched:
   def norms(self) -> np.ndarray:
     return np.sqrt(self.steps)
 
-  def events(self, s: np.ndarray | None = None) -> list[LeafEvents]:
+  def events(self, s: np.ndarray | None = None) -> list[rows.LeafEvents]:
     """Per leaf with anything to say: the first zero, stuck and non-finite steps (of
     ``s``, the squared norms, every step's by default)."""
     s = self.steps if s is None else s
     found = []
     for k, path in enumerate(self.paths):
       zero, bad = s[:, k] == 0, ~np.isfinite(s[:, k])
-      e = LeafEvents(path, _first(zero), _first_run(zero, self.stayed), _first(bad))
+      e = rows.LeafEvents(path, rows.first(zero), rows.first_run(zero, self.stayed), rows.first(bad))
       if e.first_zero is not None or e.first_nonfinite is not None:
         found.append(e)
     return found
 
-  def block_events(self, s: np.ndarray | None = None) -> list[BlockEvent]:
+  def block_events(self, s: np.ndarray | None = None) -> list[rows.BlockEvent]:
     """The events of ``s`` (every step's by default) grouped per block and event: the
     leaves of one parent path that went zero at the same steps (or non-finite at the same
     step) make one, named by that path; in step order."""
     groups: dict[tuple, list[str]] = {}
-    blocks = dict(zip(self.paths, _layers(self._keypaths)))
+    blocks = dict(zip(self.paths, rows.layers(self._keypaths)))
     for e in self.events(s):
       if e.first_zero is not None:
         groups.setdefault((e.first_zero, blocks[e.path], "zero", e.stayed_zero), []).append(e.path)
       if e.first_nonfinite is not None:
         groups.setdefault((e.first_nonfinite, blocks[e.path], "first_nonfinite", None),
                           []).append(e.path)
-    return [BlockEvent(step, block if len(paths) > 1 else paths[0], len(paths),
+    return [rows.BlockEvent(step, block if len(paths) > 1 else paths[0], len(paths),
                        kind if kind != "zero" else "first_zero" if stayed is None else "stayed_zero",
                        stayed, self._nonfinite_shards(step) if kind == "first_nonfinite" else "")
             for (step, block, kind, stayed), paths in sorted(
@@ -438,21 +403,21 @@ class Watched:
     events, the first ``LINES`` logs' mean, min and max at the steps drawn."""
     s = self._every_row() if s is None else s
     events = self.block_events(s)[:EVENTS]
-    points = _points(len(s), [e.step for e in events])
-    groups = _layers(self._keypaths)
+    points = rows.points(len(s), [e.step for e in events])
+    groups = rows.layers(self._keypaths)
     if len(set(groups)) > LINES:
-      groups = _layers([kp[:1] for kp in self._keypaths])
+      groups = rows.layers([kp[:1] for kp in self._keypaths])
     lines = []
     for g in list(dict.fromkeys(groups))[:LINES]:
       norm = np.sqrt(s[points][:, [i for i, x in enumerate(groups) if x == g]].sum(axis=1))
-      lines.append({"group": g, "norms": _finite_or_none(norm)})
+      lines.append({"group": g, "norms": rows.finite_or_none(norm)})
     return {"id": self.id, "steps": len(s), "stayed": self.stayed, "process": processes.index(),
             "points": [int(p) for p in points], "lines": lines,
             "events": [{"step": e.step, "path": e.path, "leaves": e.leaves, "kind": e.kind,
                         "text": e.text(self.stayed)} for e in events],
             "kept_steps": self.kept_steps(),
-            "logs": [{"name": name, **{k: _finite_or_none(v[points, i]) for i, k in enumerate(
-                ("mean", "min", "max"))}} for name, v in list(_logs_of(
+            "logs": [{"name": name, **{k: rows.finite_or_none(v[points, i]) for i, k in enumerate(
+                ("mean", "min", "max"))}} for name, v in list(rows.logs_of(
                     s, len(self.paths), self.log_names).items())[:LINES]]}
 
   def kept_steps(self) -> list[int]:
@@ -464,8 +429,9 @@ class Watched:
   def nans(self, step: int):
     """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
     last call's, the first non-finite one's): the nonfinite_cotangent Diagnosis, or None
-    when its gradient is finite. ValueError when that call's arguments are gone (donated, or
-    live nnx modules the step updated in place: replayed, they would be the next step's). Arguments spanning a job's processes are read as this process holds them
+    when its gradient is finite. ValueError when that call's arguments are gone (donated,
+    or live nnx modules the step updated in place: replayed, they would be the next
+    step's). Arguments spanning a job's processes are read as this process holds them
     (it is asked alone: the others run no step meanwhile)."""
     self._promote()
     if self._first_bad is not None and self._first_bad[0] == step:
@@ -549,25 +515,6 @@ def remove_listener(listener) -> None:
       w.close()
 
 
-def _layers(keypaths: list) -> list[str]:
-  """Each leaf's layer: its parent's path (``['Dense_1']`` of ``['Dense_1']['kernel']``),
-  the leaf itself at the top."""
-  return [jax.tree_util.keystr(kp[:-1] if len(kp) > 1 else kp) for kp in keypaths]
-
-
-def _points(n: int, keep: list[int]) -> np.ndarray:
-  """At most ``POINTS`` of ``range(n)``, evenly spread, ``keep`` (capped first) among them."""
-  keep = sorted(set(keep))[:POINTS // 2]
-  if n <= POINTS:
-    return np.arange(n)
-  spread = np.linspace(0, n - 1, POINTS - len(keep)).round().astype(int)
-  found = np.union1d(spread, keep)
-  while len(found) > POINTS:   # rounding met a kept step: thin the spread ones
-    spread = spread[::2]
-    found = np.union1d(spread, keep)
-  return found
-
-
 def _merged(out_static: list, arrays: list):
   tree, leaves = out_static
   it = iter(arrays)
@@ -609,91 +556,5 @@ def _deleted(x) -> bool:
   return isinstance(x, jax.Array) and x.is_deleted()
 
 
-def _health(g) -> jax.Array:
-  """One reduction per leaf, its squared norm: zero only if every element is (or all are
-  below 1e-19 in magnitude), NaN or Inf if any is (or the sum overflows float32)."""
-  g32 = g.astype(jnp.float32)
-  return jnp.sum(g32 * g32)
 
 
-_NO_LOGS = np.zeros(0, np.float32)
-
-
-def _named_logs(logs) -> list[tuple[str, jax.Array]]:
-  """The numeric leaves of a logs tree, named as the diagnosis names them (``gnorm``,
-  ``stats['cos']``: capture/grad_logs.py), the empty ones left out."""
-  def name(path) -> str:
-    head = path[0].key if path and isinstance(path[0], jax.tree_util.DictKey) else None
-    return f"{head}{jax.tree_util.keystr(path[1:])}" if head is not None else jax.tree_util.keystr(path)
-  return [(name(path), x) for path, x in jax.tree_util.tree_leaves_with_path(logs)
-          if jnp.size(x) and (jnp.issubdtype(jnp.result_type(x), jnp.number))]
-
-
-def _stats(x) -> jax.Array:
-  """float32[3]: the mean, min and max of ``x`` over every axis (stacked ones too)."""
-  x32 = jnp.asarray(x).astype(jnp.float32)
-  return jnp.stack([x32.mean(), x32.min(), x32.max()])
-
-
-def _logs_of(rows: np.ndarray, leaves: int, names: list[str]) -> dict[str, np.ndarray]:
-  """name -> float32[steps, 3] of the logs' columns of ``rows`` (after the ``leaves``')."""
-  return {name: rows[:, leaves + 3 * k:leaves + 3 * k + 3] for k, name in enumerate(names)}
-
-
-def _finite_or_none(values: np.ndarray) -> list[float | None]:
-  """JSON numbers, a non-finite one as null."""
-  return [float(x) if np.isfinite(x) else None for x in values]
-
-
-def _first(flags: np.ndarray) -> int | None:
-  hit = np.flatnonzero(flags)
-  return int(hit[0]) if hit.size else None
-
-
-def _first_run(flags: np.ndarray, n: int) -> int | None:
-  """The first step of the first run of ``n`` set flags (vectorised: the panel's pushes
-  recompute it over every step twice a second)."""
-  if len(flags) < n:
-    return None
-  ran = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
-  return _first(ran[n:] - ran[:-n] == n)
-
-
-_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _seen_through(box: list):
-  """``jax.grad`` and ``jax.value_and_grad`` (flax's ``nnx.grad`` and ``nnx.value_and_grad``
-  too, where flax is loaded) meanwhile put the first gradient they return into ``box``,
-  with whether it is of live nnx modules (the step's trace is the only caller: held under
-  a lock). Asked ``with_logs``, JAX returns the logs beside the gradient: left out."""
-  of_grad = lambda res, k: res[0] if k.get("has_aux") or k.get("with_logs") else res
-  of_value_and_grad = lambda res, k: res[1][0] if k.get("with_logs") else res[1]
-  nnx = sys.modules.get("flax.nnx")
-  seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
-      [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
-
-  def seeing(transform, grads_of, live: bool):
-    def wrapped(*a, **k):
-      inner = transform(*a, **k)
-      if not a or not callable(inner):    # nnx.grad(has_aux=True): the decorator itself
-        return inner
-
-      def call(*args, **kwargs):
-        first = not box
-        res = inner(*args, **kwargs)
-        if first:   # the outermost: nnx.grad's State, not the jax.grad it calls
-          box[:] = [(grads_of(res, k), live)]
-        return res
-      return call
-    return wrapped
-  with _lock:
-    originals = [getattr(module, name) for module, name, _ in seen]
-    for (module, name, grads_of), original in zip(seen, originals):
-      setattr(module, name, seeing(original, grads_of, module is nnx))
-    try:
-      yield
-    finally:
-      for (module, name, _), original in zip(seen, originals):
-        setattr(module, name, original)

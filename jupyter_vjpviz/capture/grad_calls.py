@@ -1,0 +1,86 @@
+"""The first gradient a step's trace takes, seen (and its function tapped) as it is taken.
+
+``vv.watch`` traces the user's step again with ``jax.grad``/``jax.value_and_grad`` (and
+flax's ``nnx.grad``/``nnx.value_and_grad``, where flax is loaded) wrapped meanwhile: the
+first gradient returned goes into a box, with whether it is of live nnx modules. With a
+``tapper`` (backward flow), the function the first JAX-level transform differentiates is
+replaced by the tapper's, the transform asked ``with_logs=True`` on the caller's behalf,
+and the taps' logs taken out of its result (``flow_taps.split_logs``) into the box.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+
+import jax
+
+from . import flow_taps
+
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def seen_through(box: list, tapper: Callable | None = None, flows: list | None = None):
+  """``box`` meanwhile gets ``(grads, live)`` of the first gradient returned; with
+  ``tapper(fun, argnums) -> fun`` (and ``flow_taps.AVAILABLE``), ``flows`` gets the taps'
+  logs of the first JAX-level gradient taken (the step's trace is the only caller: held
+  under a lock). Asked ``with_logs``, JAX returns the logs beside the gradient: left out
+  of ``box``."""
+  of_grad = lambda res, k: res[0] if k.get("has_aux") or k.get("with_logs") else res
+  of_value_and_grad = lambda res, k: res[1][0] if k.get("with_logs") else res[1]
+  nnx = sys.modules.get("flax.nnx")
+  seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
+      [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
+  tapping = tapper is not None and flows is not None and flow_taps.AVAILABLE
+
+  def seeing(transform, name: str, grads_of, live: bool, jax_level: bool):
+    def wrapped(*a, **k):
+      if tapping and jax_level and a and callable(a[0]) and not flows:
+        return _tapped(transform, name, a, k, tapper, flows, grads_of, box, live)
+      inner = transform(*a, **k)
+      if not a or not callable(inner):    # nnx.grad(has_aux=True): the decorator itself
+        return inner
+      return _boxed(inner, grads_of, k, box, live)
+    return wrapped
+  with _lock:
+    originals = [getattr(module, name) for module, name, _ in seen]
+    for (module, name, grads_of), original in zip(seen, originals):
+      setattr(module, name, seeing(original, name, grads_of, module is nnx, module is jax))
+    try:
+      yield
+    finally:
+      for (module, name, _), original in zip(seen, originals):
+        setattr(module, name, original)
+
+
+def _boxed(inner, grads_of, k: dict, box: list, live: bool):
+  def call(*args, **kwargs):
+    first = not box
+    res = inner(*args, **kwargs)
+    if first:   # the outermost: nnx.grad's State, not the jax.grad it calls
+      box[:] = [(grads_of(res, k), live)]
+    return res
+  return call
+
+
+def _tapped(transform, name, a, k, tapper, flows, grads_of, box, live):
+  """``transform`` of the tapper's function, called ``with_logs=True``: its result as the
+  caller asked for it, the taps' logs of its first call into ``flows``."""
+  argnums = k.get("argnums", a[1] if len(a) > 1 else _default(transform))
+  asked = k.get("with_logs", False)
+  inner = transform(tapper(a[0], argnums), *a[1:], **{**k, "with_logs": True})
+
+  def call(*args, **kwargs):
+    res, ours = flow_taps.split_logs(inner(*args, **kwargs), name == "value_and_grad",
+                                     k.get("has_aux", len(a) > 2 and a[2]), asked)
+    if not flows:
+      flows.append(ours)
+    return res
+  return _boxed(call, grads_of, k, box, live)
+
+
+def _default(transform) -> int:
+  return inspect.signature(transform).parameters["argnums"].default
