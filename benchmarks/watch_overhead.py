@@ -10,6 +10,9 @@ them the watched step's compiled computation called alone (what the per-leaf nor
 the device, apart from the recording's host work).
 
     PYTHONPATH=$PWD python benchmarks/watch_overhead.py [--width 256 4096] [--rounds 7]
+
+``--flow``: the backward flow's cost instead (``vv.watch(step, flow=True)``, issue 49's
+target <= 1.05x the unwrapped step): the step unwrapped, watched, and watched with flow.
 """
 from __future__ import annotations
 
@@ -140,14 +143,47 @@ def overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]
   return found
 
 
+def flow_overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]:
+  """Median seconds per step of the unwrapped step (``plain``), watched with the flow off
+  (``off``) and on (``on``: each block's output cotangent reduced in the step); ``ratio_off``
+  and ``ratio_on``: medians of the per-round ratios to ``plain``."""
+  step, run = LOOPS[name](width)
+  sides = {"plain": step, "off": watch(step), "on": watch(step, flow=True)}
+  times: dict[str, list[float]] = {side: [] for side in sides}
+  for fn in sides.values():
+    _seconds_per_step(fn, run, 3)
+  for _ in range(rounds):
+    for side, fn in sides.items():
+      times[side].append(_seconds_per_step(fn, run, steps))
+    _ = sides["on"].flow()
+  found = {side: statistics.median(t) for side, t in times.items()}
+  for side in ("off", "on"):
+    found[f"ratio_{side}"] = statistics.median(b / a for a, b in zip(times["plain"], times[side]))
+  return found
+
+
+def _flow_table(args) -> None:
+  print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'flow off ms':>12} {'ratio':>6} "
+        f"{'flow on ms':>11} {'ratio':>6}")
+  for width in args.width:
+    for name in args.loops:
+      t = flow_overhead(name, width, args.rounds, args.steps)
+      print(f"{name:<10} {width:>6} {t['plain'] * 1e3:8.2f} {t['off'] * 1e3:12.2f} "
+            f"{t['ratio_off']:6.3f} {t['on'] * 1e3:11.2f} {t['ratio_on']:6.3f}", flush=True)
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--width", type=int, nargs="+", default=[256])
   parser.add_argument("--rounds", type=int, default=7)
   parser.add_argument("--steps", type=int, default=30, help="steps per round and side")
   parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+  parser.add_argument("--flow", action="store_true",
+                      help="the backward flow's table instead: flow off vs on vs unwrapped")
   args = parser.parse_args(argv)
   print(f"{jax.devices()[0].platform}: median of {args.rounds} rounds x {args.steps} steps")
+  if args.flow:
+    return _flow_table(args)
   print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'watched ms':>11} {'ratio':>6} "
         f"{'compiled ms':>12} {'ratio':>6}")
   for width in args.width:

@@ -266,19 +266,21 @@ def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset()) -> 
   return tuple(layers)
 
 
-def block_members(paths, scopes) -> list[tuple[str, list[int]]]:
+def block_members(paths, scopes, by_path: bool = False) -> list[tuple[str, list[int]]]:
   """(block, its leaves' indices) per block, as the report names them: the named scopes
   the leaves are read in, where they make two or more (``_named_blocks``; an equinox
   model's, whose scopes are classes, by path instead); else the repeated blocks of a
-  stacked model (``nonfinite.strip``'s grouping of the paths); [] when neither."""
+  stacked model (``nonfinite.strip``'s grouping of the paths); else, ``by_path``, the
+  paths cut one key below what all share (``_path_blocks``); [] when none applies."""
   named = _named_blocks(scopes)
   if named and _by_class(named, paths):   # equinox's scopes: one per class, not per layer
     named = _path_blocks(paths, scopes)
   if named:
     return named
   blank = [nonfinite.Flow(1, 0, 0, 0.0, 0.0)] * len(paths)
-  return [(row[0], [k for k, p in enumerate(paths) if p.startswith(row[0])])
-          for row in nonfinite.strip(list(paths), blank)]
+  stacked = [(row[0], [k for k, p in enumerate(paths) if p.startswith(row[0])])
+             for row in nonfinite.strip(list(paths), blank)]
+  return stacked or (_path_blocks(paths, scopes) if by_path else [])
 
 
 def _flag(norm, deeper, ratio, eps) -> tuple[str | None, str | None]:

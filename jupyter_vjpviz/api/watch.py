@@ -56,7 +56,9 @@ from .nans import nans as localise_nans
 from ..render.html import STYLE
 from ..analysis import watch_rows as rows
 from ..analysis.watch_rows import POINTS, BlockEvent, LeafEvents  # noqa: F401 - their home was here
-from ..capture import grad_calls
+from ..analysis.values import flow as values_flow
+from ..capture import flow_taps, grad_calls
+from .grads import block_members
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
 BATCH = 32    # steps whose arrays are stacked and sent to the host at once
@@ -76,8 +78,11 @@ class Watched:
   """A jitted training step that records its gradient's health per call."""
 
   def __init__(self, step, stayed: int = STAYED, keep: bool = True,
-               keep_first_nonfinite: bool = False, logs=None):
+               keep_first_nonfinite: bool = False, logs=None, flow: bool = False):
     self.__wrapped__, self.stayed, self.keep = step, stayed, keep
+    self.flow_on = flow
+    self.flow_blocks: list[str] = []   # the blocks whose output cotangents a row carries
+    self.flow_note: str | None = None  # why, with flow on, the step could not be tapped
     self.logs_of = logs      # the step's outputs -> the gradient logs it returned
     self.log_names: list[str] = []
     self.keep_first_nonfinite = keep_first_nonfinite
@@ -239,7 +244,12 @@ class Watched:
     # copy ``_guarded`` makes must be of the arguments it was called with
     call = jax.tree_util.tree_flatten((args, kwargs))
     box: list = []
-    with grad_calls.seen_through(box):
+    taps: list = []   # the tapped function's Taps, or why it could not tap
+    flows: list = []  # the taps' logs
+    group = lambda paths, scopes: block_members(paths, scopes, by_path=True)
+    tapper = (lambda fun, argnums: values_flow.tapped(fun, argnums, group, taps)
+              ) if self.flow_on else None
+    with grad_calls.seen_through(box, tapper, flows):
       out = self._fun(*args, **kwargs)
     if not box:
       raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
@@ -256,7 +266,40 @@ class Watched:
     armed = None if armed is None else self._guarded(health, armed, call)
     if self.logs_of is not None:
       health = jnp.concatenate([health, safely(self._log_stats, out, default=rows.NO_LOGS)])
+    if self.flow_on:
+      health = jnp.concatenate([health, self._flow_row(taps, flows)])
     return out, health, armed
+
+  def _flow_row(self, taps: list, flows: list) -> jax.Array:
+    """float32[4 * blocks]: each block's output cotangent's norm, max |.|, finite and
+    zero fractions, reduced in the step from its taps' logs; empty (and ``flow_note``
+    says why) where the step's gradient could not be tapped."""
+    self.flow_blocks, self.flow_note = [], None
+    if not flow_taps.AVAILABLE:
+      self.flow_note = ("needs JAX's backward-pass logs (defvjp_with_logs, JAX 0.12.1); "
+                        f"this is {jax.__version__}")
+    elif not taps or not flows:
+      self.flow_note = "the step's first gradient was taken by no jax.grad or value_and_grad"
+    elif not isinstance(taps[0], values_flow.Taps):
+      self.flow_note = f"its function could not be traced again: {taps[0]}"
+    elif not taps[0].blocks:
+      self.flow_note = "the gradient is of no floating parameters"
+    else:
+      self.flow_blocks = list(taps[0].blocks)
+      return taps[0].row(flows[0])
+    return jnp.zeros(0, jnp.float32)
+
+  def flow(self) -> list[dict]:
+    """One row per step and block (``step``, ``block``, ``norm``, ``max_abs``,
+    ``finite_fraction``, ``zero_fraction``) of the cotangent of each block's output,
+    measured in the compiled step (``watch(step, flow=True)``; [] without, or where the
+    step could not be tapped: ``flow_note`` says why)."""
+    return values_flow.table(self._flow_cols(), self.flow_blocks)
+
+  def _flow_cols(self, s: np.ndarray | None = None) -> np.ndarray:
+    s = self._every_row() if s is None else s
+    start = len(self.paths) + 3 * len(self.log_names)
+    return s[:, start:start + 4 * len(self.flow_blocks)]
 
   def _log_stats(self, out) -> jax.Array:
     """float32[3 * logs]: each numeric leaf's mean, min and max of the gradient logs
@@ -355,7 +398,7 @@ class Watched:
       return self._stacked()
 
   def _stacked(self) -> np.ndarray:
-    width = len(self.paths) + 3 * len(self.log_names)
+    width = len(self.paths) + 3 * len(self.log_names) + 4 * len(self.flow_blocks)
     return np.stack(self._rows) if self._rows else np.zeros((0, width), np.float32)
 
   @property
@@ -435,7 +478,7 @@ class Watched:
     (it is asked alone: the others run no step meanwhile)."""
     self._promote()
     if self._first_bad is not None and self._first_bad[0] == step:
-      return self._localised_nans(*self._first_bad[1]())
+      return self._localised_nans(step, *self._first_bad[1]())
     if self._kept is None or self._kept[0] != step:
       raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
                        "call's and the first non-finite one's where it saw it in time (steps "
@@ -449,11 +492,36 @@ class Watched:
                        "the first non-finite step's as they were")
     if any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
-    return self._localised_nans(args, kwargs)
+    return self._localised_nans(step, args, kwargs)
 
-  def _localised_nans(self, args, kwargs):
+  def _localised_nans(self, step: int, args, kwargs):
+    """``vv.nans`` of the step's eager re-run on ``args``; where the backward flow saw
+    ``step``'s cotangents non-finite in the compiled step, one line says at which block,
+    and that the re-run did not reproduce it when its gradient is finite (jax#4275)."""
     (args, kwargs), _ = hosts.localised((args, kwargs))
-    return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
+    found = localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
+    seen = self.flow_nonfinite(step)
+    if seen is not None:
+      print(f"vjpviz: in the compiled step {step}, the cotangent first went non-finite at "
+            f"{seen[1]}'s output, made in {seen[2]}" + ("" if found is not None else
+            "; the eager re-run's gradient is finite: it did not reproduce what the compiled "
+            "step computed (XLA's fused arithmetic differs from the eager run's, jax#4275), "
+            "so no line is named"))
+    return found
+
+  def flow_nonfinite(self, step: int | None = None) -> tuple[int, str, str] | None:
+    """(step, block, where) of the first non-finite cotangent the backward flow saw (at
+    ``step``, or the first such step): ``block``, the one nearest the loss whose output's
+    cotangent was not all finite, and ``where`` the non-finite values were made, after it
+    (the next block, or the loss)."""
+    cols = self._flow_cols()
+    first = values_flow.first_nonfinite(cols if step is None else cols[step:step + 1])
+    if first is None:
+      return None
+    t, k = first
+    made = (self.flow_blocks[k + 1] if k + 1 < len(self.flow_blocks)
+            else "the loss, after the last block")
+    return (t if step is None else step), self.flow_blocks[k], made
 
   def __str__(self) -> str:
     n = len(self.steps)
@@ -470,7 +538,27 @@ class Watched:
                    f"{float(last.min()):.3g} .. {float(last.max()):.3g}")
     lines += [f"  log {name}, step {n - 1}: mean {v[-1, 0]:.4g}, min {v[-1, 1]:.4g}, "
               f"max {v[-1, 2]:.4g}" for name, v in self.logs.items() if n]
+    if self.flow_on:
+      lines.append(f"  {self._flow_line()}")
     return "\n".join(lines)
+
+  def _flow_line(self) -> str:
+    """The backward flow's verdict: could not check (why), the first non-finite block, or
+    every block's cotangent finite, with the last step's norms from the loss to the input."""
+    if self.flow_note:
+      return f"backward flow: could not check: {self.flow_note}"
+    cols = self._flow_cols()
+    first = self.flow_nonfinite()
+    if first is not None:
+      step, block, made = first
+      where = self._nonfinite_shards(step)
+      return (f"backward flow: step {step}: the cotangent first went non-finite at {block}'s "
+              f"output{' ' + where if where else ''}: made in {made}")
+    if not len(cols):
+      return "backward flow: no step yet"
+    norms = ", ".join(f"{b} {cols[-1, 4 * k]:.3g}" for k, b in reversed(list(enumerate(
+        self.flow_blocks))))
+    return f"backward flow: every block's cotangent finite; ‖ct‖ last step, from the loss: {norms}"
 
   def _repr_html_(self) -> str:
     return (f'<div class="vjpviz"><style>{STYLE}</style><pre>{html.escape(str(self))}</pre>'
@@ -478,7 +566,7 @@ class Watched:
 
 
 def watch(step, *, stayed: int = STAYED, keep: bool = True,
-          keep_first_nonfinite: bool = False, logs=None) -> Watched:
+          keep_first_nonfinite: bool = False, logs=None, flow: bool = False) -> Watched:
   """``step`` (a train step that takes one gradient, jitted or not) with its gradient's
   health recorded per call: ``.norms`` [steps, leaves], ``.events()``, ``.paths``; its
   non-array arguments are static, as under ``eqx.filter_jit``. ``keep``: hold the last
@@ -489,8 +577,9 @@ def watch(step, *, stayed: int = STAYED, keep: bool = True,
   every step (~2 ms a step on a TPU v5e, against a step's ~0.6 ms). ``logs``: a function
   of the step's outputs that picks the gradient logs it returned (``lambda out: out[-1]``
   for a step returning ``jax.grad(..., with_logs=True)``'s logs last): each log's mean,
-  min and max recorded per step, ``.logs``."""
-  return Watched(step, stayed, keep, keep_first_nonfinite, logs)
+  min and max recorded per step, ``.logs``. ``flow``: the backward flow, each block's
+  output cotangent measured inside the compiled step (``.flow()``; JAX 0.12.1 or newer)."""
+  return Watched(step, stayed, keep, keep_first_nonfinite, logs, flow)
 
 
 _ids = itertools.count(1)

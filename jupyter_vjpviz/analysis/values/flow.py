@@ -29,6 +29,7 @@ from ...base.trees import substituted
 from ...capture import flow_taps
 from ...capture.compat.changed_signatures import bind
 from ...capture.compat.private import core
+from ...capture.naming import leaf_paths
 from ..program import consts, sub_jaxprs
 from .grad_paths import reading_scopes
 from .nonfinite_eval import inexact
@@ -79,18 +80,19 @@ def tapped(fun, argnums, group: Group, found: list) -> Callable:
     def flat_fun(*arrays):
       a, kw = jax.tree_util.tree_unflatten(tree, substituted(flat, at, arrays))
       return fun(*a, **kw)
-    try:   # the user's own error is raised by their call below, as without vjpviz
-      closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in at))
-      jaxpr = getattr(closed, "jaxpr", closed)
+    # traced once (the user's error, if any, raised from here); then run from its jaxpr
+    closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in at))
+    jaxpr, arrays = getattr(closed, "jaxpr", closed), [flat[k] for k in at]
+    try:
       plan, outs = _plan(jaxpr, _inputs(jaxpr))
       names, leaf_block = _blocks(jaxpr, _params(args, nums, at), group)
       outputs = _outputs(plan, jaxpr, leaf_block)
       keys = {r: f"{b}/{n}" for n, (r, b) in enumerate(outputs)}
-      values = _run(plan, outs, jaxpr, consts(closed), [flat[k] for k in at], keys)
-    except Exception as e:  # noqa: BLE001 - untapped, the step runs as written
+      values = _run(plan, outs, jaxpr, consts(closed), arrays, keys)
+      found.append(Taps(tuple(names), tuple((keys[r], b) for r, b in outputs)))
+    except Exception as e:  # noqa: BLE001 - vjpviz's own failure: the jaxpr runs untapped
       found.append(f"{type(e).__name__}: {e}"[:300])
-      return fun(*args, **kwargs)
-    found.append(Taps(tuple(names), tuple((keys[r], b) for r, b in outputs)))
+      values = core.eval_jaxpr(jaxpr, consts(closed), *arrays)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), values)
   return run
 
@@ -104,15 +106,24 @@ def _params(args, nums, at) -> dict[int, str]:
     leaves = jax.tree_util.tree_flatten_with_path(a)[0]
     for k, (kp, x) in enumerate(leaves):
       if i in nums and start + k in position and inexact(x):
-        found[position[start + k]] = (f"args[{i}]" if len(nums) > 1 else "") + jax.tree_util.keystr(kp)
+        found[position[start + k]] = (f"args[{i}]" if len(nums) > 1 else "") + _path(a, kp)
     start += len(leaves)
   return found
 
 
+def _path(arg, kp) -> str:
+  """A leaf's path in its argument: flax nnx's graph-mode grad hands ``jax.grad`` its
+  modules' states (``NodeStates``, ``.states[i]``): named as on the live module, as the
+  watch names its leaves (``.layers[0].kernel``)."""
+  if type(arg).__name__ == "NodeStates" and len(kp) > 2:
+    return leaf_paths.attribute_path(leaf_paths.without_value(kp[2:]))
+  return jax.tree_util.keystr(kp)
+
+
 # --- the plan: the jaxpr's equations with its calls inlined ---------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _Const:
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Const:   # by identity: its value is an array
   val: object
 
 
@@ -161,7 +172,10 @@ def _blocks(jaxpr, params: dict[int, str], group: Group) -> tuple[list[str], dic
   inputs = sorted(params)
   scopes = [reading_scopes(jaxpr)[i] for i in inputs]
   paths = [params[i] for i in inputs]
-  members = group(paths, scopes) or _by_parent(paths)
+  members = group(paths, scopes)
+  covered = {k for _, ks in members for k in ks}
+  rest = [k for k in range(len(paths)) if k not in covered]   # each in its parent's block
+  members += [(name, [rest[k] for k in ks]) for name, ks in _by_parent([paths[k] for k in rest])]
   unread = (float("inf"),)
   order = sorted(range(len(members)), key=lambda m: min(
       (scopes[k][1] or unread for k in members[m][1]), default=unread))
@@ -182,21 +196,23 @@ def _by_parent(paths: list[str]) -> list[tuple[str, list[int]]]:
 
 def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> list[tuple[object, int]]:
   """(ref, block) of every block's output activations, in plan order (module docstring)."""
+  # (block, made of parameters alone) per value; the rest of the inputs and the consts
+  # (a batch the loss closes over) are data: activations of no block
   state: dict = {(0, v): (leaf_block.get(i), i in leaf_block) for i, v in enumerate(jaxpr.invars)}
-  of = lambda r: (None, True) if isinstance(r, (core.Literal, _Const)) else state.get(r, (None, True))
+  of = lambda r: None if isinstance(r, core.Literal) else state.get(r, (None, False))
   owner, reads = [], []
   for _, operands, results in plan:
-    got = [of(r) for r in operands]
+    got = [x for x in map(of, operands) if x is not None]   # a literal is neither
     weights = [b for b, w in got if w and b is not None]
     acts = [b for b, w in got if not w and b is not None]
-    weight = all(w for _, w in got)
+    weight = bool(got) and all(w for _, w in got)
     b = max(weights) if weights else max(acts) if acts else None
     owner.append(None if weight else b)
     reads.append(bool(weights) and not weight)
     state.update((r, (b, weight)) for r in results)
   found: dict = {}
   for i, (_, operands, _) in enumerate(plan):
-    for r in operands:
+    for r in filter(of, operands):
       b, w = of(r)
       if not w and b is not None and owner[i] is not None and owner[i] != b and _float(r):
         found.setdefault(r, b)
@@ -211,3 +227,29 @@ def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> list[tuple[object, int]
 
 def _float(ref) -> bool:
   return isinstance(ref, tuple) and inexact(ref[1])
+
+
+# --- a watch's flow columns, read on the host -----------------------------------------
+
+def table(cols: np.ndarray, blocks: list[str], start: int = 0) -> list[dict]:
+  """One row per step and block (``step``, ``block``, then ``STATS``) of ``cols``
+  (float32[steps, 4 * blocks]: the steps' flow columns, the first being step ``start``)."""
+  found = []
+  for t, row in enumerate(cols):
+    for b, name in enumerate(blocks):
+      found.append({"step": start + t, "block": name,
+                    **{k: float(v) for k, v in zip(STATS, row[4 * b:4 * b + 4])}})
+  return found
+
+
+def first_nonfinite(cols: np.ndarray) -> tuple[int, int] | None:
+  """(step, block index) of the first step whose cotangents were not all finite, and the
+  block nearest the loss among those whose output saw it: the backward pass met it there
+  first, so the non-finite values were made after that block's output (in the next
+  block, or in the loss after the last)."""
+  bad = ~(cols[:, 2::4] == 1.0)   # a NaN fraction (an empty cotangent) is no all-clear
+  steps = np.flatnonzero(bad.any(axis=1))
+  if not steps.size:
+    return None
+  t = int(steps[0])
+  return t, int(np.flatnonzero(bad[t])[-1])
