@@ -4,10 +4,14 @@ of each piece), on equinox, flax linen and flax nnx training loops (optax); the 
 non-finite block named on a model whose gradient goes NaN, and handed to vv.nans."""
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from kernel_helpers import validator
 
 from jupyter_vjpviz.api.watch import watch
 from jupyter_vjpviz.capture import flow_taps
@@ -157,6 +161,11 @@ def test_the_first_nonfinite_block_is_named_and_handed_to_nans(capsys):
   rows = {r["block"]: r for r in w.flow()}
   assert rows[".layers[1]"]["finite_fraction"] == 1.0 > rows[".layers[0]"]["finite_fraction"]
   assert "non-finite at .layers[0]'s output: made in .layers[1]" in str(w)
+  flow = w.series()["flow"]   # the panel's WatchFlow: the NaN block's norm is null
+  validator("WatchMessage").validate(json.loads(json.dumps(
+      {"v": 1, "type": "watch", "watch": w.series()})))
+  assert flow["blocks"] == [".layers[0]", ".layers[1]", ".layers[2]"] and flow["note"] is None
+  assert flow["norm"][0] == [None] and flow["finite_fraction"][1] == [1.0]
   d = w.nans(0)
   assert d is not None and "sqrt" in d.headline
   assert "made in .layers[1]" in capsys.readouterr().out

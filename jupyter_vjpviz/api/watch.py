@@ -65,6 +65,7 @@ BATCH = 32    # steps whose arrays are stacked and sent to the host at once
 PUSH_EVERY = 0.5   # seconds between two pushes of a watch's series to the panel
 LINES = 64         # the most lines (layers) it draws
 EVENTS = 256       # the most events it lists
+FLOW_BLOCKS = 256  # the most blocks its backward flow draws
 KEEP_BYTES = 1 << 28   # the most bytes of arguments copied to the host at a non-finite step
 ARMED = "_vjpviz_armed"   # the keyword the watched step's device flags pass under
 
@@ -461,7 +462,17 @@ class Watched:
             "kept_steps": self.kept_steps(),
             "logs": [{"name": name, **{k: rows.finite_or_none(v[points, i]) for i, k in enumerate(
                 ("mean", "min", "max"))}} for name, v in list(rows.logs_of(
-                    s, len(self.paths), self.log_names).items())[:LINES]]}
+                    s, len(self.paths), self.log_names).items())[:LINES]],
+            **({"flow": self._flow_series(s, points)} if self.flow_on else {})}
+
+  def _flow_series(self, s: np.ndarray, points: np.ndarray) -> dict:
+    """The panel's WatchFlow: each block's output cotangent's norm and finite fraction at
+    the steps drawn (the first ``FLOW_BLOCKS`` blocks), or why there are none."""
+    cols = self._flow_cols(s)[points]
+    blocks = self.flow_blocks[:FLOW_BLOCKS]
+    return {"blocks": blocks, "note": self.flow_note,
+            "norm": [rows.finite_or_none(cols[:, 4 * k]) for k in range(len(blocks))],
+            "finite_fraction": [rows.finite_or_none(cols[:, 4 * k + 2]) for k in range(len(blocks))]}
 
   def kept_steps(self) -> list[int]:
     """The steps whose arguments are kept (``nans`` runs on them): the last call's and the
