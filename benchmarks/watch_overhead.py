@@ -53,10 +53,11 @@ def equinox_loop(width: int):
 
 def _carrying(carry: list):
   """A runner of a functional step ``(params, state) -> (params, state, loss)``: each call
-  carries the new params and optimizer state into the next."""
+  carries the new params and optimizer state into the next (``run.carry``: them now)."""
   def run(step):
     carry[0], carry[1], loss = step(*carry)
     return loss
+  run.carry = carry
   return run
 
 
@@ -107,7 +108,11 @@ def nnx_loop(width: int):
     loss, g = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
     optimizer.update(model, g)
     return loss
-  return step, lambda step: step(model, optimizer, x, y)
+
+  def run(step):
+    return step(model, optimizer, x, y)
+  run.carry = [model, optimizer]
+  return step, run
 
 
 LOOPS = {"equinox": equinox_loop, "linen": linen_loop, "nnx": nnx_loop}
@@ -145,31 +150,33 @@ def overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]
 
 def flow_overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]:
   """Median seconds per step of the unwrapped step (``plain``), watched with the flow off
-  (``off``) and on (``on``: each block's output cotangent reduced in the step); ``ratio_off``
-  and ``ratio_on``: medians of the per-round ratios to ``plain``."""
+  (``off``) and on (``on``: each block's output cotangent reduced in the step), rounds
+  interleaved; ``ratio_off`` and ``ratio_on``: medians of the per-round ratios to ``plain``."""
   step, run = LOOPS[name](width)
   sides = {"plain": step, "off": watch(step), "on": watch(step, flow=True)}
-  times: dict[str, list[float]] = {side: [] for side in sides}
-  for fn in sides.values():
-    _seconds_per_step(fn, run, 3)
+  times: dict[str, list[float]] = {}
+  for side, fn in sides.items():
+    _seconds_per_step(fn, run, 3)   # compiled outside the rounds
+    times[side] = []
   for _ in range(rounds):
     for side, fn in sides.items():
       times[side].append(_seconds_per_step(fn, run, steps))
-    _ = sides["on"].flow()
-  found = {side: statistics.median(t) for side, t in times.items()}
-  for side in ("off", "on"):
-    found[f"ratio_{side}"] = statistics.median(b / a for a, b in zip(times["plain"], times[side]))
-  return found
+    _ = sides["on"].flow()   # what a user reading the record pays, once per round
+  ratio = lambda side: statistics.median(b / a for a, b in zip(times["plain"], times[side]))
+  return {**{side: statistics.median(t) for side, t in times.items()},
+          "ratio_off": ratio("off"), "ratio_on": ratio("on")}
+
+
+FLOW_COLUMNS = (("step ms", "plain", 1e3), ("flow off ms", "off", 1e3), ("ratio", "ratio_off", 1),
+                ("flow on ms", "on", 1e3), ("ratio", "ratio_on", 1))
 
 
 def _flow_table(args) -> None:
-  print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'flow off ms':>12} {'ratio':>6} "
-        f"{'flow on ms':>11} {'ratio':>6}")
-  for width in args.width:
-    for name in args.loops:
-      t = flow_overhead(name, width, args.rounds, args.steps)
-      print(f"{name:<10} {width:>6} {t['plain'] * 1e3:8.2f} {t['off'] * 1e3:12.2f} "
-            f"{t['ratio_off']:6.3f} {t['on'] * 1e3:11.2f} {t['ratio_on']:6.3f}", flush=True)
+  print(f"{'loop':<10} {'width':>6} " + " ".join(f"{head:>11}" for head, _, _ in FLOW_COLUMNS))
+  for width, name in ((w, n) for w in args.width for n in args.loops):
+    t = flow_overhead(name, width, args.rounds, args.steps)
+    print(f"{name:<10} {width:>6} " + " ".join(
+        f"{t[key] * scale:11.3f}" for _, key, scale in FLOW_COLUMNS), flush=True)
 
 
 def main(argv=None) -> None:

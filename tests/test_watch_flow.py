@@ -1,10 +1,12 @@
 """vv.watch(step, flow=True): each block's output cotangent measured inside the compiled
 step, against an independent computation (the model split at its blocks by hand, jax.vjp
-of each piece), on equinox, flax linen and flax nnx training loops (optax); the first
+of each piece), on the benchmark's equinox, flax linen and flax nnx loops; the first
 non-finite block named on a model whose gradient goes NaN, and handed to vv.nans."""
 from __future__ import annotations
 
 import json
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,9 @@ import numpy as np
 import pytest
 
 from kernel_helpers import validator
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import watch_overhead  # noqa: E402 - the benchmark's loops
 
 from jupyter_vjpviz.api.watch import watch
 from jupyter_vjpviz.capture import flow_taps
@@ -22,20 +27,21 @@ pytestmark = pytest.mark.skipif(not flow_taps.AVAILABLE, reason="needs defvjp_wi
 KEY = jax.random.key(0)
 X = jax.random.normal(KEY, (16, 5))
 Y = jax.random.normal(jax.random.key(1), (16, 2))
+WIDTH = 16   # the benchmark's models, narrower
 
 
-def _loss(out):
-  return ((out - Y) ** 2).mean()
+def _loss(out, y=Y):
+  return ((out - y) ** 2).mean()
 
 
-def _expected(pieces) -> list[dict]:
+def _expected(pieces, x=X, y=Y) -> list[dict]:
   """Per piece (a block: its output from its input), the cotangent of its output, by
   ``jax.vjp`` of each piece in turn from the loss back: norm, max |.|, fractions."""
-  h, pulls = X, []
+  h, pulls = x, []
   for piece in pieces:
     h, pull = jax.vjp(piece, h)
     pulls.append(pull)
-  ct, found = jax.grad(_loss)(h), []
+  ct, found = jax.grad(_loss)(h, y), []
   for pull in reversed(pulls):
     found.append(ct)
     ct, = pull(ct)
@@ -52,78 +58,45 @@ def _check(rows: list[dict], blocks: list[str], expected: list[dict], step: int 
       assert r[k] == pytest.approx(v, rel=1e-5, abs=1e-12), (r["block"], k)
 
 
-def test_equinox_flow_equals_each_blocks_vjp():
-  eqx = pytest.importorskip("equinox")
-  model = eqx.nn.MLP(5, 2, 8, 3, key=KEY)
-  opt = optax.adam(1e-2)
-
-  @eqx.filter_jit
-  def step(model, state):
-    loss, g = eqx.filter_value_and_grad(lambda m: _loss(jax.vmap(m)(X)))(model)
-    updates, state = opt.update(g, state, model)
-    return eqx.apply_updates(model, updates), state, loss
-  w, state, seen = watch(step, flow=True), opt.init(eqx.filter(model, eqx.is_array)), []
-  for _ in range(2):
-    seen.append(model)
-    model, state, _ = w(model, state)
-  assert w.flow_note is None
-  for t, m in enumerate(seen):
-    pieces = [jax.vmap(lambda h, lin=lin: jax.nn.relu(lin(h))) for lin in m.layers[:-1]]
-    _check(w.flow(), [f".layers[{i}]" for i in range(4)],
-           _expected([*pieces, jax.vmap(m.layers[-1])]), t)
-  assert "every block's cotangent finite" in str(w)
+def _relu_of(layer):
+  return lambda h: jax.nn.relu(layer(h))
 
 
-def test_linen_flow_equals_each_blocks_vjp_and_names_its_scopes():
-  nn = pytest.importorskip("flax.linen")
-
-  class MLP(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-      for _ in range(2):
-        x = nn.relu(nn.Dense(8)(x))
-      return nn.Dense(2)(x)
-  net, opt = MLP(), optax.sgd(1e-2)
-  params = net.init(KEY, X)
-
-  @jax.jit
-  def step(params, state):
-    loss, g = jax.value_and_grad(lambda p: _loss(net.apply(p, X)))(params)
-    updates, state = opt.update(g, state)
-    return optax.apply_updates(params, updates), state, loss
-  w = watch(step, flow=True)
-  w(params, opt.init(params))
-  dense = lambda i: (lambda h: nn.Dense(8 if i < 2 else 2).apply(
-      {"params": params["params"][f"Dense_{i}"]}, h))
-  pieces = [lambda h, i=i: jax.nn.relu(dense(i)(h)) for i in range(2)] + [dense(2)]
-  _check(w.flow(), [f"MLP/Dense_{i}" for i in range(3)], _expected(pieces))
+def _equinox_pieces(model) -> list:
+  return [*(jax.vmap(_relu_of(lin)) for lin in model.layers[:-1]), jax.vmap(model.layers[-1])]
 
 
-def test_nnx_flow_names_blocks_as_the_live_module():
+def _linen_pieces(params) -> list:
+  """Each Dense by hand (``h @ kernel + bias``), a ReLU after all but the last."""
+  dense = [lambda h, p=p: h @ p["kernel"] + p["bias"] for p in params["params"].values()]
+  return [*(_relu_of(d) for d in dense[:-1]), dense[-1]]
+
+
+def _nnx_pieces(model) -> list:
   nnx = pytest.importorskip("flax.nnx")
+  return [*(_relu_of(nnx.clone(lin)) for lin in model.layers), nnx.clone(model.out)]
 
-  class MLP(nnx.Module):
-    def __init__(self, rngs):
-      self.layers = nnx.List([nnx.Linear(5 if i == 0 else 8, 8, rngs=rngs) for i in range(3)])
-      self.out = nnx.Linear(8, 2, rngs=rngs)
 
-    def __call__(self, x):
-      for layer in self.layers:
-        x = nnx.relu(layer(x))
-      return self.out(x)
-  model = MLP(nnx.Rngs(0))
-  optimizer = nnx.Optimizer(model, optax.sgd(1e-2), wrt=nnx.Param)
-  relu = lambda lin: (lambda h: jax.nn.relu(lin(h)))
-  expected = _expected([*(relu(nnx.clone(lin)) for lin in model.layers), nnx.clone(model.out)])
+LOOPS = {"equinox": (_equinox_pieces, [f".layers[{i}]" for i in range(4)]),
+         "linen": (_linen_pieces, [f"MLP/Dense_{i}" for i in range(4)]),
+         "nnx": (_nnx_pieces, [".layers[0]", ".layers[1]", ".layers[2]", ".out"])}
 
-  @nnx.jit
-  def step(model, optimizer):
-    loss, g = nnx.value_and_grad(lambda m: _loss(m(X)))(model)
-    optimizer.update(model, g)
-    return loss
-  w = watch(step, flow=True)
-  w(model, optimizer)
-  _check(w.flow(), [".layers[0]", ".layers[1]", ".layers[2]", ".out"], expected)
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_flow_equals_each_blocks_vjp_on_the_benchmarks_loops(name):
+  """Two steps of benchmarks/watch_overhead.py's loop (adam, batch 256): each block's
+  output cotangent, per step, equals jax.vjp of the model split at its blocks by hand,
+  on the model as that step was called with it."""
+  pytest.importorskip({"equinox": "equinox", "linen": "flax.linen", "nnx": "flax.nnx"}[name])
+  step, run = watch_overhead.LOOPS[name](WIDTH)
+  pieces, blocks = LOOPS[name]
+  w, x, y = watch(step, flow=True), *watch_overhead._data()
+  for t in range(2):
+    expected = _expected(pieces(run.carry[0]), x, y)
+    run(w)
+    assert w.flow_note is None
+    _check(w.flow(), blocks, expected, t)
+  assert "every block's cotangent finite" in str(w)
 
 
 def test_the_first_nonfinite_block_is_named_and_handed_to_nans(capsys):
