@@ -21,8 +21,17 @@ import watch_overhead  # noqa: E402 - the benchmark's loops
 from jupyter_vjpviz.api.watch import watch
 from jupyter_vjpviz.capture import flow_taps
 
-optax = pytest.importorskip("optax")
-pytestmark = pytest.mark.skipif(not flow_taps.AVAILABLE, reason="needs defvjp_with_logs")
+
+
+@pytest.fixture(params=["logs", "sinks"])
+def channel(request, monkeypatch):
+  """The backward-pass channel the taps use: JAX's logs (0.12.1), or the sinks older JAX
+  has (forced here where JAX has both)."""
+  if request.param == "logs" and not flow_taps.AVAILABLE:
+    pytest.skip("this JAX has no defvjp_with_logs")
+  if request.param == "sinks":
+    monkeypatch.setattr(flow_taps, "AVAILABLE", False)
+  return request.param
 
 KEY = jax.random.key(0)
 X = jax.random.normal(KEY, (16, 5))
@@ -34,14 +43,15 @@ def _loss(out, y=Y):
   return ((out - y) ** 2).mean()
 
 
-def _expected(pieces, x=X, y=Y) -> list[dict]:
+def _expected(pieces, x=X, y=Y, head=lambda h: h) -> list[dict]:
   """Per piece (a block: its output from its input), the cotangent of its output, by
-  ``jax.vjp`` of each piece in turn from the loss back: norm, max |.|, fractions."""
+  ``jax.vjp`` of each piece in turn from the loss (of ``head`` of the last) back: norm,
+  max |.|, fractions."""
   h, pulls = x, []
   for piece in pieces:
     h, pull = jax.vjp(piece, h)
     pulls.append(pull)
-  ct, found = jax.grad(_loss)(h, y), []
+  ct, found = jax.grad(lambda h: _loss(head(h), y))(h), []
   for pull in reversed(pulls):
     found.append(ct)
     ct, = pull(ct)
@@ -83,10 +93,11 @@ LOOPS = {"equinox": (_equinox_pieces, [f".layers[{i}]" for i in range(4)]),
 
 
 @pytest.mark.parametrize("name", list(LOOPS))
-def test_flow_equals_each_blocks_vjp_on_the_benchmarks_loops(name):
+def test_flow_equals_each_blocks_vjp_on_the_benchmarks_loops(name, channel):
   """Two steps of benchmarks/watch_overhead.py's loop (adam, batch 256): each block's
   output cotangent, per step, equals jax.vjp of the model split at its blocks by hand,
   on the model as that step was called with it."""
+  pytest.importorskip("optax")
   pytest.importorskip({"equinox": "equinox", "linen": "flax.linen", "nnx": "flax.nnx"}[name])
   step, run = watch_overhead.LOOPS[name](WIDTH)
   pieces, blocks = LOOPS[name]
@@ -99,7 +110,36 @@ def test_flow_equals_each_blocks_vjp_on_the_benchmarks_loops(name):
   assert "every block's cotangent finite" in str(w)
 
 
-def test_the_first_nonfinite_block_is_named_and_handed_to_nans(capsys):
+def test_a_plain_jax_stack_of_layers_on_every_jax(channel):
+  """No library: a dict of three alike layers in a Python loop, sgd by hand under
+  jax.jit; its blocks are the stacked model's (``['layers'][i]``), each row equal to
+  jax.vjp of its layer; the last block's output is what its last equation reading its
+  parameters makes (the tanh after it is the loss's: nothing tells them apart). Runs on
+  the older JAX releases too (the sinks)."""
+  k = jax.random.split(KEY, 3)
+  params = {"layers": [{"w": jax.random.normal(k[i], (5 if i == 0 else 8, 8 if i < 2 else 2)),
+                        "b": jnp.full((8 if i < 2 else 2,), 0.1)} for i in range(3)]}
+  layer = lambda p: (lambda h: jnp.tanh(h @ p["w"] + p["b"]))
+
+  def forward(params, h):
+    for p in params["layers"]:
+      h = layer(p)(h)
+    return h
+
+  @jax.jit
+  def step(params):
+    loss, g = jax.value_and_grad(lambda p: _loss(forward(p, X)))(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), loss
+  w = watch(step, flow=True)
+  for t in range(2):
+    last = params["layers"][-1]
+    expected = _expected([*(layer(p) for p in params["layers"][:-1]),
+                          lambda h: h @ last["w"] + last["b"]], head=jnp.tanh)
+    params, _ = w(params)
+    _check(w.flow(), [f"['layers'][{i}]" for i in range(3)], expected, t)
+
+
+def test_the_first_nonfinite_block_is_named_and_handed_to_nans(capsys, channel):
   """z + sqrt(0 * z) in the middle block: forward finite, its backward 0 * inf = NaN. The
   middle block's output cotangent is finite, the first block's is not: the flow names the
   middle block as where it was made, and vv.nans on that step names the sqrt."""

@@ -57,7 +57,7 @@ from ..render.html import STYLE
 from ..analysis import watch_rows as rows
 from ..analysis.watch_rows import POINTS, BlockEvent, LeafEvents  # noqa: F401 - their home was here
 from ..analysis.values import flow as values_flow
-from ..capture import flow_taps, grad_calls
+from ..capture import grad_calls
 from .grads import block_members
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
@@ -248,8 +248,7 @@ class Watched:
     taps: list = []   # the tapped function's Taps, or why it could not tap
     flows: list = []  # the taps' logs
     group = lambda paths, scopes: block_members(paths, scopes, by_path=True)
-    tapper = (lambda fun, argnums: values_flow.tapped(fun, argnums, group, taps)
-              ) if self.flow_on else None
+    tapper = values_flow.Tapper(group, taps) if self.flow_on else None
     with grad_calls.seen_through(box, tapper, flows):
       out = self._fun(*args, **kwargs)
     if not box:
@@ -276,10 +275,7 @@ class Watched:
     zero fractions, reduced in the step from its taps' logs; empty (and ``flow_note``
     says why) where the step's gradient could not be tapped."""
     self.flow_blocks, self.flow_note = [], None
-    if not flow_taps.AVAILABLE:
-      self.flow_note = ("needs JAX's backward-pass logs (defvjp_with_logs, JAX 0.12.1); "
-                        f"this is {jax.__version__}")
-    elif not taps or not flows:
+    if not taps or not flows:
       self.flow_note = "the step's first gradient was taken by no jax.grad or value_and_grad"
     elif not isinstance(taps[0], values_flow.Taps):
       self.flow_note = f"its function could not be traced again: {taps[0]}"
@@ -589,7 +585,7 @@ def watch(step, *, stayed: int = STAYED, keep: bool = True,
   of the step's outputs that picks the gradient logs it returned (``lambda out: out[-1]``
   for a step returning ``jax.grad(..., with_logs=True)``'s logs last): each log's mean,
   min and max recorded per step, ``.logs``. ``flow``: the backward flow, each block's
-  output cotangent measured inside the compiled step (``.flow()``; JAX 0.12.1 or newer)."""
+  output cotangent measured inside the compiled step (``.flow()``)."""
   return Watched(step, stayed, keep, keep_first_nonfinite, logs, flow)
 
 

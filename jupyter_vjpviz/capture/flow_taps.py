@@ -4,7 +4,9 @@ A tap is a ``custom_vjp`` identity registered with ``defvjp_with_logs`` (JAX 0.1
 backward passes the cotangent through and logs five numbers about it under its key, which
 JAX hands back beside the gradient to a caller asking ``with_logs=True``, and drops (dead
 code under jit) otherwise. The summary is reduced where the cotangent is, inside the
-compiled backward pass: no callback, no transfer. ``AVAILABLE`` is False on older JAX.
+compiled backward pass: no callback, no transfer. On older JAX (``AVAILABLE`` False) a
+``sink_tap`` takes a row of an extra input instead, whose cotangent its backward sets to
+the summary: the gradient is taken w.r.t. that input too, and its part taken out.
 """
 from __future__ import annotations
 
@@ -37,6 +39,32 @@ def tap(x, key: str):
   identity.defvjp_with_logs(lambda x: (x, None),
                             lambda _, ct: ((ct,), {PREFIX + key: summary(ct)}))
   return identity(x)
+
+
+def sink_tap(x, sink):
+  """``x``, its cotangent's ``summary`` the cotangent of ``sink`` (float32[5], an extra
+  differentiated input of the gradient: the channel JAX before 0.12.1 has)."""
+  @jax.custom_vjp
+  def identity(x, sink):
+    return x
+  identity.defvjp(lambda x, sink: (x, None), lambda _, ct: (ct, summary(ct)))
+  return identity(x, sink)
+
+
+def split_sinks(res, value_and_grad: bool, has_aux: bool, single: bool):
+  """(the result as the caller asked for it, the sinks' cotangent) of a ``jax.grad`` or
+  ``jax.value_and_grad`` taken with the sinks as its last differentiated argument (the
+  caller's ``argnums`` a ``single`` int or a tuple)."""
+  if value_and_grad:
+    value, grads = res
+  elif has_aux:
+    grads, aux = res
+  else:
+    grads = res
+  theirs = grads[0] if single else tuple(grads[:-1])
+  if value_and_grad:
+    return (value, theirs), grads[-1]
+  return ((theirs, aux) if has_aux else theirs), grads[-1]
 
 
 def split_logs(res, value_and_grad: bool, has_aux: bool, asked: bool):

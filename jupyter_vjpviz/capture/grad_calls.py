@@ -4,8 +4,9 @@
 flax's ``nnx.grad``/``nnx.value_and_grad``, where flax is loaded) wrapped meanwhile: the
 first gradient returned goes into a box, with whether it is of live nnx modules. With a
 ``tapper`` (backward flow), the function the first JAX-level transform differentiates is
-replaced by the tapper's, the transform asked ``with_logs=True`` on the caller's behalf,
-and the taps' logs taken out of its result (``flow_taps.split_logs``) into the box.
+replaced by the tapper's, the transform asked ``with_logs=True`` on the caller's behalf
+(or, on JAX before 0.12.1, for the gradient of the taps' sinks too), and the taps'
+summaries taken out of its result (``flow_taps``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 
 from . import flow_taps
 
@@ -24,9 +26,9 @@ _lock = threading.Lock()
 
 @contextlib.contextmanager
 def seen_through(box: list, tapper: Callable | None = None, flows: list | None = None):
-  """``box`` meanwhile gets ``(grads, live)`` of the first gradient returned; with
-  ``tapper(fun, argnums) -> fun`` (and ``flow_taps.AVAILABLE``), ``flows`` gets the taps'
-  logs of the first JAX-level gradient taken (the step's trace is the only caller: held
+  """``box`` meanwhile gets ``(grads, live)`` of the first gradient returned; with a
+  ``tapper`` (``analysis.values.flow.Tapper``), ``flows`` gets the taps' summaries of
+  the first JAX-level gradient taken (the step's trace is the only caller: held
   under a lock). Asked ``with_logs``, JAX returns the logs beside the gradient: left out
   of ``box``."""
   of_grad = lambda res, k: res[0] if k.get("has_aux") or k.get("with_logs") else res
@@ -34,7 +36,7 @@ def seen_through(box: list, tapper: Callable | None = None, flows: list | None =
   nnx = sys.modules.get("flax.nnx")
   seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
       [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
-  tapping = tapper is not None and flows is not None and flow_taps.AVAILABLE
+  tapping = tapper is not None and flows is not None
 
   def seeing(transform, name: str, grads_of, live: bool, jax_level: bool):
     def wrapped(*a, **k):
@@ -67,20 +69,34 @@ def _boxed(inner, grads_of, k: dict, box: list, live: bool):
 
 
 def _tapped(transform, name, a, k, tapper, flows, grads_of, box, live):
-  """``transform`` of the tapper's function, called ``with_logs=True``: its result as the
-  caller asked for it, the taps' logs of its first call into ``flows``."""
-  argnums = k.get("argnums", a[1] if len(a) > 1 else _default(transform))
-  asked = k.get("with_logs", False)
-  inner = transform(tapper(a[0], argnums), *a[1:], **{**k, "with_logs": True})
+  """``transform`` of the tapper's function: asked ``with_logs=True`` where JAX has the
+  backward-pass logs, else w.r.t. one more argument, the taps' sinks (``flow_taps``); its
+  result as the caller asked for it, the taps' summaries of its first call into
+  ``flows``."""
+  params = inspect.signature(transform).bind(*a, **k).arguments
+  fun = params.pop(next(iter(inspect.signature(transform).parameters)))
+  argnums, has_aux = params.get("argnums", 0), params.get("has_aux", False)
+  value_and_grad = name == "value_and_grad"
+  if flow_taps.AVAILABLE:
+    asked = params.get("with_logs", False)
+    inner = transform(tapper.logs(fun, argnums), **{**params, "with_logs": True})
 
-  def call(*args, **kwargs):
-    res, ours = flow_taps.split_logs(inner(*args, **kwargs), name == "value_and_grad",
-                                     k.get("has_aux", len(a) > 2 and a[2]), asked)
-    if not flows:
-      flows.append(ours)
-    return res
+    def call(*args, **kwargs):
+      res, ours = flow_taps.split_logs(inner(*args, **kwargs), value_and_grad, has_aux, asked)
+      if not flows:
+        flows.append(ours)
+      return res
+  else:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def call(*args, **kwargs):
+      traced = tapper.traced(fun, args, kwargs, argnums)
+      inner = transform(lambda *a, **kw: traced.run(a[:-1], kw, a[-1]),
+                        **{**params, "argnums": (*nums, len(args))})
+      sinks = jnp.zeros((len(traced.keys), len(flow_taps.SUMMARY)), jnp.float32)
+      res, cts = flow_taps.split_sinks(inner(*args, sinks, **kwargs), value_and_grad, has_aux,
+                                       isinstance(argnums, int))
+      if not flows:
+        flows.append(traced.logs(cts))
+      return res
   return _boxed(call, grads_of, k, box, live)
-
-
-def _default(transform) -> int:
-  return inspect.signature(transform).parameters["argnums"].default

@@ -67,34 +67,73 @@ Group = Callable[[list[str], list], list[tuple[str, list[int]]]]
 """(leaf paths, their reading scopes) -> (block, its leaves' indices) per block."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Tapper:
+  """What ``capture.grad_calls`` taps a gradient's function with: ``found`` gets each
+  trace's ``Taps`` (or why it could not tap)."""
+  group: Group
+  found: list
+
+  def logs(self, fun, argnums) -> Callable:
+    return tapped(fun, argnums, self.group, self.found)
+
+  def traced(self, fun, args, kwargs, argnums) -> Traced:
+    return Traced(fun, args, kwargs, argnums, self.group, self.found)
+
+
 def tapped(fun, argnums, group: Group, found: list) -> Callable:
   """``fun`` (what ``jax.grad`` differentiates w.r.t. ``argnums``) run from its jaxpr with
-  a tap on each block's output; each trace appends its ``Taps`` to ``found``, or why it
-  could not tap (then ``fun`` runs as written)."""
-  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-
+  a tap on each block's output, logging its summary (``defvjp_with_logs``); each trace
+  appends its ``Taps`` to ``found``, or why it could not tap (then it runs untapped)."""
   def run(*args, **kwargs):
-    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
-    at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
+    return Traced(fun, args, kwargs, argnums, group, found).run(args, kwargs)
+  return run
+
+
+class Traced:
+  """``fun`` called with ``args`` traced once to a jaxpr (the user's error, if any,
+  raised from here, as their own call would), its taps chosen; ``run`` evaluates it on
+  arrays of the same types (the tracers of a ``jax.grad`` taken afterwards, JAX before
+  0.12.1: ``SINKS``), its taps logging or, given ``sinks``, writing their summaries into
+  the cotangent of ``sinks`` (float32[taps, 5]), the backward-pass channel older JAX has."""
+
+  def __init__(self, fun, args, kwargs, argnums, group: Group, found: list):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    flat, self.tree = jax.tree_util.tree_flatten((args, kwargs))
+    self.at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
 
     def flat_fun(*arrays):
-      a, kw = jax.tree_util.tree_unflatten(tree, substituted(flat, at, arrays))
+      a, kw = jax.tree_util.tree_unflatten(self.tree, substituted(flat, self.at, arrays))
       return fun(*a, **kw)
-    # traced once (the user's error, if any, raised from here); then run from its jaxpr
-    closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in at))
-    jaxpr, arrays = getattr(closed, "jaxpr", closed), [flat[k] for k in at]
+    self.closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in self.at))
+    self.out_tree = jax.tree_util.tree_structure(shape)
+    self.jaxpr = getattr(self.closed, "jaxpr", self.closed)
+    self.keys: dict = {}    # ref -> its tap's key: none where vjpviz failed
     try:
-      plan, outs = _plan(jaxpr, _inputs(jaxpr))
-      names, leaf_block = _blocks(jaxpr, _params(args, nums, at), group)
-      outputs = _outputs(plan, jaxpr, leaf_block)
-      keys = {r: f"{b}/{n}" for n, (r, b) in enumerate(outputs)}
-      values = _run(plan, outs, jaxpr, consts(closed), arrays, keys)
-      found.append(Taps(tuple(names), tuple((keys[r], b) for r, b in outputs)))
+      self.plan, self.outs = _plan(self.jaxpr, _inputs(self.jaxpr))
+      names, leaf_block = _blocks(self.jaxpr, _params(args, nums, self.at), group)
+      outputs = _outputs(self.plan, self.jaxpr, leaf_block)
+      self.keys = {r: f"{b}/{n}" for n, (r, b) in enumerate(outputs)}
+      found.append(Taps(tuple(names), tuple((self.keys[r], b) for r, b in outputs)))
     except Exception as e:  # noqa: BLE001 - vjpviz's own failure: the jaxpr runs untapped
       found.append(f"{type(e).__name__}: {e}"[:300])
-      values = core.eval_jaxpr(jaxpr, consts(closed), *arrays)
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), values)
-  return run
+
+  def run(self, args, kwargs, sinks=None):
+    """The function's outputs on ``args``, tapped (into ``sinks``' cotangent, rows in
+    the order of the taps' keys, where given)."""
+    arrays = [jax.tree_util.tree_leaves((args, kwargs))[k] for k in self.at]
+    if not self.keys:
+      values = core.eval_jaxpr(self.jaxpr, consts(self.closed), *arrays)
+    else:
+      rows = {r: k for k, r in enumerate(self.keys)}
+      tap = ((lambda r, x: flow_taps.tap(x, self.keys[r])) if sinks is None else
+             (lambda r, x: flow_taps.sink_tap(x, sinks[rows[r]])))
+      values = _run(self.plan, self.outs, self.jaxpr, consts(self.closed), arrays, self.keys, tap)
+    return jax.tree_util.tree_unflatten(self.out_tree, values)
+
+  def logs(self, sink_cts) -> dict:
+    """The taps' summaries from ``sinks``' cotangent, keyed as their logs would be."""
+    return {flow_taps.PREFIX + key: sink_cts[k] for k, key in enumerate(self.keys.values())}
 
 
 def _params(args, nums, at) -> dict[int, str]:
@@ -152,15 +191,15 @@ def _inputs(jaxpr) -> list:
   return [(0, v) for v in jaxpr.invars]
 
 
-def _run(plan, outs, jaxpr, const_values, arrays, taps: dict) -> list:
+def _run(plan, outs, jaxpr, const_values, arrays, taps: dict, tap: Callable) -> list:
   """The outputs ``outs`` of ``plan`` (``jaxpr``'s) on ``arrays``, each value at a ref of
-  ``taps`` (ref -> log key) passed through its tap."""
+  ``taps`` passed through ``tap(ref, value)``."""
   env = dict(zip(_inputs(jaxpr), arrays))
   env.update(((0, v), c) for v, c in zip(jaxpr.constvars, const_values))
   read = lambda r: r.val if isinstance(r, (core.Literal, _Const)) else env[r]
   for eqn, operands, results in plan:
     for r, value in zip(results, bind(eqn, [read(r) for r in operands])):
-      env[r] = flow_taps.tap(value, taps[r]) if r in taps else value
+      env[r] = tap(r, value) if r in taps else value
   return [read(r) for r in outs]
 
 
