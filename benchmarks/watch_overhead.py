@@ -17,6 +17,7 @@ target <= 1.05x the unwrapped step): the step unwrapped, watched, and watched wi
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -167,6 +168,35 @@ def flow_overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, f
           "ratio_off": ratio("off"), "ratio_on": ratio("on")}
 
 
+def flow_cost(name: str, width: int) -> dict[str, float] | None:
+  """XLA's own cost model of the compiled step (flops, bytes accessed), watched with the
+  flow off and on, as ratios to the unwrapped step: what the taps add, free of the
+  machine's load. Functional loops only (equinox, linen: their carry is arrays); None
+  for nnx (its modules are updated in place)."""
+  step, run = LOOPS[name](width)
+  if name == "nnx":
+    return None
+  compiled = lambda w: (lambda *a: w.compiled_call(a, {})[:2])   # the outputs and the row
+  sides = {"plain": step, "off": compiled(watch(step)), "on": compiled(watch(step, flow=True))}
+  flat, tree = jax.tree_util.tree_flatten(run.carry)
+  at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
+
+  def arrays_only(fn, *arrays):   # an equinox model's functions held as they are
+    leaves = list(flat)
+    for k, x in zip(at, arrays):
+      leaves[k] = x
+    out = fn(*jax.tree_util.tree_unflatten(tree, leaves))
+    return [x for x in jax.tree_util.tree_leaves(out) if isinstance(x, jax.Array)]
+  costs = {}
+  for side, fn in sides.items():
+    lowered = jax.jit(functools.partial(arrays_only, fn)).lower(*(flat[k] for k in at))
+    found = lowered.compile().cost_analysis()
+    found = found[0] if isinstance(found, list) else found
+    costs[side] = (found["flops"], found["bytes accessed"])
+  return {f"{what}_{side}": costs[side][k] / costs["plain"][k]
+          for k, what in enumerate(("flops", "bytes")) for side in ("off", "on")}
+
+
 FLOW_COLUMNS = (("step ms", "plain", 1e3), ("flow off ms", "off", 1e3), ("ratio", "ratio_off", 1),
                 ("flow on ms", "on", 1e3), ("ratio", "ratio_on", 1))
 
@@ -177,6 +207,12 @@ def _flow_table(args) -> None:
     t = flow_overhead(name, width, args.rounds, args.steps)
     print(f"{name:<10} {width:>6} " + " ".join(
         f"{t[key] * scale:11.3f}" for _, key, scale in FLOW_COLUMNS), flush=True)
+  print("XLA's cost model, ratio to the unwrapped step (flops off/on, bytes accessed off/on):")
+  for width, name in ((w, n) for w in args.width for n in args.loops):
+    c = flow_cost(name, width)
+    if c is not None:
+      print(f"{name:<10} {width:>6} flops {c['flops_off']:.3f} / {c['flops_on']:.3f}   "
+            f"bytes {c['bytes_off']:.3f} / {c['bytes_on']:.3f}", flush=True)
 
 
 def main(argv=None) -> None:
