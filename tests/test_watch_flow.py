@@ -184,6 +184,30 @@ def test_the_first_nonfinite_block_is_named_and_handed_to_nans(capsys, channel):
   assert "made in .layers[1]" in capsys.readouterr().out
 
 
+def test_a_gradient_taken_inside_the_loss_is_not_tapped_too(channel):
+  """A gradient penalty: the loss takes jax.grad of its own; only the step's gradient is
+  tapped (the inner one, traced inside it, is left as written), and its rows are right."""
+  w0, w1 = jax.random.normal(KEY, (5, 8)), jax.random.normal(jax.random.key(2), (8, 2))
+  head = lambda h, w1: (h @ w1) ** 2 / 2   # h read by block ['b'] alone
+
+  def loss(p):
+    h = X @ p["a"]["w"]
+    penalty = jnp.sum(jax.grad(lambda h: head(h, p["b"]["w"]).sum())(h) ** 2)
+    return _loss(head(h, p["b"]["w"])) + 1e-3 * penalty
+
+  @jax.jit
+  def step(p):
+    value, g = jax.value_and_grad(loss)(p)
+    return g, value
+  w = watch(step, flow=True)
+  w({"a": {"w": w0}, "b": {"w": w1}})
+  assert w.flow_note is None and w.flow_blocks == ["['a']", "['b']"]
+  after_a = lambda h: _loss(head(h, w1)) + 1e-3 * jnp.sum(
+      jax.grad(lambda h: head(h, w1).sum())(h) ** 2)
+  ct = jax.grad(after_a)(X @ w0)   # the cotangent of ['a']'s output, by hand
+  assert w.flow()[0]["norm"] == pytest.approx(float(jnp.linalg.norm(ct)), rel=1e-5)
+
+
 def test_flow_off_leaves_the_row_as_it_was_and_a_step_without_blocks_says_so():
   @jax.jit
   def step(p):

@@ -36,11 +36,12 @@ def seen_through(box: list, tapper: Callable | None = None, flows: list | None =
   nnx = sys.modules.get("flax.nnx")
   seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
       [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
-  tapping = tapper is not None and flows is not None
+  tapping = [tapper is not None and flows is not None]   # until the first is tapped
 
   def seeing(transform, name: str, grads_of, live: bool, jax_level: bool):
     def wrapped(*a, **k):
-      if tapping and jax_level and a and callable(a[0]) and not flows:
+      if tapping[0] and jax_level and a and callable(a[0]):
+        tapping[0] = False   # one gradient tapped: not one its function takes inside
         return _tapped(transform, name, a, k, tapper, flows, grads_of, box, live)
       inner = transform(*a, **k)
       if not a or not callable(inner):    # nnx.grad(has_aux=True): the decorator itself

@@ -113,15 +113,19 @@ class Traced:
       self.plan, self.outs = _plan(self.jaxpr, _inputs(self.jaxpr))
       names, leaf_block = _blocks(self.jaxpr, _params(args, nums, self.at), group)
       outputs = _outputs(self.plan, self.jaxpr, leaf_block)
-      self.keys = {r: f"{b}/{n}" for n, (r, b) in enumerate(outputs)}
-      found.append(Taps(tuple(names), tuple((self.keys[r], b) for r, b in outputs)))
+      measured = sorted({b for _, b in outputs})   # a block with no output measured: left out
+      index = {b: k for k, b in enumerate(measured)}
+      self.keys = {r: f"{index[b]}/{n}" for n, (r, b) in enumerate(outputs)}
+      found.append(Taps(tuple(names[b] for b in measured),
+                        tuple((self.keys[r], index[b]) for r, b in outputs)))
     except Exception as e:  # noqa: BLE001 - vjpviz's own failure: the jaxpr runs untapped
       found.append(f"{type(e).__name__}: {e}"[:300])
 
   def run(self, args, kwargs, sinks=None):
     """The function's outputs on ``args``, tapped (into ``sinks``' cotangent, rows in
     the order of the taps' keys, where given)."""
-    arrays = [jax.tree_util.tree_leaves((args, kwargs))[k] for k in self.at]
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    arrays = [leaves[k] for k in self.at]
     if not self.keys:
       values = core.eval_jaxpr(self.jaxpr, consts(self.closed), *arrays)
     else:
