@@ -10,10 +10,14 @@ them the watched step's compiled computation called alone (what the per-leaf nor
 the device, apart from the recording's host work).
 
     PYTHONPATH=$PWD python benchmarks/watch_overhead.py [--width 256 4096] [--rounds 7]
+
+``--flow``: the backward flow's cost instead (``vv.watch(step, flow=True)``, issue 49's
+target <= 1.05x the unwrapped step): the step unwrapped, watched, and watched with flow.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -50,10 +54,11 @@ def equinox_loop(width: int):
 
 def _carrying(carry: list):
   """A runner of a functional step ``(params, state) -> (params, state, loss)``: each call
-  carries the new params and optimizer state into the next."""
+  carries the new params and optimizer state into the next (``run.carry``: them now)."""
   def run(step):
     carry[0], carry[1], loss = step(*carry)
     return loss
+  run.carry = carry
   return run
 
 
@@ -104,7 +109,11 @@ def nnx_loop(width: int):
     loss, g = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
     optimizer.update(model, g)
     return loss
-  return step, lambda step: step(model, optimizer, x, y)
+
+  def run(step):
+    return step(model, optimizer, x, y)
+  run.carry = [model, optimizer]
+  return step, run
 
 
 LOOPS = {"equinox": equinox_loop, "linen": linen_loop, "nnx": nnx_loop}
@@ -140,14 +149,84 @@ def overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]
   return found
 
 
+def flow_overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]:
+  """Median seconds per step of the unwrapped step (``plain``), watched with the flow off
+  (``off``) and on (``on``: each block's output cotangent reduced in the step), rounds
+  interleaved; ``ratio_off`` and ``ratio_on``: medians of the per-round ratios to ``plain``."""
+  step, run = LOOPS[name](width)
+  sides = {"plain": step, "off": watch(step), "on": watch(step, flow=True)}
+  times: dict[str, list[float]] = {}
+  for side, fn in sides.items():
+    _seconds_per_step(fn, run, 3)   # compiled outside the rounds
+    times[side] = []
+  for _ in range(rounds):
+    for side, fn in sides.items():
+      times[side].append(_seconds_per_step(fn, run, steps))
+    _ = sides["on"].flow()   # what a user reading the record pays, once per round
+  ratio = lambda side: statistics.median(b / a for a, b in zip(times["plain"], times[side]))
+  return {**{side: statistics.median(t) for side, t in times.items()},
+          "ratio_off": ratio("off"), "ratio_on": ratio("on")}
+
+
+def flow_cost(name: str, width: int) -> dict[str, float] | None:
+  """XLA's own cost model of the compiled step (flops, bytes accessed), watched with the
+  flow off and on, as ratios to the unwrapped step: what the taps add, free of the
+  machine's load. Functional loops only (equinox, linen: their carry is arrays); None
+  for nnx (its modules are updated in place)."""
+  step, run = LOOPS[name](width)
+  if name == "nnx":
+    return None
+  compiled = lambda w: (lambda *a: w.compiled_call(a, {})[:2])   # the outputs and the row
+  sides = {"plain": step, "off": compiled(watch(step)), "on": compiled(watch(step, flow=True))}
+  flat, tree = jax.tree_util.tree_flatten(run.carry)
+  at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
+
+  def arrays_only(fn, *arrays):   # an equinox model's functions held as they are
+    leaves = list(flat)
+    for k, x in zip(at, arrays):
+      leaves[k] = x
+    out = fn(*jax.tree_util.tree_unflatten(tree, leaves))
+    return [x for x in jax.tree_util.tree_leaves(out) if isinstance(x, jax.Array)]
+  costs = {}
+  for side, fn in sides.items():
+    lowered = jax.jit(functools.partial(arrays_only, fn)).lower(*(flat[k] for k in at))
+    found = lowered.compile().cost_analysis()
+    found = found[0] if isinstance(found, list) else found
+    costs[side] = (found["flops"], found["bytes accessed"])
+  return {f"{what}_{side}": costs[side][k] / costs["plain"][k]
+          for k, what in enumerate(("flops", "bytes")) for side in ("off", "on")}
+
+
+FLOW_COLUMNS = (("step ms", "plain", 1e3), ("flow off ms", "off", 1e3), ("ratio", "ratio_off", 1),
+                ("flow on ms", "on", 1e3), ("ratio", "ratio_on", 1))
+
+
+def _flow_table(args) -> None:
+  print(f"{'loop':<10} {'width':>6} " + " ".join(f"{head:>11}" for head, _, _ in FLOW_COLUMNS))
+  for width, name in ((w, n) for w in args.width for n in args.loops):
+    t = flow_overhead(name, width, args.rounds, args.steps)
+    print(f"{name:<10} {width:>6} " + " ".join(
+        f"{t[key] * scale:11.3f}" for _, key, scale in FLOW_COLUMNS), flush=True)
+  print("XLA's cost model, ratio to the unwrapped step (flops off/on, bytes accessed off/on):")
+  for width, name in ((w, n) for w in args.width for n in args.loops):
+    c = flow_cost(name, width)
+    if c is not None:
+      print(f"{name:<10} {width:>6} flops {c['flops_off']:.3f} / {c['flops_on']:.3f}   "
+            f"bytes {c['bytes_off']:.3f} / {c['bytes_on']:.3f}", flush=True)
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--width", type=int, nargs="+", default=[256])
   parser.add_argument("--rounds", type=int, default=7)
   parser.add_argument("--steps", type=int, default=30, help="steps per round and side")
   parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+  parser.add_argument("--flow", action="store_true",
+                      help="the backward flow's table instead: flow off vs on vs unwrapped")
   args = parser.parse_args(argv)
   print(f"{jax.devices()[0].platform}: median of {args.rounds} rounds x {args.steps} steps")
+  if args.flow:
+    return _flow_table(args)
   print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'watched ms':>11} {'ratio':>6} "
         f"{'compiled ms':>12} {'ratio':>6}")
   for width in args.width:

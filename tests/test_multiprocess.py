@@ -193,3 +193,30 @@ result(done=True)
   assert page.count(f"diagnosis: on process {n - 1} only") == 1      # the NaN's origin
   assert page.count(f"diagnosis: on processes 0-{n - 2}") + page.count(
       "diagnosis: on process 0 only") == 1                           # the others: fine here
+
+
+def test_a_watched_steps_backward_flow_is_named_on_process_0():
+  """vv.watch(step, flow=True) on a data-parallel step of two blocks, the last process's
+  rows NaN at step 2: every process computes the same global flow in its step (none
+  re-runs anything); process 0 names the first non-finite block and that process."""
+  found = run_job("""
+p = {"a": replicated(np.ones((3, 3)) / 3), "b": replicated(np.ones(3))}
+good = np.ones((2, 3))
+nan = np.array([[1., 1., 1.], [np.nan, 1., 1.]]) if PID == N - 1 else good
+
+@jax.jit
+def step(p, x):
+  g = jax.grad(lambda p: ((jnp.tanh(x @ p["a"]) @ p["b"]) ** 2).mean())(p)
+  return jax.tree_util.tree_map(lambda w, d: w - 0.1 * d, p, g)
+
+watched = vv.watch(step, flow=True)
+for rows in (good, good, nan):
+  p = watched(p, batch(rows))
+result(blocks=watched.flow_blocks, rows=len(watched.flow()), text=str(watched),
+       after=collective())
+""", 2)
+  assert found[0]["blocks"] == ["['a']", "['b']"] and found[0]["rows"] == 6
+  assert ("backward flow: step 2: the cotangent first went non-finite at ['b']'s output on "
+          "process 1 only (x[2:4, 0:3]): made in the loss" in found[0]["text"]), found[0]["text"]
+  assert found[1]["rows"] == 0 and found[1]["blocks"] == ["['a']", "['b']"]
+  assert all(r["after"] == 12 for r in found)

@@ -163,9 +163,37 @@ def test_vv_nans_on_a_watched_nnx_step_localises_its_nan(keep_first_nonfinite):
     w(model, optimizer, jnp.int32(t))
   kernel = model.a.kernel[...]
   assert w.kept_steps() == [2]
+  if not keep_first_nonfinite:   # the live modules hold step 3's parameters now
+    with pytest.raises(ValueError, match="updated its nnx modules in place"):
+      w.nans(2)
+    return
   d = w.nans(2)
   assert d.kind == "nonfinite_cotangent" and "sqrt" in d.headline
   assert int(optimizer.step[...]) == 3 and model.a.kernel[...] is kernel
+
+
+def test_the_watch_replays_an_nnx_step_on_its_arguments_before_the_update():
+  """A softplus written by hand overflows at step 2 and the sgd update makes every weight
+  NaN: the NaN is exp's (it overflowed on the weights the step was called with), not the
+  log's that the updated weights would show (issue 46)."""
+  nnx = pytest.importorskip("flax.nnx")
+  x = jax.random.normal(jax.random.key(1), (8, 3))
+
+  @nnx.jit
+  def step(model, optimizer, scale):
+    def loss(m):
+      return jnp.log(1 + jnp.exp(scale * m(x))).mean()
+    value, g = nnx.value_and_grad(loss)(model)
+    optimizer.update(model, g)
+    return value
+  model = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, optax.sgd(1.0), wrt=nnx.Param)
+  w = watch(step, keep_first_nonfinite=True)
+  for t in range(4):
+    w(model, optimizer, jnp.float32(1e4 if t == 2 else 1.0))
+  assert not jnp.isfinite(model.kernel[...]).any()
+  d = w.nans(2)
+  assert d.kind == "nonfinite_cotangent" and d.headline.split(" (")[0].endswith("at exp")
 
 
 def test_the_loops_last_steps_land_without_another_call():

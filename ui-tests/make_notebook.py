@@ -138,3 +138,35 @@ report_nb = new_notebook(cells=[new_code_cell(c) for c in (
     "%load_ext vjpviz", FROZEN, WATCHED, SMALL.format(name="rule_41"), LOGGED)])
 report_nb.metadata["kernelspec"] = nb.metadata["kernelspec"]
 nbformat.write(report_nb, root / "report.ipynb")
+# Issue 49 (ui-tests/galata/flow.spec.ts): a plain-JAX stack of four tanh layers watched
+# with flow=True; at step 5 the third layer's backward turns 0 * inf into NaN (its forward
+# is finite): the first non-finite cotangent is the second block's output's, made in the
+# third.
+FLOW = '''import jax, jax.numpy as jnp
+import jupyter_vjpviz as vv
+
+k = jax.random.split(jax.random.key(0), 5)
+params = {"layers": [{"w": jax.random.normal(k[i], (8, 8)) / 3, "b": jnp.zeros(8)}
+                     for i in range(4)]}
+x = jax.random.normal(k[4], (32, 8))
+
+def forward(params, h, t):
+    for i, p in enumerate(params["layers"]):
+        h = jnp.tanh(h @ p["w"] + p["b"])
+        if i == 2:   # at step 5: sqrt at 0, its pullback 0 * inf
+            s = jnp.where(t == 5, 0.0, 1.0)
+            h = h + jnp.sqrt(s + 0.0 * h) - jnp.sqrt(s)
+    return h
+
+@jax.jit
+def train_step(params, t):
+    g = jax.grad(lambda p: (forward(p, x, t) ** 2).mean())(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g)
+
+step = vv.watch(train_step, flow=True)
+for t in range(8):
+    params = step(params, t)
+print(step)'''
+flow_nb = new_notebook(cells=[new_code_cell(c) for c in ("%load_ext vjpviz", FLOW)])
+flow_nb.metadata["kernelspec"] = nb.metadata["kernelspec"]
+nbformat.write(flow_nb, root / "flow.ipynb")

@@ -288,18 +288,10 @@ def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset(),
   grouping of the paths). A block of embedding ``tables`` (leaf indices read only by
   gathers) is neither flagged nor compared with; nor is one holding an ``unmeasured`` leaf
   (its gradient NaN/Inf: its norm is of the finite part only)."""
-  named = _named_blocks(scopes)
-  if named and _by_class(named, paths):   # equinox's scopes: one per class, not per layer
-    named = _path_blocks(paths, scopes)
-  if named:
-    rows = [(name, nonfinite.Flow.joined([grad_flows[k] for k in ks]).norm,
-             nonfinite.Flow.joined([param_flows[k] for k in ks]).norm) for name, ks in named]
-    members = [ks for _, ks in named]
-  else:
-    w = dict((row[0], row[4]) for row in nonfinite.strip(list(paths), param_flows))
-    rows = [(row[0], row[4], w.get(row[0], 0.0))
-            for row in nonfinite.strip(list(paths), grad_flows)]
-    members = [[k for k, p in enumerate(paths) if p.startswith(row[0])] for row in rows]
+  members = block_members(paths, scopes)
+  rows = [(name, nonfinite.Flow.joined([grad_flows[k] for k in ks]).norm,
+           nonfinite.Flow.joined([param_flows[k] for k in ks]).norm) for name, ks in members]
+  members = [ks for _, ks in members]
   # An embedding's gradient is sparse by nature (rows not gathered): its norm is no evidence.
   sparse = [bool(ks) and set(ks) <= set(tables) or bool(set(ks) & set(unmeasured))
             for ks in members]
@@ -310,6 +302,23 @@ def _layers(paths, scopes, grad_flows, param_flows, eps, tables=frozenset(),
     flag, why = (None, None) if sparse[k] else _flag(norm, deeper, ratio, eps)
     layers.append(Layer(name, norm, param, ratio, flag, why))
   return tuple(layers)
+
+
+def block_members(paths, scopes, by_path: bool = False) -> list[tuple[str, list[int]]]:
+  """(block, its leaves' indices) per block, as the report names them: the named scopes
+  the leaves are read in, where they make two or more (``_named_blocks``; an equinox
+  model's, whose scopes are classes, by path instead); else the repeated blocks of a
+  stacked model (``nonfinite.strip``'s grouping of the paths); else, ``by_path``, the
+  paths cut one key below what all share (``_path_blocks``); [] when none applies."""
+  named = _named_blocks(scopes)
+  if named and _by_class(named, paths):   # equinox's scopes: one per class, not per layer
+    named = _path_blocks(paths, scopes)
+  if named:
+    return named
+  blank = [nonfinite.Flow(1, 0, 0, 0.0, 0.0)] * len(paths)
+  stacked = [(row[0], [k for k, p in enumerate(paths) if p.startswith(row[0])])
+             for row in nonfinite.strip(list(paths), blank)]
+  return stacked or (_path_blocks(paths, scopes) if by_path else [])
 
 
 def _flag(norm, deeper, ratio, eps) -> tuple[str | None, str | None]:

@@ -279,8 +279,9 @@ class GradientScreen:
       self.traced += 1
       return
     jaxpr = getattr(f_vjp, "jaxpr", None)
-    if jaxpr is not None:
-      self.calls[jaxpr] = (fun, tuple(args), kwargs, diff_argnums, has_aux)
+    if jaxpr is not None:   # rebuilt (no array copied): the step may update its containers
+      args, kwargs = _snapshot((tuple(args), kwargs))   # (nnx Variables) in place later
+      self.calls[jaxpr] = (fun, args, kwargs, diff_argnums, has_aux)
 
   def backward(self, jaxpr, cotangents) -> None:
     call = self.calls.get(jaxpr)
@@ -347,6 +348,13 @@ def _unlocalised(fun, e: replay.NotJudged) -> unchecked.Unchecked:
 def _said(u: unchecked.Unchecked) -> unchecked.Unchecked:
   print(u)
   return u
+
+
+def _snapshot(tree):
+  """``tree`` rebuilt around the same arrays: mutable containers in it (flax nnx
+  Variables, which an optimizer's update writes in place) are new ones, as they are now."""
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def _detached(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -37,11 +37,9 @@ in the step to each log's mean, min and max, carried in the same row as the norm
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import html
 import itertools
-import sys
 import threading
 import time
 import weakref
@@ -56,13 +54,18 @@ from ..capture import processes
 from ..capture.naming import function_names, leaf_paths
 from .nans import nans as localise_nans
 from ..render.html import STYLE
+from ..analysis import watch_rows as rows
+from ..analysis.watch_rows import POINTS, BlockEvent, LeafEvents  # noqa: F401 - their home was here
+from ..analysis.values import flow as values_flow
+from ..capture import grad_calls
+from .grads import block_members
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
 BATCH = 32    # steps whose arrays are stacked and sent to the host at once
 PUSH_EVERY = 0.5   # seconds between two pushes of a watch's series to the panel
-POINTS = 512       # the most steps a series pushed draws
 LINES = 64         # the most lines (layers) it draws
 EVENTS = 256       # the most events it lists
+FLOW_BLOCKS = 256  # the most blocks its backward flow draws
 KEEP_BYTES = 1 << 28   # the most bytes of arguments copied to the host at a non-finite step
 ARMED = "_vjpviz_armed"   # the keyword the watched step's device flags pass under
 
@@ -72,48 +75,15 @@ ARMED = "_vjpviz_armed"   # the keyword the watched step's device flags pass und
 _stack_batch = jax.jit(jnp.stack)
 
 
-@dataclasses.dataclass(frozen=True)
-class LeafEvents:
-  """The first step (0-based) at which a leaf's gradient did each thing, None if never."""
-  path: str
-  first_zero: int | None
-  stayed_zero: int | None      # the first step of its first run of ``STAYED`` zero steps
-  first_nonfinite: int | None
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockEvent:
-  """One line of a watch's report: the leaves of one block (``_layers``) whose gradient did
-  the same thing at the same steps, as one event: a frozen block is one line, not one per
-  leaf and condition. ``kind`` is ``first_zero``, ``stayed_zero`` (zero, and ``stayed``
-  steps running from ``stayed_from``) or ``first_nonfinite``."""
-  step: int
-  path: str          # the leaf, or the block of ``leaves`` leaves
-  leaves: int
-  kind: str
-  stayed_from: int | None = None
-  where: str = ""    # a job's non-finite shards: ``on process 1 only (x[2:4, 0:3])``
-
-  def text(self, stayed: int) -> str:
-    """``step 0: ['params']['body'] (2 leaves): no gradient, for 3+ steps``."""
-    who = f"{self.path} ({self.leaves} leaves)" if self.leaves > 1 else self.path or "the gradient"
-    if self.kind == "first_nonfinite":
-      what = f"non-finite {self.where}".rstrip()
-    elif self.stayed_from is None:
-      what = "no gradient"
-    elif self.stayed_from == self.step:
-      what = f"no gradient, for {stayed}+ steps"
-    else:
-      what = f"no gradient; none for {stayed}+ steps from step {self.stayed_from}"
-    return f"step {self.step}: {who}: {what}"
-
-
 class Watched:
   """A jitted training step that records its gradient's health per call."""
 
   def __init__(self, step, stayed: int = STAYED, keep: bool = True,
-               keep_first_nonfinite: bool = False, logs=None):
+               keep_first_nonfinite: bool = False, logs=None, flow: bool = False):
     self.__wrapped__, self.stayed, self.keep = step, stayed, keep
+    self.flow_on = flow
+    self.flow_blocks: list[str] = []   # the blocks whose output cotangents a row carries
+    self.flow_note: str | None = None  # why, with flow on, the step could not be tapped
     self.logs_of = logs      # the step's outputs -> the gradient logs it returned
     self.log_names: list[str] = []
     self.keep_first_nonfinite = keep_first_nonfinite
@@ -271,9 +241,15 @@ class Watched:
     """The step's outputs, its first gradient's squared norm per leaf, and ``ARMED``
     carried on (``_guarded``)."""
     armed = kwargs.pop(ARMED, None)
-    call = (args, kwargs)
+    # flattened before the step runs: an nnx step updates its modules in place, and the
+    # copy ``_guarded`` makes must be of the arguments it was called with
+    call = jax.tree_util.tree_flatten((args, kwargs))
     box: list = []
-    with _seen_through(box):
+    taps: list = []   # the tapped function's Taps, or why it could not tap
+    flows: list = []  # the taps' logs
+    group = lambda paths, scopes: block_members(paths, scopes, by_path=True)
+    tapper = values_flow.Tapper(group, taps) if self.flow_on else None
+    with grad_calls.seen_through(box, tapper, flows):
       out = self._fun(*args, **kwargs)
     if not box:
       raise ValueError("vv.watch: the step took no gradient (jax.grad, jax.value_and_grad, "
@@ -286,28 +262,59 @@ class Watched:
     self.paths = [leaf_paths.attribute_path(kp) if live else jax.tree_util.keystr(kp)
                   for kp, _ in flat]
     self._keypaths = [kp for kp, _ in flat]
-    health = jnp.stack([_health(g) for _, g in flat])   # float32[leaves]
+    health = jnp.stack([rows.health(g) for _, g in flat])   # float32[leaves]
     armed = None if armed is None else self._guarded(health, armed, call)
     if self.logs_of is not None:
-      health = jnp.concatenate([health, safely(self._log_stats, out, default=_NO_LOGS)])
+      health = jnp.concatenate([health, safely(self._log_stats, out, default=rows.NO_LOGS)])
+    if self.flow_on:
+      health = jnp.concatenate([health, self._flow_row(taps, flows)])
     return out, health, armed
+
+  def _flow_row(self, taps: list, flows: list) -> jax.Array:
+    """float32[4 * blocks]: each block's output cotangent's norm, max |.|, finite and
+    zero fractions, reduced in the step from its taps' logs; empty (and ``flow_note``
+    says why) where the step's gradient could not be tapped."""
+    self.flow_blocks, self.flow_note = [], None
+    if not taps or not flows:
+      self.flow_note = "the step's first gradient was taken by no jax.grad or value_and_grad"
+    elif not isinstance(taps[0], values_flow.Taps):
+      self.flow_note = f"its function could not be traced again: {taps[0]}"
+    elif not taps[0].blocks:
+      self.flow_note = "the gradient is of no floating parameters"
+    else:
+      self.flow_blocks = list(taps[0].blocks)
+      return taps[0].row(flows[0])
+    return jnp.zeros(0, jnp.float32)
+
+  def flow(self) -> list[dict]:
+    """One row per step and block (``step``, ``block``, ``norm``, ``max_abs``,
+    ``finite_fraction``, ``zero_fraction``) of the cotangent of each block's output,
+    measured in the compiled step (``watch(step, flow=True)``; [] without, or where the
+    step could not be tapped: ``flow_note`` says why)."""
+    return values_flow.table(self._flow_cols(), self.flow_blocks)
+
+  def _flow_cols(self, s: np.ndarray | None = None) -> np.ndarray:
+    s = self._every_row() if s is None else s
+    start = len(self.paths) + 3 * len(self.log_names)
+    return s[:, start:start + 4 * len(self.flow_blocks)]
 
   def _log_stats(self, out) -> jax.Array:
     """float32[3 * logs]: each numeric leaf's mean, min and max of the gradient logs
     ``logs_of`` picks from the step's outputs (``jax.grad(..., with_logs=True)``), reduced
     inside the step: they reach the host with its norms, in the same copy."""
     self.log_names = []     # as the default this returns on a failure
-    named = _named_logs(self.logs_of(out))
+    named = rows.named_logs(self.logs_of(out))
     self.log_names = [name for name, _ in named]
-    return jnp.concatenate([_NO_LOGS, *(_stats(x) for _, x in named)])
+    return jnp.concatenate([rows.NO_LOGS, *(rows.stats(x) for _, x in named)])
 
   def _guarded(self, health, armed, call):
-    """``armed`` updated: its first entry cleared at a non-finite step, its second counting
-    calls. At the first non-finite step, its arguments are copied to the host (a pure
-    callback in a branch not taken otherwise: no transfer at any other step), one copy, where they
-    take at most ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after. Only with
+    """``armed`` updated (``call``: the step's arguments, flattened before it ran): its
+    first entry cleared at a non-finite step, its second counting calls. At the first
+    non-finite step, its arguments are copied to the host (a pure callback in a branch
+    not taken otherwise: no transfer at any other step), one copy, where they take at most
+    ``KEEP_BYTES``: ``vv.nans`` on that step whatever came after. Only with
     ``keep_first_nonfinite``: the callback costs every step ~2 ms on an accelerator."""
-    flat, tree = jax.tree_util.tree_flatten(call)
+    flat, tree = call
     at = [k for k, x in enumerate(flat) if isinstance(x, jax.Array)]
     bad = ~jnp.all(jnp.isfinite(health))
     if sum(flat[k].size * flat[k].dtype.itemsize for k in at) <= KEEP_BYTES:
@@ -367,7 +374,7 @@ class Watched:
   def logs(self) -> dict[str, np.ndarray]:
     """name -> float32[steps, 3]: each gradient log's mean, min and max per step
     (``watch(step, logs=...)``; {} without)."""
-    return _logs_of(self._every_row(), len(self.paths), self.log_names)
+    return rows.logs_of(self._every_row(), len(self.paths), self.log_names)
 
   def _every_row(self) -> np.ndarray:
     """Every step's row (``steps``, then the logs' summaries), waiting for the copies."""
@@ -388,38 +395,38 @@ class Watched:
       return self._stacked()
 
   def _stacked(self) -> np.ndarray:
-    width = len(self.paths) + 3 * len(self.log_names)
+    width = len(self.paths) + 3 * len(self.log_names) + 4 * len(self.flow_blocks)
     return np.stack(self._rows) if self._rows else np.zeros((0, width), np.float32)
 
   @property
   def norms(self) -> np.ndarray:
     return np.sqrt(self.steps)
 
-  def events(self, s: np.ndarray | None = None) -> list[LeafEvents]:
+  def events(self, s: np.ndarray | None = None) -> list[rows.LeafEvents]:
     """Per leaf with anything to say: the first zero, stuck and non-finite steps (of
     ``s``, the squared norms, every step's by default)."""
     s = self.steps if s is None else s
     found = []
     for k, path in enumerate(self.paths):
       zero, bad = s[:, k] == 0, ~np.isfinite(s[:, k])
-      e = LeafEvents(path, _first(zero), _first_run(zero, self.stayed), _first(bad))
+      e = rows.LeafEvents(path, rows.first(zero), rows.first_run(zero, self.stayed), rows.first(bad))
       if e.first_zero is not None or e.first_nonfinite is not None:
         found.append(e)
     return found
 
-  def block_events(self, s: np.ndarray | None = None) -> list[BlockEvent]:
+  def block_events(self, s: np.ndarray | None = None) -> list[rows.BlockEvent]:
     """The events of ``s`` (every step's by default) grouped per block and event: the
     leaves of one parent path that went zero at the same steps (or non-finite at the same
     step) make one, named by that path; in step order."""
     groups: dict[tuple, list[str]] = {}
-    blocks = dict(zip(self.paths, _layers(self._keypaths)))
+    blocks = dict(zip(self.paths, rows.layers(self._keypaths)))
     for e in self.events(s):
       if e.first_zero is not None:
         groups.setdefault((e.first_zero, blocks[e.path], "zero", e.stayed_zero), []).append(e.path)
       if e.first_nonfinite is not None:
         groups.setdefault((e.first_nonfinite, blocks[e.path], "first_nonfinite", None),
                           []).append(e.path)
-    return [BlockEvent(step, block if len(paths) > 1 else paths[0], len(paths),
+    return [rows.BlockEvent(step, block if len(paths) > 1 else paths[0], len(paths),
                        kind if kind != "zero" else "first_zero" if stayed is None else "stayed_zero",
                        stayed, self._nonfinite_shards(step) if kind == "first_nonfinite" else "")
             for (step, block, kind, stayed), paths in sorted(
@@ -436,22 +443,32 @@ class Watched:
     events, the first ``LINES`` logs' mean, min and max at the steps drawn."""
     s = self._every_row() if s is None else s
     events = self.block_events(s)[:EVENTS]
-    points = _points(len(s), [e.step for e in events])
-    groups = _layers(self._keypaths)
+    points = rows.points(len(s), [e.step for e in events])
+    groups = rows.layers(self._keypaths)
     if len(set(groups)) > LINES:
-      groups = _layers([kp[:1] for kp in self._keypaths])
+      groups = rows.layers([kp[:1] for kp in self._keypaths])
     lines = []
     for g in list(dict.fromkeys(groups))[:LINES]:
       norm = np.sqrt(s[points][:, [i for i, x in enumerate(groups) if x == g]].sum(axis=1))
-      lines.append({"group": g, "norms": _finite_or_none(norm)})
+      lines.append({"group": g, "norms": rows.finite_or_none(norm)})
     return {"id": self.id, "steps": len(s), "stayed": self.stayed, "process": processes.index(),
             "points": [int(p) for p in points], "lines": lines,
             "events": [{"step": e.step, "path": e.path, "leaves": e.leaves, "kind": e.kind,
                         "text": e.text(self.stayed)} for e in events],
             "kept_steps": self.kept_steps(),
-            "logs": [{"name": name, **{k: _finite_or_none(v[points, i]) for i, k in enumerate(
-                ("mean", "min", "max"))}} for name, v in list(_logs_of(
-                    s, len(self.paths), self.log_names).items())[:LINES]]}
+            "logs": [{"name": name, **{k: rows.finite_or_none(v[points, i]) for i, k in enumerate(
+                ("mean", "min", "max"))}} for name, v in list(rows.logs_of(
+                    s, len(self.paths), self.log_names).items())[:LINES]],
+            **({"flow": self._flow_series(s, points)} if self.flow_on else {})}
+
+  def _flow_series(self, s: np.ndarray, points: np.ndarray) -> dict:
+    """The panel's WatchFlow: each block's output cotangent's norm and finite fraction at
+    the steps drawn (the first ``FLOW_BLOCKS`` blocks), or why there are none."""
+    cols = self._flow_cols(s)[points]
+    blocks = self.flow_blocks[:FLOW_BLOCKS]
+    return {"blocks": blocks, "note": self.flow_note,
+            "norm": [rows.finite_or_none(cols[:, 4 * k]) for k in range(len(blocks))],
+            "finite_fraction": [rows.finite_or_none(cols[:, 4 * k + 2]) for k in range(len(blocks))]}
 
   def kept_steps(self) -> list[int]:
     """The steps whose arguments are kept (``nans`` runs on them): the last call's and the
@@ -462,12 +479,13 @@ class Watched:
   def nans(self, step: int):
     """``vv.nans`` on call ``step`` of this step, if its arguments are still kept (the
     last call's, the first non-finite one's): the nonfinite_cotangent Diagnosis, or None
-    when its gradient is finite. ValueError when that call's arguments are gone (or were
-    donated). Arguments spanning a job's processes are read as this process holds them
+    when its gradient is finite. ValueError when that call's arguments are gone (donated,
+    or live nnx modules the step updated in place: replayed, they would be the next
+    step's). Arguments spanning a job's processes are read as this process holds them
     (it is asked alone: the others run no step meanwhile)."""
     self._promote()
     if self._first_bad is not None and self._first_bad[0] == step:
-      return self._localised_nans(*self._first_bad[1]())
+      return self._localised_nans(step, *self._first_bad[1]())
     if self._kept is None or self._kept[0] != step:
       raise ValueError(f"step {step}'s arguments are no longer kept: vv.watch keeps the last "
                        "call's and the first non-finite one's where it saw it in time (steps "
@@ -475,13 +493,42 @@ class Watched:
                        "vv.watch(step, keep_first_nonfinite=True) keeps the first for sure, "
                        "or run vv.nans(step, *args, argnums=None) on that call's arguments")
     _, args, kwargs, *_ = self._kept
+    if self._live:
+      raise ValueError(f"step {step} updated its nnx modules in place: the arguments it was "
+                       "called with are gone; vv.watch(step, keep_first_nonfinite=True) keeps "
+                       "the first non-finite step's as they were")
     if any(_deleted(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
       raise ValueError(f"step {step}'s arguments were donated to the step: they are gone")
-    return self._localised_nans(args, kwargs)
+    return self._localised_nans(step, args, kwargs)
 
-  def _localised_nans(self, args, kwargs):
+  def _localised_nans(self, step: int, args, kwargs):
+    """``vv.nans`` of the step's eager re-run on ``args``; where the backward flow saw
+    ``step``'s cotangents non-finite in the compiled step, one line says at which block,
+    and that the re-run did not reproduce it when its gradient is finite (jax#4275)."""
     (args, kwargs), _ = hosts.localised((args, kwargs))
-    return localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
+    found = localise_nans(self.__wrapped__, *args, argnums=None, **kwargs)
+    seen = self.flow_nonfinite(step)
+    if seen is not None:
+      print(f"vjpviz: in the compiled step {step}, the cotangent first went non-finite at "
+            f"{seen[1]}'s output, made in {seen[2]}" + ("" if found is not None else
+            "; the eager re-run's gradient is finite: it did not reproduce what the compiled "
+            "step computed (XLA's fused arithmetic differs from the eager run's, jax#4275), "
+            "so no line is named"))
+    return found
+
+  def flow_nonfinite(self, step: int | None = None) -> tuple[int, str, str] | None:
+    """(step, block, where) of the first non-finite cotangent the backward flow saw (at
+    ``step``, or the first such step): ``block``, the one nearest the loss whose output's
+    cotangent was not all finite, and ``where`` the non-finite values were made, after it
+    (the next block, or the loss)."""
+    cols = self._flow_cols()
+    first = values_flow.first_nonfinite(cols if step is None else cols[step:step + 1])
+    if first is None:
+      return None
+    t, k = first
+    made = (self.flow_blocks[k + 1] if k + 1 < len(self.flow_blocks)
+            else "the loss, after the last block")
+    return (t if step is None else step), self.flow_blocks[k], made
 
   def __str__(self) -> str:
     n = len(self.steps)
@@ -498,7 +545,27 @@ class Watched:
                    f"{float(last.min()):.3g} .. {float(last.max()):.3g}")
     lines += [f"  log {name}, step {n - 1}: mean {v[-1, 0]:.4g}, min {v[-1, 1]:.4g}, "
               f"max {v[-1, 2]:.4g}" for name, v in self.logs.items() if n]
+    if self.flow_on:
+      lines.append(f"  {self._flow_line()}")
     return "\n".join(lines)
+
+  def _flow_line(self) -> str:
+    """The backward flow's verdict: could not check (why), the first non-finite block, or
+    every block's cotangent finite, with the last step's norms from the loss to the input."""
+    if self.flow_note:
+      return f"backward flow: could not check: {self.flow_note}"
+    cols = self._flow_cols()
+    first = self.flow_nonfinite()
+    if first is not None:
+      step, block, made = first
+      where = self._nonfinite_shards(step)
+      return (f"backward flow: step {step}: the cotangent first went non-finite at {block}'s "
+              f"output{' ' + where if where else ''}: made in {made}")
+    if not len(cols):
+      return "backward flow: no step yet"
+    norms = ", ".join(f"{b} {cols[-1, 4 * k]:.3g}" for k, b in reversed(list(enumerate(
+        self.flow_blocks))))
+    return f"backward flow: every block's cotangent finite; ‖ct‖ last step, from the loss: {norms}"
 
   def _repr_html_(self) -> str:
     return (f'<div class="vjpviz"><style>{STYLE}</style><pre>{html.escape(str(self))}</pre>'
@@ -506,7 +573,7 @@ class Watched:
 
 
 def watch(step, *, stayed: int = STAYED, keep: bool = True,
-          keep_first_nonfinite: bool = False, logs=None) -> Watched:
+          keep_first_nonfinite: bool = False, logs=None, flow: bool = False) -> Watched:
   """``step`` (a train step that takes one gradient, jitted or not) with its gradient's
   health recorded per call: ``.norms`` [steps, leaves], ``.events()``, ``.paths``; its
   non-array arguments are static, as under ``eqx.filter_jit``. ``keep``: hold the last
@@ -517,8 +584,9 @@ def watch(step, *, stayed: int = STAYED, keep: bool = True,
   every step (~2 ms a step on a TPU v5e, against a step's ~0.6 ms). ``logs``: a function
   of the step's outputs that picks the gradient logs it returned (``lambda out: out[-1]``
   for a step returning ``jax.grad(..., with_logs=True)``'s logs last): each log's mean,
-  min and max recorded per step, ``.logs``."""
-  return Watched(step, stayed, keep, keep_first_nonfinite, logs)
+  min and max recorded per step, ``.logs``. ``flow``: the backward flow, each block's
+  output cotangent measured inside the compiled step (``.flow()``)."""
+  return Watched(step, stayed, keep, keep_first_nonfinite, logs, flow)
 
 
 _ids = itertools.count(1)
@@ -541,25 +609,6 @@ def remove_listener(listener) -> None:
   if not _listeners:
     for w in watches():
       w.close()
-
-
-def _layers(keypaths: list) -> list[str]:
-  """Each leaf's layer: its parent's path (``['Dense_1']`` of ``['Dense_1']['kernel']``),
-  the leaf itself at the top."""
-  return [jax.tree_util.keystr(kp[:-1] if len(kp) > 1 else kp) for kp in keypaths]
-
-
-def _points(n: int, keep: list[int]) -> np.ndarray:
-  """At most ``POINTS`` of ``range(n)``, evenly spread, ``keep`` (capped first) among them."""
-  keep = sorted(set(keep))[:POINTS // 2]
-  if n <= POINTS:
-    return np.arange(n)
-  spread = np.linspace(0, n - 1, POINTS - len(keep)).round().astype(int)
-  found = np.union1d(spread, keep)
-  while len(found) > POINTS:   # rounding met a kept step: thin the spread ones
-    spread = spread[::2]
-    found = np.union1d(spread, keep)
-  return found
 
 
 def _merged(out_static: list, arrays: list):
@@ -603,91 +652,5 @@ def _deleted(x) -> bool:
   return isinstance(x, jax.Array) and x.is_deleted()
 
 
-def _health(g) -> jax.Array:
-  """One reduction per leaf, its squared norm: zero only if every element is (or all are
-  below 1e-19 in magnitude), NaN or Inf if any is (or the sum overflows float32)."""
-  g32 = g.astype(jnp.float32)
-  return jnp.sum(g32 * g32)
 
 
-_NO_LOGS = np.zeros(0, np.float32)
-
-
-def _named_logs(logs) -> list[tuple[str, jax.Array]]:
-  """The numeric leaves of a logs tree, named as the diagnosis names them (``gnorm``,
-  ``stats['cos']``: capture/grad_logs.py), the empty ones left out."""
-  def name(path) -> str:
-    head = path[0].key if path and isinstance(path[0], jax.tree_util.DictKey) else None
-    return f"{head}{jax.tree_util.keystr(path[1:])}" if head is not None else jax.tree_util.keystr(path)
-  return [(name(path), x) for path, x in jax.tree_util.tree_leaves_with_path(logs)
-          if jnp.size(x) and (jnp.issubdtype(jnp.result_type(x), jnp.number))]
-
-
-def _stats(x) -> jax.Array:
-  """float32[3]: the mean, min and max of ``x`` over every axis (stacked ones too)."""
-  x32 = jnp.asarray(x).astype(jnp.float32)
-  return jnp.stack([x32.mean(), x32.min(), x32.max()])
-
-
-def _logs_of(rows: np.ndarray, leaves: int, names: list[str]) -> dict[str, np.ndarray]:
-  """name -> float32[steps, 3] of the logs' columns of ``rows`` (after the ``leaves``')."""
-  return {name: rows[:, leaves + 3 * k:leaves + 3 * k + 3] for k, name in enumerate(names)}
-
-
-def _finite_or_none(values: np.ndarray) -> list[float | None]:
-  """JSON numbers, a non-finite one as null."""
-  return [float(x) if np.isfinite(x) else None for x in values]
-
-
-def _first(flags: np.ndarray) -> int | None:
-  hit = np.flatnonzero(flags)
-  return int(hit[0]) if hit.size else None
-
-
-def _first_run(flags: np.ndarray, n: int) -> int | None:
-  """The first step of the first run of ``n`` set flags (vectorised: the panel's pushes
-  recompute it over every step twice a second)."""
-  if len(flags) < n:
-    return None
-  ran = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
-  return _first(ran[n:] - ran[:-n] == n)
-
-
-_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _seen_through(box: list):
-  """``jax.grad`` and ``jax.value_and_grad`` (flax's ``nnx.grad`` and ``nnx.value_and_grad``
-  too, where flax is loaded) meanwhile put the first gradient they return into ``box``,
-  with whether it is of live nnx modules (the step's trace is the only caller: held under
-  a lock). Asked ``with_logs``, JAX returns the logs beside the gradient: left out."""
-  of_grad = lambda res, k: res[0] if k.get("has_aux") or k.get("with_logs") else res
-  of_value_and_grad = lambda res, k: res[1][0] if k.get("with_logs") else res[1]
-  nnx = sys.modules.get("flax.nnx")
-  seen = [(jax, "grad", of_grad), (jax, "value_and_grad", of_value_and_grad)] + (
-      [(nnx, "grad", of_grad), (nnx, "value_and_grad", of_value_and_grad)] if nnx else [])
-
-  def seeing(transform, grads_of, live: bool):
-    def wrapped(*a, **k):
-      inner = transform(*a, **k)
-      if not a or not callable(inner):    # nnx.grad(has_aux=True): the decorator itself
-        return inner
-
-      def call(*args, **kwargs):
-        first = not box
-        res = inner(*args, **kwargs)
-        if first:   # the outermost: nnx.grad's State, not the jax.grad it calls
-          box[:] = [(grads_of(res, k), live)]
-        return res
-      return call
-    return wrapped
-  with _lock:
-    originals = [getattr(module, name) for module, name, _ in seen]
-    for (module, name, grads_of), original in zip(seen, originals):
-      setattr(module, name, seeing(original, grads_of, module is nnx))
-    try:
-      yield
-    finally:
-      for (module, name, _), original in zip(seen, originals):
-        setattr(module, name, original)

@@ -3,7 +3,7 @@
  * line per layer, log scale), its events marked and listed, a non-finite one
  * with a button that runs vv.nans on that step in the kernel, and the gradient
  * logs the step returned (vv.watch(step, logs=...)) as a table of their last
- * drawn step. Drawn as SVG elements from numbers; every name (a pytree path, a
+ * drawn step, and the backward flow (vv.watch(step, flow=True), flow.ts). Drawn as SVG elements from numbers; every name (a pytree path, a
  * log's key) is set as text.
  */
 import { Widget } from '@lumino/widgets';
@@ -11,6 +11,7 @@ import { Widget } from '@lumino/widgets';
 import { WatchSeries } from '../../protocol';
 import { label, svgElement as svg, titled } from '../../svgElements';
 import { IWatchesModel } from '../../tokens';
+import { flowView } from './flow';
 
 const WIDTH = 320;
 const HEIGHT = 140;
@@ -31,6 +32,8 @@ const COLOURS = [
  * The panel's section of vv.watch plots, one per watch of the followed kernel.
  */
 export class WatchPlot extends Widget {
+  private readonly _flowAt = new Map<string, number>(); // where each slider was left
+
   constructor(private readonly _model: IWatchesModel) {
     super();
     this.addClass('jp-Vjpviz-watch');
@@ -64,6 +67,9 @@ export class WatchPlot extends Widget {
       h,
       plot(series),
       legend(series),
+      flowView(series, this._flowAt.get(series.id), at =>
+        this._flowAt.set(series.id, at)
+      ),
       logs(series),
       this._events(series)
     );

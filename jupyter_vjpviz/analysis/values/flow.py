@@ -1,0 +1,298 @@
+"""Backward flow: the cotangent of each block's output activation, inside the compiled step.
+
+The function a step differentiates is traced once to a jaxpr, its calls (jit) inlined,
+and run again equation by equation under the user's own ``jax.grad``, a tap
+(``capture.flow_taps``) on each block's output: the same computation, so XLA compiles
+the same step, plus one small reduction per block in the backward pass.
+
+A block is a group of parameter leaves as ``vv.grads`` names them (``block_members``:
+named scopes, module paths, a stacked model's layers; else each leaf's parent path). Each
+equation belongs to the block of the parameters it reads (through values made of
+parameters alone: a transposed kernel), else to the latest block of its activation
+operands (a ReLU after a layer is that layer's). A block's output is each activation it
+makes that a later block reads (the residual stream too: its cotangent sums every
+reader's); a block no later one reads (the last) outputs what its last equation reading
+its parameters makes (the prediction, before the loss).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...base.trees import substituted
+from ...capture import flow_taps
+from ...capture.compat.changed_signatures import bind
+from ...capture.compat.private import core
+from ...capture.naming import leaf_paths
+from ..program import consts, sub_jaxprs
+from .grad_paths import reading_scopes
+from .nonfinite_eval import inexact
+
+INLINED = frozenset({"jit", "pjit", "closed_call", "core_call"})
+"""Calls run inline: their bodies' blocks are the model's (a jitted layer, flax's calls)."""
+
+STATS = ("norm", "max_abs", "finite_fraction", "zero_fraction")
+"""What ``w.flow()`` gives per step and block, in the order of a step's flow columns."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Taps:
+  """The taps of one traced gradient: its blocks in forward order and, per tap, its log
+  key and block."""
+  blocks: tuple[str, ...]
+  keys: tuple[tuple[str, int], ...]
+
+  def row(self, logs: dict) -> jax.Array:
+    """float32[4 * blocks]: ``STATS`` per block, reduced in the step from its taps'
+    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan)."""
+    per = [[] for _ in self.blocks]
+    for key, b in self.keys:
+      per[b].append(logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY)))
+    cols = []
+    for found in per:
+      s = jnp.concatenate(found) if found else jnp.full((1, 5), jnp.nan, jnp.float32)
+      size = s[:, 4].sum()
+      cols.append(jnp.stack([jnp.sqrt(s[:, 0].sum()), s[:, 1].max(), s[:, 2].sum() / size,
+                             s[:, 3].sum() / size]))
+    return jnp.concatenate(cols) if cols else jnp.zeros(0, jnp.float32)
+
+
+Group = Callable[[list[str], list], list[tuple[str, list[int]]]]
+"""(leaf paths, their reading scopes) -> (block, its leaves' indices) per block."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tapper:
+  """What ``capture.grad_calls`` taps a gradient's function with: ``found`` gets each
+  trace's ``Taps`` (or why it could not tap)."""
+  group: Group
+  found: list
+
+  def logs(self, fun, argnums) -> Callable:
+    return tapped(fun, argnums, self.group, self.found)
+
+  def traced(self, fun, args, kwargs, argnums) -> Traced:
+    return Traced(fun, args, kwargs, argnums, self.group, self.found)
+
+
+def tapped(fun, argnums, group: Group, found: list) -> Callable:
+  """``fun`` (what ``jax.grad`` differentiates w.r.t. ``argnums``) run from its jaxpr with
+  a tap on each block's output, logging its summary (``defvjp_with_logs``); each trace
+  appends its ``Taps`` to ``found``, or why it could not tap (then it runs untapped)."""
+  def run(*args, **kwargs):
+    return Traced(fun, args, kwargs, argnums, group, found).run(args, kwargs)
+  return run
+
+
+class Traced:
+  """``fun`` called with ``args`` traced once to a jaxpr (the user's error, if any,
+  raised from here, as their own call would), its taps chosen; ``run`` evaluates it on
+  arrays of the same types (the tracers of a ``jax.grad`` taken afterwards, JAX before
+  0.12.1: ``SINKS``), its taps logging or, given ``sinks``, writing their summaries into
+  the cotangent of ``sinks`` (float32[taps, 5]), the backward-pass channel older JAX has."""
+
+  def __init__(self, fun, args, kwargs, argnums, group: Group, found: list):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    flat, self.tree = jax.tree_util.tree_flatten((args, kwargs))
+    self.at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
+
+    def flat_fun(*arrays):
+      a, kw = jax.tree_util.tree_unflatten(self.tree, substituted(flat, self.at, arrays))
+      return fun(*a, **kw)
+    self.closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in self.at))
+    self.out_tree = jax.tree_util.tree_structure(shape)
+    self.jaxpr = getattr(self.closed, "jaxpr", self.closed)
+    self.keys: dict = {}    # ref -> its tap's key: none where vjpviz failed
+    try:
+      self.plan, self.outs = _plan(self.jaxpr, _inputs(self.jaxpr))
+      names, leaf_block = _blocks(self.jaxpr, _params(args, nums, self.at), group)
+      outputs = _outputs(self.plan, self.jaxpr, leaf_block)
+      measured = sorted({b for _, b in outputs})   # a block with no output measured: left out
+      index = {b: k for k, b in enumerate(measured)}
+      self.keys = {r: f"{index[b]}/{n}" for n, (r, b) in enumerate(outputs)}
+      found.append(Taps(tuple(names[b] for b in measured),
+                        tuple((self.keys[r], index[b]) for r, b in outputs)))
+    except Exception as e:  # noqa: BLE001 - vjpviz's own failure: the jaxpr runs untapped
+      found.append(f"{type(e).__name__}: {e}"[:300])
+
+  def run(self, args, kwargs, sinks=None):
+    """The function's outputs on ``args``, tapped (into ``sinks``' cotangent, rows in
+    the order of the taps' keys, where given)."""
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    arrays = [leaves[k] for k in self.at]
+    if not self.keys:
+      values = core.eval_jaxpr(self.jaxpr, consts(self.closed), *arrays)
+    else:
+      rows = {r: k for k, r in enumerate(self.keys)}
+      tap = ((lambda r, x: flow_taps.tap(x, self.keys[r])) if sinks is None else
+             (lambda r, x: flow_taps.sink_tap(x, sinks[rows[r]])))
+      values = _run(self.plan, self.outs, self.jaxpr, consts(self.closed), arrays, self.keys, tap)
+    return jax.tree_util.tree_unflatten(self.out_tree, values)
+
+  def logs(self, sink_cts) -> dict:
+    """The taps' summaries from ``sinks``' cotangent, keyed as their logs would be."""
+    return {flow_taps.PREFIX + key: sink_cts[k] for k, key in enumerate(self.keys.values())}
+
+
+def _params(args, nums, at) -> dict[int, str]:
+  """jaxpr input -> path, of the differentiated floating leaves (``keystr`` in their
+  argument, ``args[i]`` before it when several are differentiated)."""
+  position = {k: i for i, k in enumerate(at)}
+  found, start = {}, 0
+  for i, a in enumerate(args):
+    leaves = jax.tree_util.tree_flatten_with_path(a)[0]
+    for k, (kp, x) in enumerate(leaves):
+      if i in nums and start + k in position and inexact(x):
+        found[position[start + k]] = (f"args[{i}]" if len(nums) > 1 else "") + _path(a, kp)
+    start += len(leaves)
+  return found
+
+
+def _path(arg, kp) -> str:
+  """A leaf's path in its argument: flax nnx's graph-mode grad hands ``jax.grad`` its
+  modules' states (``NodeStates``, ``.states[i]``): named as on the live module, as the
+  watch names its leaves (``.layers[0].kernel``)."""
+  if type(arg).__name__ == "NodeStates" and len(kp) > 2:
+    return leaf_paths.attribute_path(leaf_paths.without_value(kp[2:]))
+  return jax.tree_util.keystr(kp)
+
+
+# --- the plan: the jaxpr's equations with its calls inlined ---------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Const:   # by identity: its value is an array
+  val: object
+
+
+def _plan(jaxpr, ins: list, scope: int = 0, counter=None) -> tuple[list, list]:
+  """(equations as ``(eqn, operand refs, result refs)`` in order, the outputs' refs) of
+  ``jaxpr`` fed ``ins``: a ref is a Literal, a ``_Const`` or ``(scope, var)``, unique per
+  inlined call (one body inlined twice has its own values each time)."""
+  counter = counter if counter is not None else itertools.count(1)
+  env = dict(zip(jaxpr.invars, ins))
+  env.update((v, _Const(c)) for v, c in zip(jaxpr.constvars, consts(jaxpr)))
+  ref = lambda v: v if isinstance(v, core.Literal) else env.get(v, (scope, v))
+  plan = []
+  for eqn in jaxpr.eqns:
+    operands = [ref(v) for v in eqn.invars]
+    body = next(iter(sub_jaxprs(eqn)), None) if eqn.primitive.name in INLINED else None
+    if body is not None and len(body.invars) == len(operands):
+      inner, outs = _plan(body, operands, next(counter), counter)
+      plan += inner
+      env.update(zip(eqn.outvars, outs))
+    else:
+      plan.append((eqn, operands, [(scope, v) for v in eqn.outvars]))
+  return plan, [ref(v) for v in jaxpr.outvars]
+
+
+def _inputs(jaxpr) -> list:
+  return [(0, v) for v in jaxpr.invars]
+
+
+def _run(plan, outs, jaxpr, const_values, arrays, taps: dict, tap: Callable) -> list:
+  """The outputs ``outs`` of ``plan`` (``jaxpr``'s) on ``arrays``, each value at a ref of
+  ``taps`` passed through ``tap(ref, value)``."""
+  env = dict(zip(_inputs(jaxpr), arrays))
+  env.update(((0, v), c) for v, c in zip(jaxpr.constvars, const_values))
+  read = lambda r: r.val if isinstance(r, (core.Literal, _Const)) else env[r]
+  for eqn, operands, results in plan:
+    for r, value in zip(results, bind(eqn, [read(r) for r in operands])):
+      env[r] = tap(r, value) if r in taps else value
+  return [read(r) for r in outs]
+
+
+# --- which values are blocks' outputs -------------------------------------------------
+
+def _blocks(jaxpr, params: dict[int, str], group: Group) -> tuple[list[str], dict[int, int]]:
+  """(block names in the order the program first reads them, jaxpr input -> its block)
+  of the parameters ``params`` (jaxpr input -> path)."""
+  inputs = sorted(params)
+  scopes = [reading_scopes(jaxpr)[i] for i in inputs]
+  paths = [params[i] for i in inputs]
+  members = group(paths, scopes)
+  covered = {k for _, ks in members for k in ks}
+  rest = [k for k in range(len(paths)) if k not in covered]   # each in its parent's block
+  members += [(name, [rest[k] for k in ks]) for name, ks in _by_parent([paths[k] for k in rest])]
+  unread = (float("inf"),)
+  order = sorted(range(len(members)), key=lambda m: min(
+      (scopes[k][1] or unread for k in members[m][1]), default=unread))
+  return ([members[m][0] for m in order],
+          {inputs[k]: b for b, m in enumerate(order) for k in members[m][1]})
+
+
+_PARENT = re.compile(r"(\.[^.\[\]]+|\[[^\]]*\])(\.value)?$")
+
+
+def _by_parent(paths: list[str]) -> list[tuple[str, list[int]]]:
+  """Each leaf's parent path (``['Dense_1']`` of ``['Dense_1']['kernel']``) as its block."""
+  found: dict[str, list[int]] = {}
+  for k, p in enumerate(paths):
+    found.setdefault(_PARENT.sub("", p) or p, []).append(k)
+  return list(found.items())
+
+
+def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> list[tuple[object, int]]:
+  """(ref, block) of every block's output activations, in plan order (module docstring)."""
+  # (block, made of parameters alone) per value; the rest of the inputs and the consts
+  # (a batch the loss closes over) are data: activations of no block
+  state: dict = {(0, v): (leaf_block.get(i), i in leaf_block) for i, v in enumerate(jaxpr.invars)}
+  of = lambda r: None if isinstance(r, core.Literal) else state.get(r, (None, False))
+  owner, reads = [], []
+  for _, operands, results in plan:
+    got = [x for x in map(of, operands) if x is not None]   # a literal is neither
+    weights = [b for b, w in got if w and b is not None]
+    acts = [b for b, w in got if not w and b is not None]
+    weight = bool(got) and all(w for _, w in got)
+    b = max(weights) if weights else max(acts) if acts else None
+    owner.append(None if weight else b)
+    reads.append(bool(weights) and not weight)
+    state.update((r, (b, weight)) for r in results)
+  found: dict = {}
+  for i, (_, operands, _) in enumerate(plan):
+    for r in filter(of, operands):
+      b, w = of(r)
+      if not w and b is not None and owner[i] is not None and owner[i] != b and _float(r):
+        found.setdefault(r, b)
+  crossed = set(found.values())
+  for b in set(leaf_block.values()) - crossed:
+    last = max((i for i in range(len(plan)) if owner[i] == b and reads[i]), default=None)
+    if last is not None:
+      found.update((r, b) for r in plan[last][2] if _float(r))
+  made = {r: i for i, (_, _, results) in enumerate(plan) for r in results}
+  return sorted(found.items(), key=lambda rb: made[rb[0]])
+
+
+def _float(ref) -> bool:
+  return isinstance(ref, tuple) and inexact(ref[1])
+
+
+# --- a watch's flow columns, read on the host -----------------------------------------
+
+def table(cols: np.ndarray, blocks: list[str], start: int = 0) -> list[dict]:
+  """One row per step and block (``step``, ``block``, then ``STATS``) of ``cols``
+  (float32[steps, 4 * blocks]: the steps' flow columns, the first being step ``start``)."""
+  found = []
+  for t, row in enumerate(cols):
+    for b, name in enumerate(blocks):
+      found.append({"step": start + t, "block": name,
+                    **{k: float(v) for k, v in zip(STATS, row[4 * b:4 * b + 4])}})
+  return found
+
+
+def first_nonfinite(cols: np.ndarray) -> tuple[int, int] | None:
+  """(step, block index) of the first step whose cotangents were not all finite, and the
+  block nearest the loss among those whose output saw it: the backward pass met it there
+  first, so the non-finite values were made after that block's output (in the next
+  block, or in the loss after the last)."""
+  bad = ~(cols[:, 2::4] == 1.0)   # a NaN fraction (an empty cotangent) is no all-clear
+  steps = np.flatnonzero(bad.any(axis=1))
+  if not steps.size:
+    return None
+  t = int(steps[0])
+  return t, int(np.flatnonzero(bad[t])[-1])

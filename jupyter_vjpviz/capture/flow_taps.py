@@ -1,0 +1,92 @@
+"""Taps on activations: the identity forward, a backward that logs its cotangent's summary.
+
+A tap is a ``custom_vjp`` identity registered with ``defvjp_with_logs`` (JAX 0.12.1): its
+backward passes the cotangent through and logs five numbers about it under its key, which
+JAX hands back beside the gradient to a caller asking ``with_logs=True``, and drops (dead
+code under jit) otherwise. The summary is reduced where the cotangent is, inside the
+compiled backward pass: no callback, no transfer. On older JAX (``AVAILABLE`` False) a
+``sink_tap`` takes a row of an extra input instead, whose cotangent its backward sets to
+the summary: the gradient is taken w.r.t. that input too, and its part taken out.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+PREFIX = "vjpviz_flow/"
+"""The log keys of vjpviz's taps: told apart from the user's own logs by it."""
+
+AVAILABLE = hasattr(jax.custom_vjp, "defvjp_with_logs")
+
+SUMMARY = ("sumsq", "max_abs", "finite", "zero", "size")
+"""What a tap logs of its cotangent, float32 each: the sum of squares and max |.| over
+every element (NaN or Inf where any is), the counts of finite and of zero elements, and
+the element count."""
+
+
+def summary(ct) -> jax.Array:
+  """float32[5]: ``SUMMARY`` of ``ct``, in one pass over it (one variadic reduction: four
+  separate ones read the cotangent four times)."""
+  x = ct.astype(jnp.float32).ravel()
+  one, zero = jnp.float32(1), jnp.float32(0)
+  operands = (x * x, jnp.abs(x), jnp.where(jnp.isfinite(x), one, zero), jnp.where(x == 0, one, zero))
+  inits = (zero, zero, zero, zero)
+
+  def step(a, b):
+    return a[0] + b[0], jnp.maximum(a[1], b[1]), a[2] + b[2], a[3] + b[3]
+  found = jax.lax.reduce(operands, inits, step, (0,))
+  return jnp.stack([*found, jnp.float32(x.size)])
+
+
+def tap(x, key: str):
+  """``x``, its cotangent's ``summary`` logged under ``PREFIX + key`` in the backward pass."""
+  @jax.custom_vjp
+  def identity(x):
+    return x
+  identity.defvjp_with_logs(lambda x: (x, None),
+                            lambda _, ct: ((ct,), {PREFIX + key: summary(ct)}))
+  return identity(x)
+
+
+def sink_tap(x, sink):
+  """``x``, its cotangent's ``summary`` the cotangent of ``sink`` (float32[5], an extra
+  differentiated input of the gradient: the channel JAX before 0.12.1 has)."""
+  @jax.custom_vjp
+  def identity(x, sink):
+    return x
+  identity.defvjp(lambda x, sink: (x, None), lambda _, ct: (ct, summary(ct)))
+  return identity(x, sink)
+
+
+def split_sinks(res, value_and_grad: bool, has_aux: bool, single: bool):
+  """(the result as the caller asked for it, the sinks' cotangent) of a ``jax.grad`` or
+  ``jax.value_and_grad`` taken with the sinks as its last differentiated argument (the
+  caller's ``argnums`` a ``single`` int or a tuple)."""
+  if value_and_grad:
+    value, grads = res
+  elif has_aux:
+    grads, aux = res
+  else:
+    grads = res
+  theirs = grads[0] if single else tuple(grads[:-1])
+  if value_and_grad:
+    return (value, theirs), grads[-1]
+  return ((theirs, aux) if has_aux else theirs), grads[-1]
+
+
+def split_logs(res, value_and_grad: bool, has_aux: bool, asked: bool):
+  """(the result as the caller asked for it, vjpviz's taps' logs) of a ``jax.grad`` or
+  ``jax.value_and_grad`` called ``with_logs=True`` on the caller's behalf: the logs left
+  in only where the caller ``asked`` for them, without vjpviz's keys."""
+  if value_and_grad:
+    value, (grads, logs) = res
+  elif has_aux:
+    grads, aux, logs = res
+  else:
+    grads, logs = res
+  ours = {k: v for k, v in logs.items() if k.startswith(PREFIX)}
+  theirs = {k: v for k, v in logs.items() if not k.startswith(PREFIX)}
+  if value_and_grad:
+    return (value, (grads, theirs) if asked else grads), ours
+  head = (grads, aux) if has_aux else (grads,)
+  return ((*head, theirs) if asked else head if has_aux else grads), ours

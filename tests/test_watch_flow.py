@@ -1,0 +1,222 @@
+"""vv.watch(step, flow=True): each block's output cotangent measured inside the compiled
+step, against an independent computation (the model split at its blocks by hand, jax.vjp
+of each piece), on the benchmark's equinox, flax linen and flax nnx loops; the first
+non-finite block named on a model whose gradient goes NaN, and handed to vv.nans."""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernel_helpers import validator
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import watch_overhead  # noqa: E402 - the benchmark's loops
+
+from jupyter_vjpviz.api.watch import watch
+from jupyter_vjpviz.capture import flow_taps
+
+
+
+@pytest.fixture(params=["logs", "sinks"])
+def channel(request, monkeypatch):
+  """The backward-pass channel the taps use: JAX's logs (0.12.1), or the sinks older JAX
+  has (forced here where JAX has both)."""
+  if request.param == "logs" and not flow_taps.AVAILABLE:
+    pytest.skip("this JAX has no defvjp_with_logs")
+  if request.param == "sinks":
+    monkeypatch.setattr(flow_taps, "AVAILABLE", False)
+  return request.param
+
+KEY = jax.random.key(0)
+X = jax.random.normal(KEY, (16, 5))
+Y = jax.random.normal(jax.random.key(1), (16, 2))
+WIDTH = 16   # the benchmark's models, narrower
+
+
+def _loss(out, y=Y):
+  return ((out - y) ** 2).mean()
+
+
+def _expected(pieces, x=X, y=Y, head=lambda h: h) -> list[dict]:
+  """Per piece (a block: its output from its input), the cotangent of its output, by
+  ``jax.vjp`` of each piece in turn from the loss (of ``head`` of the last) back: norm,
+  max |.|, fractions."""
+  h, pulls = x, []
+  for piece in pieces:
+    h, pull = jax.vjp(piece, h)
+    pulls.append(pull)
+  ct, found = jax.grad(lambda h: _loss(head(h), y))(h), []
+  for pull in reversed(pulls):
+    found.append(ct)
+    ct, = pull(ct)
+  return [{"norm": float(jnp.linalg.norm(c)), "max_abs": float(jnp.abs(c).max()),
+           "finite_fraction": float(jnp.isfinite(c).mean()),
+           "zero_fraction": float((c == 0).mean())} for c in reversed(found)]
+
+
+def _check(rows: list[dict], blocks: list[str], expected: list[dict], step: int = 0):
+  got = [r for r in rows if r["step"] == step]
+  assert [r["block"] for r in got] == blocks
+  for r, e in zip(got, expected):
+    for k, v in e.items():
+      assert r[k] == pytest.approx(v, rel=1e-5, abs=1e-12), (r["block"], k)
+
+
+def _relu_of(layer):
+  return lambda h: jax.nn.relu(layer(h))
+
+
+def _equinox_pieces(model) -> list:
+  return [*(jax.vmap(_relu_of(lin)) for lin in model.layers[:-1]), jax.vmap(model.layers[-1])]
+
+
+def _linen_pieces(params) -> list:
+  """Each Dense by hand (``h @ kernel + bias``), a ReLU after all but the last."""
+  dense = [lambda h, p=p: h @ p["kernel"] + p["bias"] for p in params["params"].values()]
+  return [*(_relu_of(d) for d in dense[:-1]), dense[-1]]
+
+
+def _nnx_pieces(model) -> list:
+  nnx = pytest.importorskip("flax.nnx")
+  return [*(_relu_of(nnx.clone(lin)) for lin in model.layers), nnx.clone(model.out)]
+
+
+LOOPS = {"equinox": (_equinox_pieces, [f".layers[{i}]" for i in range(4)]),
+         "linen": (_linen_pieces, [f"MLP/Dense_{i}" for i in range(4)]),
+         "nnx": (_nnx_pieces, [".layers[0]", ".layers[1]", ".layers[2]", ".out"])}
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_flow_equals_each_blocks_vjp_on_the_benchmarks_loops(name, channel):
+  """Two steps of benchmarks/watch_overhead.py's loop (adam, batch 256): each block's
+  output cotangent, per step, equals jax.vjp of the model split at its blocks by hand,
+  on the model as that step was called with it."""
+  pytest.importorskip("optax")
+  pytest.importorskip({"equinox": "equinox", "linen": "flax.linen", "nnx": "flax.nnx"}[name])
+  step, run = watch_overhead.LOOPS[name](WIDTH)
+  pieces, blocks = LOOPS[name]
+  w, x, y = watch(step, flow=True), *watch_overhead._data()
+  for t in range(2):
+    expected = _expected(pieces(run.carry[0]), x, y)
+    run(w)
+    assert w.flow_note is None
+    _check(w.flow(), blocks, expected, t)
+  assert "every block's cotangent finite" in str(w)
+
+
+def test_a_plain_jax_stack_of_layers_on_every_jax(channel):
+  """No library: a dict of three alike layers in a Python loop, sgd by hand under
+  jax.jit; its blocks are the stacked model's (``['layers'][i]``), each row equal to
+  jax.vjp of its layer; the last block's output is what its last equation reading its
+  parameters makes (the tanh after it is the loss's: nothing tells them apart). Runs on
+  the older JAX releases too (the sinks)."""
+  k = jax.random.split(KEY, 3)
+  params = {"layers": [{"w": jax.random.normal(k[i], (5 if i == 0 else 8, 8 if i < 2 else 2)),
+                        "b": jnp.full((8 if i < 2 else 2,), 0.1)} for i in range(3)]}
+  layer = lambda p: (lambda h: jnp.tanh(h @ p["w"] + p["b"]))
+
+  def forward(params, h):
+    for p in params["layers"]:
+      h = layer(p)(h)
+    return h
+
+  @jax.jit
+  def step(params):
+    loss, g = jax.value_and_grad(lambda p: _loss(forward(p, X)))(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), loss
+  w = watch(step, flow=True)
+  for t in range(2):
+    last = params["layers"][-1]
+    expected = _expected([*(layer(p) for p in params["layers"][:-1]),
+                          lambda h: h @ last["w"] + last["b"]], head=jnp.tanh)
+    params, _ = w(params)
+    _check(w.flow(), [f"['layers'][{i}]" for i in range(3)], expected, t)
+
+
+def test_the_first_nonfinite_block_is_named_and_handed_to_nans(capsys, channel):
+  """z + sqrt(0 * z) in the middle block: forward finite, its backward 0 * inf = NaN. The
+  middle block's output cotangent is finite, the first block's is not: the flow names the
+  middle block as where it was made, and vv.nans on that step names the sqrt."""
+  eqx = pytest.importorskip("equinox")
+
+  class Root(eqx.Module):
+    lin: eqx.nn.Linear
+
+    def __call__(self, h):
+      z = self.lin(h)
+      return z + jnp.sqrt(z * 0.0)
+
+  class Net(eqx.Module):
+    layers: list
+
+    def __call__(self, x):
+      for layer in self.layers:
+        x = layer(x)
+      return x
+  k = jax.random.split(KEY, 3)
+  model = Net([eqx.nn.Linear(5, 8, key=k[0]), Root(eqx.nn.Linear(8, 8, key=k[1])),
+               eqx.nn.Linear(8, 2, key=k[2])])
+
+  @eqx.filter_jit
+  def step(model):
+    loss, g = eqx.filter_value_and_grad(lambda m: _loss(jax.vmap(m)(X)))(model)
+    return jax.tree_util.tree_map(lambda p, d: p - 1e-3 * d, model, g), loss
+  w = watch(step, flow=True)
+  w(model)
+  first = w.flow_nonfinite()
+  assert first == (0, ".layers[0]", ".layers[1]")
+  rows = {r["block"]: r for r in w.flow()}
+  assert rows[".layers[1]"]["finite_fraction"] == 1.0 > rows[".layers[0]"]["finite_fraction"]
+  assert "non-finite at .layers[0]'s output: made in .layers[1]" in str(w)
+  flow = w.series()["flow"]   # the panel's WatchFlow: the NaN block's norm is null
+  validator("WatchMessage").validate(json.loads(json.dumps(
+      {"v": 1, "type": "watch", "watch": w.series()})))
+  assert flow["blocks"] == [".layers[0]", ".layers[1]", ".layers[2]"] and flow["note"] is None
+  assert flow["norm"][0] == [None] and flow["finite_fraction"][1] == [1.0]
+  d = w.nans(0)
+  assert d is not None and "sqrt" in d.headline
+  assert "made in .layers[1]" in capsys.readouterr().out
+
+
+def test_a_gradient_taken_inside_the_loss_is_not_tapped_too(channel):
+  """A gradient penalty: the loss takes jax.grad of its own; only the step's gradient is
+  tapped (the inner one, traced inside it, is left as written), and its rows are right."""
+  w0, w1 = jax.random.normal(KEY, (5, 8)), jax.random.normal(jax.random.key(2), (8, 2))
+  head = lambda h, w1: (h @ w1) ** 2 / 2   # h read by block ['b'] alone
+
+  def loss(p):
+    h = X @ p["a"]["w"]
+    penalty = jnp.sum(jax.grad(lambda h: head(h, p["b"]["w"]).sum())(h) ** 2)
+    return _loss(head(h, p["b"]["w"])) + 1e-3 * penalty
+
+  @jax.jit
+  def step(p):
+    value, g = jax.value_and_grad(loss)(p)
+    return g, value
+  w = watch(step, flow=True)
+  w({"a": {"w": w0}, "b": {"w": w1}})
+  assert w.flow_note is None and w.flow_blocks == ["['a']", "['b']"]
+  after_a = lambda h: _loss(head(h, w1)) + 1e-3 * jnp.sum(
+      jax.grad(lambda h: head(h, w1).sum())(h) ** 2)
+  ct = jax.grad(after_a)(X @ w0)   # the cotangent of ['a']'s output, by hand
+  assert w.flow()[0]["norm"] == pytest.approx(float(jnp.linalg.norm(ct)), rel=1e-5)
+
+
+def test_flow_off_leaves_the_row_as_it_was_and_a_step_without_blocks_says_so():
+  @jax.jit
+  def step(p):
+    loss, g = jax.value_and_grad(lambda p: jnp.sum(p * X[0]))(p)
+    return p - g, loss
+  plain, tapped = watch(step), watch(step, flow=True)
+  p = jnp.ones(5)
+  plain(p)
+  tapped(p)
+  assert plain.flow() == [] and plain.steps.shape == (1, 1)
+  assert tapped.steps.shape == (1, 1) and np.allclose(plain.steps, tapped.steps)
+  assert len(tapped.flow()) == 1 and tapped.flow()[0]["block"] == ""

@@ -1,0 +1,45 @@
+// vv.watch(step, flow=True) in the panel (issue 49): a watched plain-JAX stack whose
+// third layer's backward goes NaN at step 5. The chain runs from the loss to the input;
+// at step 5 (the slider) the first two blocks' cotangents are marked non-finite and the
+// last two are not, as the cell's print says; its screenshot is the README's picture.
+import { expect, test } from './vjpviz';
+
+test('vv.watch(step, flow=True): the backward flow from the loss to the input', async ({
+  vv
+}) => {
+  await vv.open('flow.ipynb');
+  await vv.runCells(0, 1);
+  const printed = await vv.outputText(1);
+  expect(printed).toContain(
+    "backward flow: step 5: the cotangent first went non-finite at ['layers'][1]'s " +
+      "output: made in ['layers'][2]"
+  );
+  await vv.showPanel();
+  const flow = vv.panel.locator('.jp-Vjpviz-watchFlow').first();
+  const links = flow.locator('.jp-Vjpviz-flowLink');
+  await expect(links).toHaveCount(5, { timeout: 30000 });
+  const slider = flow.locator('input.jp-Vjpviz-flowStep');
+  await slider.fill('5');
+  await expect(flow.locator('.jp-Vjpviz-flowStepLabel')).toHaveText(' step 5');
+  const shown = await links.evaluateAll(lis =>
+    lis.map(li => [
+      li.querySelector('.jp-Vjpviz-flowBlock')?.textContent ?? li.textContent,
+      li.classList.contains('jp-mod-nonfinite')
+    ])
+  );
+  expect(shown).toEqual([
+    ['loss', false],
+    ["['layers'][3]", false],
+    ["['layers'][2]", false],
+    ["['layers'][1]", true],
+    ["['layers'][0]", true]
+  ]);
+  await slider.fill('4'); // the step before: every block finite
+  await expect(
+    flow.locator('.jp-Vjpviz-flowLink.jp-mod-nonfinite')
+  ).toHaveCount(0);
+  await vv.shot(
+    '19-watch-flow',
+    vv.panel.locator('.jp-Vjpviz-watchSeries').first()
+  );
+});
