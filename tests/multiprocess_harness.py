@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -64,11 +65,19 @@ def run_job(body: str, n: int, env: dict | None = None, timeout: float = TIMEOUT
   """Each process's ``result(...)`` values (the last it reported), by process index, and
   its output as ``stdout`` and ``stderr``; fails the test on a timeout or a non-zero exit."""
   port = free_port()
-  script = PRELUDE + textwrap.dedent(body)
+  with tempfile.NamedTemporaryFile("w", suffix="_job.py", delete=False) as f:
+    f.write(PRELUDE + textwrap.dedent(body))   # a file, as a job's script is: its source is read
+  try:
+    return _run(f.name, n, port, env, timeout)
+  finally:
+    os.unlink(f.name)
+
+
+def _run(script: str, n: int, port: int, env: dict | None, timeout: float) -> list[dict]:
   env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
          "XLA_FLAGS": f"--xla_force_host_platform_device_count={2 if n == 2 else 1}",
          **(env or {})}
-  procs = [subprocess.Popen([sys.executable, "-c", script, str(i), str(n), str(port)], env=env,
+  procs = [subprocess.Popen([sys.executable, script, str(i), str(n), str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True) for i in range(n)]
   deadline = time.monotonic() + timeout

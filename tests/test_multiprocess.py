@@ -26,7 +26,7 @@ w = replicated(np.ones(3))
 def loss(w, x):
   return jnp.sqrt(x @ w).sum()
 """
-SQRT_LINE = f"<string>:{(PRELUDE + NAN_ROWS).splitlines().index('  return jnp.sqrt(x @ w).sum()') + 1}"
+SQRT_LINE = f"_job.py:{(PRELUDE + NAN_ROWS).splitlines().index('  return jnp.sqrt(x @ w).sum()') + 1}"
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -49,7 +49,7 @@ result(bad=bad, function=d.function, got=d.got, source=d.source, dx=dx.got, note
 """, n)
   for i, r in enumerate(found):
     assert r["bad"] == [3, 3], r["bad"]        # plain JAX: w's 3 and x's last row
-    assert r["function"] == "sqrt" and r["source"] == SQRT_LINE, r["source"]
+    assert r["function"] == "sqrt" and r["source"].endswith(SQRT_LINE), r["source"]
     assert r["got"].endswith("the gradient of w has 3 NaN of 3 elements"), r["got"]
     assert r["dx"].endswith(f"the gradient of x has 3 NaN of {6 * n} elements"), r["dx"]
     assert r["note"] is None and r["report_process"] == i
@@ -191,3 +191,76 @@ result(done=True)
   page = (tmp_path / "report.html").read_text()
   assert page.count(f"diagnosis: on processes 0-{n - 1}") == 2      # the rule's, the NaN's
   assert page.count(f"gradient report: on processes 0-{n - 1}") == 1
+
+
+ON_MESH = """
+from jax.sharding import AxisType
+def loss(w, x):
+  return jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))
+double = jax.custom_vjp(lambda v: v * 2.)
+double.defvjp(lambda v: (v * 2., None), lambda r, g: (g * 3.,))        # its values wrong
+reduced = jax.custom_vjp(lambda v: v * .5)
+reduced.defvjp(lambda v: (v * .5, None), lambda r, g: (g.sum(0) * .5,))   # its type wrong
+
+def ruled(w, x):
+  return (double(x @ w) ** 2).sum()
+
+found = {}
+vv.install()
+for types in ("Explicit", "Auto"):
+  mesh = jax.make_mesh((len(jax.devices()),), ("data",), axis_types=(getattr(AxisType, types),))
+  with jax.set_mesh(mesh):   # FSDP: w's rows over every device of every process
+    w = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data", None)),
+        np.arange(1., 1. + 3 * len(jax.local_devices())).reshape(-1, 3).astype(np.float32) * (PID + 1))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), np.array(
+        [[1.] * len(jax.devices()), [0.] * len(jax.devices())], np.float32))
+    truth = jax.grad(loss)(w, x)
+    bad = int(jax.jit(lambda g: (~jnp.isfinite(g)).sum())(truth))
+    d = vv.nans(loss, w, x)
+    r = vv.grads(lambda w, x: (x @ w).sum(), w, x)
+    try:
+      jax.grad(lambda w: reduced(w).sum())(w)
+    except ValueError:
+      pass
+    rule = vv.last()
+    found[types] = dict(
+        bad=bad, size=truth.size, nans=[d.function, d.source, d.got], grads=r.healthy,
+        leaves=[n for _, n, _ in r.leaves], check=[c.kind for c in vv.check(lambda w: reduced(w).sum(), w)],
+        gradcheck=[c.status for c in vv.gradcheck(ruled, w, x).rules],
+        rule=[rule.kind, [f.verdict for f in rule.fixes], rule.to_dict()["processes"]])
+    found[types]["ref"] = float(jnp.sqrt((jnp.sum(x, 0) ** 2).sum() * 3))   # |d/dw sum(x @ w)|
+"""
+MESH_SQRT_LINE = (PRELUDE + ON_MESH).splitlines().index(
+    "  return jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))") + 1
+
+
+def test_fsdp_weights_under_set_mesh():
+  """Weights sharded over every device of every process (P("data", None)) under a
+  ``jax.set_mesh`` context, with Explicit and with Auto axes: vv.nans finds the NaN plain
+  JAX's gradient has and names the ``sqrt`` line; vv.grads measures the whole gradient
+  (its norm is plain JAX's); vv.check and vv.gradcheck find the wrong rules; the wrong
+  rule's diagnosis has a verified fix, on both processes; and both reach the next
+  collective."""
+  found = run_job(ON_MESH + "result(found=found, after=collective())", 2)
+  for r in found:
+    for types, got in r["found"].items():
+      assert got["bad"] == got["size"] and got["nans"][0] == "sqrt", (types, got)
+      assert got["nans"][1].endswith(f":{MESH_SQRT_LINE}"), got["nans"]
+      assert got["nans"][2].endswith(f"{got['bad']} NaN of {got['size']} elements"), got["nans"]
+      assert got["grads"] and abs(got["leaves"][0] - got["ref"]) < 1e-4 * got["ref"], got
+      assert got["check"] == ["bwd_type"] and got["gradcheck"] == ["wrong"], (types, got)
+      kind, verdicts, processes = got["rule"]
+      assert kind == "bwd_type" and processes == ([0, 1] if r is found[0] else [])
+      assert verdicts and verdicts[0] in ("verified", "unverifiable"), (types, verdicts)
+    assert r["after"] == 12
+
+
+def test_one_process_of_many_devices():
+  """The same in one process of 4 devices: nothing spans processes, the set_mesh context
+  and the FSDP weights remain."""
+  found = run_job(ON_MESH + "result(found=found)", 1, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  for types, got in found[0]["found"].items():
+    assert got["bad"] == got["size"] and got["nans"][0] == "sqrt", (types, got)
+    assert got["grads"] and abs(got["leaves"][0] - got["ref"]) < 1e-4 * got["ref"], got
+    assert got["check"] == ["bwd_type"] and got["gradcheck"] == ["wrong"], (types, got)
+    assert got["rule"][0] == "bwd_type" and got["rule"][1], (types, got)
