@@ -264,3 +264,31 @@ def test_one_process_of_many_devices():
     assert got["grads"] and abs(got["leaves"][0] - got["ref"]) < 1e-4 * got["ref"], got
     assert got["check"] == ["bwd_type"] and got["gradcheck"] == ["wrong"], (types, got)
     assert got["rule"][0] == "bwd_type" and got["rule"][1], (types, got)
+
+
+@pytest.mark.parametrize("n", [2])
+def test_a_process_failing_alone_prints_and_writes_its_own_diagnosis(n, tmp_path):
+  """Under ``python -m jupyter_vjpviz run``: a problem only the last process has is
+  printed whole there (process 0 never recorded it) and by process 0 as that process's,
+  never as "(process 0 has the diagnosis)"; then the last process dies alone of an error
+  it does not catch: it prints and writes its own full diagnosis, which process 0
+  (finishing without it) never had."""
+  found = run_job(WRONG_RULE + """
+g = jax.custom_vjp(lambda x: x * 3.)
+g.defvjp(lambda x: (x * 3., None), lambda r, ct: (ct.astype(jnp.float16),))
+if PID == N - 1:
+  jax.grad(lambda v: g(v).sum())(jnp.ones(3, jnp.float32))   # a warning: this process alone
+collective()        # published before process 0 reads its records at the end
+result(done=True)
+if PID == N - 1:    # its own computation fails, uncaught
+  jax.grad(lambda v: f(v).sum())(jnp.ones(3))
+""", n, under_run=True, failing=frozenset({n - 1}), env={"VJPVIZ_REPORT_DIR": str(tmp_path)})
+  lead, last = found[0], found[-1]
+  assert last["status"] == 1 and lead["status"] == 0
+  assert "process 0 has the diagnosis" not in lead["stderr"] + last["stderr"], lead["stderr"]
+  assert f"processes on process {n - 1} only" in " ".join(lead["stderr"].split()), lead["stderr"]
+  assert "kind      silent_dtype" in last["stderr"], last["stderr"]
+  assert "kind      bwd_type" in last["stderr"] and "ValueError" in last["stderr"]
+  import json
+  written = json.loads((tmp_path / f"process-{n - 1}.json").read_text())
+  assert sorted(r["data"]["kind"] for r in written["records"]) == ["bwd_type", "silent_dtype"]

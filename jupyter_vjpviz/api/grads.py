@@ -55,9 +55,13 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
   fn = without_aux(fn) if has_aux else fn
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a for i, a in enumerate(args))
-  args, kwargs = hosts.whole_here((args, kwargs))   # arrays spanning processes
-  with hosts.on_one_device():
-    report = _checked(fn, args, kwargs, nums)
+  try:
+    args, kwargs = hosts.whole_here((args, kwargs))   # arrays spanning processes
+    with hosts.on_one_device():
+      report = _checked(fn, args, kwargs, nums)
+  except hosts.TooLarge as e:   # every process alike: not judged, and why
+    report = GradReport(function=names.function_name(fn), judged=False,
+                        note=f"gradient not taken: {e}")
   report = pipeline.recorded(report)
   _kept.append(report)
   _listeners.notify(report)

@@ -31,18 +31,9 @@ class HostView:
   start: tuple[int, ...]      # global index of value[0, 0, ...]
   shape: tuple[int, ...]      # the global array's shape
 
-  @property
-  def whole(self) -> bool:
-    return self.value.shape == self.shape
-
   def span(self) -> str:
     """The global index range held: ``[2:4, 0:3]`` (``[]`` for a scalar)."""
     return "[" + ", ".join(f"{a}:{a + n}" for a, n in zip(self.start, self.value.shape)) + "]"
-
-  def at(self, flat_local: int) -> tuple[int, ...]:
-    """The global index of the element at ``flat_local`` in ``value``."""
-    local = np.unravel_index(flat_local, self.value.shape) if self.value.ndim else ()
-    return tuple(int(a + i) for a, i in zip(self.start, local))
 
 
 def spans_processes(x) -> bool:
@@ -83,8 +74,9 @@ def host(x) -> np.ndarray:
 
 def localised(tree):
   """``tree`` with each array spanning processes replaced by the values held here, as an
-  array of this process's first device: what vjpviz runs the user's code on for its own
-  checks; and the ``HostView`` of each one replaced (by flat position)."""
+  array of this process's first device: what a check one process runs alone (the watch's
+  ``nans``, asked from process 0's panel: no collective can be issued by it alone) runs
+  the user's code on; and the ``HostView`` of each one replaced (by flat position)."""
   flat, treedef = jax.tree_util.tree_flatten(tree)
   views = {k: host_view(x) for k, x in enumerate(flat) if spans_processes(x)}
   device = jax.local_devices()[0]
@@ -94,13 +86,6 @@ def localised(tree):
 
 def _bounds(index: tuple, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
   return tuple(s.indices(n)[:2] for s, n in zip(index, shape))
-
-
-def held(views: dict[int, HostView], labels: list[str]) -> str:
-  """The parts held here of the arrays ``localised`` replaced, as the user names them:
-  ``x[2:4, 0:3]`` (those held whole left out; "every array whole" if all are)."""
-  parts = [f"{labels[k]}{v.span()}" for k, v in sorted(views.items()) if not v.whole]
-  return ", ".join(parts) or "every array whole"
 
 
 WHOLE_LIMIT = 1 << 30
