@@ -26,16 +26,17 @@ w = replicated(np.ones(3))
 def loss(w, x):
   return jnp.sqrt(x @ w).sum()
 """
-SQRT_LINE = f"_job.py:{(PRELUDE + NAN_ROWS).splitlines().index('  return jnp.sqrt(x @ w).sum()') + 1}"
+SQRT_LINE = "_job.py:{}".format((PRELUDE + NAN_ROWS).splitlines().index(
+    "  return jnp.sqrt(x @ w).sum()") + 1)
 
 
 @pytest.mark.parametrize("n", SIZES)
 def test_the_checks_take_the_arrays_whole_and_agree(n):
-  """vv.nans, vv.grads, vv.check and vv.gradcheck on a batch spanning the processes: no
-  internal error, nothing raised; every process reaches the same answer as one process
-  does (the gradient is searched on the arrays copied whole once): the NaN's ``sqrt``
-  line, the gradient of ``x`` with its global shape; and every process reaches the next
-  collective."""
+  """vv.nans (of a loss, and of a jitted step that takes its gradient), vv.grads, vv.check
+  and vv.gradcheck on a batch spanning the processes: no internal error, nothing raised;
+  every process reaches the same answer as one process does (the gradient is searched on
+  the arrays copied whole once): the NaN's ``sqrt`` line, the gradient of ``x`` with its
+  global shape; and every process reaches the next collective."""
   found = run_job(NAN_ROWS + """
 truth = jax.grad(loss, argnums=(0, 1))(w, x)
 bad = [int(jax.jit(lambda g: (~jnp.isfinite(g)).sum())(g)) for g in truth]
@@ -43,7 +44,10 @@ vv.install()
 d = vv.nans(loss, w, x)
 dx = vv.nans(loss, w, x, argnums=1)
 r = vv.grads(loss, w, x)
+step = jax.jit(lambda w, x: w - 0.1 * jax.grad(loss)(w, x))
+stepped = vv.nans(step, w, x, argnums=None)   # the step run again, its gradient screened
 result(bad=bad, function=d.function, got=d.got, source=d.source, dx=dx.got, note=r.note,
+       stepped=[stepped.function, stepped.got, stepped.source],
        report_process=r.to_dict()["process"], check=len(vv.check(loss, w, x)),
        gradcheck=len(vv.gradcheck(loss, w, x).rules), after=collective())
 """, n)
@@ -52,6 +56,7 @@ result(bad=bad, function=d.function, got=d.got, source=d.source, dx=dx.got, note
     assert r["function"] == "sqrt" and r["source"].endswith(SQRT_LINE), r["source"]
     assert r["got"].endswith("the gradient of w has 3 NaN of 3 elements"), r["got"]
     assert r["dx"].endswith(f"the gradient of x has 3 NaN of {6 * n} elements"), r["dx"]
+    assert r["stepped"] == [r["function"], r["got"], r["source"]], r["stepped"]
     assert r["note"] is None and r["report_process"] == i
     assert r["check"] == 0 and r["gradcheck"] == 0
     assert r["after"] == 6 * n and "could not" not in r["stderr"], r["stderr"]
@@ -230,6 +235,22 @@ for types in ("Explicit", "Auto"):
         rule=[rule.kind, [f.verdict for f in rule.fixes], rule.to_dict()["processes"]])
     found[types]["ref"] = float(jnp.sqrt((jnp.sum(x, 0) ** 2).sum() * 3))   # |d/dw sum(x @ w)|
 """
+CANNOT_CHECK = """
+from jupyter_vjpviz.base import hosts
+from jupyter_vjpviz.api import nans as searched
+limit, search = hosts.WHOLE_LIMIT, searched._nonfinite
+hosts.WHOLE_LIMIT = 0                  # too large to copy: every process alike
+copy, report = vv.nans(loss, w, x), vv.grads(loss, w, x)
+hosts.WHOLE_LIMIT = limit
+
+def broken(*args):
+  raise RuntimeError("a bug of vjpviz's in the search")
+searched._nonfinite = broken
+internal = vv.nans(loss, w, x)
+searched._nonfinite = search
+unchecked = [[copy.got, copy.detail], [internal.got, internal.detail],
+             [report.judged, report.note]]
+"""
 MESH_SQRT_LINE = (PRELUDE + ON_MESH).splitlines().index(
     "  return jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))") + 1
 
@@ -239,9 +260,12 @@ def test_fsdp_weights_under_set_mesh():
   ``jax.set_mesh`` context, with Explicit and with Auto axes: vv.nans finds the NaN plain
   JAX's gradient has and names the ``sqrt`` line; vv.grads measures the whole gradient
   (its norm is plain JAX's); vv.check and vv.gradcheck find the wrong rules; the wrong
-  rule's diagnosis has a verified fix, on both processes; and both reach the next
-  collective."""
-  found = run_job(ON_MESH + "result(found=found, after=collective())", 2)
+  rule's diagnosis has a verified fix, on both processes; where vjpviz cannot look (the
+  arrays too large to copy, its own search failing) vv.nans says the gradient is not
+  finite and why it does not say where, vv.grads that it is not judged, never an
+  all-clear; and both reach the next collective."""
+  found = run_job(ON_MESH + CANNOT_CHECK
+                  + "result(found=found, unchecked=unchecked, after=collective())", 2)
   for r in found:
     for types, got in r["found"].items():
       assert got["bad"] == got["size"] and got["nans"][0] == "sqrt", (types, got)
@@ -253,6 +277,14 @@ def test_fsdp_weights_under_set_mesh():
       assert kind == "bwd_type" and processes == ([0, 1] if r is found[0] else [])
       assert verdicts and verdicts[0] in ("verified", "unverifiable"), (types, verdicts)
     assert r["after"] == 12
+    copy, internal, report = r["unchecked"]
+    assert copy == ["the gradient is not finite", "where it went non-finite is unknown: not "
+                    "searched: its arrays spanning processes (0.0 GiB) are more than vjpviz "
+                    "copies to one process (0 GiB)"], copy
+    assert internal[0] == f"the gradient has {r['found']['Auto']['size']} NaN of " \
+        f"{r['found']['Auto']['size']} elements", internal
+    assert internal[1].endswith("vjpviz failed at it (an internal error)"), internal
+    assert report[0] is False and report[1].startswith("gradient not taken: its arrays"), report
 
 
 def test_one_process_of_many_devices():

@@ -60,7 +60,7 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
     with hosts.on_one_device():
       report = _checked(fn, args, kwargs, nums)
   except hosts.TooLarge as e:   # every process alike: not judged, and why
-    report = GradReport(function=names.function_name(fn), judged=False,
+    report = GradReport(function=names.function_name(fn), leaves=(), judged=False,
                         note=f"gradient not taken: {e}")
   report = pipeline.recorded(report)
   _kept.append(report)
