@@ -228,10 +228,12 @@ for types in ("Explicit", "Auto"):
     except ValueError:
       pass
     rule = vv.last()
+    checked = vv.gradcheck(ruled, w, x)
     found[types] = dict(
         bad=bad, size=truth.size, nans=[d.function, d.source, d.got], grads=r.healthy,
         leaves=[n for _, n, _ in r.leaves], check=[c.kind for c in vv.check(lambda w: reduced(w).sum(), w)],
-        gradcheck=[c.status for c in vv.gradcheck(ruled, w, x).rules],
+        gradcheck=[c.status for c in checked.rules],
+        gathered=[d.to_dict()["processes"] for d in checked],
         rule=[rule.kind, [f.verdict for f in rule.fixes], rule.to_dict()["processes"]])
     found[types]["ref"] = float(jnp.sqrt((jnp.sum(x, 0) ** 2).sum() * 3))   # |d/dw sum(x @ w)|
 """
@@ -274,7 +276,9 @@ def test_fsdp_weights_under_set_mesh():
       assert got["grads"] and abs(got["leaves"][0] - got["ref"]) < 1e-4 * got["ref"], got
       assert got["check"] == ["bwd_type"] and got["gradcheck"] == ["wrong"], (types, got)
       kind, verdicts, processes = got["rule"]
-      assert kind == "bwd_type" and processes == ([0, 1] if r is found[0] else [])
+      lead = r is found[0]   # only process 0 gathers
+      assert kind == "bwd_type" and processes == ([0, 1] if lead else [])
+      assert got["gathered"] == [[0, 1] if lead else []], got["gathered"]
       assert verdicts and verdicts[0] in ("verified", "unverifiable"), (types, verdicts)
     assert r["after"] == 12
     copy, internal, report = r["unchecked"]
