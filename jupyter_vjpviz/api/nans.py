@@ -81,8 +81,8 @@ def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | None:
       with jax.debug_nans(False):
         grads = _gradient(fun, args, nums, kwargs, ran=True)
   except replay.NotJudged as e:   # taken again, it would repeat an effect the program uses
-    print(f"vjpviz: the gradient of {function_names.function_name(fun)} was not localised: {e}")
-    return None
+    # (taken again only where it is not finite: screened, or JAX's NaN check raised)
+    return _unlocalised(fun, None, raised, f"not localised: {e}")
   if _finite(grads) if spans else nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
     return None
   took = 0.0 if ran else time.monotonic() - start   # the user's own gradient's time
@@ -112,8 +112,11 @@ def _on_whole(fun, call, nums, raised: bool, took: float) -> Diagnosis | None:
     return _unlocalised(fun, call[2], raised, f"not searched: {e}")
   with hosts.on_one_device():
     if grads is None:
-      with jax.debug_nans(False):
-        grads = _gradient(fun, args, nums, kwargs, True)
+      try:
+        with jax.debug_nans(False):
+          grads = _gradient(fun, args, nums, kwargs, True)
+      except replay.NotJudged as e:   # an effect the program uses, repeated
+        return _unlocalised(fun, None, False, f"not localised: {e}")
       if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
         return None
     return _searched(fun, args, nums, kwargs, raised, grads, took)
