@@ -2,7 +2,8 @@
 
 ``run_job(body, n)`` starts ``n`` Python processes, each running ``PRELUDE`` (connect to a
 coordinator on a free localhost port, CPU devices, gloo collectives, a global mesh) and
-then ``body``, which reports by calling ``result(**values)``. Each job has a hard timeout:
+then ``body``, which reports by calling ``result(**values)``: one script file, in a
+temporary working directory (``python -m jupyter_vjpviz run`` writes its report there). Each job has a hard timeout:
 past it every process's group is killed, and the test fails with what each printed. No
 process outlives its job.
 """
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -60,16 +62,31 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def run_job(body: str, n: int, env: dict | None = None, timeout: float = TIMEOUT) -> list[dict]:
-  """Each process's ``result(...)`` values (the last it reported), by process index, and
-  its output as ``stdout`` and ``stderr``; fails the test on a timeout or a non-zero exit."""
+def run_job(body: str, n: int, env: dict | None = None, timeout: float = TIMEOUT,
+            under_run: bool = False, failing: frozenset = frozenset()) -> list[dict]:
+  """Each process's ``result(...)`` values (the last it reported), by process index, its
+  output as ``stdout`` and ``stderr``, its exit status as ``status``; fails the test on a
+  timeout or a non-zero exit of a process not in ``failing``. ``under_run``: each process
+  runs the script under ``python -m jupyter_vjpviz run``."""
   port = free_port()
-  script = PRELUDE + textwrap.dedent(body)
+  with tempfile.TemporaryDirectory() as where:   # the job's working directory
+    script = os.path.join(where, "the_job.py")   # a file, as a job's script is: its source is read
+    pathlib.Path(script).write_text(PRELUDE + textwrap.dedent(body))
+    command = [sys.executable, *(["-m", "jupyter_vjpviz", "run"] if under_run else []), script]
+    outputs, status = _run(command, n, port, env, timeout, where)
+  failed = [i for i, rc in enumerate(status) if rc != 0 and i not in failing]
+  assert not failed, f"processes {failed} failed:\n" + _printed(outputs)
+  return [{**_last_result(out), "stdout": out, "stderr": err, "status": rc}
+          for (out, err), rc in zip(outputs, status)]
+
+
+def _run(command: list[str], n: int, port: int, env: dict | None, timeout: float,
+         cwd: str) -> tuple:
   env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
          "XLA_FLAGS": f"--xla_force_host_platform_device_count={2 if n == 2 else 1}",
          **(env or {})}
-  procs = [subprocess.Popen([sys.executable, "-c", script, str(i), str(n), str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+  procs = [subprocess.Popen([*command, str(i), str(n), str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                             start_new_session=True) for i in range(n)]
   deadline = time.monotonic() + timeout
   outputs = []
@@ -82,9 +99,7 @@ def run_job(body: str, n: int, env: dict | None = None, timeout: float = TIMEOUT
     pytest.fail(f"the job ran past {timeout:.0f} s:\n" + _printed(outs))
   finally:
     _kill(procs)
-  failed = [i for i, p in enumerate(procs) if p.returncode != 0]
-  assert not failed, f"processes {failed} failed:\n" + _printed(outputs)
-  return [{**_last_result(out), "stdout": out, "stderr": err} for out, err in outputs]
+  return outputs, [p.returncode for p in procs]
 
 
 def _kill(procs) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from multiprocess_harness import ROOT, run_job, skip_unless_available
+from multiprocess_harness import PRELUDE, ROOT, run_job, skip_unless_available
 
 SIZES = [2, 4]
 
@@ -26,36 +26,39 @@ w = replicated(np.ones(3))
 def loss(w, x):
   return jnp.sqrt(x @ w).sum()
 """
+SQRT_LINE = "_job.py:{}".format((PRELUDE + NAN_ROWS).splitlines().index(
+    "  return jnp.sqrt(x @ w).sum()") + 1)
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_the_checks_read_only_the_shards_each_process_holds(n):
-  """vv.nans, vv.grads, vv.check and vv.gradcheck on a batch spanning the processes: no
-  internal error, nothing raised, the process whose rows go NaN named with the global
-  rows it holds and the first NaN's global index, the others saying theirs are fine;
-  and every process reaches the next collective."""
+def test_the_checks_take_the_arrays_whole_and_agree(n):
+  """vv.nans (of a loss, and of a jitted step that takes its gradient), vv.grads, vv.check
+  and vv.gradcheck on a batch spanning the processes: no internal error, nothing raised;
+  every process reaches the same answer as one process does (the gradient is searched on
+  the arrays copied whole once): the NaN's ``sqrt`` line, the gradient of ``x`` with its
+  global shape; and every process reaches the next collective."""
   found = run_job(NAN_ROWS + """
+truth = jax.grad(loss, argnums=(0, 1))(w, x)
+bad = [int(jax.jit(lambda g: (~jnp.isfinite(g)).sum())(g)) for g in truth]
 vv.install()
 d = vv.nans(loss, w, x)
 dx = vv.nans(loss, w, x, argnums=1)
 r = vv.grads(loss, w, x)
-result(function=d.function, got=d.got, detail=d.detail, process=d.to_dict()["process"],
-       dx=dx and dx.detail, note=r.note, report_process=r.to_dict()["process"],
-       check=len(vv.check(loss, w, x)), gradcheck=len(vv.gradcheck(loss, w, x).rules),
-       after=collective())
+step = jax.jit(lambda w, x: w - 0.1 * jax.grad(loss)(w, x))
+stepped = vv.nans(step, w, x, argnums=None)   # the step run again, its gradient screened
+result(bad=bad, function=d.function, got=d.got, source=d.source, dx=dx.got, note=r.note,
+       stepped=[stepped.function, stepped.got, stepped.source],
+       report_process=r.to_dict()["process"], check=len(vv.check(loss, w, x)),
+       gradcheck=len(vv.gradcheck(loss, w, x).rules), after=collective())
 """, n)
-  *fine, bad = found
-  assert bad["function"] == "sqrt" and bad["process"] == n - 1
-  rows = f"x[{2 * (n - 1)}:{2 * n}, 0:3]"
-  assert bad["detail"].startswith(f"on process {n - 1}, from its shards {rows}")
-  assert f"first non-finite at x[{2 * n - 1}, 0]" in bad["dx"]
-  for i, r in enumerate(fine):
-    assert r["got"] == f"a finite gradient on process {i}, from its shards x[{2 * i}:{2 * i + 2}, 0:3]"
-    assert "another process's shards" in r["detail"] and r["dx"] is None
-    assert f"process {i}'s shards of the gradient are finite" in r["stdout"]
   for i, r in enumerate(found):
-    assert r["note"] == f"process {i}'s shards only: x[{2 * i}:{2 * i + 2}, 0:3]"
-    assert r["report_process"] == i and r["check"] == 0 and r["gradcheck"] == 0
+    assert r["bad"] == [3, 3], r["bad"]        # plain JAX: w's 3 and x's last row
+    assert r["function"] == "sqrt" and r["source"].endswith(SQRT_LINE), r["source"]
+    assert r["got"].endswith("the gradient of w has 3 NaN of 3 elements"), r["got"]
+    assert r["dx"].endswith(f"the gradient of x has 3 NaN of {6 * n} elements"), r["dx"]
+    assert r["stepped"] == [r["function"], r["got"], r["source"]], r["stepped"]
+    assert r["note"] is None and r["report_process"] == i
+    assert r["check"] == 0 and r["gradcheck"] == 0
     assert r["after"] == 6 * n and "could not" not in r["stderr"], r["stderr"]
 
 
@@ -170,9 +173,10 @@ result(steps=len(steps), events=[e.first_nonfinite for e in watched.events()],
 
 @pytest.mark.parametrize("n", SIZES)
 def test_a_headless_job_writes_each_process_records_and_merges_them(n, tmp_path):
-  """VJPVIZ_REPORT_DIR: each process writes its records there as it records them;
+  """VJPVIZ_REPORT_DIR: each process writes its records there as it records them (an
+  error the script catches and never reads vjpviz's history for too);
   ``python -m jupyter_vjpviz report DIR`` makes one page, each problem once, with its
-  processes."""
+  processes, and counts problems only (not a healthy gradient report)."""
   run_job(WRONG_RULE + NAN_ROWS + """
 vv.install()
 xs = batch(np.ones((2, 3)))
@@ -180,19 +184,18 @@ try:
   jax.jit(lambda w: jax.grad(lambda w: f(xs @ w).sum())(w))(replicated(np.ones(3)))
 except ValueError:
   pass
-vv.diagnoses()      # the error's diagnosis followed up (fixes, processes): then written
 vv.nans(loss, w, x)
+vv.grads(lambda w, x: (x @ w).sum(), w, x)
 result(done=True)
 """, n, env={"VJPVIZ_REPORT_DIR": str(tmp_path)})
   assert sorted(p.name for p in tmp_path.iterdir()) == [f"process-{i}.json" for i in range(n)]
   merged = subprocess.run([sys.executable, "-m", "jupyter_vjpviz", "report", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert merged.returncode == 0, merged.stderr
+  assert "vjpviz: 2 problem(s)" in merged.stderr, merged.stderr
   page = (tmp_path / "report.html").read_text()
-  assert page.count(f"diagnosis: on processes 0-{n - 1}") == 1
-  assert page.count(f"diagnosis: on process {n - 1} only") == 1      # the NaN's origin
-  assert page.count(f"diagnosis: on processes 0-{n - 2}") + page.count(
-      "diagnosis: on process 0 only") == 1                           # the others: fine here
+  assert page.count(f"diagnosis: on processes 0-{n - 1}") == 2      # the rule's, the NaN's
+  assert page.count(f"gradient report: on processes 0-{n - 1}") == 1
 
 
 def test_a_watched_steps_backward_flow_is_named_on_process_0():
@@ -220,3 +223,135 @@ result(blocks=watched.flow_blocks, rows=len(watched.flow()), text=str(watched),
           "process 1 only (x[2:4, 0:3]): made in the loss" in found[0]["text"]), found[0]["text"]
   assert found[1]["rows"] == 0 and found[1]["blocks"] == ["['a']", "['b']"]
   assert all(r["after"] == 12 for r in found)
+
+
+ON_MESH = """
+from jax.sharding import AxisType
+def loss(w, x):
+  return jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))
+double = jax.custom_vjp(lambda v: v * 2.)
+double.defvjp(lambda v: (v * 2., None), lambda r, g: (g * 3.,))        # its values wrong
+reduced = jax.custom_vjp(lambda v: v * .5)
+reduced.defvjp(lambda v: (v * .5, None), lambda r, g: (g.sum(0) * .5,))   # its type wrong
+
+def ruled(w, x):
+  return (double(x @ w) ** 2).sum()
+
+found = {}
+vv.install()
+for types in ("Explicit", "Auto"):
+  mesh = jax.make_mesh((len(jax.devices()),), ("data",), axis_types=(getattr(AxisType, types),))
+  with jax.set_mesh(mesh):   # FSDP: w's rows over every device of every process
+    w = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data", None)),
+        np.arange(1., 1. + 3 * len(jax.local_devices())).reshape(-1, 3).astype(np.float32) * (PID + 1))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), np.array(
+        [[1.] * len(jax.devices()), [0.] * len(jax.devices())], np.float32))
+    truth = jax.grad(loss)(w, x)
+    bad = int(jax.jit(lambda g: (~jnp.isfinite(g)).sum())(truth))
+    d = vv.nans(loss, w, x)
+    r = vv.grads(lambda w, x: (x @ w).sum(), w, x)
+    try:
+      jax.grad(lambda w: reduced(w).sum())(w)
+    except ValueError:
+      pass
+    rule = vv.last()
+    checked = vv.gradcheck(ruled, w, x)
+    found[types] = dict(
+        bad=bad, size=truth.size, nans=[d.function, d.source, d.got], grads=r.healthy,
+        leaves=[n for _, n, _ in r.leaves], check=[c.kind for c in vv.check(lambda w: reduced(w).sum(), w)],
+        gradcheck=[c.status for c in checked.rules],
+        gathered=[d.to_dict()["processes"] for d in checked],
+        rule=[rule.kind, [f.verdict for f in rule.fixes], rule.to_dict()["processes"]])
+    found[types]["ref"] = float(jnp.sqrt((jnp.sum(x, 0) ** 2).sum() * 3))   # |d/dw sum(x @ w)|
+"""
+CANNOT_CHECK = """
+from jupyter_vjpviz.base import hosts
+from jupyter_vjpviz.api import nans as searched
+limit, search = hosts.WHOLE_LIMIT, searched._nonfinite
+hosts.WHOLE_LIMIT = 0                  # too large to copy: every process alike
+copy, report = vv.nans(loss, w, x), vv.grads(loss, w, x)
+hosts.WHOLE_LIMIT = limit
+
+def broken(*args):
+  raise RuntimeError("a bug of vjpviz's in the search")
+searched._nonfinite = broken
+internal = vv.nans(loss, w, x)
+searched._nonfinite = search
+unchecked = [[copy.got, copy.detail], [internal.got, internal.detail],
+             [report.judged, report.note]]
+"""
+MESH_SQRT_LINE = (PRELUDE + ON_MESH).splitlines().index(
+    "  return jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))") + 1
+
+
+def test_fsdp_weights_under_set_mesh():
+  """Weights sharded over every device of every process (P("data", None)) under a
+  ``jax.set_mesh`` context, with Explicit and with Auto axes: vv.nans finds the NaN plain
+  JAX's gradient has and names the ``sqrt`` line; vv.grads measures the whole gradient
+  (its norm is plain JAX's); vv.check and vv.gradcheck find the wrong rules; the wrong
+  rule's diagnosis has a verified fix, on both processes; where vjpviz cannot look (the
+  arrays too large to copy, its own search failing) vv.nans says the gradient is not
+  finite and why it does not say where, vv.grads that it is not judged, never an
+  all-clear; and both reach the next collective."""
+  found = run_job(ON_MESH + CANNOT_CHECK
+                  + "result(found=found, unchecked=unchecked, after=collective())", 2)
+  for r in found:
+    for types, got in r["found"].items():
+      assert got["bad"] == got["size"] and got["nans"][0] == "sqrt", (types, got)
+      assert got["nans"][1].endswith(f":{MESH_SQRT_LINE}"), got["nans"]
+      assert got["nans"][2].endswith(f"{got['bad']} NaN of {got['size']} elements"), got["nans"]
+      assert got["grads"] and abs(got["leaves"][0] - got["ref"]) < 1e-4 * got["ref"], got
+      assert got["check"] == ["bwd_type"] and got["gradcheck"] == ["wrong"], (types, got)
+      kind, verdicts, processes = got["rule"]
+      lead = r is found[0]   # only process 0 gathers
+      assert kind == "bwd_type" and processes == ([0, 1] if lead else [])
+      assert got["gathered"] == [[0, 1] if lead else []], got["gathered"]
+      assert verdicts and verdicts[0] in ("verified", "unverifiable"), (types, verdicts)
+    assert r["after"] == 12
+    copy, internal, report = r["unchecked"]
+    assert copy == ["the gradient is not finite", "where it went non-finite is unknown: not "
+                    "searched: its arrays spanning processes (0.0 GiB) are more than vjpviz "
+                    "copies to one process (0 GiB)"], copy
+    assert internal[0] == f"the gradient has {r['found']['Auto']['size']} NaN of " \
+        f"{r['found']['Auto']['size']} elements", internal
+    assert internal[1].endswith("vjpviz failed at it (an internal error)"), internal
+    assert report[0] is False and report[1].startswith("gradient not taken: its arrays"), report
+
+
+def test_one_process_of_many_devices():
+  """The same in one process of 4 devices: nothing spans processes, the set_mesh context
+  and the FSDP weights remain."""
+  found = run_job(ON_MESH + "result(found=found)", 1, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  for types, got in found[0]["found"].items():
+    assert got["bad"] == got["size"] and got["nans"][0] == "sqrt", (types, got)
+    assert got["grads"] and abs(got["leaves"][0] - got["ref"]) < 1e-4 * got["ref"], got
+    assert got["check"] == ["bwd_type"] and got["gradcheck"] == ["wrong"], (types, got)
+    assert got["rule"][0] == "bwd_type" and got["rule"][1], (types, got)
+
+
+@pytest.mark.parametrize("n", [2])
+def test_a_process_failing_alone_prints_and_writes_its_own_diagnosis(n, tmp_path):
+  """Under ``python -m jupyter_vjpviz run``: a problem only the last process has is
+  printed whole there (process 0 never recorded it) and by process 0 as that process's,
+  never as "(process 0 has the diagnosis)"; then the last process dies alone of an error
+  it does not catch: it prints and writes its own full diagnosis, which process 0
+  (finishing without it) never had."""
+  found = run_job(WRONG_RULE + """
+g = jax.custom_vjp(lambda x: x * 3.)
+g.defvjp(lambda x: (x * 3., None), lambda r, ct: (ct.astype(jnp.float16),))
+if PID == N - 1:
+  jax.grad(lambda v: g(v).sum())(jnp.ones(3, jnp.float32))   # a warning: this process alone
+collective()        # published before process 0 reads its records at the end
+result(done=True)
+if PID == N - 1:    # its own computation fails, uncaught
+  jax.grad(lambda v: f(v).sum())(jnp.ones(3))
+""", n, under_run=True, failing=frozenset({n - 1}), env={"VJPVIZ_REPORT_DIR": str(tmp_path)})
+  lead, last = found[0], found[-1]
+  assert last["status"] == 1 and lead["status"] == 0
+  assert "process 0 has the diagnosis" not in lead["stderr"] + last["stderr"], lead["stderr"]
+  assert f"processes on process {n - 1} only" in " ".join(lead["stderr"].split()), lead["stderr"]
+  assert "kind      silent_dtype" in last["stderr"], last["stderr"]
+  assert "kind      bwd_type" in last["stderr"] and "ValueError" in last["stderr"]
+  import json
+  written = json.loads((tmp_path / f"process-{n - 1}.json").read_text())
+  assert sorted(r["data"]["kind"] for r in written["records"]) == ["bwd_type", "silent_dtype"]

@@ -146,7 +146,8 @@ def applications():
 
 def judge(applied: dict, seed: int = 0) -> GradCheck:
   """The oracle's verdict on each application ``applications`` collected; one warning
-  per rule (its first wrong application), however many types it was applied at."""
+  per rule (its first wrong application), however many types it was applied at; each
+  recorded (in a job, with the processes that found it; a headless job's files)."""
   checks, by_origin, warned = [], collections.defaultdict(list), set()
   for site, origin, cvjp in applied.values():
     surrogate = is_surrogate(cvjp)
@@ -156,7 +157,7 @@ def judge(applied: dict, seed: int = 0) -> GradCheck:
     if verdict.status == oracle.WRONG and not surrogate and id(cvjp) not in warned:
       warned.add(id(cvjp))
       by_origin[id(origin)].append((origin, _record(site, verdict), verdict))
-  found = [d for group in by_origin.values() for d in _diagnosed(group)]
+  found = [pipeline.recorded(d) for group in by_origin.values() for d in _diagnosed(group)]
   return GradCheck(tuple(found), tuple(checks))
 
 

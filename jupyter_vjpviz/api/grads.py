@@ -49,13 +49,27 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
   ``has_aux``, the first of ``(loss, aux)``), and why; where whole units get none; the
   gradient and parameter norm per block of a stacked model. Its floating leaves are
   differentiated (an equinox module's functions and integers are not). Arrays that span
-  processes (``jax.distributed``) are read as this process holds them: the report is of
-  its shards, and its note says which (no process waits on another)."""
+  processes (``jax.distributed``; every process calls ``grads``, as it calls the job's
+  own computations) are copied whole to each process once (``hosts.whole_here``): each
+  reports on the whole gradient, alone."""
   fn = without_aux(fn) if has_aux else fn
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a for i, a in enumerate(args))
-  labels = names.call_labels(fn, (args, kwargs))
-  (args, kwargs), views = hosts.localised((args, kwargs))   # arrays spanning processes
+  try:
+    args, kwargs = hosts.whole_here((args, kwargs))   # arrays spanning processes
+    with hosts.on_one_device():
+      report = _checked(fn, args, kwargs, nums)
+  except hosts.TooLarge as e:   # every process alike: not judged, and why
+    name = names.function_name(fn)
+    report = GradReport(function=name, leaves=(), unchecked=unchecked.Unchecked(
+        f"vv.grads of {name}", f"gradient not taken: {e}"))
+  report = pipeline.recorded(report)
+  _kept.append(report)
+  _listeners.notify(report)
+  return report
+
+
+def _checked(fn, args, kwargs, nums) -> GradReport:
   paths, positions = _float_leaves(args, kwargs, nums)
   if not positions:
     several = len(nums) > 1
@@ -76,12 +90,6 @@ def grads(fn, *args, argnums=0, has_aux=False, **kwargs) -> GradReport:
                           unchecked=unchecked.raised(trial.check, e))
   if trial.failed and report.healthy:   # a stage of ours failed: no all-clear to give
     report = dataclasses.replace(report, unchecked=trial.unchecked())
-  if views:
-    held = f"process {jax.process_index()}'s shards only: {hosts.held(views, labels)}"
-    report = dataclasses.replace(report, note="; ".join(filter(None, (held, report.note))))
-  report = pipeline.recorded(report)
-  _kept.append(report)
-  _listeners.notify(report)
   return report
 
 

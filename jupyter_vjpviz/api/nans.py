@@ -65,13 +65,19 @@ def nans(fun, *args, argnums=0, has_aux=False, **kwargs) -> Diagnosis | unchecke
 
 
 def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | unchecked.Unchecked | None:
-  """``nans``; ``ran``: the user's call took this gradient already (a screened one)."""
+  """``nans``; ``ran``: the user's call took this gradient already (a screened one).
+
+  Arrays spanning the processes of a job: the user's gradient is taken on them as they
+  are, and whether it is finite is one reduction every process reads alike; only a
+  gradient that is not is searched, on the arrays copied whole to each process
+  (``hosts.whole_here``), so that each process finds the same answer alone."""
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   args = tuple(jax.tree_util.tree_map(as_input, a) if i in nums else a
                for i, a in enumerate(args))   # a Python float differentiated is an input
   fun, args = arrays_only(fun, args, nums)
-  if ran and hosts.any_spans((args, kwargs)):   # taken again: vjpviz's, on what is held here
-    return _held_here(fun, args, nums, kwargs, raised=False)
+  spans = hosts.any_spans((args, kwargs))
+  if ran and spans:   # taken again, by vjpviz: on the whole arrays, here
+    return _on_whole(fun, (args, kwargs, None), nums, False, 0.0)
   raised = False
   start = time.monotonic()
   try:
@@ -82,62 +88,60 @@ def _nans(fun, args, argnums, kwargs, ran: bool) -> Diagnosis | unchecked.Unchec
       with jax.debug_nans(False):
         grads = _gradient(fun, args, nums, kwargs, ran=True)
   except replay.NotJudged as e:   # taken again, it would repeat an effect the program uses
-    return _unlocalised(fun, e)
+    # (taken again only where it is not finite: screened, or JAX's NaN check raised)
+    return _unlocalised(fun, None, raised, f"not localised: {e}")
   # Unread (our failure): not called finite, so the search runs and says what it can.
-  if safety.safely(nonfinite.all_finite, jax.tree_util.tree_leaves(grads), default=False):
-    if hosts.any_spans(grads):
-      print(f"vjpviz: process {jax.process_index()}'s shards of the gradient are finite")
+  finite = _finite if spans else lambda g: nonfinite.all_finite(jax.tree_util.tree_leaves(g))
+  if safety.safely(finite, grads, default=False):
     return None
   took = 0.0 if ran else time.monotonic() - start   # the user's own gradient's time
-  if hosts.any_spans((args, kwargs)):
-    return _held_here(fun, args, nums, kwargs, raised, took)
+  if spans:
+    return _on_whole(fun, (args, kwargs, grads), nums, raised, took)
+  return _searched(fun, args, nums, kwargs, raised, grads, took)
+
+
+def _searched(fun, args, nums, kwargs, raised: bool, grads, took: float) -> Diagnosis:
+  """The search for where ``grads`` (not finite) went non-finite; where vjpviz fails at
+  it, the diagnosis says the gradient is not finite and that where is unknown, and why."""
   with jax.debug_nans(False), replay.account(replay.main_pass(took)):
-    return safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
+    failed = []
+    found = safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads,
+                          default=failed)
+  if found is not failed:
+    return found
+  return _unlocalised(fun, grads, raised, "vjpviz failed at it (an internal error)")
 
 
-def _held_here(fun, args, nums, kwargs, raised: bool, took: float = 0.0) -> Diagnosis | None:
-  """``nans`` of a call whose arrays span processes, on the values this process holds
-  (``hosts.localised``): each process checks its own shards, within its own budget, and
-  none waits on another or issues a collective alone. The diagnosis names this process,
-  the shards it holds and, where the gradient is one of them, the global index of its
-  first non-finite value; a process whose shards give a finite gradient says so."""
-  labels = function_names.call_labels(fun, (args, kwargs))
-  (args, kwargs), views = hosts.localised((args, kwargs))
-  here = f"process {jax.process_index()}, from its shards {hosts.held(views, labels)}"
-  with jax.debug_nans(False):
-    grads = safety.safely(_gradient, fun, args, nums, kwargs, True)
+def _on_whole(fun, call, nums, raised: bool, took: float) -> Diagnosis | None:
+  """``nans`` of a call whose arrays span processes, on them copied whole to this
+  process (``grads`` None: the gradient taken again here, by vjpviz)."""
+  try:
+    args, kwargs, grads = hosts.whole_here(call)
+  except hosts.TooLarge as e:
+    return _unlocalised(fun, call[2], raised, f"not searched: {e}")
+  with hosts.on_one_device():
     if grads is None:
-      return None
-    if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
-      return _finite_here(fun, here, raised)
-    first = _first_nonfinite(grads, args, nums, views, labels)
-    with replay.account(replay.main_pass(took)):
-      d = safety.safely(_nonfinite, fun, args, nums, kwargs, raised, grads)
-  return d and dataclasses.replace(d, detail=f"on {here}{first}: {d.detail}")
+      try:
+        with jax.debug_nans(False):
+          grads = _gradient(fun, args, nums, kwargs, True)
+      except replay.NotJudged as e:   # an effect the program uses, repeated
+        return _unlocalised(fun, None, False, f"not localised: {e}")
+      if nonfinite.all_finite(jax.tree_util.tree_leaves(grads)):
+        return None
+    return _searched(fun, args, nums, kwargs, raised, grads, took)
 
 
-def _finite_here(fun, here: str, raised: bool) -> Diagnosis:
-  """The gradient is not finite, but this process's values give a finite one: another
-  process's shards made it so (that process's diagnosis says where)."""
-  name = function_names.function_name(fun)
+def _unlocalised(fun, grads, raised: bool, why: str) -> Diagnosis:
+  """The gradient is not finite (``grads``, where at hand), where it went so unknown."""
+  what = "the gradient is not finite"
+  if grads is not None and not any(hosts.spans_processes(g) for g in jax.tree_util.tree_leaves(grads)):
+    flows = [nonfinite.summary(g) for g in jax.tree_util.tree_leaves(grads)]
+    what = f"the gradient has {nonfinite.Summary.joined(flows).bad()}"
   return Diagnosis(kind="nonfinite_cotangent", severity=ERROR if raised else WARNING,
-                   function=name, rule=None, source=function_names.function_source(fun),
-                   path=None, expected="a finite gradient", message=None,
-                   got=f"a finite gradient on {here}",
-                   detail="its non-finite values come from another process's shards")
-
-
-def _first_nonfinite(grads, args, nums, views, labels) -> str:
-  """``; first non-finite at x[3, 1]``: where a gradient leaf of a sharded input holds one
-  (its global index), or "" where none does."""
-  start = np.cumsum([0, *(len(jax.tree_util.tree_leaves(a)) for a in args)])
-  for i, tree in zip(nums, grads):
-    for k, g in enumerate(jax.tree_util.tree_leaves(tree)):
-      j = int(start[i]) + k
-      bad = np.flatnonzero(~np.isfinite(hosts.host(g))) if j in views and not views[j].whole else ()
-      if len(bad):
-        return f"; first non-finite at {labels[j]}{list(views[j].at(int(bad[0])))}"
-  return ""
+                   function=function_names.function_name(fun), rule=None,
+                   source=function_names.function_source(fun), path=None,
+                   expected="a finite gradient", message=None, got=what,
+                   detail=f"where it went non-finite is unknown: {why}")
 
 
 def _gradient(fun, args, nums, kwargs, ran: bool):
@@ -332,14 +336,14 @@ def stepped(fun, args, kwargs, ran: bool = False) -> Diagnosis | unchecked.Unche
           _replayable_nnx(), replay.quiet() if ran else contextlib.nullcontext()):
       fun(*args, **kwargs)
   except replay.NotJudged as e:
-    return _unlocalised(fun, e)
+    return _not_taken_again(fun, e)
   if not screen.checked:   # no gradient seen: nothing established about one
     return unchecked.Unchecked(f"vv.nans of {name}", "it took no gradient vjpviz could see "
                                "(argnums=None runs a step that takes its own gradients)")
   return screen.diagnose()
 
 
-def _unlocalised(fun, e: replay.NotJudged) -> unchecked.Unchecked:
+def _not_taken_again(fun, e: replay.NotJudged) -> unchecked.Unchecked:
   """A gradient vjpviz could not take again (an effect the program uses, no time left)."""
   name = function_names.function_name(fun)
   return _said(unchecked.Unchecked(f"vv.nans of {name}", f"the gradient was not localised: {e}"))

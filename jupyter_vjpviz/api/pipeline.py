@@ -115,7 +115,8 @@ def recorded(record):
 
 
 on_record = safety.Listeners()
-"""``f(record)``: each diagnosis or gradient report ``recorded`` (a headless job's files)."""
+"""``f(record)``: each diagnosis or gradient report ``recorded``, and each diagnosis of an
+error as it is raised, before its fixes (a headless job's files)."""
 
 
 def across_processes(found: list, wait: float = 0.0, others: bool = False) -> list:
@@ -225,6 +226,8 @@ def _deliver_within(sessions: list[Session], exc: BaseException | None) -> None:
     return
   if exc is not None:
     exc.add_note(f"vjpviz: {found[0].headline} ({NOTE_POINTER})")
+    for d in found:   # written now (a headless job's files): the script may never read them
+      on_record.notify(d)
     # into the history and onto the exception; the listeners follow
     _publish(found, exc, safety.Listeners())
     _following.append((found, replay.current().trips))   # what the user's loops needed

@@ -16,8 +16,13 @@ import jax
 
 
 def shape_struct(aval):
-  """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with."""
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+  """A ShapeDtypeStruct of ``aval``: what abstract re-runs (eval_shape) are called with.
+  Its sharding is kept where its type names mesh axes (a ``set_mesh`` context's Explicit
+  axes: ``float32[4@data,3]``), so a re-run types its values as the program did."""
+  sharding = getattr(aval, "sharding", None)
+  explicit = sharding is not None and any(p is not None for p in getattr(sharding, "spec", ()))
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
+                              **({"sharding": sharding} if explicit else {}))
 
 
 def substituted(items: Sequence, positions: Sequence[int], values) -> list:

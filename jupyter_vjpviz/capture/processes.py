@@ -45,6 +45,21 @@ def publish(fingerprint: str, record: dict) -> None:
                          allow_overwrite=True)
 
 
+def published(fingerprint: str, process: int) -> bool:
+  """Whether ``process`` has published the problem ``fingerprint`` (one request, no
+  wait): a process other than 0 prints one line of a problem process 0 shows whole, and
+  the whole diagnosis of one process 0 has not recorded (it may never: it may be waiting
+  in a collective this process failed before)."""
+  client = _client()
+  if client is None:
+    return False
+  try:
+    client.key_value_try_get(f"{PREFIX}{fingerprint}/{process}")
+  except Exception:   # noqa: BLE001 - the store says NOT_FOUND by raising
+    return False
+  return True
+
+
 def gathered(awaited: set[str] = frozenset(), wait: float = 0.0) -> dict[str, dict[int, dict]]:
   """fingerprint -> {process: its record} of every problem published in this job so far;
   on process 0, after waiting up to ``wait`` seconds for every process to have published

@@ -10,6 +10,7 @@ import sys
 from ..api import pipeline
 from ..analysis.diagnosis import Diagnosis
 from ..base.safety import safely
+from ..capture import processes
 from ..capture.records import ERROR
 
 _original_excepthook = None
@@ -32,9 +33,12 @@ def uninstall() -> None:
 
 
 def report(d: Diagnosis) -> str:
-  """The text block; one line on a process other than 0 of a ``jax.distributed`` job
-  (process 0 shows each problem whole, once, with the processes that recorded it)."""
-  if d.process != 0:
+  """The text block; on a process other than 0 of a ``jax.distributed`` job, one line of
+  a problem process 0 has recorded too (it shows each problem whole, once, with the
+  processes that recorded it); the whole block of one it has not (a process failing
+  alone: process 0 may be waiting in a collective, and never show it)."""
+  here = processes.index()
+  if here != 0 and d.process == here and safely(processes.published, d.fingerprint, 0):
     return f"vjpviz (process {d.process}): {d.headline} (process 0 has the diagnosis)"
   return safely(d.to_text, default=None) or f"vjpviz: {d.headline}"
 

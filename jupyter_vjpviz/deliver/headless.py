@@ -98,8 +98,8 @@ def directory() -> str | None:
 def merge(directory: str, out: str | None = None) -> tuple[str, int]:
   """Every process's file in ``directory`` as one HTML page (``out``, default
   ``DIR/report.html``): each problem once, under the processes that recorded it.
-  (its path, the number of problems)."""
-  by_problem: dict[tuple[str, str], dict[int, dict]] = {}
+  (its path, the number of problems: healthy gradient reports not counted)."""
+  by_problem: dict[tuple[str, str], dict[int, dict]] = {}   # (record, fingerprint) -> by process
   for path in sorted(glob.glob(os.path.join(directory, "process-*.json"))):
     with open(path, encoding="utf-8") as f:
       for entry in json.load(f)["records"]:
@@ -109,4 +109,10 @@ def merge(directory: str, out: str | None = None) -> tuple[str, int]:
   out = out or os.path.join(directory, "report.html")
   with open(out, "w", encoding="utf-8") as f:
     f.write(html.merged(parts, "vjpviz report"))
-  return out, len(parts)
+  return out, sum(_problem(by[min(by)]) for by in by_problem.values())
+
+
+def _problem(entry: dict) -> bool:
+  """A diagnosis, or a gradient report that found something (a healthy one is shown, not
+  counted)."""
+  return entry["record"] == "diagnosis" or not entry["data"].get("healthy")

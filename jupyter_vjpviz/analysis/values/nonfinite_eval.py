@@ -218,9 +218,10 @@ def _signature(eqn, ins, wrt, fo, cts):
   params = hashable_params(eqn)
   if params is None or next(sub_jaxprs(eqn), None) is not None:
     return None
-  types = tuple((core.typeof(x).shape, core.typeof(x).dtype, core.typeof(x).weak_type)
-                for x in (*ins, *cts))
-  return eqn.primitive, params, types, tuple(wrt), tuple(fo)
+  types = tuple((core.typeof(x).shape, core.typeof(x).dtype, core.typeof(x).weak_type,
+                 getattr(core.typeof(x), "sharding", None)) for x in (*ins, *cts))
+  mesh = getattr(jax.sharding, "get_abstract_mesh", lambda: None)()   # a set_mesh context's
+  return eqn.primitive, params, types, tuple(wrt), tuple(fo), mesh
 
 
 def flow(x) -> np.ndarray:
