@@ -217,9 +217,10 @@ def test_the_line_magics_return_the_entry_points_answers(hook, monkeypatch, caps
   assert vv.unchecked(magic("grads loss(w, x)")) is not None
   assert vv.unchecked(magic("check loss(w, x)")) is not None
   assert "loss(w, x): not checked" in capsys.readouterr().out
-  shell.user_ns.update(loss=nan_loss)
-  assert isinstance(magic("nans loss(w, x)"), vv.Unchecked)
-  assert "could not check vv.nans of nan_loss" in capsys.readouterr().out
+  shell.user_ns.update(loss=nan_loss)   # the gradient is known non-finite; where, not
+  d = magic("nans loss(w, x)")
+  assert d.kind == "nonfinite_cotangent" and "NaN of" in d.got, d
+  assert "where it went non-finite is unknown: vjpviz failed at it" in capsys.readouterr().out
 
 
 def test_print_gives_a_diagnosis_as_text_and_its_repr_is_one_short_line(hook):
