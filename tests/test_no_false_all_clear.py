@@ -81,8 +81,9 @@ ANSWERS = {   # entry point -> (ask it about fn, its all-clear)
     "watch": (lambda fn, *a: _watched(fn, *a), lambda r: r.events() == [] and "finite" in str(r)),
 }
 NOT_CHECKS = {"Diagnosis", "Fix", "Unchecked", "unchecked", "install", "uninstall", "installed",
-              "clear", "surrogate", "verify_fix", "apply_fix", "load_ipython_extension",
-              "unload_ipython_extension"}
+              "clear", "surrogate", "apply_fix", "load_ipython_extension",
+              "unload_ipython_extension",
+              "verify_fix"}   # its [] says the types are fixed; Fix.verdict whether values were
 FAILING_CALL = {"last", "diagnoses"}   # they answer about a failing call: asked of ``broken``
 ASKED_OF = {"last": broken, "diagnoses": broken,
             "nans": nan_loss}   # vjpviz runs nothing of its own on a finite gradient
@@ -227,3 +228,4 @@ def test_print_gives_a_diagnosis_as_text_and_its_repr_is_one_short_line(hook):
   d = vv.nans(nan_loss, W, X)
   assert str(d) == d.to_text() and str(d).count("\n") > 3 and "sqrt" in str(d)
   assert repr(d).startswith("<Diagnosis") and "\n" not in repr(d) and len(repr(d)) < 200
+

@@ -159,7 +159,7 @@ def _report(fn, args, kwargs, paths, positions, nums) -> GradReport:
 
 
 def _with_source(p: PartlyZero, cut: grad_paths.Cut | None) -> PartlyZero:
-  """Dead units with the line of the mask where they die (``grad_paths.unit_cuts``)."""
+  """Dead units with the line of the mask where they die (``dead_units.unit_cuts``)."""
   return dataclasses.replace(p, source=cut.source, op=cut.op) if cut and p.reason == "dead" else p
 
 
