@@ -65,6 +65,9 @@ def test_a_candidate_that_drops_the_logs_is_refused_as_registered(hook):
   problems = verify.registration_problems(d.site, user_rules, user_rules.fwd, dropped)
   assert problems and "defvjp_with_logs" in problems[0] and "TypeError" in problems[0]
   assert verify.registration_problems(d.site, user_rules, user_rules.fwd, kept) == []
+  pasted = "def scaled_sin_bwd(x, g):\n  return (g * jnp.cos(x),)\n"
+  (problem,) = verify_fix(d, pasted)   # JAX's objection, as vv.verify_fix's answer
+  assert "defvjp_with_logs" in problem.detail
 
 
 def test_logs_of_a_type_jax_refuses_get_jaxs_error_and_no_internal_error(hook, capsys):

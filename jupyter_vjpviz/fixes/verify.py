@@ -67,6 +67,10 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
     return _solve_checked(diagnosis, code)
   user_rules = _user_rules(diagnosis)
   rules = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
+  refused = registration_problems(diagnosis.site, user_rules, *rules) if len(rules) == 2 else []
+  if refused:   # what pasting it meets: JAX's own error, as a problem, not raised here
+    return Checked((dataclasses.replace(diagnosis, got=refused[0], detail=refused[0],
+                                        message=None, fixes=()),))
   edited = clone(user_rules, *rules)
   problems = _rechecked(diagnosis, edited, user_rules, check)
   if problems:
