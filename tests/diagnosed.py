@@ -16,3 +16,11 @@ def only(kind):
   found = [d for d in vv.diagnoses() if d.kind == kind]
   assert found, [d.kind for d in vv.diagnoses()]
   return found[0]
+
+
+def plain_and_hooked(run):
+  """The exception ``run()`` raises with the hook off, then on again (it must raise both times)."""
+  vv.uninstall()
+  plain = raises(run)
+  vv.install()
+  return plain, raises(run)

@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jax_features
-from diagnosed import only, raises
+from diagnosed import only, plain_and_hooked, raises
 import jupyter_vjpviz as vv
 
 
@@ -742,11 +742,7 @@ def test_a_custom_gradient_closure_that_raises_is_diagnosed_at_its_line(hook, pl
 
 
 def test_a_custom_gradient_closure_that_raises_leaves_the_error_unchanged(hook):
-  run = lambda: _DENSE_PLACES["eager"](jnp.ones(3), jnp.ones((3, 2)))
-  vv.uninstall()
-  plain = raises(run)
-  vv.install()
-  hooked = raises(run)
+  plain, hooked = plain_and_hooked(lambda: _DENSE_PLACES["eager"](jnp.ones(3), jnp.ones((3, 2))))
   assert type(hooked) is type(plain) and str(hooked) == str(plain)
   assert _frames(hooked) == _frames(plain)
 

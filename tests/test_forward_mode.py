@@ -3,9 +3,6 @@ under every forward-mode transformation (jvp, jacfwd, linearize, hessian, vmap o
 jitted jvp) wherever the rule is applied (eagerly, under jit, in a scan, while_loop or cond
 body, under checkpoint), naming the rule and its function, with JAX's error unchanged.
 Ground truth: plain JAX raises for every such cell, by construction of the rule."""
-import itertools
-import linecache
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,8 +10,9 @@ import pytest
 from jax import lax
 
 import jax_features
-from diagnosed import raises
+from diagnosed import plain_and_hooked, raises
 from test_capture import _frames
+from test_jvp_fixes import cell
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.api.check import apply_fix, verify_fix
 
@@ -103,18 +101,12 @@ def test_a_right_rule_is_silent_in_forward_mode(hook, transform, place):
 
 @pytest.mark.parametrize("transform", ["jvp", "jacfwd", "linearize"])
 def test_the_forward_mode_error_is_unchanged(hook, transform):
-  run = lambda: TRANSFORMS[transform](softplus_ish("shape"))
-  vv.uninstall()
-  plain = raises(run)
-  vv.install()
-  hooked = raises(run)
+  plain, hooked = plain_and_hooked(lambda: TRANSFORMS[transform](softplus_ish("shape")))
   assert type(hooked) is type(plain) and str(hooked) == str(plain)
   assert _frames(hooked) == _frames(plain)
   added = [n for n in hooked.__notes__ if n not in getattr(plain, "__notes__", [])]
   assert len(added) == 1 and added[0].startswith("vjpviz: ")
 
-
-_cells = itertools.count(1)
 
 ISSUE_RULE = """
 @jax.custom_jvp
@@ -125,15 +117,6 @@ def sp(x):
 def sp_jvp(p, t):
   return sp(p[0]), jnp.dot(0.5 * (1 + p[0] / jnp.sqrt(p[0] ** 2 + 4.)), t[0])
 """
-
-
-def cell(code: str) -> dict:
-  """Run ``code`` as IPython runs a cell: its source in linecache, no file on disk."""
-  name = f"<ipython-input-{next(_cells)}-forward>"
-  linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
-  ns = {"jax": jax, "jnp": jnp}
-  exec(compile(code, name, "exec"), ns)  # noqa: S102 - the test's own rule
-  return ns
 
 
 @pytest.mark.parametrize("transform", ["jacfwd", "vmap(jacfwd)", "jvp"])

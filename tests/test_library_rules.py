@@ -404,7 +404,7 @@ def test_a_per_call_rule_is_never_applied_to_its_stand_in():
   held = retained_rules.standin(cvjp)
   assert held is not None and not retained_rules.holds_arrays(held)
   with pytest.raises(ValueError, match="re-run"):
-    library_wrappers.user_rules(held).defvjp(held.fwd, lambda res, g: (g,))
+    library_wrappers.user_rules(held).define("defvjp", held.fwd, lambda res, g: (g,))
   assert retained_rules.standin(cvjp).bwd.__defaults__[0].strides == (0,)
 
 

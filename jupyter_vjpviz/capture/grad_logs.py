@@ -53,7 +53,9 @@ def noted(site: RuleSite, returned) -> None:
   if session is None or not isinstance(returned, (tuple, list)) or len(returned) != 2:
     return
   logs = returned[1]
-  for name, tree in (logs or {}).items():
+  if not isinstance(logs, dict):   # None, or what JAX refuses (a list): JAX says so
+    return
+  for name, tree in logs.items():
     types = {keys(p): core.typeof(x) for p, x in jax.tree_util.tree_leaves_with_path(tree)}
     session.log_sources.append((name, site, types))
 

@@ -164,7 +164,7 @@ class Origin:
 @dataclasses.dataclass
 class Session:
   """Records of one entry into the VJP machinery."""
-  entry: str                      # "vjp" | "vjp_call" | "backward"
+  entry: str                      # "vjp" | "vjp_call" | "backward" | "jvp" | "linearize" | "run"
   origin: Origin | None
   records: list[Record] = dataclasses.field(default_factory=list)
   occurrences: collections.Counter = dataclasses.field(

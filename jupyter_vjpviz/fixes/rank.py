@@ -93,8 +93,11 @@ class Judge:
 
   def type_problems(self, rules: tuple) -> list:
     """What is ill-typed in the candidate ``rules`` (fwd, bwd), run abstractly at the site."""
-    user_rules = self.rule.user_rules
-    return verify.type_problems(self.rule.d.site, *rules, user_rules.symbolic_zeros, user_rules.primal)
+    user_rules, site = self.rule.user_rules, self.rule.d.site
+    fwd, bwd = rules
+    return (verify.type_problems(site, fwd, verify.cotangents_of(user_rules, bwd),
+                                 user_rules.symbolic_zeros, user_rules.primal)
+            or verify.registration_problems(site, user_rules, fwd, bwd))
 
   def not_valued(self, fix: Fix, reserved: bool) -> Fix | None:
     """``fix`` unverifiable where there is no oracle or no time left to run it; else None."""
@@ -216,7 +219,7 @@ class Judge:
     """The user's rule's own values as a reference, where they can be run."""
     rules = self.rule.user_rules
     live = verify.clone(rules, rules.fwd, rules.bwd)    # as JAX runs it, library parts and all
-    found = self.oracle.of_rule(live.fwd, live.bwd, live.symbolic_zeros,
+    found = self.oracle.of_rule(live.fwd, verify.cotangents_of(live, live.bwd), live.symbolic_zeros,
                                 self.rule.d.site.perturbed)
     if found is None:
       return None

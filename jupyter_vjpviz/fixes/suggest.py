@@ -98,6 +98,8 @@ class Rule:
     kind = kinds.of(self.d.kind)
     if kind.role == "jvp":   # the tangent half of the rule's (primal output, tangent) pair
       return [1, *keys]
+    if kind.role == "bwd" and getattr(self.user_rules, "with_logs", False):
+      return [0, *keys]      # the cotangent half of a logging rule's (cotangents, logs) pair
     if kind.structural and kind.role == "bwd":   # a type's path is the user's return's already
       keys = source.users_return_keys(self.d.site, self.user_rules.bwd, keys)
     if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import itertools
 import textwrap
@@ -66,6 +67,10 @@ def checked(diagnosis: Diagnosis, code: str, check) -> Checked:
     return _solve_checked(diagnosis, code)
   user_rules = _user_rules(diagnosis)
   rules = _compile(user_rules, code, namespace(user_rules), diagnosis.kind)
+  refused = registration_problems(diagnosis.site, user_rules, *rules) if len(rules) == 2 else []
+  if refused:   # what pasting it meets: JAX's own error, as a problem, not raised here
+    return Checked((dataclasses.replace(diagnosis, got=refused[0], detail=refused[0],
+                                        message=None, fixes=()),))
   edited = clone(user_rules, *rules)
   problems = _rechecked(diagnosis, edited, user_rules, check)
   if problems:
@@ -141,7 +146,7 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
-  return judge.verdict(cvjp.fwd, cvjp.bwd, symbolic_zeros=cvjp.symbolic_zeros,
+  return judge.verdict(cvjp.fwd, cotangents_of(cvjp, cvjp.bwd), symbolic_zeros=cvjp.symbolic_zeros,
                        nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
 
 
@@ -307,7 +312,8 @@ def rule_output(diagnosis: Diagnosis):
   chosen from the types of every output, not just the one that was reported.
   """
   user_rules = _user_rules(diagnosis)
-  return run_rules(diagnosis.site, user_rules.fwd, user_rules.bwd, user_rules.symbolic_zeros)
+  return run_rules(diagnosis.site, user_rules.fwd, cotangents_of(user_rules, user_rules.bwd),
+                   user_rules.symbolic_zeros)
 
 
 def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
@@ -360,14 +366,7 @@ def apply_fix(diagnosis: Diagnosis, code: str, check=None) -> Applied:
     user_rules.define(*rules)
     jax.clear_caches()
     return Applied(applied=True, path=path)
-  fwd, bwd = rules
-  flags = dict(symbolic_zeros=user_rules.symbolic_zeros)
-  if getattr(user_rules, "with_accums", False):   # before JAX 0.12 no custom_vjp has accumulators
-    user_rules.defvjp_with_accums(fwd, bwd, **flags)
-  else:
-    takes = inspect.signature(user_rules.defvjp).parameters   # generic_batching from JAX 0.12
-    user_rules.defvjp(fwd, bwd, **flags, **{name: getattr(user_rules, name) for name in
-                                       ("optimize_remat", "generic_batching") if name in takes})
+  register(user_rules, *rules)
   jax.clear_caches()  # trace caches can otherwise keep running the old rule
   return Applied(applied=True, path=path)
 
@@ -572,8 +571,75 @@ def _defs(code: str | ast.Module) -> list[ast.FunctionDef]:
 
 
 def clone(user_rules, *rules):
-  """A shallow copy of the user's custom rule with other rules: theirs is untouched."""
+  """A shallow copy of the user's custom rule with other rules: theirs is untouched. It keeps
+  the user's registration (``with_logs``, ``symbolic_zeros``, ``optimize_remat``, ...: JAX
+  reads them off the object as it applies it), so JAX runs the rules as it would pasted."""
   return user_rules.with_rules(*rules)
+
+
+def registration(user_rules) -> tuple[str, dict]:
+  """How the user registered their rules: the ``custom_vjp`` method (``defvjp``,
+  ``defvjp_with_logs``, ``defvjp_with_accums``) and every option it takes that the object
+  holds (``symbolic_zeros``, ``optimize_remat``, ``generic_batching``, and any JAX adds)."""
+  method = ("defvjp_with_accums" if getattr(user_rules, "with_accums", False) else
+            "defvjp_with_logs" if getattr(user_rules, "with_logs", False) else "defvjp")
+  custom_vjp = getattr(user_rules, "custom_vjp", None)   # none: a hijax primitive's methods
+  define = getattr(custom_vjp, method, None)
+  if define is None:
+    return method, {}
+  takes = inspect.signature(define).parameters
+  options = {name: getattr(custom_vjp, name) for name in takes
+             if name not in ("self", "fwd", "bwd") and hasattr(custom_vjp, name)}
+  return method, options
+
+
+def register(user_rules, fwd, bwd) -> None:
+  """Rebind the user's rules to ``fwd``/``bwd`` as they registered theirs (``registration``)."""
+  method, options = registration(user_rules)
+  user_rules.define(method, fwd, bwd, **options)
+
+
+def cotangents_of(user_rules, bwd):
+  """``bwd`` as JAX reads it under the user's registration: a ``defvjp_with_logs`` rule
+  returns ``(cotangents, logs)``, and JAX's check and the oracle compare the cotangents.
+  A return of another shape raises as JAX raises for it (``registration_problems`` runs
+  JAX's own check too)."""
+  if not getattr(user_rules, "with_logs", False):
+    return bwd
+
+  def cotangents(*args):
+    out = bwd(*args)
+    if not (isinstance(out, (tuple, list)) and len(out) == 2
+            and (out[1] is None or isinstance(out[1], dict))):
+      raise TypeError("a rule registered with defvjp_with_logs must return a pair "
+                      "(cotangents, logs), logs None or a dict")
+    return out[0]
+  return functools.update_wrapper(cotangents, bwd)
+
+
+def registration_problems(site, user_rules, fwd, bwd) -> list[str]:
+  """JAX's own objection to ``fwd``/``bwd`` registered as the user registered theirs,
+  differentiated abstractly at the site's types (empty: none): what pasting them meets.
+  A jax.custom_vjp's only, outside shard_map (a mesh's rules are judged on it, by value)."""
+  if not isinstance(getattr(user_rules, "custom_vjp", None), cd.custom_vjp) or site.mesh is not None:
+    return []
+  edited = clone(user_rules, fwd, bwd)
+  argnums = custom_rules.perturbed_args(site)   # as ``recheck`` differentiates the call
+
+  def run(*differentiable):
+    def call(*perturbed):
+      given = dict(zip(argnums, perturbed))
+      full = [given.get(i, a) for i, a in enumerate(differentiable)]
+      return _given_cotangents(site, edited(*arguments(site, full)))
+    out, f_vjp = jax.vjp(call, *[differentiable[i] for i in argnums])
+    return f_vjp(jax.tree_util.tree_map(jax.numpy.ones_like, out))
+  try:
+    with records.suspended():
+      jax.eval_shape(run, *_abstract_args(site))
+  except Exception as e:  # noqa: BLE001 - JAX refusing the candidate is the finding
+    return [f"registered as your rule is ({registration(user_rules)[0]}), JAX raises "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]]
+  return []
 
 
 def _user_rules(diagnosis: Diagnosis):

@@ -242,12 +242,10 @@ class UserRules:
     placed_fwd, placed_bwd = self.placed(fwd, bwd)
     return copy_of(self.custom_vjp, fwd=placed_fwd, bwd=placed_bwd)
 
-  def defvjp(self, fwd: Callable, bwd: Callable, **flags) -> None:
-    """Rebind the rules: where the library reads them, or JAX's ``defvjp``."""
-    self._redefine(fwd, bwd, lambda f, b: self.custom_vjp.defvjp(f, b, **flags))
-
-  def defvjp_with_accums(self, fwd: Callable, bwd: Callable, **flags) -> None:
-    self._redefine(fwd, bwd, lambda f, b: self.custom_vjp.defvjp_with_accums(f, b, **flags))
+  def define(self, method: str, fwd: Callable, bwd: Callable, **flags) -> None:
+    """Rebind the rules: where the library reads them, or by the custom_vjp's ``method``
+    (``defvjp``, ``defvjp_with_logs``, ``defvjp_with_accums``)."""
+    self._redefine(fwd, bwd, lambda f, b: getattr(self.custom_vjp, method)(f, b, **flags))
 
   def _redefine(self, fwd, bwd, define) -> None:
     if retained_rules.is_standin(self.custom_vjp):

@@ -136,14 +136,13 @@ class HijaxRules:
     clone.__dict__.update(self.prim.__dict__)
     return clone
 
-  def defvjp(self, fwd: Callable, bwd: Callable, **flags) -> None:
-    """Rebind the methods on the class: every later application runs them."""
-    del flags
+  def define(self, method: str, fwd: Callable, bwd: Callable, **flags) -> None:
+    """Rebind the methods on the class: every later application runs them (a primitive's
+    rules are its methods, whatever ``method`` a custom_vjp would be registered by)."""
+    del method, flags
     for name, new in (("vjp_fwd", fwd), (self.method, bwd)):
       if new is not getattr(self.cls, name):
         setattr(self.cls, name, new)
-
-  defvjp_with_accums = defvjp
 
 
 def _into_value_accums(prim, res, ct):

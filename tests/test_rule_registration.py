@@ -1,0 +1,79 @@
+"""A fix is verified by running it registered exactly as the user registered the rule: the
+same ``custom_vjp`` method (``defvjp_with_logs`` returns ``(cotangents, logs)``) and every
+option (``optimize_remat``, ``symbolic_zeros``, ...); applied, it is registered so again.
+A ``defvjp_with_logs`` rule returning what JAX refuses as logs gets JAX's error and no
+internal-error line of ours."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from diagnosed import raises
+from test_jvp_fixes import cell
+import jupyter_vjpviz as vv
+from jupyter_vjpviz.api.check import apply_fix, verify_fix
+from jupyter_vjpviz.fixes import verify
+
+pytestmark = pytest.mark.skipif(not hasattr(jax.custom_vjp, "defvjp_with_logs"),
+                                reason=f"jax {jax.__version__} has no defvjp_with_logs")
+
+LOGGED = """
+@jax.custom_vjp
+def scaled_sin(x):
+  return jnp.sin(x)
+
+def scaled_sin_fwd(x):
+  return jnp.sin(x), x
+
+def scaled_sin_bwd(x, g):
+  return (g[:2] * jnp.cos(x)[:2],), {"gnorm": jnp.abs(g).sum()}
+
+scaled_sin.defvjp_with_logs(scaled_sin_fwd, scaled_sin_bwd{options})
+"""
+
+
+@pytest.mark.parametrize("options", ["", ", optimize_remat=True"])
+def test_a_logging_rules_fixes_keep_its_logs_and_run_as_registered(hook, options):
+  ns = cell(LOGGED.replace("{options}", options))
+  f, x = ns["scaled_sin"], jnp.linspace(-1., 1., 3)
+  raises(lambda: jax.grad(lambda x: f(x).sum())(x))
+  d = vv.last()
+  assert (d.kind, d.rule) == ("bwd_type", "scaled_sin_bwd")
+  assert verify.registration(verify._user_rules(d)) == (
+      "defvjp_with_logs", {"symbolic_zeros": False, "optimize_remat": bool(options),
+                           "generic_batching": False})
+  verified = [fix for fix in d.fixes if fix.verdict == "verified"]
+  assert verified and verified[0] is d.fixes[0]
+  assert all('{"gnorm": jnp.abs(g).sum()}' in fix.code for fix in verified)   # logs kept
+  first = d.fixes[0]
+  assert verify_fix(d, first.code) == [] and apply_fix(d, first.code).applied
+  assert (f.with_logs, f.optimize_remat) == (True, bool(options))   # registered as before
+  vv.clear()
+  grad, logs = jax.grad(lambda x: f(x).sum(), with_logs=True)(x)
+  assert vv.diagnoses() == [] and set(logs) == {"gnorm"}
+  np.testing.assert_allclose(grad, jnp.cos(x), rtol=1e-6)
+
+
+def test_a_candidate_that_drops_the_logs_is_refused_as_registered(hook):
+  ns = cell(LOGGED.replace("{options}", ""))
+  f, x = ns["scaled_sin"], jnp.ones(3)
+  raises(lambda: jax.grad(lambda x: f(x).sum())(x))
+  d = vv.last()
+  user_rules = verify._user_rules(d)
+  dropped = lambda x, g: (g * jnp.cos(x),)
+  kept = lambda x, g: ((g * jnp.cos(x),), None)
+  problems = verify.registration_problems(d.site, user_rules, user_rules.fwd, dropped)
+  assert problems and "defvjp_with_logs" in problems[0] and "TypeError" in problems[0]
+  assert verify.registration_problems(d.site, user_rules, user_rules.fwd, kept) == []
+  pasted = "def scaled_sin_bwd(x, g):\n  return (g * jnp.cos(x),)\n"
+  (problem,) = verify_fix(d, pasted)   # JAX's objection, as vv.verify_fix's answer
+  assert "defvjp_with_logs" in problem.detail
+
+
+def test_logs_of_a_type_jax_refuses_get_jaxs_error_and_no_internal_error(hook, capsys):
+  """JAX's ``test_defvjp_with_logs_bad_return_errors``: a list where the logs dict belongs."""
+  f = jax.custom_vjp(jnp.sin)
+  f.defvjp_with_logs(lambda x: (jnp.sin(x), x), lambda x, g: ((g * jnp.cos(x),), [g.sum()]))
+  err = raises(lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3)))
+  assert isinstance(err, TypeError) and "must be None or a dict" in str(err)
+  assert "internal error" not in capsys.readouterr().err
