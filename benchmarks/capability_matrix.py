@@ -105,8 +105,8 @@ def first_line(text: str) -> str:
 
 
 def ran(text: str, scratch: str, stem: str):
-  """``attempt`` of the module's ``run``: plain and hooked runs call it from this one line,
-  so an error that quotes the stack (an MLIR verifier's locations) quotes the same one."""
+  """``attempt`` of the module's ``run`` (plain and hooked runs reach it by one path, so an
+  error that quotes the Python stack, an MLIR verifier's locations, quotes the same one)."""
   return attempt(load(text, scratch, stem).run)
 
 
@@ -192,53 +192,74 @@ def run_cells(cells: list[programs.Cell]) -> list[dict]:
   import jax
   jax.config.update("jax_platforms", "cpu")
   import jupyter_vjpviz as vv
-  rows, plain, wants = [], {}, {}
   with tempfile.TemporaryDirectory(prefix="capmat_") as scratch:
-    refused = {}
-    for c in cells:
-      row = Row(c.stem, c.api, c.transform, c.context, c.defect)
-      program = (c.api, c.transform, c.context)
-      if program not in refused:
-        control = load(programs.module_text(c, None), scratch, c.stem + "_right")
-        refused[program] = attempt(control.run)[0]
-        wants[program] = attempt(control.run_ref)[1]
-      row.refused = refused[program] is not None
-      row.refused_why = "" if refused[program] is None else f"{refused[program][0]}: {first_line(refused[program][1])}"
-      text = programs.module_text(c)
-      plain[c] = ran(text, scratch, c.stem)[0], text
-      row.raises = plain[c][0] is not None
-      rows.append(row)
+    rows, texts, wants = truths(cells, scratch)
+    errors = {}
+    for hooked in (False, True):   # one line calling both: an error quoting the stack quotes one
+      errors[hooked] = runs(cells, rows, texts, scratch, hooked, vv)
     found = {}
-    vv.install(budget=BUDGET)
-    try:
-      for c, row in zip(cells, rows):
-        if row.refused:
-          continue
-        vv.clear()
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-          error = ran(plain[c][1], scratch, c.stem)[0]
-        row.altered = unnamed(error) != unnamed(plain[c][0])
-        row.internal = sum(1 for line in err.getvalue().splitlines() if INTERNAL.search(line))
-        found[c] = [d for d in vv.diagnoses() if matches(d, c)]
-        every = vv.diagnoses()
-        row.kind = ",".join(d.kind for d in every)
-        head = (found[c] or every or [None])[0]
-        row.headline = head.headline if head is not None else ""
-    finally:
-      vv.uninstall()
     for c, row in zip(cells, rows):
-      if not found.get(c):
+      if row.refused:
         continue
-      row.diagnosed, row.warned = row.raises, not row.raises
-      d = found[c][0]
-      if d.fixes:
-        fix = d.fixes[0]
-        row.first_fix = fix.title
-        row.fix_right, row.why = judge_fix(c, plain[c][1], fix.code, wants[(c.api, c.transform, c.context)],
-                                           scratch)
-        row.verified_wrong = fix.verdict == "verified" and not row.fix_right
+      error, err, found[c], every = errors[True][c]
+      row.raises = errors[False][c][0] is not None
+      row.altered = unnamed(error) != unnamed(errors[False][c][0])
+      row.internal = sum(1 for line in err.splitlines() if INTERNAL.search(line))
+      row.kind = ",".join(d.kind for d in every)
+      head = (found[c] or every or [None])[0]
+      row.headline = head.headline if head is not None else ""
+    for c, row in zip(cells, rows):
+      if found.get(c):
+        judge_first_fix(c, row, found[c][0], texts[c], wants[(c.api, c.transform, c.context)], scratch)
   return [dataclasses.asdict(r) for r in rows]
+
+
+def truths(cells: list[programs.Cell], scratch: str) -> tuple[list[Row], dict, dict]:
+  """A row per cell (refused where the right rule raises too), each cell's module text,
+  and the plain primal's answer per program."""
+  rows, texts, wants, refused = [], {}, {}, {}
+  for c in cells:
+    row = Row(c.stem, c.api, c.transform, c.context, c.defect)
+    program = (c.api, c.transform, c.context)
+    if program not in refused:
+      control = load(programs.module_text(c, None), scratch, c.stem + "_right")
+      refused[program] = attempt(control.run)[0]
+      wants[program] = attempt(control.run_ref)[1]
+    why = refused[program]
+    row.refused, row.refused_why = why is not None, "" if why is None else f"{why[0]}: {first_line(why[1])}"
+    texts[c] = programs.module_text(c)
+    rows.append(row)
+  return rows, texts, wants
+
+
+def runs(cells, rows, texts: dict, scratch: str, hooked: bool, vv) -> dict:
+  """{cell: (error, stderr, matching diagnoses, every diagnosis)}, plain or with the hook."""
+  out = {}
+  if hooked:
+    vv.install(budget=BUDGET)
+  try:
+    for c, row in zip(cells, rows):
+      if row.refused:
+        continue
+      vv.clear()
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err):
+        error = ran(texts[c], scratch, c.stem)[0]
+      every = vv.diagnoses() if hooked else []
+      out[c] = error, err.getvalue(), [d for d in every if matches(d, c)], every
+  finally:
+    if hooked:
+      vv.uninstall()
+  return out
+
+
+def judge_first_fix(c: programs.Cell, row: Row, d, text: str, want, scratch: str) -> None:
+  row.diagnosed, row.warned = row.raises, not row.raises
+  if d.fixes:
+    fix = d.fixes[0]
+    row.first_fix = fix.title
+    row.fix_right, row.why = judge_fix(c, text, fix.code, want, scratch)
+    row.verified_wrong = fix.verdict == "verified" and not row.fix_right
 
 
 def run_all(cells: list[programs.Cell], jobs: int) -> list[dict]:

@@ -509,3 +509,33 @@ def test_a_missing_cotangent_is_named_and_returned_from_its_local():
   assert right and right[0].verdict != "type-only", titles
   assert titles.index(right[0].title) < next(
       (k for k, t in enumerate(titles) if t.startswith("Add None")), len(titles)), titles
+
+
+@pytest.mark.needs("bwd check of varying axes")
+def test_a_reduction_over_the_wrong_axis_name_is_fixed_by_that_name(hook):
+  """``psum`` over the model axis where the data axis was meant: one token, verified, first
+  (before wrapping it in another collective, or differentiating the primal)."""
+  mesh = jax.make_mesh((2, 2), ("dp", "mp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  ns = cell("""
+@jax.custom_vjp
+def dense(x, w): return x @ w
+def dense_fwd(x, w): return x @ w, (x, w)
+def dense_bwd(res, g):
+  x, w = res
+  dw = jax.lax.psum(x.T @ g, "mp")
+  return g @ w.T, dw
+dense.defvjp(dense_fwd, dense_bwd)
+def loss(x, w): return (dense(x, w) ** 2).sum()
+""")
+  run = jax.jit(jax.shard_map(jax.grad(ns["loss"], argnums=(0, 1)), mesh=mesh,
+                              in_specs=(P("dp"), P()), out_specs=(P("dp"), P())))
+  x, w = jnp.arange(32.).reshape(8, 4) / 32, jnp.arange(12.).reshape(4, 3) / 12
+  with pytest.raises(ValueError):
+    run(x, w)
+  d = hook.last()
+  assert 'jax.lax.psum(x.T @ g, "dp")' in d.fixes[0].code, [f.title for f in d.fixes]
+  assert d.fixes[0].verdict == "verified", d.fixes[0].note
+  assert hook.apply_fix(d, d.fixes[0].code).applied
+  want = jax.grad(lambda x, w: ((x @ w) ** 2).sum(), argnums=(0, 1))(x, w)
+  for got, ref in zip(run(x, w), want):
+    np.testing.assert_allclose(got, ref, rtol=1e-5)

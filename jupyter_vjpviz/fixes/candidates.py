@@ -1085,6 +1085,7 @@ def _collectives(s: Scope) -> Iterator[Candidate]:
   lost = sorted(exprs.varying(s.want) - exprs.varying(s.got))
   if gained:
     axes = _axes_text(gained)
+    yield from _renamed_axes(s, gained)
     for rank, how, reason in ((0, "psum", "sums the per-device contributions"),
                               (1, "pmean", "averages the per-device contributions")):
       yield s.candidate(rank, f"{how} over {axes}",
@@ -1106,6 +1107,23 @@ def _collectives(s: Scope) -> Iterator[Candidate]:
     yield s.candidate(1, f"Mark the cotangent varying over {_axes_text(lost)}",
                       [(n, exprs.revaried(s.src.segment(n), tuple(lost))) for n in s.nodes],
                       "keeps the computation and restores the varying axes")
+
+
+def _renamed_axes(s: Scope, gained: list) -> Iterator[Candidate]:
+  """A collective of the rule over another mesh axis than the one the cotangent must be
+  reduced over: its axis name replaced (``psum(..., 'model')`` -> ``'data'``), one token."""
+  node = s.nodes[0]
+  for call in (c for part in [node, *(d.value for d in s.dependencies(node))]
+               for c in exprs.collectives(part)):
+    axis = call.args[1] if len(call.args) > 1 else next(
+        (k.value for k in call.keywords if k.arg in ("axis_name", "axes")), None)
+    named = axis.value if isinstance(axis, ast.Constant) and isinstance(axis.value, str) else None
+    if named is not None and named not in gained and len(gained) == 1:
+      quote = s.src.segment(axis)[0]   # the user's own quotes
+      yield s.candidate(-1, f"Reduce over {gained[0]!r}, not {named!r}",
+                        [(axis, f"{quote}{gained[0]}{quote}")],
+                        f"the cotangent varies over {gained[0]!r}, where the input is the same on "
+                        f"every device; {s.src.segment(call.func)} reduced over {named!r}")
 
 
 def _axes_text(axes: list) -> str:
