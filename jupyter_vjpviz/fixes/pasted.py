@@ -385,8 +385,24 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
   if not _all_finite(grads):
     return STILL_NONFINITE
-  return _against_reference(fun, args, kwargs, nums, _gradient64(fixed, args, kwargs, nums)
-                            or grads, finite)
+  grads64 = _gradient64(fixed, args, kwargs, nums)
+  return _rounded_off(grads, grads64) or _against_reference(
+      fun, args, kwargs, nums, grads64 or grads, finite)
+
+
+def _rounded_off(grads, grads64) -> str | None:
+  """Where the fixed program's gradient in its own precision is not its float64 gradient
+  up to that precision's rounding (relative to the leaf's largest entry): code right in
+  float64 but numerically broken where it runs."""
+  for g, g64 in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads64 or ())):
+    if not _inexact(g):
+      continue
+    dtype = str(g.dtype)
+    rtol = RTOL.get(dtype, 2e-3)
+    g, g64 = np.asarray(g, np.float64), np.asarray(g64, np.float64)
+    if not np.allclose(g, g64, rtol=rtol, atol=rtol * np.max(np.abs(g64), initial=0.0)):
+      return f"its gradient in {dtype} is not its own float64 gradient up to rounding"
+  return None
 
 
 def _all_finite(grads) -> bool:
