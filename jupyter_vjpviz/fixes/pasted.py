@@ -392,15 +392,16 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
 
 def _rounded_off(grads, grads64) -> str | None:
   """Where the fixed program's gradient in its own precision is not its float64 gradient
-  up to that precision's rounding (relative to the leaf's largest entry): code right in
-  float64 but numerically broken where it runs."""
-  for g, g64 in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads64 or ())):
-    if not _inexact(g):
-      continue
-    dtype = str(g.dtype)
+  up to that precision's rounding (relative to the gradient's largest entry): code right
+  in float64 but numerically broken where it runs."""
+  pairs = [(str(g.dtype), np.asarray(g, np.float64), np.asarray(g64, np.float64)) for g, g64
+           in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads64 or ()))
+           if _inexact(g)]
+  scale = max((np.max(np.abs(g64), initial=0.0) for _, _, g64 in pairs), default=0.0)
+  for dtype, g, g64 in pairs:
     rtol = RTOL.get(dtype, 2e-3)
-    g, g64 = np.asarray(g, np.float64), np.asarray(g64, np.float64)
-    if not np.allclose(g, g64, rtol=rtol, atol=rtol * np.max(np.abs(g64), initial=0.0)):
+    floor = float(jnp.finfo(dtype).tiny)   # below it, the dtype holds (about) zero
+    if not np.allclose(g, g64, rtol=rtol, atol=rtol * scale + floor):
       return f"its gradient in {dtype} is not its own float64 gradient up to rounding"
   return None
 
