@@ -28,6 +28,7 @@ from ..analysis.values.flows import flow_dicts, input_names, mark_flows, program
 from ..analysis.values.nonfinite_eval import inexact
 from ..analysis.values.partial_vjp import arrays_only, as_input, pull_ones, without_aux
 from ..base import hosts, safety, unchecked
+from ..base.places import spelled
 from ..capture.naming import frames, function_names, user_calls
 from ..capture.records import ERROR, WARNING
 from ..capture.sites import entry_points, jit_calls
@@ -179,7 +180,8 @@ def _nonfinite(fun, args, nums, kwargs, raised: bool, grads) -> Diagnosis | None
   graph = dataclasses.replace(graph, strip=strip)
   d = _nonfinite_diagnosis(c, found, graph, node, labels[bad], grad, tuple(fixes), raised,
                            origin, unjudged, at)
-  detail = "; ".join(x for x in (given, d.detail, none) if x)
+  moved = at and f"the fix goes at {spelled(at)}, where that value is used"
+  detail = "; ".join(x for x in (given, d.detail, moved, none) if x)
   return dataclasses.replace(d, detail=detail)
 
 

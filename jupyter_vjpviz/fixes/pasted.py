@@ -385,8 +385,25 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
   if not _all_finite(grads):
     return STILL_NONFINITE
-  return _against_reference(fun, args, kwargs, nums, _gradient64(fixed, args, kwargs, nums)
-                            or grads, finite)
+  grads64 = _gradient64(fixed, args, kwargs, nums)
+  return _rounded_off(grads, grads64) or _against_reference(
+      fun, args, kwargs, nums, grads64 or grads, finite)
+
+
+def _rounded_off(grads, grads64) -> str | None:
+  """Where the fixed program's gradient in its own precision is not its float64 gradient
+  up to that precision's rounding (relative to the gradient's largest entry): code right
+  in float64 but numerically broken where it runs."""
+  pairs = [(str(g.dtype), np.asarray(g, np.float64), np.asarray(g64, np.float64)) for g, g64
+           in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads64 or ()))
+           if _inexact(g)]
+  scale = max((np.max(np.abs(g64), initial=0.0) for _, _, g64 in pairs), default=0.0)
+  for dtype, g, g64 in pairs:
+    rtol = RTOL.get(dtype, 2e-3)
+    floor = float(jnp.finfo(dtype).tiny)   # below it, the dtype holds (about) zero
+    if not np.allclose(g, g64, rtol=rtol, atol=rtol * scale + floor):
+      return f"its gradient in {dtype} is not its own float64 gradient up to rounding"
+  return None
 
 
 def _all_finite(grads) -> bool:
