@@ -208,6 +208,22 @@ def test_a_gradient_taken_inside_the_loss_is_not_tapped_too(channel):
   assert w.flow()[0]["norm"] == pytest.approx(float(jnp.linalg.norm(ct)), rel=1e-5)
 
 
+def test_an_aux_that_is_not_arrays_comes_back_as_it_was(channel):
+  """eqx.filter_value_and_grad(has_aux=True) whose aux holds a name and a count: the
+  tapped function returns them as the user's does."""
+  eqx = pytest.importorskip("equinox")
+  model = eqx.nn.MLP(5, 2, 4, 2, key=KEY)
+
+  @eqx.filter_jit
+  def step(m):
+    (loss, aux), g = eqx.filter_value_and_grad(
+        lambda m: (_loss(jax.vmap(m)(X)), {"name": "mse", "n": 3}), has_aux=True)(m)
+    return loss, aux
+  w = watch(step, flow=True)
+  assert w(model)[1] == {"name": "mse", "n": 3}
+  assert w.flow_note is None and len(w.flow_blocks) == 3
+
+
 def test_flow_off_leaves_the_row_as_it_was_and_a_step_without_blocks_says_so():
   @jax.jit
   def step(p):

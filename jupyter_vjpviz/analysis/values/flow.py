@@ -102,11 +102,12 @@ class Traced:
     flat, self.tree = jax.tree_util.tree_flatten((args, kwargs))
     self.at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
 
-    def flat_fun(*arrays):
+    def flat_fun(*arrays):   # its non-array outputs (an aux's names) kept as they are
       a, kw = jax.tree_util.tree_unflatten(self.tree, substituted(flat, self.at, arrays))
-      return fun(*a, **kw)
-    self.closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in self.at))
-    self.out_tree = jax.tree_util.tree_structure(shape)
+      leaves, self.out_tree = jax.tree_util.tree_flatten(fun(*a, **kw))
+      self.out_leaves = [None if isinstance(x, jax.Array) else x for x in leaves]
+      return [x for x in leaves if isinstance(x, jax.Array)]
+    self.closed = jax.make_jaxpr(flat_fun)(*(flat[k] for k in self.at))
     self.jaxpr = getattr(self.closed, "jaxpr", self.closed)
     self.keys: dict = {}    # ref -> its tap's key: none where vjpviz failed
     try:
@@ -133,7 +134,9 @@ class Traced:
       tap = ((lambda r, x: flow_taps.tap(x, self.keys[r])) if sinks is None else
              (lambda r, x: flow_taps.sink_tap(x, sinks[rows[r]])))
       values = _run(self.plan, self.outs, self.jaxpr, consts(self.closed), arrays, self.keys, tap)
-    return jax.tree_util.tree_unflatten(self.out_tree, values)
+    it = iter(values)
+    return jax.tree_util.tree_unflatten(
+        self.out_tree, [next(it) if x is None else x for x in self.out_leaves])
 
   def logs(self, sink_cts) -> dict:
     """The taps' summaries from ``sinks``' cotangent, keyed as their logs would be."""
