@@ -55,8 +55,8 @@ class Taps:
     for key, b in self.keys:
       per[b].append(logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY)))
     cols = []
-    for found in per:
-      s = jnp.concatenate(found) if found else jnp.full((1, 5), jnp.nan, jnp.float32)
+    for found in per:   # every block has a tap (``Traced`` leaves out those without)
+      s = jnp.concatenate(found)
       size = s[:, 4].sum()
       cols.append(jnp.stack([jnp.sqrt(s[:, 0].sum()), s[:, 1].max(), s[:, 2].sum() / size,
                              s[:, 3].sum() / size]))
@@ -93,9 +93,9 @@ def tapped(fun, argnums, group: Group, found: list) -> Callable:
 class Traced:
   """``fun`` called with ``args`` traced once to a jaxpr (the user's error, if any,
   raised from here, as their own call would), its taps chosen; ``run`` evaluates it on
-  arrays of the same types (the tracers of a ``jax.grad`` taken afterwards, JAX before
-  0.12.1: ``SINKS``), its taps logging or, given ``sinks``, writing their summaries into
-  the cotangent of ``sinks`` (float32[taps, 5]), the backward-pass channel older JAX has."""
+  arrays of the same types (under ``jax.grad``: traced inside it for the logs, before it
+  for the sinks), its taps logging or, given ``sinks``, writing their summaries into the
+  cotangent of ``sinks`` (float32[taps, 5]), the backward-pass channel older JAX has."""
 
   def __init__(self, fun, args, kwargs, argnums, group: Group, found: list):
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)

@@ -30,7 +30,7 @@ class FlowColumns:
     if not taps or not flows:
       self.note = "the step's first gradient was taken by no jax.grad or value_and_grad"
     elif not isinstance(taps[0], values_flow.Taps):
-      self.note = f"its function could not be traced again: {taps[0]}"
+      self.note = f"vjpviz could not place its taps: {taps[0]}"
     elif not taps[0].blocks:
       self.note = "the gradient is of no floating parameters"
     else:
