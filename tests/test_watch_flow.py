@@ -18,6 +18,7 @@ from kernel_helpers import validator
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import watch_overhead  # noqa: E402 - the benchmark's loops
 
+from jupyter_vjpviz.analysis.values import flow as values_flow
 from jupyter_vjpviz.api.watch import watch
 from jupyter_vjpviz.capture import flow_taps
 
@@ -206,6 +207,42 @@ def test_a_gradient_taken_inside_the_loss_is_not_tapped_too(channel):
       jax.grad(lambda h: head(h, w1).sum())(h) ** 2)
   ct = jax.grad(after_a)(X @ w0)   # the cotangent of ['a']'s output, by hand
   assert w.flow()[0]["norm"] == pytest.approx(float(jnp.linalg.norm(ct)), rel=1e-5)
+
+
+def test_an_aux_that_is_not_arrays_comes_back_as_it_was(channel):
+  """eqx.filter_value_and_grad(has_aux=True) whose aux holds a name and a count: the
+  tapped function returns them as the user's does."""
+  eqx = pytest.importorskip("equinox")
+  model = eqx.nn.MLP(5, 2, 4, 2, key=KEY)
+
+  @eqx.filter_jit
+  def step(m):
+    (loss, aux), g = eqx.filter_value_and_grad(
+        lambda m: (_loss(jax.vmap(m)(X)), {"name": "mse", "n": 3}), has_aux=True)(m)
+    return loss, aux
+  w = watch(step, flow=True)
+  assert w(model)[1] == {"name": "mse", "n": 3}
+  assert w.flow_note is None and len(w.flow_blocks) == 3
+
+
+def test_where_vjpviz_cannot_place_its_taps_the_step_runs_as_written(monkeypatch):
+  """vjpviz's own failure choosing the taps: the step's outputs and gradient are as
+  without the flow, and the watch says it could not check, and why."""
+  def broken(*args):
+    raise RuntimeError("a bug of vjpviz's")
+  monkeypatch.setattr(values_flow, "_outputs", broken)
+
+  @jax.jit
+  def step(p):
+    value, g = jax.value_and_grad(lambda p: _loss(jnp.tanh(X @ p["a"]) @ p["b"]))(p)
+    return g, value
+  p = {"a": jnp.ones((5, 3)) / 5, "b": jnp.ones((3, 2))}
+  w = watch(step, flow=True)
+  got, want = w(p), step(p)
+  assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+      lambda a, b: bool(jnp.allclose(a, b, rtol=1e-6)), got, want))
+  assert w.flow() == [] and "a bug of vjpviz's" in w.flow_note
+  assert "backward flow: could not check: vjpviz could not place its taps" in str(w)
 
 
 def test_flow_off_leaves_the_row_as_it_was_and_a_step_without_blocks_says_so():

@@ -57,6 +57,7 @@ from ..render.html import STYLE
 from ..analysis import watch_rows as rows
 from ..analysis.watch_rows import POINTS, BlockEvent, LeafEvents  # noqa: F401 - their home was here
 from ..analysis.values import flow as values_flow
+from ..analysis.values.watch_flow import FlowColumns
 from ..capture import grad_calls
 from .grads import block_members
 
@@ -65,7 +66,6 @@ BATCH = 32    # steps whose arrays are stacked and sent to the host at once
 PUSH_EVERY = 0.5   # seconds between two pushes of a watch's series to the panel
 LINES = 64         # the most lines (layers) it draws
 EVENTS = 256       # the most events it lists
-FLOW_BLOCKS = 256  # the most blocks its backward flow draws
 KEEP_BYTES = 1 << 28   # the most bytes of arguments copied to the host at a non-finite step
 ARMED = "_vjpviz_armed"   # the keyword the watched step's device flags pass under
 
@@ -82,8 +82,7 @@ class Watched:
                keep_first_nonfinite: bool = False, logs=None, flow: bool = False):
     self.__wrapped__, self.stayed, self.keep = step, stayed, keep
     self.flow_on = flow
-    self.flow_blocks: list[str] = []   # the blocks whose output cotangents a row carries
-    self.flow_note: str | None = None  # why, with flow on, the step could not be tapped
+    self._flow = FlowColumns()   # the blocks a row carries, or why none
     self.logs_of = logs      # the step's outputs -> the gradient logs it returned
     self.log_names: list[str] = []
     self.keep_first_nonfinite = keep_first_nonfinite
@@ -267,36 +266,30 @@ class Watched:
     if self.logs_of is not None:
       health = jnp.concatenate([health, safely(self._log_stats, out, default=rows.NO_LOGS)])
     if self.flow_on:
-      health = jnp.concatenate([health, self._flow_row(taps, flows)])
+      health = jnp.concatenate([health, self._flow.row(taps, flows)])
     return out, health, armed
-
-  def _flow_row(self, taps: list, flows: list) -> jax.Array:
-    """float32[4 * blocks]: each block's output cotangent's norm, max |.|, finite and
-    zero fractions, reduced in the step from its taps' logs; empty (and ``flow_note``
-    says why) where the step's gradient could not be tapped."""
-    self.flow_blocks, self.flow_note = [], None
-    if not taps or not flows:
-      self.flow_note = "the step's first gradient was taken by no jax.grad or value_and_grad"
-    elif not isinstance(taps[0], values_flow.Taps):
-      self.flow_note = f"its function could not be traced again: {taps[0]}"
-    elif not taps[0].blocks:
-      self.flow_note = "the gradient is of no floating parameters"
-    else:
-      self.flow_blocks = list(taps[0].blocks)
-      return taps[0].row(flows[0])
-    return jnp.zeros(0, jnp.float32)
 
   def flow(self) -> list[dict]:
     """One row per step and block (``step``, ``block``, ``norm``, ``max_abs``,
     ``finite_fraction``, ``zero_fraction``) of the cotangent of each block's output,
     measured in the compiled step (``watch(step, flow=True)``; [] without, or where the
     step could not be tapped: ``flow_note`` says why)."""
-    return values_flow.table(self._flow_cols(), self.flow_blocks)
+    return self._flow.table(self._flow_cols())
+
+  @property
+  def flow_blocks(self) -> list[str]:
+    """The blocks whose output cotangents a step's row carries, from the input to the loss."""
+    return self._flow.blocks
+
+  @property
+  def flow_note(self) -> str | None:
+    """Why, with the flow on, the step could not be tapped (None: it was)."""
+    return self._flow.note
 
   def _flow_cols(self, s: np.ndarray | None = None) -> np.ndarray:
     s = self._every_row() if s is None else s
     start = len(self.paths) + 3 * len(self.log_names)
-    return s[:, start:start + 4 * len(self.flow_blocks)]
+    return s[:, start:start + self._flow.width]
 
   def _log_stats(self, out) -> jax.Array:
     """float32[3 * logs]: each numeric leaf's mean, min and max of the gradient logs
@@ -395,7 +388,7 @@ class Watched:
       return self._stacked()
 
   def _stacked(self) -> np.ndarray:
-    width = len(self.paths) + 3 * len(self.log_names) + 4 * len(self.flow_blocks)
+    width = len(self.paths) + 3 * len(self.log_names) + self._flow.width
     return np.stack(self._rows) if self._rows else np.zeros((0, width), np.float32)
 
   @property
@@ -459,16 +452,7 @@ class Watched:
             "logs": [{"name": name, **{k: rows.finite_or_none(v[points, i]) for i, k in enumerate(
                 ("mean", "min", "max"))}} for name, v in list(rows.logs_of(
                     s, len(self.paths), self.log_names).items())[:LINES]],
-            **({"flow": self._flow_series(s, points)} if self.flow_on else {})}
-
-  def _flow_series(self, s: np.ndarray, points: np.ndarray) -> dict:
-    """The panel's WatchFlow: each block's output cotangent's norm and finite fraction at
-    the steps drawn (the first ``FLOW_BLOCKS`` blocks), or why there are none."""
-    cols = self._flow_cols(s)[points]
-    blocks = self.flow_blocks[:FLOW_BLOCKS]
-    return {"blocks": blocks, "note": self.flow_note,
-            "norm": [rows.finite_or_none(cols[:, 4 * k]) for k in range(len(blocks))],
-            "finite_fraction": [rows.finite_or_none(cols[:, 4 * k + 2]) for k in range(len(blocks))]}
+            **({"flow": self._flow.series(self._flow_cols(s)[points])} if self.flow_on else {})}
 
   def kept_steps(self) -> list[int]:
     """The steps whose arguments are kept (``nans`` runs on them): the last call's and the
@@ -521,14 +505,7 @@ class Watched:
     ``step``, or the first such step): ``block``, the one nearest the loss whose output's
     cotangent was not all finite, and ``where`` the non-finite values were made, after it
     (the next block, or the loss)."""
-    cols = self._flow_cols()
-    first = values_flow.first_nonfinite(cols if step is None else cols[step:step + 1])
-    if first is None:
-      return None
-    t, k = first
-    made = (self.flow_blocks[k + 1] if k + 1 < len(self.flow_blocks)
-            else "the loss, after the last block")
-    return (t if step is None else step), self.flow_blocks[k], made
+    return self._flow.first_nonfinite(self._flow_cols(), step)
 
   def __str__(self) -> str:
     n = len(self.steps)
@@ -546,26 +523,8 @@ class Watched:
     lines += [f"  log {name}, step {n - 1}: mean {v[-1, 0]:.4g}, min {v[-1, 1]:.4g}, "
               f"max {v[-1, 2]:.4g}" for name, v in self.logs.items() if n]
     if self.flow_on:
-      lines.append(f"  {self._flow_line()}")
+      lines.append(f"  {self._flow.line(self._flow_cols(), self._nonfinite_shards)}")
     return "\n".join(lines)
-
-  def _flow_line(self) -> str:
-    """The backward flow's verdict: could not check (why), the first non-finite block, or
-    every block's cotangent finite, with the last step's norms from the loss to the input."""
-    if self.flow_note:
-      return f"backward flow: could not check: {self.flow_note}"
-    cols = self._flow_cols()
-    first = self.flow_nonfinite()
-    if first is not None:
-      step, block, made = first
-      where = self._nonfinite_shards(step)
-      return (f"backward flow: step {step}: the cotangent first went non-finite at {block}'s "
-              f"output{' ' + where if where else ''}: made in {made}")
-    if not len(cols):
-      return "backward flow: no step yet"
-    norms = ", ".join(f"{b} {cols[-1, 4 * k]:.3g}" for k, b in reversed(list(enumerate(
-        self.flow_blocks))))
-    return f"backward flow: every block's cotangent finite; ‖ct‖ last step, from the loss: {norms}"
 
   def _repr_html_(self) -> str:
     return (f'<div class="vjpviz"><style>{STYLE}</style><pre>{html.escape(str(self))}</pre>'

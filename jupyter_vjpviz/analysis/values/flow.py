@@ -55,8 +55,8 @@ class Taps:
     for key, b in self.keys:
       per[b].append(logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY)))
     cols = []
-    for found in per:
-      s = jnp.concatenate(found) if found else jnp.full((1, 5), jnp.nan, jnp.float32)
+    for found in per:   # every block has a tap (``Traced`` leaves out those without)
+      s = jnp.concatenate(found)
       size = s[:, 4].sum()
       cols.append(jnp.stack([jnp.sqrt(s[:, 0].sum()), s[:, 1].max(), s[:, 2].sum() / size,
                              s[:, 3].sum() / size]))
@@ -93,20 +93,21 @@ def tapped(fun, argnums, group: Group, found: list) -> Callable:
 class Traced:
   """``fun`` called with ``args`` traced once to a jaxpr (the user's error, if any,
   raised from here, as their own call would), its taps chosen; ``run`` evaluates it on
-  arrays of the same types (the tracers of a ``jax.grad`` taken afterwards, JAX before
-  0.12.1: ``SINKS``), its taps logging or, given ``sinks``, writing their summaries into
-  the cotangent of ``sinks`` (float32[taps, 5]), the backward-pass channel older JAX has."""
+  arrays of the same types (under ``jax.grad``: traced inside it for the logs, before it
+  for the sinks), its taps logging or, given ``sinks``, writing their summaries into the
+  cotangent of ``sinks`` (float32[taps, 5]), the backward-pass channel older JAX has."""
 
   def __init__(self, fun, args, kwargs, argnums, group: Group, found: list):
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     flat, self.tree = jax.tree_util.tree_flatten((args, kwargs))
     self.at = [k for k, x in enumerate(flat) if isinstance(x, (jax.Array, np.ndarray))]
 
-    def flat_fun(*arrays):
+    def flat_fun(*arrays):   # its non-array outputs (an aux's names) kept as they are
       a, kw = jax.tree_util.tree_unflatten(self.tree, substituted(flat, self.at, arrays))
-      return fun(*a, **kw)
-    self.closed, shape = jax.make_jaxpr(flat_fun, return_shape=True)(*(flat[k] for k in self.at))
-    self.out_tree = jax.tree_util.tree_structure(shape)
+      leaves, self.out_tree = jax.tree_util.tree_flatten(fun(*a, **kw))
+      self.out_leaves = [None if isinstance(x, jax.Array) else x for x in leaves]
+      return [x for x in leaves if isinstance(x, jax.Array)]
+    self.closed = jax.make_jaxpr(flat_fun)(*(flat[k] for k in self.at))
     self.jaxpr = getattr(self.closed, "jaxpr", self.closed)
     self.keys: dict = {}    # ref -> its tap's key: none where vjpviz failed
     try:
@@ -133,7 +134,9 @@ class Traced:
       tap = ((lambda r, x: flow_taps.tap(x, self.keys[r])) if sinks is None else
              (lambda r, x: flow_taps.sink_tap(x, sinks[rows[r]])))
       values = _run(self.plan, self.outs, self.jaxpr, consts(self.closed), arrays, self.keys, tap)
-    return jax.tree_util.tree_unflatten(self.out_tree, values)
+    it = iter(values)
+    return jax.tree_util.tree_unflatten(
+        self.out_tree, [next(it) if x is None else x for x in self.out_leaves])
 
   def logs(self, sink_cts) -> dict:
     """The taps' summaries from ``sinks``' cotangent, keyed as their logs would be."""
