@@ -123,26 +123,27 @@ def plain_inputs(n_layers, **dims):
   return {"layers": layers}, x
 
 
-def nnx_model(n_layers, bad_layer, heads=8, d_model=256, ffn=1024, seed=0):
-  """The same stack as a flax nnx Module (nnx.Linear, nnx.LayerNorm, nnx.MultiHeadAttention)."""
+def nnx_model(n_layers, bad_layer, heads=8, d_model=256, ffn=1024, seed=0, activation=None):
+  """The same stack as a flax nnx Module (nnx.Linear, nnx.LayerNorm, nnx.MultiHeadAttention);
+  ``activation(i)``: layer i's MLP activation (default: ``gelu``, ``gelu_bad`` at ``bad_layer``)."""
   from flax import nnx
+  activation = activation or (lambda i: gelu_bad if i == bad_layer else gelu)
 
   class Block(nnx.Module):
-    def __init__(self, bad, rngs):
+    def __init__(self, act, rngs):
       self.ln1, self.ln2 = nnx.LayerNorm(d_model, rngs=rngs), nnx.LayerNorm(d_model, rngs=rngs)
       self.attn = nnx.MultiHeadAttention(heads, d_model, decode=False, rngs=rngs)
       self.up, self.down = nnx.Linear(d_model, ffn, rngs=rngs), nnx.Linear(ffn, d_model, rngs=rngs)
-      self.bad = bad
+      self.act = act
 
     def __call__(self, x):
       y = self.ln1(x)
       x = x + self.attn(y, y, y)
-      act = gelu_bad if self.bad else gelu
-      return x + self.down(act(self.up(self.ln2(x))))
+      return x + self.down(self.act(self.up(self.ln2(x))))
 
   class Model(nnx.Module):
     def __init__(self, rngs):
-      self.blocks = nnx.List([Block(i == bad_layer, rngs) for i in range(n_layers)])
+      self.blocks = nnx.List([Block(activation(i), rngs) for i in range(n_layers)])
 
     def __call__(self, x):
       for block in self.blocks:

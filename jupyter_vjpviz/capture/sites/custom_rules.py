@@ -62,7 +62,8 @@ class InstrumentedFwd(InstrumentedRule):
     cvjp = self._custom_vjp()
     if cvjp is None:  # a JAX cache outlived the user's object: be the plain rule
       return self.__wrapped__(*args)
-    follow = safety.safely(_user_fwd_to_name, cvjp, args)
+    flat = safety.safely(_flat_args, cvjp, args)
+    follow = flat and safety.safely(_user_fwd_to_name, cvjp, flat)
     try:
       if follow is None:
         out_res, spelled = cvjp.fwd(*args), None
@@ -73,10 +74,12 @@ class InstrumentedFwd(InstrumentedRule):
         spelled = safety.safely(learning.learned, lambda: leaves)
     except BaseException as e:
       if isinstance(e, Exception) and records.current_session() is not None:
-        safety.safely(_closure_raised, cvjp, args, e)
+        safety.safely(_closure_raised, cvjp, args, flat or _flat_args(cvjp, args), e)
       safety.safely(frames.strip, e)
       raise
-    return safety.safely(_tagged, cvjp, args, out_res, spelled, default=out_res)
+    if flat is None:
+      return out_res
+    return safety.safely(_tagged, cvjp, args, flat, out_res, spelled, default=out_res)
 
 
 class InstrumentedBwd(InstrumentedRule):
@@ -172,6 +175,12 @@ def uses_hijax(cvjp) -> bool:
 _clones: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _own(cvjp, own: dict, name: str):
+  """``cvjp``'s attribute from its ``own`` ``__dict__`` where it is there (the user's rule,
+  without the hook's descriptor: a frame lookup per read), else as it reads."""
+  return own[name] if name in own else getattr(cvjp, name)
+
+
 def instrumented(cvjp):
   """The instrumented clone of ``cvjp``, cached so JAX's trace caches still hit.
 
@@ -179,14 +188,15 @@ def instrumented(cvjp):
   made a per-call rule returned (``jax.checkpoint`` and ``lax.scan`` trace it lazily,
   flax linen's ``nn.remat``/``nn.scan`` of an ``nn.custom_vjp``), and the clone's fwd
   holds it weakly."""
-  fwd, bwd = cvjp.fwd, cvjp.bwd
-  if fwd is None or bwd is None or option(cvjp, "remat_rules") is not None:
+  own = vars(cvjp)
+  fwd, bwd = _own(cvjp, own, "fwd"), _own(cvjp, own, "bwd")
+  if fwd is None or bwd is None or own.get("remat_rules") is not None:
     return cvjp
   session = records.current_session()
   if session is not None:
     session.held[id(cvjp)] = cvjp
-  key = (fwd, bwd, option(cvjp, "with_logs"), option(cvjp, "with_accums"),
-         cvjp.symbolic_zeros, cvjp.nondiff_argnums)
+  key = (fwd, bwd, own.get("with_logs"), own.get("with_accums"), own.get("symbolic_zeros"),
+         own.get("nondiff_argnums"))
   cached = _clones.get(cvjp)
   if cached is not None and cached[0] == key:
     return cached[1]
@@ -201,9 +211,9 @@ def instrumented(cvjp):
 
 # ------------------------------------------------------------------ forward
 
-def _tagged(cvjp, args, out_res, spelled):
+def _tagged(cvjp, args, flat, out_res, spelled):
   """What the fwd returned, its residuals tagged with the site (checked first)."""
-  site = safety.safely(_site, cvjp, args, spelled)
+  site = safety.safely(_site, cvjp, args, flat, spelled)
   if site is None:
     return out_res
   if not (isinstance(out_res, (tuple, list)) and len(out_res) == 2):
@@ -249,12 +259,12 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
-def _closure_raised(cvjp, args, exc: Exception) -> None:
+def _closure_raised(cvjp, args, flat, exc: Exception) -> None:
   """A ``jax.custom_gradient``'s VJP closure raised where JAX traces it, in the fwd (on the
   cotangent types): ``bwd_raises`` reads the statement as it reads a bwd rule's. The closure
   is the first of the user's frames the exception passed through below JAX's fwd, unless
   that is the user's function itself (then the forward computation raised)."""
-  site = _site(cvjp, args)
+  site = _site(cvjp, args, flat)
   if not function_names.inside_jax(site.rule_source):   # the user's own bwd: not traced in fwd
     return
   fun = getattr(function_names.unwrap(cvjp.fun), "__code__", None)
@@ -270,26 +280,26 @@ def _closure_raised(cvjp, args, exc: Exception) -> None:
   bwd_raises.raised(site, None, code, exc)
 
 
-def _user_fwd_to_name(cvjp, args):
+def _user_fwd_to_name(cvjp, flat):
   """(code, structure, leaves) when a library's fwd stands for the user's and how the
   user spells its inputs is not known yet (``arguments``); else None."""
   code = _fwd_code(cvjp)
-  if code is None:
+  leaves, structure = flat
+  if code is None or arguments.known(code, structure):
     return None
-  structure = jax.tree_util.tree_structure(_differentiable_args(cvjp, args), is_leaf=_is_primal_box)
-  if arguments.known(code, structure):
-    return None
-  leaves = jax.tree_util.tree_leaves(_differentiable_args(cvjp, args), is_leaf=_is_primal_box)
-  return code, structure, [_unbox(x) for x in leaves]
+  return code, structure, [_unbox(x) for _, x in leaves]
 
 
-def _differentiable_args(cvjp, args) -> tuple:
-  return tuple(a for i, a in enumerate(args) if i not in cvjp.nondiff_argnums)
+def _flat_args(cvjp, args) -> tuple:
+  """(leaves with their paths, tree) of an application's differentiable arguments: flattened
+  once per application, for the site and for learning a library's spelling of them."""
+  differentiable = tuple(a for i, a in enumerate(args) if i not in cvjp.nondiff_argnums)
+  return jax.tree_util.tree_flatten_with_path(differentiable, is_leaf=_is_primal_box)
 
 
-def _site(cvjp, args, spelled=None) -> RuleSite:
-  differentiable = _differentiable_args(cvjp, args)
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(differentiable, is_leaf=_is_primal_box)
+def _site(cvjp, args, flat, spelled=None) -> RuleSite:
+  leaves, treedef = flat
+  facts = _facts(cvjp)
   in_avals = tuple(core.typeof(_unbox(x)) for _, x in leaves)
   call_site, name_stack = call_site_and_scope()
   occurrence = None
@@ -297,14 +307,12 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
   if session is not None:
     session.held[id(cvjp)] = cvjp
   if session is not None and session.entry == "vjp":
-    key = (_rule_names(cvjp)["function"], call_site, name_stack)   # as the graph tells them apart
+    key = (facts.names["function"], call_site, name_stack)   # as the graph tells them apart
     session.occurrences[key] += 1
     occurrence = session.occurrences[key]
-  params = function_names.positional_names(cvjp.fun)
+  params, code, library = facts.params, facts.fwd_code, facts.library
   positions = [i for i in range(len(args)) if i not in cvjp.nondiff_argnums]
-  code = _fwd_code(cvjp)
   spelled = spelled or (arguments.cached(code, treedef) if code is not None else None) or ()
-  library = function_names.library_function(cvjp.fun)
   program = (user_calls.program_names([_unbox(x) for _, x in leaves])
              if library else [None] * len(leaves))
   users = [(spelled[k] if k < len(spelled) and spelled[k] else None) or program[k]
@@ -313,7 +321,7 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       users[k] or function_names.argument_name(params, positions[p[0].idx], jax.tree_util.keystr(p[1:]))
       for k, (p, _) in enumerate(leaves))
   return RuleSite(
-      **_rule_names(cvjp), call_site=call_site, name_stack=name_stack, occurrence=occurrence,
+      **facts.names, call_site=call_site, name_stack=name_stack, occurrence=occurrence,
       traced=session.occurrences if occurrence is not None else None,
       in_keys=tuple(leaf_paths.keys(p) for p, _ in leaves), in_names=in_names,
       unnamed=tuple(k for k, name in enumerate(users) if library and name is None),
@@ -324,25 +332,40 @@ def _site(cvjp, args, spelled=None) -> RuleSite:
       custom_rule=weakref.ref(cvjp))
 
 
-_names_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+@dataclasses.dataclass(frozen=True)
+class _Facts:
+  """What a rule set's every application would compute again: its names and sources, the
+  user fwd's code to follow (or None), the primal's positional parameter names and
+  whether the primal is a library's."""
+  key: tuple
+  names: dict
+  fwd_code: Any
+  params: tuple
+  library: bool
 
 
-def _rule_names(cvjp) -> dict:
-  """Names and sources of the primal and its rules: fixed per rule set, so computed
-  once (``_site`` runs on every fwd) and recomputed only after a new ``defvjp``."""
-  key = (cvjp.fun, cvjp.fwd, cvjp.bwd)
-  cached = _names_cache.get(cvjp)   # (key, names, the user fwd's code to follow or None)
-  if cached is None or cached[0] != key:
-    cached = _names_cache[cvjp] = (key, dict(
-        function=function_names.function_name(cvjp.fun), source=function_names.function_source(cvjp.fun),
-        rule=function_names.function_name(cvjp.bwd),
+_facts_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _facts(cvjp) -> _Facts:
+  """``cvjp``'s ``_Facts``: fixed per rule set, so computed once (``_site`` runs on every
+  fwd) and again only after a new ``defvjp``."""
+  own = vars(cvjp)
+  key = (_own(cvjp, own, "fun"), _own(cvjp, own, "fwd"), _own(cvjp, own, "bwd"))
+  cached = _facts_cache.get(cvjp)
+  if cached is None or cached.key != key:
+    fun, _, bwd = key
+    cached = _facts_cache[cvjp] = _Facts(key, dict(
+        function=function_names.function_name(fun), source=function_names.function_source(fun),
+        rule=function_names.function_name(bwd),
         fwd_rule=function_names.function_name(library_wrappers.user_fwd(cvjp)[0]),
-        rule_source=function_names.function_source(cvjp.bwd)), _user_fwd_code(cvjp))
+        rule_source=function_names.function_source(bwd)), _user_fwd_code(cvjp),
+        function_names.positional_names(fun), function_names.library_function(fun))
     try:
-      _names_by_bwd[cvjp.bwd] = cached[1]
+      _names_by_bwd[bwd] = cached.names
     except TypeError:   # a bwd that takes no weak reference
       pass
-  return cached[1]
+  return cached
 
 
 # The bwd JAX runs -> the names above: a staged equation holds only the library's bwd
@@ -360,8 +383,7 @@ def seen_names(bwd) -> dict | None:
 
 
 def _fwd_code(cvjp):
-  _rule_names(cvjp)
-  return _names_cache[cvjp][2]
+  return _facts(cvjp).fwd_code
 
 
 def _user_fwd_code(cvjp):
@@ -692,5 +714,5 @@ def clear_caches() -> None:
   bwd_raises.clear()
   _user_bwd_codes.clear()
   _clones.clear()
-  _names_cache.clear()
+  _facts_cache.clear()
   _names_by_bwd.clear()
