@@ -627,6 +627,7 @@ def test_a_nan_gradient_is_reported_first_and_is_never_healthy():
   head, first, cause = str(r).splitlines()[:3]
   assert head == "vjpviz grads of <lambda>: 1 leaf with a NaN/Inf gradient"
   assert "6 NaN of 6, first at [0, 0]" in first and "vv.nans(<lambda>" in cause
+  assert cause.startswith(f"  cause: made non-finite at sqrt ({HERE}:")   # as vv.nans's culprit
 
 
 def test_an_inf_gradient_names_its_first_index():

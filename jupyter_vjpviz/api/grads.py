@@ -155,7 +155,9 @@ def _report(fn, args, kwargs, paths, positions, nums) -> GradReport:
                     leaves=tuple((p, g.norm, w.norm) for p, g, w in zip(paths, grad_flows,
                                                                           param_flows)),
                     graph=graph, note=None if complete else "the measured pass stopped early",
-                    nonfinite=bad, cause=_cause(origin.name, nums) if bad else None)
+                    nonfinite=bad,
+                    cause=_cause(origin.name, nums, grad_paths.nonfinite_at(jaxpr, edges))
+                    if bad else None)
 
 
 def _with_source(p: PartlyZero, cut: grad_paths.Cut | None) -> PartlyZero:
@@ -168,11 +170,14 @@ def _nonfinite(path: str, g: np.ndarray, f: nonfinite.Flow) -> NonFinite:
   return NonFinite(path, f.nan, f.inf, f.size, tuple(int(i) for i in first))
 
 
-def _cause(name: str, nums: tuple) -> str:
-  """How to learn what made the gradient non-finite: ``vv.nans`` on the same call."""
+def _cause(name: str, nums: tuple, at: grad_paths.Cut | None) -> str:
+  """What made the gradient non-finite, as far as the measured pass's top level says (the
+  equation, your line), and how to learn why: ``vv.nans`` on the same call."""
   argnums = "" if nums == (0,) else f", argnums={nums[0] if len(nums) == 1 else nums}"
-  return (f"vv.nans({name}, <the same arguments>{argnums}) names the equation whose backward "
-          "rule made it, at your line, with a verified fix")
+  where = (f"made non-finite at {at.op}" + (f" ({at.source})" if at.source else "") + "; "
+           if at is not None else "")
+  return (f"{where}vv.nans({name}, <the same arguments>{argnums}) says why, at your line, "
+          "with a verified fix")
 
 
 def _unjudged(origin, paths, param_flows, reason: str) -> GradReport:

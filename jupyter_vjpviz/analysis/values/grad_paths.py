@@ -258,6 +258,24 @@ def _value_level(jaxpr, prefix, env, edges, reached, out_nonzero, found, inputs,
       found[i] = cut
 
 
+def nonfinite_at(jaxpr: core.Jaxpr, edges: dict) -> Cut | None:
+  """The last equation of the top level (the first going backward) whose outputs' measured
+  cotangents are finite and one of its operands' is not: where the gradient went NaN/Inf
+  (a jit's or scan's body as a whole; ``vv.nans`` goes inside)."""
+  consumers: dict = {}
+  for k, eqn in enumerate(jaxpr.eqns):
+    for j, v in enumerate(eqn.invars):
+      if isinstance(v, core.Var):
+        consumers.setdefault(v, []).append(f"{eqn_id(None, k)}#{j}")
+  finite = lambda key: edges.get(key) is None or edges[key].finite
+  for k in reversed(range(len(jaxpr.eqns))):
+    eqn, nid = jaxpr.eqns[k], eqn_id(None, k)
+    made = any(not finite(f"{nid}#{j}") for j in range(len(eqn.invars)))
+    if made and all(finite(c) for v in eqn.outvars for c in consumers.get(v, ())):
+      return Cut("nonfinite", nid, op_name(eqn), eqn_source(eqn))
+  return None
+
+
 def primal_norms(jaxpr: core.Jaxpr, env: dict, prefix: str | None = None) -> dict[str, float]:
   """``"node#operand"`` -> the norm of that operand's value in ``env`` (the forward run's:
   a call's body by the values kept under its index), for the graph's edges."""
