@@ -168,8 +168,9 @@ def test_a_fix_whose_rewritten_values_never_end_a_loop_is_offered_not_judged(mon
   monkeypatch.setattr(replay, "LOOP_CAP", 100)
   d = vv.nans(loss, p)   # clamping log makes the loop's input -67: Newton never converges
   assert d.function == "mul" and "made by `log`" in d.detail, d.detail
-  assert [(f.title, f.verdict) for f in d.fixes] == [("Clamp before log", "unverifiable")]
-  assert "a while loop ran past 100 iterations" in d.fixes[0].note
+  clamp = next(f for f in d.fixes if f.title == "Clamp before log")
+  assert all(f.verdict == "unverifiable" for f in d.fixes), d.fixes
+  assert "a while loop ran past 100 iterations" in clamp.note
 
 
 # ------------------------------------------------------------------ vv.grads

@@ -68,7 +68,7 @@ class Program(NamedTuple):
 class Suggested(NamedTuple):
   fixes: list
   at: str | None = None     # "file:line" the leading fix rewrites, where not the culprit's
-  none: str = ""            # why no fix at one line can work, where that is established
+  none: str = ""            # why no rewrite of the line alone can work, where established
 
 
 def gradient(p: Program, patch: Patch | None = None) -> list:
@@ -124,13 +124,13 @@ def suggest(c: Culprit, p: Program, original: list) -> Suggested:
 
 
 def _no_single_line(judged: list, still: int) -> str:
-  """Why no fix at one line can work, where every rewrite tried left the gradient
+  """Why no rewrite of the line alone can work, where every one tried left the gradient
   non-finite (``still``: those the program's rewrite did): another line is a trap too."""
   if not (judged or still) or any(f.note != STILL_NONFINITE for f in judged):
     return ""
-  return ("no fix at one line can work: each rewrite of the line tried leaves the gradient "
-          "non-finite, so another line that feeds it "
-          "(a norm, a division, a where-guarded branch) goes non-finite too: rewrite them "
+  return ("no rewrite of this line alone makes the gradient finite (each one tried leaves it "
+          "non-finite): another line (a norm, a division, a where-guarded branch) goes "
+          "non-finite too: rewrite them "
           "together, or the whole expression (a Taylor expansion near the singular point)")
 
 
