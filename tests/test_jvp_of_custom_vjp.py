@@ -8,9 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jax_features
 from diagnosed import plain_and_hooked, raises
 from test_capture import _frames
 import jupyter_vjpviz as vv
+
+jax_features.require("jvp_of_custom_vjp")   # followed at JAX's raise: sys.monitoring (Python 3.12)
 
 X = jnp.linspace(-1., 1., 3)
 

@@ -7,11 +7,13 @@ the jvp) and lowering (a jitted ``jax.jvp``, at run time) are all one function,
 (``CodeEvents.follow_raises``): nothing is paid until JAX refuses. Its keyword arguments are
 custom_lin's params: ``bwd``, the user's bwd rule as JAX wrapped it (and, from JAX 0.11,
 the primal beside it); under ``jax_custom_vjp3`` the primitive is hijax's linearized call
-(its ``to_lojax`` and batching rule), whose ``_prim`` holds the traced primal and the bwd. The transformation the user asked for is the outermost of JAX's
-entry points on the stack that bound the equation: the Python stack when JAX raises as it
-traces, the equation's recorded traceback when it raises lowering a jit. Where no session is
-open (the lowering of a jit runs after its trace), the sink hears of it as a session of its
-own. JAX's exception passes through untouched.
+(its ``to_lojax`` and batching rule), whose ``_prim`` holds the traced primal and the bwd.
+The transformation the user asked for is the outermost of JAX's entry points on the stack
+that bound the equation: the Python stack when JAX raises as it traces, the equation's
+recorded traceback when it raises lowering a jit. Where no session is open (a jit lowers
+after its trace), the sink hears of it as a session of its own. JAX's exception passes
+through untouched. Without ``sys.monitoring`` (Python before 3.12) the kind is off, and the
+capabilities line says so.
 """
 from __future__ import annotations
 
