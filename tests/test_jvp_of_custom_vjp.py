@@ -10,6 +10,7 @@ import pytest
 
 import jax_features
 from diagnosed import plain_and_hooked, raises
+from kernel_helpers import DIAGNOSIS
 from test_capture import _frames
 import jupyter_vjpviz as vv
 
@@ -38,6 +39,7 @@ TRANSFORMS = {
     "jax.jacfwd": lambda f: jax.jacfwd(f)(X),
     "jax.hessian": lambda f: jax.hessian(lambda y: f(y).sum())(X),
     "jax.linearize": lambda f: jax.linearize(f, X)[0],
+    "vmap(jax.jvp)": lambda f: jax.vmap(lambda y: jax.jvp(f, (y,), (y,)))(jnp.stack([X, X])),
 }
 PLACES = {"eager": lambda run: run, "jit": lambda run: lambda f: jax.jit(lambda _: run(f))(X)}
 
@@ -69,11 +71,13 @@ def test_forward_mode_of_a_custom_vjp_is_diagnosed_where_jax_refuses_it(hook, tr
   assert type(hooked) is type(plain) is TypeError and str(hooked) == str(plain)
   assert "custom_vjp" in str(plain)
   assert _frames(hooked) == _frames(plain)
+  asked = transform.removeprefix("vmap(").removesuffix(")")   # the differentiation asked for
   added = [n for n in hooked.__notes__ if n not in getattr(plain, "__notes__", [])]
-  assert len(added) == 1 and added[0].startswith(f"vjpviz: {transform} differentiates clipped_sin")
+  assert len(added) == 1 and added[0].startswith(f"vjpviz: {asked} differentiates clipped_sin")
   d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
-  assert (d.function, d.rule, d.got) == ("clipped_sin", "clipped_sin_bwd", transform)
+  assert (d.function, d.rule, d.got) == ("clipped_sin", "clipped_sin_bwd", asked)
   assert all(f.verdict != "verified" for f in d.fixes)   # no reference judges a call here
+  DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": d.to_dict()})
 
 
 @pytest.mark.parametrize("transform", ["jax.jacfwd", "jax.hessian"])
