@@ -39,6 +39,7 @@ ACCUMULATE = "ct_check"
 JVP = "_flatten_jvp"
 SOLVE = "transposed_fun|_check_shapes"
 HIJAX_BWD = "_accum_args_grad|HiPrim|VJPHiPrimitive"   # before JAX 0.12, the base vjp_bwd
+FORWARD_REFUSED = "raise_custom_vjp_error_on_jvp"      # custom_lin's impl, batching and lowering
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,14 @@ def _accumulator(d) -> str:
           f"expected {d.expected} but got {d.got}")
 
 
+def _forward_refused(d) -> str:
+  """A custom_vjp function under a forward-mode transformation (``d.got``), which JAX refuses."""
+  who = d.function or "a custom_vjp function"
+  rule = f" (its bwd rule {d.rule} runs in reverse mode only)" if d.rule else ""
+  return (f"{d.got or 'forward mode'} differentiates {who} in forward mode, which JAX can't "
+          f"apply to a custom_vjp function{rule}; {d.expected} differentiates it in reverse mode")
+
+
 _ENTRIES = (
     Kind("bwd_type", lambda d: f"{_who(d)} {_made(d)} {d.got}{_where(d)}; the cotangent must be "
          f"{d.expected}", role="bwd", rule_fixers=("types",), needs=(RULES,)),
@@ -201,6 +210,8 @@ _ENTRIES = (
     Kind("jvp_tangent_structure", lambda d: f"{_who(d)} returned a tangent tree {d.got}; it must "
          f"have the primal output's structure {d.expected}", role="jvp", wrong=STRUCTURE,
          rule_fixers=("tangent_tree",), needs=(JVP,)),
+    Kind("jvp_of_custom_vjp", _forward_refused, role=None, wrong=BINDING,
+         call_fixers=("reverse_mode",), needs=(FORWARD_REFUSED,)),
     Kind("solve_type", _solve, role="solve", needs=(SOLVE,)),
     Kind("solve_dtype", _solve_dtype, role="solve", silent=True, needs=(SOLVE,)),
 )

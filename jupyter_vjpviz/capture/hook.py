@@ -21,7 +21,7 @@ from .compat.private import source_info_util, traceback_util
 from .compat.patches import PatchSet
 from .naming import frames
 from .sites import (check_sites, custom_rules, entry_points, entry_points_before_0_10,
-                    forward_entries, linear_maps)
+                    forward_entries, forward_refusals, linear_maps)
 
 _patches = PatchSet()
 _events = CodeEvents()
@@ -58,6 +58,7 @@ def _install(sink: entry_points.Sink, announce: bool) -> None:
   entry_points.install(_patches, sink, events)
   entry_points_before_0_10.install(_patches, sink)
   forward_entries.install(_patches, sink, events)
+  forward_refusals.install(_patches, sink, events)
   check_sites.install(_patches, sink, events)
   linear_maps.install(_patches, sink, events)
   caps = capabilities.of(hook_points()[0])

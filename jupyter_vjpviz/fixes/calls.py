@@ -173,6 +173,31 @@ def _cotangent_tree_fixes(d: Diagnosis) -> list[Fix]:
               f"the cotangent must have the output's structure {d.expected}", False)]
 
 
+_FORWARD_CALLS = {"jax.jvp": "jax.jvp({}, primals, tangents)", "jax.linearize": "jax.linearize({}, *primals)",
+                  "jax.jacfwd": "jax.jacfwd({})(x)", "jax.hessian": "jax.hessian({})(x)"}
+_REVERSE_CALLS = {"jax.jacfwd": "jax.jacrev({})(x)", "jax.hessian": "jax.jacrev(jax.jacrev({}))(x)"}
+
+
+def _reverse_mode_fixes(d: Diagnosis) -> list[Fix]:
+  """The user's forward-mode call in reverse mode (jacfwd, hessian) or, with no reverse-mode
+  twin (jvp, linearize), a custom_jvp; and the primal differentiated by JAX, rule dropped."""
+  f, transformation = d.function or "f", d.got or "jax.jvp"
+  if transformation in _REVERSE_CALLS:
+    first = Fix(f"Differentiate {f} in reverse mode", _REVERSE_CALLS[transformation].format(f),
+                f"{d.expected} computes what {transformation} does, in reverse mode, through "
+                f"{f}'s own bwd rule")
+  else:
+    first = Fix(f"Give {f} a custom_jvp rule in place of its custom_vjp",
+                f"@jax.custom_jvp\ndef {f}(...): ...\n@{f}.defjvp\ndef {f}_jvp(primals, tangents): ...",
+                f"{transformation} needs a forward-mode rule; JAX transposes a custom_jvp's "
+                "for reverse mode too")
+  primal = Fix(f"Differentiate {f}'s primal itself (its custom rule dropped)",
+               _FORWARD_CALLS.get(transformation, "jax.jvp({}, primals, tangents)").format(f"{f}.fun"),
+               f"{f}.fun is the undecorated function, which JAX differentiates in any mode")
+  return [first, primal]
+
+
 CALL_FIXERS = {"refs": _ref_fixes, "accumulator": _accumulator_fixes,
-           "cotangent": _cotangent_fixes, "cotangent_tree": _cotangent_tree_fixes}
+           "cotangent": _cotangent_fixes, "cotangent_tree": _cotangent_tree_fixes,
+           "reverse_mode": _reverse_mode_fixes}
 """The call-fix families a kind's ``call_fixers`` name."""

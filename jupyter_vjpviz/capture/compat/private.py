@@ -203,6 +203,9 @@ NAMES: tuple[Name, ...] = (
        why="the closure linear_transpose returns, made per call: its code is what all share "
            "(in _linear_transpose from JAX 0.12.1, whose out_tree is a tree, not a thunk)"),
     _n("ad.ct_check", f"{_AD}:ct_check", kinds.ACCUMULATE, since="0.8"),
+    _n("ad.raise_custom_vjp_error_on_jvp", f"{_AD}:raise_custom_vjp_error_on_jvp",
+       kinds.FORWARD_REFUSED, params=("_", "__"),
+       why="custom_lin's impl, batching rule and lowering: a custom_vjp under forward mode"),
     _n("ad.Zero", (f"{_AD}:Zero", "jax._src.ad_util:Zero"), EVERYTHING, why=CORE),
     _n("ad.GradAccum", f"{_AD}:GradAccum", kinds.ACCUMULATE, since="0.7"),
     _n("ad.NullAccum", f"{_AD}:NullAccum", HIJAX, since="0.8"),

@@ -1,0 +1,105 @@
+"""A custom_vjp function under forward mode: JAX refuses it ("can't apply forward-mode
+autodiff (jvp) to a custom_vjp function."), eagerly or, under jit, when the jit runs. Every
+cell where plain JAX raises gets a ``jvp_of_custom_vjp`` diagnosis naming the function, its
+bwd rule and the user's transformation, with JAX's error unchanged; a cell where this JAX
+differentiates it (hessian and linearize on recent JAX) gets none. Ground truth: plain JAX."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_features
+from diagnosed import plain_and_hooked, raises
+from kernel_helpers import DIAGNOSIS
+from test_capture import _frames
+import jupyter_vjpviz as vv
+
+jax_features.require("jvp_of_custom_vjp")   # followed at JAX's raise: sys.monitoring (Python 3.12)
+
+X = jnp.linspace(-1., 1., 3)
+
+
+def clipped_sin():
+  @jax.custom_vjp
+  def clipped_sin(x):
+    return jnp.sin(x)
+
+  def clipped_sin_fwd(x):
+    return jnp.sin(x), jnp.cos(x)
+
+  def clipped_sin_bwd(c, g):
+    return (jnp.clip(c * g, -1., 1.),)
+
+  clipped_sin.defvjp(clipped_sin_fwd, clipped_sin_bwd)
+  return clipped_sin
+
+
+TRANSFORMS = {
+    "jax.jvp": lambda f: jax.jvp(f, (X,), (jnp.ones_like(X),)),
+    "jax.jacfwd": lambda f: jax.jacfwd(f)(X),
+    "jax.hessian": lambda f: jax.hessian(lambda y: f(y).sum())(X),
+    "jax.linearize": lambda f: jax.linearize(f, X)[0],
+    "vmap(jax.jvp)": lambda f: jax.vmap(lambda y: jax.jvp(f, (y,), (y,)))(jnp.stack([X, X])),
+}
+PLACES = {"eager": lambda run: run, "jit": lambda run: lambda f: jax.jit(lambda _: run(f))(X)}
+
+
+def _refused(transform, place):
+  return lambda: PLACES[place](TRANSFORMS[transform])(clipped_sin())
+
+
+def _plain_raises(thunk) -> bool:
+  vv.uninstall()
+  try:
+    thunk()
+  except TypeError:
+    return True
+  finally:
+    vv.install()
+  return False
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_forward_mode_of_a_custom_vjp_is_diagnosed_where_jax_refuses_it(hook, transform, place):
+  run = _refused(transform, place)
+  if not _plain_raises(run):   # this JAX differentiates it (forward over its fwd and bwd)
+    run()
+    assert [d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp"] == []
+    return
+  plain, hooked = plain_and_hooked(run)
+  assert type(hooked) is type(plain) is TypeError and str(hooked) == str(plain)
+  assert "custom_vjp" in str(plain)
+  assert _frames(hooked) == _frames(plain)
+  asked = transform.removeprefix("vmap(").removesuffix(")")   # the differentiation asked for
+  added = [n for n in hooked.__notes__ if n not in getattr(plain, "__notes__", [])]
+  assert len(added) == 1 and added[0].startswith(f"vjpviz: {asked} differentiates clipped_sin")
+  d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
+  assert (d.function, d.rule, d.got) == ("clipped_sin", "clipped_sin_bwd", asked)
+  assert all(f.verdict != "verified" for f in d.fixes)   # no reference judges a call here
+  DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": d.to_dict()})
+
+
+@pytest.mark.parametrize("transform", ["jax.jacfwd", "jax.hessian"])
+def test_the_reverse_mode_call_offered_runs_and_the_primals_call_too(hook, transform):
+  """The fixes' code, run as written: the reverse-mode call through the user's own bwd rule,
+  and the primal's forward-mode call; both give the primal's derivative here (the clip is
+  inactive for sin), which plain JAX's reverse mode of the primal computes independently."""
+  if not _plain_raises(_refused(transform, "eager")):
+    pytest.skip(f"{transform} of a custom_vjp runs on this JAX")
+  raises(_refused(transform, "eager"))
+  d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
+  f, x = clipped_sin(), X
+  reference = (jax.jacrev(jnp.sin) if transform == "jax.jacfwd" else
+               jax.jacrev(jax.jacrev(lambda y: jnp.sin(y).sum())))(x)
+  scope = {"jax": jax, "x": x,
+           "clipped_sin": f if transform == "jax.jacfwd" else _summed(f)}
+  for fix in d.fixes:
+    np.testing.assert_allclose(eval(fix.code, scope), reference, rtol=1e-6)  # noqa: S307
+
+
+def _summed(f):
+  """``f`` summed to a scalar, as the hessian cell differentiates it, keeping ``.fun``."""
+  summed = lambda y: f(y).sum()
+  summed.fun = lambda y: f.fun(y).sum()
+  return summed
