@@ -31,7 +31,7 @@ OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes
                tests/test_hook_properties.py tests/test_reliability.py tests/test_user_pytrees.py
                tests/test_gradcheck.py tests/test_jax_suite_findings.py tests/test_apply_safety.py
                tests/test_factory_rules.py tests/test_push.py tests/test_upgrade_flags.py
-               tests/test_forward_mode.py
+               tests/test_forward_mode.py tests/test_jvp_of_custom_vjp.py
                --deselect tests/test_reliability.py::test_history_is_bounded_and_drops_the_oldest)
 OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.py
                   tests/test_watch_flow.py)
@@ -46,7 +46,8 @@ LEAN_SKIPS=(tests/test_fixes.py tests/test_fix_verdicts.py tests/test_fix_candid
 # every one this JAX has): the capture suites again, on every JAX that has a flag. Every
 # diagnosis kind, NaN localisation and gradcheck with the flags off and on, compared in one
 # process, is tests/test_upgrade_flags.py, which runs on every JAX.
-FLAG_TESTS=(tests/test_capture.py tests/test_hijax_rules.py tests/test_forward_mode.py)
+FLAG_TESTS=(tests/test_capture.py tests/test_hijax_rules.py tests/test_forward_mode.py
+            tests/test_jvp_of_custom_vjp.py)
 UNSUPPORTED_JAX=0.5.3
 mapfile -t OLD_JAX < <(printf '%s\n' "${OLD_JAX[@]}" | grep -vxF "$NEWEST_JAX")
 OLD_PYTHON=$(bash scripts/find-python.sh 3.11)
