@@ -362,7 +362,8 @@ def main(argv=None):
         json.dump(rows, f, indent=0)
     skipped = [f"{api} ({why})" for api in programs.rule_apis() if (why := programs.available(api))]
     print(f"jax {jax.__version__}: {len(rows)} cells; not written: {', '.join(skipped) or 'none'}; "
-          f"differentiation API not in the matrix: {', '.join(programs.missing_transforms()) or 'none'}")
+          f"differentiation API not in the matrix: {', '.join(programs.missing_transforms()) or 'none'}; "
+          f"control flow not in it: {', '.join(programs.missing_contexts()) or 'none'}")
   report(rows, opts.markdown, opts.uncovered)
   print(f"\n({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 

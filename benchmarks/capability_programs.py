@@ -247,6 +247,16 @@ def {model}(x, w):
 """,
 }
 
+CONTROL_FLOW = ("scan", "while_loop", "cond", "fori_loop", "switch", "map", "associative_scan")
+"""``jax.lax``'s control flow a rule can be called inside, which ``missing_contexts`` checks."""
+
+
+def missing_contexts() -> list[str]:
+  """``jax.lax`` control flow this JAX has that no context writes (``fori_loop`` lowers to
+  ``scan`` or ``while_loop``, ``switch`` to ``cond``, ``map`` to ``scan``: covered by those)."""
+  return [f"lax.{n}" for n in CONTROL_FLOW if hasattr(jax.lax, n) and n not in CONTEXTS]
+
+
 # ------------------------------------------------------------ the transformations
 
 TRANSFORMS = {
