@@ -23,6 +23,7 @@ KNOWN_COVERED = (
     programs.Cell("custom_gradient", "grad", "eager", "structure"),
     programs.Cell("custom_vjp", "value_and_grad(argnums=(0, 1))", "jit", "structure"),
     programs.Cell("defvjp(symbolic_zeros=True)", "grad", "eager", "shape"),
+    programs.Cell("defvjp(symbolic_zeros=True)", "grad", "eager", "raises"),
     programs.Cell("hijax", "vjp", "scan", "dtype"),
 )
 """Cells diagnosed with a right first fix: a regression here is a capability lost."""
