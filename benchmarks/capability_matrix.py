@@ -29,12 +29,10 @@ import ast
 import collections
 import contextlib
 import dataclasses
-import importlib.util
 import io
 import itertools
 import json
 import multiprocessing
-import os
 import random
 import re
 import sys
@@ -43,8 +41,8 @@ import textwrap
 import time
 
 import capability_programs as programs
+import module_files
 
-_loaded = itertools.count()
 INTERNAL = re.compile(r"internal error")
 
 
@@ -74,13 +72,7 @@ class Row:
 
 def load(text: str, directory: str, stem: str):
   """``text`` written to ``directory/stem.py`` and imported as a fresh module."""
-  path = os.path.join(directory, f"{stem}.py")
-  with open(path, "w") as f:
-    f.write(text)
-  spec = importlib.util.spec_from_file_location(f"capmat_{stem}_{next(_loaded)}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return module_files.load(text, directory, stem, "capmat")
 
 
 def attempt(thunk):
@@ -370,7 +362,8 @@ def main(argv=None):
         json.dump(rows, f, indent=0)
     skipped = [f"{api} ({why})" for api in programs.rule_apis() if (why := programs.available(api))]
     print(f"jax {jax.__version__}: {len(rows)} cells; not written: {', '.join(skipped) or 'none'}; "
-          f"differentiation API not in the matrix: {', '.join(programs.missing_transforms()) or 'none'}")
+          f"differentiation API not in the matrix: {', '.join(programs.missing_transforms()) or 'none'}; "
+          f"control flow not in it: {', '.join(programs.missing_contexts()) or 'none'}")
   report(rows, opts.markdown, opts.uncovered)
   print(f"\n({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 

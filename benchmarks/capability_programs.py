@@ -35,8 +35,7 @@ _VJP_BODY = """\
   dw = {dw}
 """
 
-RULES = {
-    "custom_vjp": """\
+_CUSTOM_VJP = """\
 @jax.custom_vjp
 def f(x, w):
   return jnp.sin(x) * w
@@ -51,23 +50,13 @@ def f_bwd(res, g):
 
 
 f.defvjp(f_fwd, f_bwd)
-""",
-    "defvjp_with_logs": """\
-@jax.custom_vjp
-def f(x, w):
-  return jnp.sin(x) * w
+"""
 
-
-def f_fwd(x, w):
-  return f(x, w), (x, w)
-
-
-def f_bwd(res, g):
-{body}  return ({ret}), {{"g_norm": jnp.abs(g).sum()}}
-
-
-f.defvjp_with_logs(f_fwd, f_bwd)
-""",
+RULES = {
+    "custom_vjp": _CUSTOM_VJP,
+    "defvjp_with_logs": _CUSTOM_VJP.replace(   # the bwd returns (cotangents, logs)
+        "  return {ret}\n", '  return ({ret}), {{"g_norm": jnp.abs(g).sum()}}\n').replace(
+        "f.defvjp(", "f.defvjp_with_logs("),
     "custom_gradient": """\
 @jax.custom_gradient
 def f(x, w):
@@ -257,6 +246,16 @@ def {model}(x, w):
   return jax.checkpoint({f})(x, w)
 """,
 }
+
+CONTROL_FLOW = ("scan", "while_loop", "cond", "fori_loop", "switch", "map", "associative_scan")
+"""``jax.lax``'s control flow a rule can be called inside, which ``missing_contexts`` checks."""
+
+
+def missing_contexts() -> list[str]:
+  """``jax.lax`` control flow this JAX has that no context writes (``fori_loop`` lowers to
+  ``scan`` or ``while_loop``, ``switch`` to ``cond``, ``map`` to ``scan``: covered by those)."""
+  return [f"lax.{n}" for n in CONTROL_FLOW if hasattr(jax.lax, n) and n not in CONTEXTS]
+
 
 # ------------------------------------------------------------ the transformations
 

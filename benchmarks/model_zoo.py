@@ -37,9 +37,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
-import importlib.util
 import io
-import itertools
 import os
 import random
 import re
@@ -53,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jupyter_vjpviz as vv
+import module_files
 from jupyter_vjpviz.base import safety
 
 D, BATCH, VOCAB, CLASSES = 8, 8, 16, 4
@@ -408,18 +407,9 @@ class Program:
     return self.draft.factor and leaf_path(self.draft, *self.draft.factor)
 
 
-_loaded = itertools.count()
-
-
 def load(text: str, directory: str, stem: str):
   """``text`` written to ``directory/stem.py`` and imported as a fresh module."""
-  path = os.path.join(directory, f"{stem}.py")
-  with open(path, "w") as f:
-    f.write(text)
-  spec = importlib.util.spec_from_file_location(f"zoo_{stem}_{next(_loaded)}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return module_files.load(text, directory, stem, "zoo")
 
 
 def _input(seed: int):

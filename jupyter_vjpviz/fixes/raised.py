@@ -91,7 +91,25 @@ def _fitted_operands(rule, node: ast.BinOp, failed) -> list[Fix]:
       found.append(rule.fix(f"Fit the operands: {text}", [(node, text)],
                             f"{failed.asked} does not fit; {text} is {out.str_short()}",
                             exact=False))
-  return found
+  return found + _summed_product(rule, node, a, b, whole)
+
+
+def _summed_product(rule, node: ast.BinOp, a, b, whole: bool) -> list[Fix]:
+  """A matrix product of two operands of one shape where the gradient of a broadcast
+  parameter was meant: their elementwise product summed over the leading axes the
+  parameter was broadcast along, to the cotangent's type (``(sin(x) * g).sum(0)``)."""
+  want = rule.d.expected_aval
+  if not (isinstance(node.op, ast.MatMult) and whole and want is not None
+          and tuple(a.shape) == tuple(b.shape)):
+    return []
+  lead = len(a.shape) - len(want.shape)
+  if lead <= 0 or tuple(a.shape[lead:]) != tuple(want.shape):
+    return []
+  axes = lead - 1 if lead == 1 else tuple(range(lead))
+  text = f"({exprs.paren(rule.src, node.left)} * {exprs.paren(rule.src, node.right)}).sum({axes})"
+  return [rule.fix(f"Multiply elementwise and sum: {text}", [(node, text)],
+                   f"{want.str_short()} is the shape of the trailing axes: a parameter broadcast "
+                   "along the leading ones, whose gradient sums the elementwise product", exact=False)]
 
 
 _OPS = {ast.MatMult: ("@", operator.matmul), ast.Add: ("+", operator.add),
