@@ -20,26 +20,28 @@ import jupyter_vjpviz as vv
 from graph_scale import inputs, model
 
 
-def median_time(fn, repeats: int) -> float:
+def median_time(fn, repeats: int, clock=time.perf_counter) -> float:
   times = []
   for _ in range(repeats):
-    t0 = time.perf_counter()
+    t0 = clock()
     jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
+    times.append(clock() - t0)
   return statistics.median(times)
 
 
-def measure(fn, repeats: int, rounds: int = 9) -> tuple[float, float, float]:
+def measure(fn, repeats: int, rounds: int = 9, clock=time.perf_counter,
+            warm: int = 1) -> tuple[float, float, float]:
   """Interleaved off/on rounds, so drift on a shared machine hits both alike:
-  median off and on times, and the median of the per-round on/off ratios."""
+  median off and on times, and the median of the per-round on/off ratios. ``clock``:
+  ``time.process_time`` for this process's CPU time (steadier beside a neighbour's load);
+  ``warm``: calls after each toggle outside the timing ((un)install clears JAX's caches)."""
   off, on = [], []
   for _ in range(rounds):
-    vv.uninstall()
-    fn()                       # (un)install clears JAX's caches: re-trace outside the timing
-    off.append(median_time(fn, repeats))
-    vv.install()
-    fn()
-    on.append(median_time(fn, repeats))
+    for toggle, times in ((vv.uninstall, off), (vv.install, on)):
+      toggle()
+      for _ in range(warm):
+        fn()
+      times.append(median_time(fn, repeats, clock))
   vv.uninstall()
   ratios = [b / a for a, b in zip(off, on)]
   return statistics.median(off), statistics.median(on), statistics.median(ratios)

@@ -61,24 +61,27 @@ def _compile_cache() -> None:
 
 
 def hook_eager(full: bool):
-  """Hook on / off: eager jax.grad of a 12-layer stack with 12 custom_vjp rules."""
+  """Hook on / off, CPU time (a neighbour's load stretches wall time unevenly; the hook's
+  cost is this process's work): eager jax.grad of a 12-layer stack with 12 custom_vjp rules."""
   import hook_overhead
   _compile_cache()
   from graph_scale import inputs, model
   dims = {} if full else dict(seq=16, d_model=64, ffn=128)
   loss, (params, x) = model(12, bad_layer=None), inputs(12, **dims)
   grad = jax.grad(loss)
-  return hook_overhead.measure(lambda: grad(params, x), repeats=5 if full else 3, rounds=15 if full else 5)
+  return hook_overhead.measure(lambda: grad(params, x), 5 if full else 3, 15 if full else 7,
+                               time.process_time, warm=2)
 
 
 def hook_jit(full: bool):
-  """Hook on / off: a cached jit(grad) call of the same stack."""
+  """Hook on / off, CPU time: a cached jit(grad) call of the same stack."""
   import hook_overhead
   _compile_cache()
   from graph_scale import inputs, model
   dims = {} if full else dict(seq=16, d_model=64, ffn=128)
   jitted, (params, x) = jax.jit(jax.grad(model(12, bad_layer=None))), inputs(12, **dims)
-  return hook_overhead.measure(lambda: jitted(params, x), repeats=30, rounds=7 if full else 4)
+  return hook_overhead.measure(lambda: jitted(params, x), 30, 7 if full else 5, time.process_time,
+                               warm=2)
 
 
 def diagnosis(full: bool):
