@@ -25,20 +25,15 @@ KNOWN_COVERED = (
     programs.Cell("defvjp(symbolic_zeros=True)", "grad", "eager", "shape"),
     programs.Cell("defvjp(symbolic_zeros=True)", "grad", "eager", "raises"),
     programs.Cell("hijax", "vjp", "scan", "dtype"),
+    programs.Cell("defvjp_with_logs", "grad", "scan", "shape"),   # fixes keep (cts, logs)
 )
 """Cells diagnosed with a right first fix: a regression here is a capability lost."""
-
-
-PENDING = {"defvjp_with_logs": programs.Cell("defvjp_with_logs", "grad", "scan", "shape")}
-"""Rule APIs whose first fix is known wrong as registered (issue 45 item 3: the fix drops
-``defvjp_with_logs``'s ``(cotangents, logs)`` return), each with a cell that shows it; held
-to the invariant by ``test_pending_fixes_are_still_wrong`` instead, until it is fixed."""
 
 
 @pytest.fixture(scope="module")
 def rows():
   every = programs.cells()
-  known = [c for c in (*KNOWN_COVERED, *PENDING.values()) if c in every]
+  known = [c for c in KNOWN_COVERED if c in every]
   sampled = [c for c in matrix.sample(every, SAMPLE, SEED) if c not in known]
   return {r["cell"]: r for r in matrix.run_all(known + sampled, jobs=1)}, known
 
@@ -52,20 +47,13 @@ def test_no_internal_error_line(rows):
 
 
 def test_never_verified_but_wrong(rows):
-  assert [(c, r["first_fix"], r["why"]) for c, r in rows[0].items()
-          if r["verified_wrong"] and r["api"] not in PENDING] == []
-
-
-@pytest.mark.xfail(strict=True, reason="issue 45 item 3 (h45a): a defvjp_with_logs fix must "
-                   "keep its (cotangents, logs) return; when this passes, empty PENDING")
-def test_pending_fixes_are_still_wrong(rows):
-  assert [c.stem for c in PENDING.values() if rows[0][c.stem]["verified_wrong"]] == []
+  assert [(c, r["first_fix"], r["why"]) for c, r in rows[0].items() if r["verified_wrong"]] == []
 
 
 def test_known_covered_cells_stay_covered(rows):
   found, known = rows
   lost = [(c.stem, found[c.stem]["kind"], found[c.stem]["headline"], found[c.stem]["why"])
-          for c in known if c in KNOWN_COVERED and not ((found[c.stem]["diagnosed"] or found[c.stem]["warned"])
+          for c in known if not ((found[c.stem]["diagnosed"] or found[c.stem]["warned"])
                                  and found[c.stem]["fix_right"])]
   assert lost == []
 

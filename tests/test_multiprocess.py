@@ -278,7 +278,7 @@ searched._nonfinite = broken
 internal = vv.nans(loss, w, x)
 searched._nonfinite = search
 unchecked = [[copy.got, copy.detail], [internal.got, internal.detail],
-             [report.judged, report.note]]
+             [report.judged, report.unchecked and report.unchecked.reason]]
 """
 MESH_SQRT_LINE = (PRELUDE + ON_MESH).splitlines().index(
     "  return jnp.mean(jnp.sqrt(jnp.sum((x @ w) ** 2, axis=1)))") + 1
