@@ -620,8 +620,14 @@ def cotangents_of(user_rules, bwd):
 def registration_problems(site, user_rules, fwd, bwd) -> list[str]:
   """JAX's own objection to ``fwd``/``bwd`` registered as the user registered theirs,
   differentiated abstractly at the site's types (empty: none): what pasting them meets.
-  A jax.custom_vjp's only, outside shard_map (a mesh's rules are judged on it, by value)."""
+  A jax.custom_vjp's only, outside shard_map (a mesh's rules are judged on it, by value),
+  and only where the registration is not plain ``defvjp``: a plain one is the registration
+  the oracle already runs the candidate under (and an abstract run of it can fail where the
+  concrete one does not: a pytree validating its leaves, on JAX before 0.10)."""
   if not isinstance(getattr(user_rules, "custom_vjp", None), cd.custom_vjp) or site.mesh is not None:
+    return []
+  method, options = registration(user_rules)
+  if method == "defvjp" and not any(options.values()):
     return []
   edited = clone(user_rules, fwd, bwd)
   argnums = custom_rules.perturbed_args(site)   # as ``recheck`` differentiates the call
