@@ -19,8 +19,17 @@ test('vv.watch(step, flow=True): the backward flow from the loss to the input', 
   const links = flow.locator('.jp-Vjpviz-flowLink');
   await expect(links).toHaveCount(5, { timeout: 30000 });
   const slider = flow.locator('input.jp-Vjpviz-flowStep');
-  await slider.fill('5');
-  await expect(flow.locator('.jp-Vjpviz-flowStepLabel')).toHaveText(' step 5');
+  // The watch's last pushes may still be arriving (the slider's range grows with them):
+  // set step 5 until it holds.
+  await expect(async () => {
+    await slider.fill('5');
+    await expect(flow.locator('.jp-Vjpviz-flowStepLabel')).toHaveText(
+      ' step 5',
+      {
+        timeout: 1000
+      }
+    );
+  }).toPass({ timeout: 30000 });
   const shown = await links.evaluateAll(lis =>
     lis.map(li => [
       li.querySelector('.jp-Vjpviz-flowBlock')?.textContent ?? li.textContent,
