@@ -20,7 +20,8 @@ Each cell is a module written by ``capability_programs`` (a rule made wrong for 
         [--jobs N] [--sample N --seed S] [--markdown] [--uncovered] [--json rows.json]
 
 ``--markdown`` prints the table for docs/benchmarks.md, ``--uncovered`` the raising cells
-not diagnosed, for docs/jax-versions.md; ``--from rows.json`` re-renders saved rows.
+not diagnosed, ``--coverage docs/jax-versions.md`` writes the transformation-by-API table
+there (``no`` where a raising cell is not diagnosed); ``--from rows.json`` re-renders saved rows.
 """
 from __future__ import annotations
 
@@ -318,6 +319,50 @@ def uncovered(rows: list[dict]) -> list[str]:
   return [f"- {api} under `{t}`, {d}: {', '.join(cs)}" for (api, t, d), cs in sorted(missed.items())]
 
 
+COVERAGE = ("<!-- capability-matrix: benchmarks/capability_matrix.py --coverage -->",
+            "<!-- /capability-matrix -->")
+
+
+def coverage_cell(rows: list[dict]) -> str:
+  """One (transformation, rule API) entry: ``yes`` when every cell where JAX raises on the
+  wrong rule is diagnosed, else ``no`` with the defects and contexts missed; ``JAX refuses``
+  when JAX raises with the rule right in every context, ``JAX silent`` when it never raises."""
+  raising = [r for r in rows if r["raises"] and not r["refused"]]
+  if not raising:
+    return "JAX refuses" if all(r["refused"] for r in rows) else "JAX silent"
+  missed = collections.defaultdict(list)
+  for r in raising:
+    if not r["diagnosed"]:
+      missed[r["defect"]].append(r["context"])
+  if not missed:
+    return "yes"
+  return "no: " + "; ".join(f"{d} ({', '.join(cs)})" for d, cs in sorted(missed.items()))
+
+
+def coverage_table(rows: list[dict]) -> str:
+  """Markdown, transformation by rule API: which raising cells vjpviz diagnoses."""
+  apis = list(dict.fromkeys(r["api"] for r in rows))
+  transforms = list(dict.fromkeys(r["transform"] for r in rows))
+  groups = collections.defaultdict(list)
+  for r in rows:
+    groups[(r["transform"], r["api"])].append(r)
+  lines = ["| transformation | " + " | ".join(f"`{a}`" for a in apis) + " |",
+           "|---" * (len(apis) + 1) + "|"]
+  for t in transforms:
+    cells = [coverage_cell(groups[(t, a)]) if groups[(t, a)] else "not run" for a in apis]
+    lines.append(f"| `{t}` | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def write_coverage(rows: list[dict], path: str) -> None:
+  """Replace the table between ``COVERAGE``'s markers in ``path``."""
+  with open(path) as f:
+    text = f.read()
+  start, end = text.index(COVERAGE[0]) + len(COVERAGE[0]), text.index(COVERAGE[1])
+  with open(path, "w") as f:
+    f.write(text[:start] + "\n" + coverage_table(rows) + "\n" + text[end:])
+
+
 def report(rows: list[dict], markdown: bool, show_uncovered: bool, out=print):
   by = lambda *fields: (lambda r: tuple(r[f] for f in fields))
   for line in table_lines(rows, by("transform", "defect"), "transformation / defect", markdown):
@@ -348,6 +393,8 @@ def main(argv=None):
   parser.add_argument("--uncovered", action="store_true")
   parser.add_argument("--json", help="write the rows here")
   parser.add_argument("--from", dest="rows", help="re-render rows written by --json")
+  parser.add_argument("--coverage", metavar="FILE",
+                      help="write the transformation-by-API coverage table into FILE's markers")
   opts = parser.parse_args(argv)
   t0 = time.perf_counter()
   if opts.rows:
@@ -367,6 +414,8 @@ def main(argv=None):
           f"differentiation API not in the matrix: {', '.join(programs.missing_transforms()) or 'none'}; "
           f"control flow not in it: {', '.join(programs.missing_contexts()) or 'none'}")
   report(rows, opts.markdown, opts.uncovered)
+  if opts.coverage:
+    write_coverage(rows, opts.coverage)
   print(f"\n({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
 
