@@ -157,6 +157,27 @@ def test_a_rewrite_that_changes_the_model_is_never_verified(tmp_path):
   assert why.startswith("its gradient differs from central differences"), why
 
 
+def test_a_rewrite_that_changes_an_overflowed_forward_is_never_verified(tmp_path):
+  """Where the original's forward overflowed (inf in float32, finite in float64), a rewrite
+  with the right gradient but another value (a logsumexp that drops the max it took out)
+  changes the loss: the float64 forward is the reference there, not an all-clear."""
+  mod, path = module(tmp_path, """
+      def loss(w, x):
+          z = (x @ w) * 100.
+          lse = jnp.log(jnp.sum(jnp.exp(z), 1))
+          return lse.sum()
+  """)
+  w, x = jnp.ones((3, 3)), jnp.ones((4, 3))
+  assert not np.isfinite(float(mod.loss(w, x)))
+  dropped = ("lse = jnp.log(jnp.sum(jnp.exp(z - jax.lax.stop_gradient(z.max(1, keepdims=True))), 1))")
+  why = pasted.judge(mod.loss, pasted.pasted(mod.loss, line_of(path, "jnp.log("), dropped), (w, x), {}, (0,))
+  assert why is not None and why.startswith("it changes the forward values"), why
+  kept = ("m = jax.lax.stop_gradient(z.max(1, keepdims=True)); "
+          "lse = jnp.log(jnp.sum(jnp.exp(z - m), 1)) + m[:, 0]")
+  why = pasted.judge(mod.loss, pasted.pasted(mod.loss, line_of(path, "jnp.log("), kept), (w, x), {}, (0,))
+  assert why is None, why
+
+
 def test_a_line_that_cannot_be_rewritten_gets_no_verified_pattern(tmp_path):
   """A lambda (no line of its own to paste at): the pattern shown is unverifiable."""
   mod, _ = module(tmp_path, "loss = lambda w, x: jnp.sqrt(jnp.sum((x @ w) ** 2, 1)).sum()\n")

@@ -378,8 +378,8 @@ def judge(fun, fixed, args: tuple, kwargs: dict, nums: tuple, finite=None) -> st
   with replay.replaying():
     before, after = _run(fun, args, kwargs), _run(fixed, args, kwargs)
     changed = _forward_changed(before, after)
-    if changed and not _forward_changed(_in_float64(fun, args, kwargs), after):
-      changed = None    # the original's own values, where its precision rounded them off
+    if changed or not _all_finite(before):
+      changed = _against_float64(_in_float64(fun, args, kwargs), after, changed)
     if changed:
       return changed
     grads = pull_ones(replay.bounded(fixed), args, nums, kwargs)
@@ -441,6 +441,16 @@ def _in_float64(fun, args, kwargs):
     raise
   except Exception:  # noqa: BLE001 - a program that does not run in float64 has no such reference
     return None
+
+
+def _against_float64(before64, after, changed: str | None) -> str | None:
+  """The forward check against the original computed in float64: it excuses a change
+  where the original's own precision rounded its values off, and it judges the values
+  the original lost to overflow (non-finite in its precision, finite in float64), which
+  the check against it alone skips: a rewrite must keep those too."""
+  if before64 is None:
+    return changed
+  return _forward_changed(before64, after)
 
 
 def _inexact(x) -> bool:
