@@ -1,7 +1,8 @@
 // vv.watch(step, flow=True) in the panel (issue 49): a watched plain-JAX stack whose
 // third layer's backward goes NaN at step 5. The chain runs from the loss to the input;
 // at step 5 (the slider) the first two blocks' cotangents are marked non-finite and the
-// last two are not, as the cell's print says; its screenshot is the README's picture.
+// last two are not, as the cell's print says, and the events are listed per block under
+// the norm plot; its screenshot is the README's picture.
 import { expect, test } from './vjpviz';
 
 test('vv.watch(step, flow=True): the backward flow from the loss to the input', async ({
@@ -43,6 +44,28 @@ test('vv.watch(step, flow=True): the backward flow from the loss to the input', 
     ["['layers'][1]", true],
     ["['layers'][0]", true]
   ]);
+  // Under the norm plot, the events per block: each of the first three layers' gradient
+  // non-finite at step 5 (the kernel's), and the output cotangents of the first two
+  // blocks non-finite at step 5 (the flow's); the last layer has none.
+  const series = vv.panel.locator('.jp-Vjpviz-watchSeries').first();
+  const perBlock = await series
+    .locator('.jp-Vjpviz-watchBlockEvents')
+    .evaluateAll(parts =>
+      parts.map(part => [
+        part.querySelector('.jp-Vjpviz-watchBlockName')?.textContent,
+        Array.from(part.querySelectorAll('li'), li =>
+          li.className.replace('jp-Vjpviz-watchEvent jp-mod-', '')
+        )
+      ])
+    );
+  expect(perBlock).toEqual([
+    ["['layers'][0]", ['first_nonfinite', 'cotangent_nonfinite']],
+    ["['layers'][1]", ['first_nonfinite', 'cotangent_nonfinite']],
+    ["['layers'][2]", ['first_nonfinite']]
+  ]);
+  await expect(
+    series.locator('.jp-Vjpviz-watchEvent.jp-mod-cotangent_nonfinite').first()
+  ).toHaveText("step 5: ['layers'][0]'s output cotangent went non-finite");
   await slider.fill('4'); // the step before: every block finite
   await expect(
     flow.locator('.jp-Vjpviz-flowLink.jp-mod-nonfinite')
