@@ -6,7 +6,7 @@ through (an ``nnx.jit`` step jitted again by ``nnx.jit``: its modules are update
 their leaves named as the user reaches them, ``.layers[2].kernel``): the
 first gradient it takes is reduced inside the same jitted computation to one small
 float32[leaves] array (each leaf's squared norm: zero, finite or not), returned beside the
-step's own outputs; every ``BATCH`` steps' are stacked and copied to the host
+step's own outputs; every ``watch_record.BATCH`` steps' are stacked and copied to the host
 asynchronously (per-step copies cost a dispatch-bound step ~0.1 ms each): no other
 transfer, no second computation. Reading ``steps`` (or printing) waits for the rest.
 
@@ -30,7 +30,8 @@ a TPU even when its branch is not taken: benchmarks/watch_overhead.py).
 In a ``jax.distributed`` job only process 0 keeps the series; every process reads its
 last call's health as ``_promote`` does (ready, until the first non-finite one) and, at a
 non-finite one, checks its own shards of that call's sharded arrays and tells process 0
-which hold non-finite values (``_locate``): the event names that process.
+which hold non-finite values (``watch_shards.Shards.locate``): the event names that
+process.
 
 If vjpviz's instrumentation fails (making the compiled step, tracing it with our
 reductions, lowering it, or recording a call's row), the call runs the user's step as it
@@ -68,9 +69,9 @@ from .nans import nans as localise_nans
 from ..render.html import STYLE
 from ..analysis import watch_rows as rows
 from ..analysis.watch_rows import POINTS, BlockEvent, LeafEvents  # noqa: F401 - their home was here
-from ..analysis.watch_record import BATCH, EVENTS, LINES, Recording  # noqa: F401 - as POINTS
+from ..analysis.watch_record import Recording
 from ..analysis.watch_shards import Shards, deleted
-from ..analysis.values.watch_step import ARMED, KEEP_BYTES, WatchedStep  # noqa: F401 - as POINTS
+from ..analysis.values.watch_step import ARMED, WatchedStep
 from .grads import block_members
 
 STAYED = 3    # a leaf zero this many steps running is named as stuck
