@@ -44,24 +44,30 @@ test('vv.watch(step, flow=True): the backward flow from the loss to the input', 
     ["['layers'][1]", true],
     ["['layers'][0]", true]
   ]);
-  // Under the norm plot, the events per block: each of the first three layers' gradient
-  // non-finite at step 5 (the kernel's), and the output cotangents of the first two
-  // blocks non-finite at step 5 (the flow's); the last layer has none.
+  // Under the norm plot, the events per block (kind and step): the first three layers'
+  // gradients and the first two blocks' output cotangents non-finite at step 5; from step
+  // 6 on the parameters are NaN (step 5's update), so every other block's too.
   const series = vv.panel.locator('.jp-Vjpviz-watchSeries').first();
   const perBlock = await series
     .locator('.jp-Vjpviz-watchBlockEvents')
     .evaluateAll(parts =>
       parts.map(part => [
         part.querySelector('.jp-Vjpviz-watchBlockName')?.textContent,
-        Array.from(part.querySelectorAll('li'), li =>
-          li.className.replace('jp-Vjpviz-watchEvent jp-mod-', '')
-        )
+        Array.from(part.querySelectorAll('li'), li => [
+          li.className.replace('jp-Vjpviz-watchEvent jp-mod-', ''),
+          li.firstChild?.textContent?.match(/^step (\d+)/)?.[1]
+        ])
       ])
     );
+  const both = (gradient: string, cotangent: string) => [
+    ['first_nonfinite', gradient],
+    ['cotangent_nonfinite', cotangent]
+  ];
   expect(perBlock).toEqual([
-    ["['layers'][0]", ['first_nonfinite', 'cotangent_nonfinite']],
-    ["['layers'][1]", ['first_nonfinite', 'cotangent_nonfinite']],
-    ["['layers'][2]", ['first_nonfinite']]
+    ["['layers'][0]", both('5', '5')],
+    ["['layers'][1]", both('5', '5')],
+    ["['layers'][2]", both('5', '6')],
+    ["['layers'][3]", both('6', '6')]
   ]);
   await expect(
     series.locator('.jp-Vjpviz-watchEvent.jp-mod-cotangent_nonfinite').first()
