@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from kernel_helpers import validator
+
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.analysis import watch_record, watch_rows
 from jupyter_vjpviz.analysis.values import watch_step
@@ -52,7 +54,8 @@ def _unchecked_said(w, capsys, stage):
   assert missed is not None and stage in missed.reason and "injected" in missed.reason
   assert str(w).splitlines()[-1].strip() == str(missed) and "finite" not in str(w)
   assert w.events()[-1] is missed and w.flow()[-1] is missed
-  assert w.series()["unchecked"] == missed.reason
+  assert w.series()["unchecked"] == missed.reason   # what the panel says: could not check
+  validator("WatchSeries").validate(w.series())
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))

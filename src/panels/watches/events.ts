@@ -75,32 +75,27 @@ function flowEvents(series: WatchSeries): [string, IBlockEvent][] {
     return [];
   }
   const found: [string, IBlockEvent][] = [];
+  const first = (block: string, at: number, kind: string, what: string) => {
+    if (at >= 0) {
+      const step = series.points[at];
+      const text = `step ${step}: ${block}'s output cotangent ${what}`;
+      found.push([block, { step, kind, text }]);
+    }
+  };
   flow.blocks.forEach((block, k) => {
     const fractions = flow.finite_fraction[k] ?? [];
-    const bad = fractions.findIndex(f => f !== 1);
-    if (bad >= 0) {
-      const step = series.points[bad];
-      found.push([
-        block,
-        {
-          step,
-          kind: 'cotangent_nonfinite',
-          text: `step ${step}: ${block}'s output cotangent went non-finite`
-        }
-      ]);
-    }
-    const zero = (flow.norm[k] ?? []).findIndex(n => n === 0);
-    if (zero >= 0) {
-      const step = series.points[zero];
-      found.push([
-        block,
-        {
-          step,
-          kind: 'cotangent_zero',
-          text: `step ${step}: ${block}'s output cotangent vanished (all zero)`
-        }
-      ]);
-    }
+    first(
+      block,
+      fractions.findIndex(f => f !== 1),
+      'cotangent_nonfinite',
+      'went non-finite'
+    );
+    first(
+      block,
+      (flow.norm[k] ?? []).findIndex(n => n === 0),
+      'cotangent_zero',
+      'vanished (all zero)'
+    );
   });
   return found;
 }
