@@ -1,7 +1,8 @@
 """A watch's series: each step's row (its health array) kept on the device until ``BATCH``
 steps stack into one array copied to the host asynchronously (per-step copies cost a
 dispatch-bound step ~0.1 ms each), and what the rows say: the leaves' norms, the logs'
-summaries, the flow's columns, the events per leaf and block, the panel's WatchSeries.
+summaries, the flow's columns, the events per leaf and block, the panel's WatchSeries,
+the printed report.
 """
 from __future__ import annotations
 
@@ -139,3 +140,25 @@ class Recording:
                 ("mean", "min", "max"))}} for name, v in list(rows.logs_of(
                     s, len(step.paths), step.log_names).items())[:LINES]],
             **({"flow": step.flow.series(self.flow_cols(s)[points])} if step.flow_on else {})}
+
+  def text(self, s: np.ndarray, unchecked=None) -> str:
+    """What ``print(w)`` says of the rows ``s``: its events per block, else the all-clear
+    with the last step's norms (only while it checks: ``unchecked``, the ``Unchecked`` it
+    stopped at, says why not), the logs' last summaries, the flow's line."""
+    step, n = self.step, len(s)
+    lines = [f"vjpviz watch: {n} step(s), {len(step.paths)} gradient leaves"]
+    for e in self.block_events(s[:, :len(step.paths)]):
+      nans = f" (.nans({e.step}) finds where)" if e.kind == "first_nonfinite" else ""
+      lines.append(f"  {e.text(self.stayed)}{nans}")
+    if len(lines) == 1 and n and unchecked is None:
+      last = np.sqrt(s[-1, :len(step.paths)])
+      lines.append(f"  every leaf's gradient finite and non-zero; ‖g‖ last step "
+                   f"{float(last.min()):.3g} .. {float(last.max()):.3g}")
+    lines += [f"  log {name}, step {n - 1}: mean {v[-1, 0]:.4g}, min {v[-1, 1]:.4g}, "
+              f"max {v[-1, 2]:.4g}" for name, v in rows.logs_of(
+                  s, len(step.paths), step.log_names).items() if n]
+    if step.flow_on:
+      lines.append(f"  {step.flow.line(self.flow_cols(s), self.where)}")
+    if unchecked is not None:
+      lines.append(f"  {unchecked}")
+    return "\n".join(lines)

@@ -346,25 +346,10 @@ class Watched:
     return self._step.flow.first_nonfinite(self._flow_cols(), step)
 
   def __str__(self) -> str:
-    n = len(self.steps)
     if not self.recording:
       return (f"vjpviz watch: process {processes.index()} of a job: process 0 keeps the "
               "series of the global gradient's norms")
-    lines = [f"vjpviz watch: {n} step(s), {len(self.paths)} gradient leaves"]
-    for e in self.block_events():
-      nans = f" (.nans({e.step}) finds where)" if e.kind == "first_nonfinite" else ""
-      lines.append(f"  {e.text(self.stayed)}{nans}")
-    if len(lines) == 1 and n and self.unchecked is None:
-      last = self.norms[-1]
-      lines.append(f"  every leaf's gradient finite and non-zero; ‖g‖ last step "
-                   f"{float(last.min()):.3g} .. {float(last.max()):.3g}")
-    lines += [f"  log {name}, step {n - 1}: mean {v[-1, 0]:.4g}, min {v[-1, 1]:.4g}, "
-              f"max {v[-1, 2]:.4g}" for name, v in self.logs.items() if n]
-    if self._step.flow_on:
-      lines.append(f"  {self._step.flow.line(self._flow_cols(), self._shards.where)}")
-    if self.unchecked is not None:
-      lines.append(f"  {self.unchecked}")
-    return "\n".join(lines)
+    return self._record.text(self._every_row(), self.unchecked)
 
   def _repr_html_(self) -> str:
     return (f'<div class="vjpviz"><style>{STYLE}</style><pre>{html.escape(str(self))}</pre>'
