@@ -18,11 +18,10 @@ import jax.numpy as jnp
 import pytest
 
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.analysis import program
+from jupyter_vjpviz.analysis import program, watch_rows
 from jupyter_vjpviz.analysis.values import oracle, replay
 from jupyter_vjpviz.capture.sites import check_sites
 
-watch_module = importlib.import_module("jupyter_vjpviz.api.watch")
 
 
 @jax.custom_vjp
@@ -134,7 +133,7 @@ def _inject(monkeypatch, entry):
   elif entry == "gradcheck":  # the judge of each rule
     monkeypatch.setattr(oracle.Oracle, "of", boom)
   elif entry == "watch":      # the health each step computes beside its outputs
-    monkeypatch.setattr(watch_module, "_health", boom)
+    monkeypatch.setattr(watch_rows, "health", boom)
   else:                        # the program's graph: the diagnosis, the report, the search
     monkeypatch.setattr(program, "build", boom)
 
@@ -169,14 +168,9 @@ def _deleted(x):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("entry", sorted(ANSWERS))
-def test_no_entry_point_gives_an_all_clear_it_did_not_establish(hook, monkeypatch, request, entry,
-                                                                mode):
+def test_no_entry_point_gives_an_all_clear_it_did_not_establish(hook, monkeypatch, entry, mode):
   if (entry, mode) in SCOPE:
     pytest.skip(SCOPE[(entry, mode)])
-  if (entry, mode) == ("watch", "internal error"):   # no all-clear, but our error is raised
-    request.applymarker(pytest.mark.xfail(
-        strict=True, reason="vv.watch raises an error of its instrumented step into the user's "
-        "step (issue 49's watch flow: the plain step, the watch unchecked)"))
   ask, clear = ANSWERS[entry]
   fn, args = ASKED_OF.get(entry, clean), (W, X)
   if mode == "raises in our run":   # gradcheck runs a rule's primal, the user's program never does

@@ -2,7 +2,7 @@
 in-step reductions that make a row (a leaf's squared norm, a log's mean, min and max).
 
 Pure functions of numbers and paths, apart from the reductions (traced into the step):
-``api/watch.py`` keeps the state and the calls.
+``watch_record.py`` keeps the rows, ``api/watch.py`` the calls.
 """
 from __future__ import annotations
 

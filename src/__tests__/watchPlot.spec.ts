@@ -4,6 +4,7 @@ import { JSONObject } from '@lumino/coreutils';
 
 import { WatchSeries } from '../protocol';
 import { WatchPlot } from '../panels/watches/plot';
+import { blockEvents } from '../panels/watches/events';
 import {
   body,
   answerHistory,
@@ -141,11 +142,17 @@ describe('WatchPlot', () => {
     const items = Array.from(node.querySelectorAll('li'), li =>
       li.firstChild!.textContent!.trim()
     );
-    // One line per block and event, as the kernel words it.
+    // One line per event, as the kernel words it, under its block (in the lines' order).
     expect(items).toEqual([
-      `step 3: ${HOSTILE} (2 leaves): no gradient, for 3+ steps`,
-      "step 5: ['Dense_0']['kernel']: non-finite"
+      "step 5: ['Dense_0']['kernel']: non-finite",
+      `step 3: ${HOSTILE} (2 leaves): no gradient, for 3+ steps`
     ]);
+    const blocks = Array.from(
+      node.querySelectorAll('.jp-Vjpviz-watchBlockName'),
+      b => b.textContent
+    );
+    expect(blocks).toEqual(["['Dense_0']", HOSTILE]);
+    expect(node.querySelector('.jp-Vjpviz-watchUnchecked')).toBeNull();
     expect(node.querySelector('img')).toBeNull();
     expect(node.textContent).toContain(HOSTILE);
     expect(node.querySelectorAll('button.jp-Vjpviz-watchNans')).toHaveLength(1);
@@ -223,5 +230,145 @@ describe('WatchPlot', () => {
     const status = plot.node.querySelector('.jp-Vjpviz-watchNansStatus')!;
     expect(status.textContent).toContain('<b>x</b>');
     expect(status.querySelector('b')).toBeNull();
+  });
+});
+
+describe("the events per block under a watch's plot", () => {
+  // Two layers drawn as lines, the backward flow over them: layers[1]'s output
+  // cotangent goes non-finite at step 5, layers[0]'s vanishes from step 4.
+  const flowing = (): WatchSeries => ({
+    ...series(),
+    lines: [
+      { group: "['layers'][0]", norms: [1, 1, 1, 1, 0, null] },
+      { group: "['layers'][1]", norms: [1, 1, 1, 1, 1, null] }
+    ],
+    events: [
+      {
+        step: 5,
+        path: "['layers'][1]",
+        leaves: 2,
+        kind: 'first_nonfinite',
+        text: "step 5: ['layers'][1] (2 leaves): non-finite"
+      },
+      {
+        step: 4,
+        path: "['layers'][0]['w']",
+        leaves: 1,
+        kind: 'first_zero',
+        text: "step 4: ['layers'][0]['w']: no gradient"
+      }
+    ],
+    flow: {
+      blocks: ["['layers'][0]", "['layers'][1]", HOSTILE],
+      norm: [
+        [1, 1, 1, 1, 0, 0],
+        [2, 2, 2, 2, 2, null],
+        [3, 3, 3, 3, 3, 3]
+      ],
+      finite_fraction: [
+        [1, 1, 1, 1, 1, 1],
+        [1, 1, 1, 1, 1, 0.5],
+        [1, 1, 1, 1, 1, 1]
+      ],
+      note: null
+    }
+  });
+
+  it("files the kernel's and the flow's events under each block, in step order", () => {
+    const [nonfinite, zero] = flowing().events;
+    expect(blockEvents(flowing())).toEqual([
+      {
+        block: "['layers'][0]",
+        line: 0,
+        events: [
+          zero,
+          {
+            step: 4,
+            kind: 'cotangent_zero',
+            text: "step 4: ['layers'][0]'s output cotangent vanished (all zero)"
+          }
+        ]
+      },
+      {
+        block: "['layers'][1]",
+        line: 1,
+        events: [
+          nonfinite,
+          {
+            step: 5,
+            kind: 'cotangent_nonfinite',
+            text: "step 5: ['layers'][1]'s output cotangent went non-finite"
+          }
+        ]
+      }
+    ]);
+    // A flow that could not be tapped adds no event (and no all-clear: flow.ts says why).
+    const untapped = flowing();
+    untapped.flow = {
+      blocks: [],
+      norm: [],
+      finite_fraction: [],
+      note: 'no grad'
+    };
+    expect(blockEvents(untapped).map(b => b.events.length)).toEqual([1, 1]);
+  });
+
+  it('files an event under its own line, not one its path merely starts with', () => {
+    const tenth = "['layers'][10]['w']";
+    const s = {
+      ...flowing(),
+      flow: undefined,
+      events: [{ ...flowing().events[1], path: tenth, text: tenth }]
+    };
+    expect(blockEvents(s).map(b => [b.block, b.line])).toEqual([[tenth, null]]);
+  });
+
+  it('draws them under the plot and legend, each block under its colour', () => {
+    const { kernel, model } = modelOnKernel();
+    const plot = new WatchPlot(model.watches);
+    kernel.open(push(flowing()));
+    const section = plot.node.querySelector('.jp-Vjpviz-watchSeries')!;
+    const order = Array.from(section.children, c => c.className);
+    expect(order.indexOf('jp-Vjpviz-watchEvents')).toBe(
+      order.indexOf('jp-Vjpviz-watchLegend') + 1
+    );
+    const parts = Array.from(
+      section.querySelectorAll('.jp-Vjpviz-watchBlockEvents'),
+      part => [
+        part.querySelector('.jp-Vjpviz-watchBlockName')!.textContent,
+        part.querySelectorAll('.jp-Vjpviz-watchSwatch').length,
+        Array.from(part.querySelectorAll('li'), li => li.className)
+      ]
+    );
+    expect(parts).toEqual([
+      [
+        "['layers'][0]",
+        1,
+        [
+          'jp-Vjpviz-watchEvent jp-mod-first_zero',
+          'jp-Vjpviz-watchEvent jp-mod-cotangent_zero'
+        ]
+      ],
+      [
+        "['layers'][1]",
+        1,
+        [
+          'jp-Vjpviz-watchEvent jp-mod-first_nonfinite',
+          'jp-Vjpviz-watchEvent jp-mod-cotangent_nonfinite'
+        ]
+      ]
+    ]);
+    expect(section.querySelectorAll('button.jp-Vjpviz-watchNans')).toHaveLength(
+      1
+    );
+  });
+
+  it('says a watch that stopped checking could not check, and why', () => {
+    const { kernel, model } = modelOnKernel();
+    const plot = new WatchPlot(model.watches);
+    kernel.open(push({ ...series(), unchecked: 'could not trace <b>it</b>' }));
+    const note = plot.node.querySelector('.jp-Vjpviz-watchUnchecked')!;
+    expect(note.textContent).toBe('could not check: could not trace <b>it</b>');
+    expect(note.querySelector('b')).toBeNull();
   });
 });

@@ -1,7 +1,8 @@
 // vv.watch(step, flow=True) in the panel (issue 49): a watched plain-JAX stack whose
 // third layer's backward goes NaN at step 5. The chain runs from the loss to the input;
 // at step 5 (the slider) the first two blocks' cotangents are marked non-finite and the
-// last two are not, as the cell's print says; its screenshot is the README's picture.
+// last two are not, as the cell's print says, and the events are listed per block under
+// the norm plot; its screenshot is the README's picture.
 import { expect, test } from './vjpviz';
 
 test('vv.watch(step, flow=True): the backward flow from the loss to the input', async ({
@@ -43,6 +44,34 @@ test('vv.watch(step, flow=True): the backward flow from the loss to the input', 
     ["['layers'][1]", true],
     ["['layers'][0]", true]
   ]);
+  // Under the norm plot, the events per block (kind and step): the first three layers'
+  // gradients and the first two blocks' output cotangents non-finite at step 5; from step
+  // 6 on the parameters are NaN (step 5's update), so every other block's too.
+  const series = vv.panel.locator('.jp-Vjpviz-watchSeries').first();
+  const perBlock = await series
+    .locator('.jp-Vjpviz-watchBlockEvents')
+    .evaluateAll(parts =>
+      parts.map(part => [
+        part.querySelector('.jp-Vjpviz-watchBlockName')?.textContent,
+        Array.from(part.querySelectorAll('li'), li => [
+          li.className.replace('jp-Vjpviz-watchEvent jp-mod-', ''),
+          li.firstChild?.textContent?.match(/^step (\d+)/)?.[1]
+        ])
+      ])
+    );
+  const both = (gradient: string, cotangent: string) => [
+    ['first_nonfinite', gradient],
+    ['cotangent_nonfinite', cotangent]
+  ];
+  expect(perBlock).toEqual([
+    ["['layers'][0]", both('5', '5')],
+    ["['layers'][1]", both('5', '5')],
+    ["['layers'][2]", both('5', '6')],
+    ["['layers'][3]", both('6', '6')]
+  ]);
+  await expect(
+    series.locator('.jp-Vjpviz-watchEvent.jp-mod-cotangent_nonfinite').first()
+  ).toHaveText("step 5: ['layers'][0]'s output cotangent went non-finite");
   await slider.fill('4'); // the step before: every block finite
   await expect(
     flow.locator('.jp-Vjpviz-flowLink.jp-mod-nonfinite')

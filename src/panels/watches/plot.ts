@@ -1,16 +1,19 @@
 /**
  * vv.watch in the panel: each watch's gradient norms against its steps (one
- * line per layer, log scale), its events marked and listed, a non-finite one
- * with a button that runs vv.nans on that step in the kernel, and the gradient
- * logs the step returned (vv.watch(step, logs=...)) as a table of their last
- * drawn step, and the backward flow (vv.watch(step, flow=True), flow.ts). Drawn as SVG elements from numbers; every name (a pytree path, a
- * log's key) is set as text.
+ * line per layer, log scale), its events marked on the plot and listed per
+ * block under it (events.ts), a non-finite one with a button that runs vv.nans
+ * on that step in the kernel, the backward flow (vv.watch(step, flow=True),
+ * flow.ts), and the gradient logs the step returned (vv.watch(step, logs=...))
+ * as a table of their last drawn step; a watch that stopped checking says why.
+ * Drawn as SVG elements from numbers; every name (a pytree path, a log's key)
+ * is set as text.
  */
 import { Widget } from '@lumino/widgets';
 
 import { WatchSeries } from '../../protocol';
 import { label, svgElement as svg, titled } from '../../svgElements';
 import { IWatchesModel } from '../../tokens';
+import { blockEvents } from './events';
 import { flowView } from './flow';
 
 const WIDTH = 320;
@@ -63,32 +66,54 @@ export class WatchPlot extends Widget {
     refresh.textContent = 'Refresh';
     refresh.onclick = () => void this._model.refresh();
     h.append(' ', refresh);
+    section.append(h);
+    if (series.unchecked !== undefined) {
+      const note = document.createElement('p');
+      note.className = 'jp-Vjpviz-watchUnchecked';
+      note.textContent = `could not check: ${series.unchecked}`;
+      section.append(note);
+    }
     section.append(
-      h,
       plot(series),
       legend(series),
+      this._events(series),
       flowView(series, this._flowAt.get(series.id), at =>
         this._flowAt.set(series.id, at)
       ),
-      logs(series),
-      this._events(series)
+      logs(series)
     );
     return section;
   }
 
+  /**
+   * The events per block (events.ts), each block under its line's colour.
+   */
   private _events(series: WatchSeries): HTMLElement {
-    const list = document.createElement('ul');
-    list.className = 'jp-Vjpviz-watchEvents';
-    for (const e of series.events) {
-      const li = document.createElement('li');
-      li.className = `jp-Vjpviz-watchEvent jp-mod-${e.kind}`;
-      li.textContent = e.text; // the kernel words it (watch.py BlockEvent)
-      if (e.kind === 'first_nonfinite') {
-        li.append(' ', this._nansButton(series, e.step));
+    const node = document.createElement('div');
+    node.className = 'jp-Vjpviz-watchEvents';
+    for (const block of blockEvents(series)) {
+      const part = document.createElement('div');
+      part.className = 'jp-Vjpviz-watchBlockEvents';
+      const name = document.createElement('span');
+      name.className = 'jp-Vjpviz-watchBlockName';
+      if (block.line !== null) {
+        name.append(swatch(block.line));
       }
-      list.append(li);
+      name.append(block.block);
+      const list = document.createElement('ul');
+      for (const e of block.events) {
+        const li = document.createElement('li');
+        li.className = `jp-Vjpviz-watchEvent jp-mod-${e.kind}`;
+        li.textContent = e.text; // the kernel words it (watch.py BlockEvent)
+        if (e.kind === 'first_nonfinite') {
+          li.append(' ', this._nansButton(series, e.step));
+        }
+        list.append(li);
+      }
+      part.append(name, list);
+      node.append(part);
     }
-    return list;
+    return node;
   }
 
   private _nansButton(series: WatchSeries, step: number): HTMLElement {
@@ -255,11 +280,15 @@ function legend(series: WatchSeries): HTMLElement {
   series.lines.forEach((line, i) => {
     const item = document.createElement('span');
     item.className = 'jp-Vjpviz-watchLegendItem';
-    const swatch = document.createElement('span');
-    swatch.className = 'jp-Vjpviz-watchSwatch';
-    swatch.style.background = COLOURS[i % COLOURS.length];
-    item.append(swatch, line.group);
+    item.append(swatch(i), line.group);
     list.append(item);
   });
   return list;
+}
+
+function swatch(line: number): HTMLElement {
+  const node = document.createElement('span');
+  node.className = 'jp-Vjpviz-watchSwatch';
+  node.style.background = COLOURS[line % COLOURS.length];
+  return node;
 }
