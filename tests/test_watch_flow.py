@@ -257,3 +257,20 @@ def test_flow_off_leaves_the_row_as_it_was_and_a_step_without_blocks_says_so():
   assert plain.flow() == [] and plain.steps.shape == (1, 1)
   assert tapped.steps.shape == (1, 1) and np.allclose(plain.steps, tapped.steps)
   assert len(tapped.flow()) == 1 and tapped.flow()[0]["block"] == ""
+
+
+@pytest.mark.parametrize("extra", [[], [jnp.inf], [jnp.nan, -jnp.inf], [3e30]])
+def test_a_taps_summary_counts_exactly(extra):
+  """The tap's summary, inside a compiled function, equals JAX's own op-by-op counts:
+  zeros (and -0.0) and numbers of every size counted as what they are (a subnormal as
+  JAX's ``== 0`` on this backend counts it: XLA:CPU flushes it to zero), on the
+  vectorised path (all finite) and the exact one (non-finite, or a sum of squares that
+  overflows)."""
+  values = np.array([0.0, -0.0, 1e-45, -2.5, 1e-30, 7.0, 0.0, 1e15, *extra], np.float32)
+  x = jnp.asarray(np.resize(values, (5, 7)))
+  got = np.asarray(jax.jit(flow_taps.summary)(x))
+  want = np.asarray(x)
+  zeros = int(jnp.sum(x == 0))
+  assert 0 < zeros and got[2:] == pytest.approx([np.isfinite(want).sum(), zeros, want.size])
+  assert got[:2] == pytest.approx(
+      [float(jnp.sum(x * x)), float(jnp.abs(x).max())], rel=1e-5, nan_ok=True)

@@ -50,17 +50,20 @@ class Taps:
 
   def row(self, logs: dict) -> jax.Array:
     """float32[4 * blocks]: ``STATS`` per block, reduced in the step from its taps'
-    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan)."""
-    per = [[] for _ in self.blocks]
-    for key, b in self.keys:
-      per[b].append(logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY)))
-    cols = []
-    for found in per:   # every block has a tap (``Traced`` leaves out those without)
-      s = jnp.concatenate(found)
-      size = s[:, 4].sum()
-      cols.append(jnp.stack([jnp.sqrt(s[:, 0].sum()), s[:, 1].max(), s[:, 2].sum() / size,
-                             s[:, 3].sum() / size]))
-    return jnp.concatenate(cols) if cols else jnp.zeros(0, jnp.float32)
+    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan). One
+    stack of every summary and a few vector operations on it (XLA fuses them into a
+    handful of kernels), not a few per block: each kernel is a dispatch in the step."""
+    if not self.blocks:
+      return jnp.zeros(0, jnp.float32)
+    found = [logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY))
+             for key, _ in self.keys]
+    s = jnp.concatenate(found)   # float32[rows, 5]; each block has a tap (``Traced``)
+    owner = np.repeat([b for _, b in self.keys], [f.shape[0] for f in found])
+    of = (owner[None, :] == np.arange(len(self.blocks))[:, None])[:, :, None]  # [blocks, rows, 1]
+    sums = jnp.where(of, s[None], 0.0).sum(axis=1)   # a NaN stays in its own block
+    top = jnp.where(of[..., 0], s[None, :, 1], -jnp.inf).max(axis=1)
+    return jnp.stack([jnp.sqrt(sums[:, 0]), top, sums[:, 2] / sums[:, 4],
+                      sums[:, 3] / sums[:, 4]], axis=1).reshape(-1)
 
 
 Group = Callable[[list[str], list], list[tuple[str, list[int]]]]
