@@ -274,3 +274,78 @@ def test_a_taps_summary_counts_exactly(extra):
   assert 0 < zeros and got[2:] == pytest.approx([np.isfinite(want).sum(), zeros, want.size])
   assert got[:2] == pytest.approx(
       [float(jnp.sum(x * x)), float(jnp.abs(x).max())], rel=1e-5, nan_ok=True)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_stack_of_layers_under_lax_scan_has_a_row_per_layer(channel, reverse):
+  """A residual stack of four layers applied by lax.scan over stacked parameters (one
+  equation in the step): one block per layer, named by its slice (``['blocks'][2]``, in
+  the order the scan applies them), each row equal to jax.vjp of that layer, the scan
+  unrolled by hand; the summaries are made inside the scan's body, in the step."""
+  k = jax.random.split(KEY, 3)
+  params = {"embed": jax.random.normal(k[0], (5, 8)) / 3,
+            "blocks": {"w": jax.random.normal(k[1], (4, 8, 8)) / 3, "b": jnp.full((4, 8), 0.1)},
+            "head": jax.random.normal(k[2], (8, 2))}
+  layer = lambda w, b: (lambda h: jnp.tanh(h @ w + b) + h)
+
+  def forward(p, h):
+    h, _ = jax.lax.scan(lambda h, l: (layer(l["w"], l["b"])(h), None), h @ p["embed"],
+                        p["blocks"], reverse=reverse)
+    return h @ p["head"]
+
+  @jax.jit
+  def step(p):
+    loss, g = jax.value_and_grad(lambda p: _loss(forward(p, X)))(p)
+    return jax.tree_util.tree_map(lambda a, d: a - 0.1 * d, p, g), loss
+  order = [3, 2, 1, 0] if reverse else [0, 1, 2, 3]
+  w = watch(step, flow=True)
+  for t in range(2):
+    blocks = params["blocks"]
+    pieces = [lambda h, e=params["embed"]: h @ e,
+              *(layer(blocks["w"][i], blocks["b"][i]) for i in order),
+              lambda h, o=params["head"]: h @ o]
+    expected = _expected(pieces)
+    params, _ = w(params)
+    assert w.flow_note is None
+    _check(w.flow(), ["['embed']", *(f"['blocks'][{i}]" for i in order), "['head']"],
+           expected, t)
+
+
+def test_equinox_scan_over_layers_has_a_row_per_layer(channel):
+  """equinox's scan-over-layers pattern (a vmapped stack of Linear layers, partitioned
+  and applied by lax.scan): one row per layer (``.layers[i]``), each equal to jax.vjp of
+  that layer, the scan unrolled by hand."""
+  eqx = pytest.importorskip("equinox")
+
+  class Net(eqx.Module):
+    embed: eqx.nn.Linear
+    layers: eqx.nn.Linear
+    head: eqx.nn.Linear
+
+    def __init__(self, key):
+      k = jax.random.split(key, 3)
+      self.embed = eqx.nn.Linear(5, 8, key=k[0])
+      self.layers = eqx.filter_vmap(lambda k: eqx.nn.Linear(8, 8, key=k))(jax.random.split(k[1], 3))
+      self.head = eqx.nn.Linear(8, 2, key=k[2])
+
+    def __call__(self, x):
+      dynamic, static = eqx.partition(self.layers, eqx.is_array)
+
+      def body(h, d):
+        return jax.nn.relu(eqx.combine(d, static)(h)), None
+      h, _ = jax.lax.scan(body, self.embed(x), dynamic)
+      return self.head(h)
+
+  @eqx.filter_jit
+  def step(model):
+    loss, g = eqx.filter_value_and_grad(lambda m: _loss(jax.vmap(m)(X)))(model)
+    return jax.tree_util.tree_map(lambda p, d: p - 1e-2 * d, model, g), loss
+  model = Net(KEY)
+  w = watch(step, flow=True)
+  for t in range(2):
+    one = lambda i, m=model: jax.tree_util.tree_map(lambda a: a[i], m.layers)
+    expected = _expected([jax.vmap(model.embed), *(jax.vmap(_relu_of(one(i))) for i in range(3)),
+                          jax.vmap(model.head)])
+    model, _ = w(model)
+    assert w.flow_note is None
+    _check(w.flow(), [".embed", *(f".layers[{i}]" for i in range(3)), ".head"], expected, t)
