@@ -349,3 +349,89 @@ def test_equinox_scan_over_layers_has_a_row_per_layer(channel):
     model, _ = w(model)
     assert w.flow_note is None
     _check(w.flow(), [".embed", *(f".layers[{i}]" for i in range(3)), ".head"], expected, t)
+
+
+def _linen_scanned():
+  """(step, model, its layers by hand, blocks): flax linen's nn.scan over three Dense
+  layers, its parameters stacked (variable_axes)."""
+  nn = pytest.importorskip("flax.linen")
+
+  class Block(nn.Module):
+    @nn.compact
+    def __call__(self, h, _):
+      return nn.relu(nn.Dense(8)(h)), None
+
+  class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      h = nn.Dense(8)(x)
+      h, _ = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True},
+                     length=3)()(h, None)
+      return nn.Dense(2)(h)
+  net = Net()
+
+  @jax.jit
+  def step(p):
+    return jax.value_and_grad(lambda p: _loss(net.apply(p, X)))(p)
+
+  def pieces(params):
+    p = params["params"]
+    dense = lambda d: (lambda h: h @ d["kernel"] + d["bias"])
+    stack = p["ScanBlock_0"]["Dense_0"]
+    return [dense(p["Dense_0"]),
+            *(_relu_of(dense(jax.tree_util.tree_map(lambda a: a[i], stack))) for i in range(3)),
+            dense(p["Dense_1"])]
+  blocks = ["Net/Dense_0", *(f"Net/ScanBlock_0[{i}]" for i in range(3)), "Net/Dense_1"]
+  return step, net.init(jax.random.key(1), X), pieces, blocks
+
+
+def _nnx_scanned():
+  """The same with flax nnx: layers made by nnx.vmap, applied by nnx.scan."""
+  nnx = pytest.importorskip("flax.nnx")
+
+  class Block(nnx.Module):
+    def __init__(self, rngs):
+      self.lin = nnx.Linear(8, 8, rngs=rngs)
+
+    def __call__(self, h):
+      return nnx.relu(self.lin(h))
+
+  class Net(nnx.Module):
+    def __init__(self, rngs):
+      self.embed = nnx.Linear(5, 8, rngs=rngs)
+
+      @nnx.split_rngs(splits=3)
+      @nnx.vmap(in_axes=(0,), out_axes=0)
+      def make(rngs):
+        return Block(rngs)
+      self.blocks = make(rngs)
+      self.head = nnx.Linear(8, 2, rngs=rngs)
+
+    def __call__(self, x):
+      @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+      def body(h, block):
+        return block(h)
+      return self.head(body(self.embed(x), self.blocks))
+
+  @nnx.jit
+  def step(model):
+    return nnx.value_and_grad(lambda m: _loss(m(X)))(model)
+
+  def pieces(model):
+    lin = model.blocks.lin
+    layer = lambda i: (lambda h: jax.nn.relu(h @ lin.kernel[...][i] + lin.bias[...][i]))
+    return [nnx.clone(model.embed), *(layer(i) for i in range(3)), nnx.clone(model.head)]
+  blocks = [".embed", *(f".blocks[{i}]" for i in range(3)), ".head"]
+  return step, Net(nnx.Rngs(0)), pieces, blocks
+
+
+@pytest.mark.parametrize("make", [_linen_scanned, _nnx_scanned], ids=["linen", "nnx"])
+def test_flax_scanned_layers_have_a_row_each(make, channel):
+  """flax's own scans over layers (linen nn.scan, nnx.scan of an nnx.vmap-made stack):
+  one row per layer, equal to jax.vjp of each layer with the scan unrolled by hand."""
+  step, model, pieces, blocks = make()
+  expected = _expected(pieces(model))
+  w = watch(step, flow=True)
+  w(model)
+  assert w.flow_note is None
+  _check(w.flow(), blocks, expected)

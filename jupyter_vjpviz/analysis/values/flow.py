@@ -135,7 +135,7 @@ class Traced:
     layer scan's, one per layer), each tap's key, and where its rows go."""
     blocks: list[str] = []
     at: dict = {}           # block -> its index; a layer scan -> its first layer's
-    for b in sorted({b for _, b in outputs} | {b for _, b, _, _, _ in scans}):
+    for b in sorted({b for _, b in outputs} | {b for _, b, *_ in scans}):
       if any(c == b for _, c in outputs):
         at[b] = len(blocks)
         blocks.append(names[b])
@@ -143,7 +143,8 @@ class Traced:
         if c == b:
           at[i, "scan"] = len(blocks)
           order = range(length)[::-1] if reverse else range(length)   # as applied
-          blocks += [f"{names[b]}[{t}]" for t in order]
+          name = _layer_name(names[b], self.plan[i][0])
+          blocks += [f"{name}[{t}]" for t in order]
     keys = []
     for n, (r, b) in enumerate(outputs):
       self.keys[r] = f"{n}"
@@ -356,6 +357,18 @@ def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> tuple[list, list]:
   inside = {i for i, *_ in scans}
   return (sorted(((r, b) for r, b in found.items() if made[r] not in inside),
                  key=lambda rb: made[rb[0]]), scans)
+
+
+def _layer_name(block: str, eqn) -> str:
+  """A layer scan's layers' name: its block's; below a named scope (flax linen's, where
+  the scan equation is the first to read the stacked parameters), the scope its body
+  reads them in (``Net/ScanBlock_0``, not ``Net``)."""
+  if block.startswith((".", "[", "args[")):   # a path: the stacked parameters' own
+    return block
+  n_consts, n_carry, _ = scan_groups(eqn)
+  inner = [scope.split("/")[0] for scope, _ in
+           reading_scopes(next(iter(sub_jaxprs(eqn))))[n_consts + n_carry:] if scope]
+  return f"{block}/{inner[0]}" if inner and len(set(inner)) == 1 else block
 
 
 def _layer_scans(plan, of: Callable) -> list:
