@@ -276,6 +276,18 @@ def test_a_taps_summary_counts_exactly(extra):
       [float(jnp.sum(x * x)), float(jnp.abs(x).max())], rel=1e-5, nan_ok=True)
 
 
+def test_the_nonzero_indicator_is_xlas_own_on_every_exponent():
+  """The tap's fused nonzero indicator equals XLA's ``x != 0`` on float32 numbers of
+  every exponent (both signs, subnormals, the largest finite), compiled as in a step."""
+  bits = np.concatenate([np.arange(0, 0x7F800000, 99991, dtype=np.uint32),
+                         np.arange(0, 2048, dtype=np.uint32), np.arange(
+                             0x00800000 - 1024, 0x00800000 + 1024, dtype=np.uint32),
+                         np.array([0x7F7FFFFF], np.uint32)])
+  x = jnp.asarray(np.concatenate([bits.view(np.float32), -bits.view(np.float32)]))
+  got, want = jax.jit(lambda x: (flow_taps._nonzero(x), x != 0))(x)
+  assert np.array_equal(np.asarray(got), np.asarray(want).astype(np.float32))
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 def test_a_stack_of_layers_under_lax_scan_has_a_row_per_layer(channel, reverse):
   """A residual stack of four layers applied by lax.scan over stacked parameters (one

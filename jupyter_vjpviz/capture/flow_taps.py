@@ -26,23 +26,30 @@ the element count."""
 
 def summary(ct) -> jax.Array:
   """float32[5]: ``SUMMARY`` of ``ct``, in three sum/max reductions of elementwise
-  arithmetic that XLA:CPU runs vectorised, each fused with its operand (no copy of the
-  cotangent): the sum of squares, max |.|, and the nonzero count as the sum of
-  ``ceil(min(|x|, 1))`` (exactly 1 for every nonzero finite x, 0 for zero). That count
-  and "all finite" hold where the sum of squares is finite; where it is not, the exact
-  counts come from ``_counts`` instead, under a ``cond`` that runs only then (a subnormal
-  counts as XLA:CPU's ``== 0`` counts it: flushed to zero). Not one
-  variadic ``lax.reduce`` for all four: a single read in XLA's cost model, but XLA:CPU
-  runs it unvectorised, 30x slower per element (benchmarks/watch_overhead.py --flow);
-  not ``x == 0`` summed: XLA:CPU writes the mask out and reads it again."""
+  arithmetic that XLA:CPU runs vectorised, each fused with its read of the cotangent (no
+  copy written): the sum of squares, max |.|, and the nonzero count as the sum of
+  ``nonzero``. That count and "all finite" hold where the sum of squares is finite;
+  where it is not, the exact counts come from ``_counts``, under a ``cond`` that runs
+  only then. Not one variadic ``lax.reduce`` for all four: one read in XLA's cost model,
+  but XLA:CPU runs it unvectorised, ~30x slower per element than a sum; not ``x == 0``
+  summed: XLA:CPU writes the mask out and reads it again (benchmarks/watch_overhead.py
+  --flow, docs/benchmarks.md)."""
   x = ct.astype(jnp.float32)
   sumsq = jnp.sum(x * x)
-  # max(x, -x), not abs: a second abs would be shared with max |.|'s, and written out
-  nonzero = jnp.sum(jnp.ceil(jnp.minimum(jnp.maximum(x, -x), 1.0)))
+  nonzero = jnp.sum(_nonzero(x))
   counts = jax.lax.cond(jnp.isfinite(sumsq),
                         lambda: jnp.stack([jnp.float32(x.size), x.size - nonzero]),
                         lambda: _counts(x))
   return jnp.stack([sumsq, jnp.max(jnp.abs(x)), counts[0], counts[1], jnp.float32(x.size)])
+
+
+def _nonzero(x) -> jax.Array:
+  """1 where finite ``x`` is nonzero, else 0, as XLA's ``x != 0`` says (a subnormal is
+  zero where the backend flushes it), in arithmetic a reduction fuses: tanh keeps every
+  positive number positive, at most 1 (ceil: 1), and has no constant operand (a constant
+  is an array XLA:CPU broadcasts and reads beside x). ``max(x, -x)``, not abs: a second
+  abs would be shared with max |.|'s, and written out."""
+  return jnp.ceil(jnp.tanh(jnp.maximum(x, -x)))
 
 
 def _counts(x) -> jax.Array:
