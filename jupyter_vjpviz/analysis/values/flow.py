@@ -3,7 +3,8 @@
 The function a step differentiates is traced once to a jaxpr, its calls (jit) inlined,
 and run again equation by equation under the user's own ``jax.grad``, a tap
 (``capture.flow_taps``) on each block's output: the same computation, so XLA compiles
-the same step, plus one small reduction per block in the backward pass.
+the same step, plus a few reductions per tap (three, fused with their reads) in the
+backward pass.
 
 A block is a group of parameter leaves as ``vv.grads`` names them (``block_members``:
 named scopes, module paths, a stacked model's layers; else each leaf's parent path). Each
