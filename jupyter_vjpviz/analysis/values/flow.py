@@ -128,7 +128,7 @@ class Traced:
       outputs, scans = _outputs(self.plan, self.jaxpr, leaf_block)
       found.append(self._taps(names, outputs, scans))
     except Exception as e:  # noqa: BLE001 - vjpviz's own failure: the jaxpr runs untapped
-      self.keys, self.scans = {}, {}
+      self.keys, self.scans, self.rows = {}, {}, {}
       found.append(f"{type(e).__name__}: {e}"[:300])
 
   def _taps(self, names: list[str], outputs: list, scans: list) -> Taps:
