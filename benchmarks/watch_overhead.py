@@ -119,12 +119,17 @@ def nnx_loop(width: int):
 LOOPS = {"equinox": equinox_loop, "linen": linen_loop, "nnx": nnx_loop}
 
 
+CLOCK = time.perf_counter
+"""``--clock process``: this process's CPU time instead (every thread's), which other
+processes on a shared machine disturb far less than the wall clock."""
+
+
 def _seconds_per_step(step, run, n: int) -> float:
-  t0 = time.perf_counter()
+  t0 = CLOCK()
   for _ in range(n):
     loss = run(step)
   jax.block_until_ready(loss)
-  return (time.perf_counter() - t0) / n
+  return (CLOCK() - t0) / n
 
 
 def overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, float]:
@@ -168,11 +173,19 @@ def flow_overhead(name: str, width: int, rounds: int, steps: int) -> dict[str, f
           "ratio_off": ratio("off"), "ratio_on": ratio("on")}
 
 
+def _kernels(hlo: str) -> int:
+  """The kernels a compiled step launches: its entry computation's fusions and
+  conditionals (XLA:CPU runs each as one thunk; a tap's few reductions are a few)."""
+  entry = hlo[hlo.index("ENTRY"):]
+  return sum(entry.count(f" {op}(") for op in ("fusion", "conditional", "custom-call", "while"))
+
+
 def flow_cost(name: str, width: int) -> dict[str, float] | None:
   """XLA's own cost model of the compiled step (flops, bytes accessed), watched with the
-  flow off and on, as ratios to the unwrapped step: what the taps add, free of the
-  machine's load. Functional loops only (equinox, linen: their carry is arrays); None
-  for nnx (its modules are updated in place)."""
+  flow off and on, as ratios to the unwrapped step, and the kernels each launches
+  (``kernels_plain``, ``_off``, ``_on``): what the taps add, free of the machine's load.
+  Functional loops only (equinox, linen: their carry is arrays); None for nnx (its
+  modules are updated in place)."""
   step, run = LOOPS[name](width)
   if name == "nnx":
     return None
@@ -190,11 +203,13 @@ def flow_cost(name: str, width: int) -> dict[str, float] | None:
   costs = {}
   for side, fn in sides.items():
     lowered = jax.jit(functools.partial(arrays_only, fn)).lower(*(flat[k] for k in at))
-    found = lowered.compile().cost_analysis()
+    compiled = lowered.compile()
+    found = compiled.cost_analysis()
     found = found[0] if isinstance(found, list) else found
-    costs[side] = (found["flops"], found["bytes accessed"])
-  return {f"{what}_{side}": costs[side][k] / costs["plain"][k]
-          for k, what in enumerate(("flops", "bytes")) for side in ("off", "on")}
+    costs[side] = (found["flops"], found["bytes accessed"], _kernels(compiled.as_text()))
+  return {**{f"{what}_{side}": costs[side][k] / costs["plain"][k]
+             for k, what in enumerate(("flops", "bytes")) for side in ("off", "on")},
+          **{f"kernels_{side}": costs[side][2] for side in sides}}
 
 
 FLOW_COLUMNS = (("step ms", "plain", 1e3), ("flow off ms", "off", 1e3), ("ratio", "ratio_off", 1),
@@ -207,12 +222,14 @@ def _flow_table(args) -> None:
     t = flow_overhead(name, width, args.rounds, args.steps)
     print(f"{name:<10} {width:>6} " + " ".join(
         f"{t[key] * scale:11.3f}" for _, key, scale in FLOW_COLUMNS), flush=True)
-  print("XLA's cost model, ratio to the unwrapped step (flops off/on, bytes accessed off/on):")
+  print("XLA's cost model, ratio to the unwrapped step (flops off/on, bytes accessed off/on),"
+        " and the kernels the step launches (unwrapped/off/on):")
   for width, name in ((w, n) for w in args.width for n in args.loops):
     c = flow_cost(name, width)
     if c is not None:
       print(f"{name:<10} {width:>6} flops {c['flops_off']:.3f} / {c['flops_on']:.3f}   "
-            f"bytes {c['bytes_off']:.3f} / {c['bytes_on']:.3f}", flush=True)
+            f"bytes {c['bytes_off']:.3f} / {c['bytes_on']:.3f}   kernels "
+            f"{c['kernels_plain']}/{c['kernels_off']}/{c['kernels_on']}", flush=True)
 
 
 def main(argv=None) -> None:
@@ -223,8 +240,13 @@ def main(argv=None) -> None:
   parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
   parser.add_argument("--flow", action="store_true",
                       help="the backward flow's table instead: flow off vs on vs unwrapped")
+  parser.add_argument("--clock", choices=["wall", "process"], default="wall",
+                      help="time steps by the wall clock, or by this process's CPU time")
   args = parser.parse_args(argv)
-  print(f"{jax.devices()[0].platform}: median of {args.rounds} rounds x {args.steps} steps")
+  global CLOCK
+  CLOCK = time.process_time if args.clock == "process" else time.perf_counter
+  print(f"{jax.devices()[0].platform}: median of {args.rounds} rounds x {args.steps} steps, "
+        f"{args.clock} clock")
   if args.flow:
     return _flow_table(args)
   print(f"{'loop':<10} {'width':>6} {'step ms':>8} {'watched ms':>11} {'ratio':>6} "

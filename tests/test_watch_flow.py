@@ -257,3 +257,193 @@ def test_flow_off_leaves_the_row_as_it_was_and_a_step_without_blocks_says_so():
   assert plain.flow() == [] and plain.steps.shape == (1, 1)
   assert tapped.steps.shape == (1, 1) and np.allclose(plain.steps, tapped.steps)
   assert len(tapped.flow()) == 1 and tapped.flow()[0]["block"] == ""
+
+
+@pytest.mark.parametrize("extra", [[], [jnp.inf], [jnp.nan, -jnp.inf], [3e30]])
+def test_a_taps_summary_counts_exactly(extra):
+  """The tap's summary, inside a compiled function, equals JAX's own op-by-op counts:
+  zeros (and -0.0) and numbers of every size counted as what they are (a subnormal as
+  JAX's ``== 0`` on this backend counts it: XLA:CPU flushes it to zero), on the
+  vectorised path (all finite) and the exact one (non-finite, or a sum of squares that
+  overflows)."""
+  values = np.array([0.0, -0.0, 1e-45, -2.5, 1e-30, 7.0, 0.0, 1e15, *extra], np.float32)
+  x = jnp.asarray(np.resize(values, (5, 7)))
+  got = np.asarray(jax.jit(flow_taps.summary)(x))
+  want = np.asarray(x)
+  zeros = int(jnp.sum(x == 0))
+  assert 0 < zeros and got[2:] == pytest.approx([np.isfinite(want).sum(), zeros, want.size])
+  assert got[:2] == pytest.approx(
+      [float(jnp.sum(x * x)), float(jnp.abs(x).max())], rel=1e-5, nan_ok=True)
+
+
+def test_the_nonzero_indicator_is_xlas_own_on_every_exponent():
+  """The tap's fused nonzero indicator equals XLA's ``x != 0`` on float32 numbers of
+  every exponent (both signs, subnormals, the largest finite), compiled as in a step."""
+  bits = np.concatenate([np.arange(0, 0x7F800000, 99991, dtype=np.uint32),
+                         np.arange(0, 2048, dtype=np.uint32), np.arange(
+                             0x00800000 - 1024, 0x00800000 + 1024, dtype=np.uint32),
+                         np.array([0x7F7FFFFF], np.uint32)])
+  x = jnp.asarray(np.concatenate([bits.view(np.float32), -bits.view(np.float32)]))
+  got, want = jax.jit(lambda x: (flow_taps._nonzero(x), x != 0))(x)
+  assert np.array_equal(np.asarray(got), np.asarray(want).astype(np.float32))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_stack_of_layers_under_lax_scan_has_a_row_per_layer(channel, reverse):
+  """A residual stack of four layers applied by lax.scan over stacked parameters (one
+  equation in the step): one block per layer, named by its slice (``['blocks'][2]``, in
+  the order the scan applies them), each row equal to jax.vjp of that layer, the scan
+  unrolled by hand; the summaries are made inside the scan's body, in the step."""
+  k = jax.random.split(KEY, 3)
+  params = {"embed": jax.random.normal(k[0], (5, 8)) / 3,
+            "blocks": {"w": jax.random.normal(k[1], (4, 8, 8)) / 3, "b": jnp.full((4, 8), 0.1)},
+            "head": jax.random.normal(k[2], (8, 2))}
+  layer = lambda w, b: (lambda h: jnp.tanh(h @ w + b) + h)
+
+  def forward(p, h):
+    h, _ = jax.lax.scan(lambda h, l: (layer(l["w"], l["b"])(h), None), h @ p["embed"],
+                        p["blocks"], reverse=reverse)
+    return h @ p["head"]
+
+  @jax.jit
+  def step(p):
+    loss, g = jax.value_and_grad(lambda p: _loss(forward(p, X)))(p)
+    return jax.tree_util.tree_map(lambda a, d: a - 0.1 * d, p, g), loss
+  order = [3, 2, 1, 0] if reverse else [0, 1, 2, 3]
+  w = watch(step, flow=True)
+  for t in range(2):
+    blocks = params["blocks"]
+    pieces = [lambda h, e=params["embed"]: h @ e,
+              *(layer(blocks["w"][i], blocks["b"][i]) for i in order),
+              lambda h, o=params["head"]: h @ o]
+    expected = _expected(pieces)
+    params, _ = w(params)
+    assert w.flow_note is None
+    _check(w.flow(), ["['embed']", *(f"['blocks'][{i}]" for i in order), "['head']"],
+           expected, t)
+
+
+def test_equinox_scan_over_layers_has_a_row_per_layer(channel):
+  """equinox's scan-over-layers pattern (a vmapped stack of Linear layers, partitioned
+  and applied by lax.scan): one row per layer (``.layers[i]``), each equal to jax.vjp of
+  that layer, the scan unrolled by hand."""
+  eqx = pytest.importorskip("equinox")
+
+  class Net(eqx.Module):
+    embed: eqx.nn.Linear
+    layers: eqx.nn.Linear
+    head: eqx.nn.Linear
+
+    def __init__(self, key):
+      k = jax.random.split(key, 3)
+      self.embed = eqx.nn.Linear(5, 8, key=k[0])
+      self.layers = eqx.filter_vmap(lambda k: eqx.nn.Linear(8, 8, key=k))(jax.random.split(k[1], 3))
+      self.head = eqx.nn.Linear(8, 2, key=k[2])
+
+    def __call__(self, x):
+      dynamic, static = eqx.partition(self.layers, eqx.is_array)
+
+      def body(h, d):
+        return jax.nn.relu(eqx.combine(d, static)(h)), None
+      h, _ = jax.lax.scan(body, self.embed(x), dynamic)
+      return self.head(h)
+
+  @eqx.filter_jit
+  def step(model):
+    loss, g = eqx.filter_value_and_grad(lambda m: _loss(jax.vmap(m)(X)))(model)
+    return jax.tree_util.tree_map(lambda p, d: p - 1e-2 * d, model, g), loss
+  model = Net(KEY)
+  w = watch(step, flow=True)
+  for t in range(2):
+    one = lambda i, m=model: jax.tree_util.tree_map(lambda a: a[i], m.layers)
+    expected = _expected([jax.vmap(model.embed), *(jax.vmap(_relu_of(one(i))) for i in range(3)),
+                          jax.vmap(model.head)])
+    model, _ = w(model)
+    assert w.flow_note is None
+    _check(w.flow(), [".embed", *(f".layers[{i}]" for i in range(3)), ".head"], expected, t)
+
+
+def _linen_scanned():
+  """(step, model, its layers by hand, blocks): flax linen's nn.scan over three Dense
+  layers, its parameters stacked (variable_axes)."""
+  nn = pytest.importorskip("flax.linen")
+
+  class Block(nn.Module):
+    @nn.compact
+    def __call__(self, h, _):
+      return nn.relu(nn.Dense(8)(h)), None
+
+  class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      h = nn.Dense(8)(x)
+      h, _ = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True},
+                     length=3)()(h, None)
+      return nn.Dense(2)(h)
+  net = Net()
+
+  @jax.jit
+  def step(p):
+    return jax.value_and_grad(lambda p: _loss(net.apply(p, X)))(p)
+
+  def pieces(params):
+    p = params["params"]
+    dense = lambda d: (lambda h: h @ d["kernel"] + d["bias"])
+    stack = p["ScanBlock_0"]["Dense_0"]
+    return [dense(p["Dense_0"]),
+            *(_relu_of(dense(jax.tree_util.tree_map(lambda a: a[i], stack))) for i in range(3)),
+            dense(p["Dense_1"])]
+  blocks = ["Net/Dense_0", *(f"Net/ScanBlock_0[{i}]" for i in range(3)), "Net/Dense_1"]
+  return step, net.init(jax.random.key(1), X), pieces, blocks
+
+
+def _nnx_scanned():
+  """The same with flax nnx: layers made by nnx.vmap, applied by nnx.scan."""
+  nnx = pytest.importorskip("flax.nnx")
+
+  class Block(nnx.Module):
+    def __init__(self, rngs):
+      self.lin = nnx.Linear(8, 8, rngs=rngs)
+
+    def __call__(self, h):
+      return nnx.relu(self.lin(h))
+
+  class Net(nnx.Module):
+    def __init__(self, rngs):
+      self.embed = nnx.Linear(5, 8, rngs=rngs)
+
+      @nnx.split_rngs(splits=3)
+      @nnx.vmap(in_axes=(0,), out_axes=0)
+      def make(rngs):
+        return Block(rngs)
+      self.blocks = make(rngs)
+      self.head = nnx.Linear(8, 2, rngs=rngs)
+
+    def __call__(self, x):
+      @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+      def body(h, block):
+        return block(h)
+      return self.head(body(self.embed(x), self.blocks))
+
+  @nnx.jit
+  def step(model):
+    return nnx.value_and_grad(lambda m: _loss(m(X)))(model)
+
+  def pieces(model):
+    lin = model.blocks.lin
+    layer = lambda i: (lambda h: jax.nn.relu(h @ lin.kernel[...][i] + lin.bias[...][i]))
+    return [nnx.clone(model.embed), *(layer(i) for i in range(3)), nnx.clone(model.head)]
+  blocks = [".embed", *(f".blocks[{i}]" for i in range(3)), ".head"]
+  return step, Net(nnx.Rngs(0)), pieces, blocks
+
+
+@pytest.mark.parametrize("make", [_linen_scanned, _nnx_scanned], ids=["linen", "nnx"])
+def test_flax_scanned_layers_have_a_row_each(make, channel):
+  """flax's own scans over layers (linen nn.scan, nnx.scan of an nnx.vmap-made stack):
+  one row per layer, equal to jax.vjp of each layer with the scan unrolled by hand."""
+  step, model, pieces, blocks = make()
+  expected = _expected(pieces(model))
+  w = watch(step, flow=True)
+  w(model)
+  assert w.flow_note is None
+  _check(w.flow(), blocks, expected)

@@ -25,17 +25,40 @@ the element count."""
 
 
 def summary(ct) -> jax.Array:
-  """float32[5]: ``SUMMARY`` of ``ct``: three reductions, the finite count a fourth only
-  where the sum of squares is not finite (else every element is). Separate reductions,
-  not one variadic ``lax.reduce``: fewer bytes in XLA's cost model, but XLA:CPU runs it
-  unvectorised (the linen step at width 256: 1.17x the unwrapped step's time, against
-  1.02x so; benchmarks/watch_overhead.py --flow)."""
+  """float32[5]: ``SUMMARY`` of ``ct``, in three sum/max reductions of elementwise
+  arithmetic that XLA:CPU runs vectorised, each fused with its read of the cotangent (no
+  copy written): the sum of squares, max |.|, and the nonzero count as the sum of
+  ``nonzero``. That count and "all finite" hold where the sum of squares is finite;
+  where it is not, the exact counts come from ``_counts``, under a ``cond`` that runs
+  only then. Not one variadic ``lax.reduce`` for all four: one read in XLA's cost model,
+  but XLA:CPU runs it unvectorised, ~30x slower per element than a sum; not ``x == 0``
+  summed: XLA:CPU writes the mask out and reads it again (benchmarks/watch_overhead.py
+  --flow, docs/benchmarks.md)."""
   x = ct.astype(jnp.float32)
   sumsq = jnp.sum(x * x)
-  finite = jax.lax.cond(jnp.isfinite(sumsq), lambda: jnp.float32(x.size),
-                        lambda: jnp.sum(jnp.isfinite(x), dtype=jnp.float32))
-  return jnp.stack([sumsq, jnp.max(jnp.abs(x)), finite, jnp.sum(x == 0, dtype=jnp.float32),
-                    jnp.float32(x.size)])
+  nonzero = jnp.sum(_nonzero(x))
+  counts = jax.lax.cond(jnp.isfinite(sumsq),
+                        lambda: jnp.stack([jnp.float32(x.size), x.size - nonzero]),
+                        lambda: _counts(x))
+  return jnp.stack([sumsq, jnp.max(jnp.abs(x)), counts[0], counts[1], jnp.float32(x.size)])
+
+
+def _nonzero(x) -> jax.Array:
+  """1 where finite ``x`` is nonzero, else 0, as XLA's ``x != 0`` says (a subnormal is
+  zero where the backend flushes it), in arithmetic a reduction fuses: tanh keeps every
+  positive number positive, at most 1 (ceil: 1), and has no constant operand (a constant
+  is an array XLA:CPU broadcasts and reads beside x). ``max(x, -x)``, not abs: a second
+  abs would be shared with max |.|'s, and written out."""
+  return jnp.ceil(jnp.tanh(jnp.maximum(x, -x)))
+
+
+def _counts(x) -> jax.Array:
+  """float32[2]: the finite and the zero elements of ``x``, counted in one pass."""
+  add = lambda a, b: (a[0] + b[0], a[1] + b[1])
+  zero = jnp.float32(0)
+  return jnp.stack(jax.lax.reduce(
+      (jnp.isfinite(x).astype(jnp.float32), (x == 0).astype(jnp.float32)),
+      (zero, zero), add, tuple(range(x.ndim))))
 
 
 def tap(x, key: str):

@@ -94,7 +94,7 @@ def _tapped(transform, name, a, k, tapper, flows, grads_of, box, live):
       traced = tapper.traced(fun, args, kwargs, argnums)
       inner = transform(lambda *a, **kw: traced.run(a[:-1], kw, a[-1]),
                         **{**params, "argnums": (*nums, len(args))})
-      sinks = jnp.zeros((len(traced.keys), len(flow_taps.SUMMARY)), jnp.float32)
+      sinks = jnp.zeros((traced.sink_rows, len(flow_taps.SUMMARY)), jnp.float32)
       res, cts = flow_taps.split_sinks(inner(*args, sinks, **kwargs), value_and_grad, has_aux,
                                        isinstance(argnums, int))
       if not flows:

@@ -3,7 +3,8 @@
 The function a step differentiates is traced once to a jaxpr, its calls (jit) inlined,
 and run again equation by equation under the user's own ``jax.grad``, a tap
 (``capture.flow_taps``) on each block's output: the same computation, so XLA compiles
-the same step, plus one small reduction per block in the backward pass.
+the same step, plus a few reductions per tap (three, fused with their reads) in the
+backward pass.
 
 A block is a group of parameter leaves as ``vv.grads`` names them (``block_members``:
 named scopes, module paths, a stacked model's layers; else each leaf's parent path). Each
@@ -13,6 +14,11 @@ operands (a ReLU after a layer is that layer's). A block's output is each activa
 makes that a later block reads (the residual stream too: its cotangent sums every
 reader's); a block no later one reads (the last) outputs what its last equation reading
 its parameters makes (the prediction, before the loss).
+
+A stack of layers applied by ``lax.scan`` (its slices of stacked parameters: equinox's
+scan over layers, flax's ``nn.scan``/``nnx.scan``) is one equation: its block is split
+into one per layer (``.layers[3]``: the parameters' slice), the scan rerun with a tap on
+its carry's activations inside its body, whose summaries JAX stacks per iteration.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from ...capture import flow_taps
 from ...capture.compat.changed_signatures import bind
 from ...capture.compat.private import core
 from ...capture.naming import leaf_paths
-from ..program import consts, sub_jaxprs
+from ..program import consts, scan_groups, sub_jaxprs
 from .grad_paths import reading_scopes
 from .nonfinite_eval import inexact
 
@@ -44,23 +50,27 @@ STATS = ("norm", "max_abs", "finite_fraction", "zero_fraction")
 @dataclasses.dataclass(frozen=True)
 class Taps:
   """The taps of one traced gradient: its blocks in forward order and, per tap, its log
-  key and block."""
+  key and the block of each row of its summaries (one: all in that block; a layer
+  scan's tap: one per iteration)."""
   blocks: tuple[str, ...]
-  keys: tuple[tuple[str, int], ...]
+  keys: tuple[tuple[str, tuple[int, ...]], ...]
 
   def row(self, logs: dict) -> jax.Array:
     """float32[4 * blocks]: ``STATS`` per block, reduced in the step from its taps'
-    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan)."""
-    per = [[] for _ in self.blocks]
-    for key, b in self.keys:
-      per[b].append(logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY)))
-    cols = []
-    for found in per:   # every block has a tap (``Traced`` leaves out those without)
-      s = jnp.concatenate(found)
-      size = s[:, 4].sum()
-      cols.append(jnp.stack([jnp.sqrt(s[:, 0].sum()), s[:, 1].max(), s[:, 2].sum() / size,
-                             s[:, 3].sum() / size]))
-    return jnp.concatenate(cols) if cols else jnp.zeros(0, jnp.float32)
+    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan). One
+    stack of every summary and a few vector operations on it (XLA fuses them into a
+    handful of kernels), not a few per block: each kernel is a dispatch in the step."""
+    if not self.blocks:
+      return jnp.zeros(0, jnp.float32)
+    found = [logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY))
+             for key, _ in self.keys]
+    s = jnp.concatenate(found)   # float32[rows, 5]; each block has a tap (``Traced``)
+    owner = np.concatenate([np.tile(b, len(f) // len(b)) for (_, b), f in zip(self.keys, found)])
+    of = (owner[None, :] == np.arange(len(self.blocks))[:, None])[:, :, None]  # [blocks, rows, 1]
+    sums = jnp.where(of, s[None], 0.0).sum(axis=1)   # a NaN stays in its own block
+    top = jnp.where(of[..., 0], s[None, :, 1], -jnp.inf).max(axis=1)
+    return jnp.stack([jnp.sqrt(sums[:, 0]), top, sums[:, 2] / sums[:, 4],
+                      sums[:, 3] / sums[:, 4]], axis=1).reshape(-1)
 
 
 Group = Callable[[list[str], list], list[tuple[str, list[int]]]]
@@ -110,37 +120,75 @@ class Traced:
     self.closed = jax.make_jaxpr(flat_fun)(*(flat[k] for k in self.at))
     self.jaxpr = getattr(self.closed, "jaxpr", self.closed)
     self.keys: dict = {}    # ref -> its tap's key: none where vjpviz failed
+    self.scans: dict = {}   # plan index of a layer scan -> (carry position, key) per tap
+    self.rows: dict = {}    # key -> (first row, rows) of its summaries in the sinks
     try:
       self.plan, self.outs = _plan(self.jaxpr, _inputs(self.jaxpr))
       names, leaf_block = _blocks(self.jaxpr, _params(args, nums, self.at), group)
-      outputs = _outputs(self.plan, self.jaxpr, leaf_block)
-      measured = sorted({b for _, b in outputs})   # a block with no output measured: left out
-      index = {b: k for k, b in enumerate(measured)}
-      self.keys = {r: f"{index[b]}/{n}" for n, (r, b) in enumerate(outputs)}
-      found.append(Taps(tuple(names[b] for b in measured),
-                        tuple((self.keys[r], index[b]) for r, b in outputs)))
+      outputs, scans = _outputs(self.plan, self.jaxpr, leaf_block)
+      found.append(self._taps(names, outputs, scans))
     except Exception as e:  # noqa: BLE001 - vjpviz's own failure: the jaxpr runs untapped
+      self.keys, self.scans, self.rows = {}, {}, {}
       found.append(f"{type(e).__name__}: {e}"[:300])
+
+  def _taps(self, names: list[str], outputs: list, scans: list) -> Taps:
+    """The blocks measured, in forward order (one with no output measured left out; a
+    layer scan's, one per layer), each tap's key, and where its rows go."""
+    blocks: list[str] = []
+    at: dict = {}           # block -> its index; a layer scan -> its first layer's
+    for b in sorted({b for _, b in outputs} | {b for _, b, *_ in scans}):
+      if any(c == b for _, c in outputs):
+        at[b] = len(blocks)
+        blocks.append(names[b])
+      for i, c, _, length, reverse in scans:
+        if c == b:
+          at[i, "scan"] = len(blocks)
+          order = range(length)[::-1] if reverse else range(length)   # as applied
+          name = _layer_name(names[b], self.plan[i][0])
+          blocks += [f"{name}[{t}]" for t in order]
+    keys = []
+    for n, (r, b) in enumerate(outputs):
+      self.keys[r] = f"{n}"
+      keys.append((f"{n}", (at[b],)))
+    for i, _, positions, length, reverse in scans:
+      self.scans[i] = [(p, f"s{i}/{p}") for p in positions]
+      first = at[i, "scan"]
+      rows = tuple(first + (length - 1 - t if reverse else t) for t in range(length))
+      keys += [(key, rows) for _, key in self.scans[i]]
+    start = 0
+    for key, rows in keys:
+      self.rows[key] = (start, len(rows))
+      start += len(rows)
+    return Taps(tuple(blocks), tuple(keys))
+
+  @property
+  def sink_rows(self) -> int:
+    """The rows of ``run``'s ``sinks``: one per tap, a layer scan's one per iteration."""
+    return sum(n for _, n in self.rows.values())
 
   def run(self, args, kwargs, sinks=None):
     """The function's outputs on ``args``, tapped (into ``sinks``' cotangent, rows in
     the order of the taps' keys, where given)."""
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     arrays = [leaves[k] for k in self.at]
-    if not self.keys:
+    if not self.keys and not self.scans:
       values = core.eval_jaxpr(self.jaxpr, consts(self.closed), *arrays)
     else:
-      rows = {r: k for k, r in enumerate(self.keys)}
-      tap = ((lambda r, x: flow_taps.tap(x, self.keys[r])) if sinks is None else
-             (lambda r, x: flow_taps.sink_tap(x, sinks[rows[r]])))
-      values = _run(self.plan, self.outs, self.jaxpr, consts(self.closed), arrays, self.keys, tap)
+      def sink(key):   # a top-level tap's row, a layer scan's tap's rows (sliced per iteration)
+        if sinks is None:
+          return None
+        start, n = self.rows[key]
+        return sinks[start] if key in self.keys.values() else sinks[start:start + n]
+      values = _run(self.plan, self.outs, self.jaxpr, consts(self.closed), arrays,
+                    _Tapping(self.keys, self.scans, sink))
     it = iter(values)
     return jax.tree_util.tree_unflatten(
         self.out_tree, [next(it) if x is None else x for x in self.out_leaves])
 
   def logs(self, sink_cts) -> dict:
     """The taps' summaries from ``sinks``' cotangent, keyed as their logs would be."""
-    return {flow_taps.PREFIX + key: sink_cts[k] for k, key in enumerate(self.keys.values())}
+    return {flow_taps.PREFIX + key: sink_cts[start:start + n]
+            for key, (start, n) in self.rows.items()}
 
 
 def _params(args, nums, at) -> dict[int, str]:
@@ -198,16 +246,52 @@ def _inputs(jaxpr) -> list:
   return [(0, v) for v in jaxpr.invars]
 
 
-def _run(plan, outs, jaxpr, const_values, arrays, taps: dict, tap: Callable) -> list:
+@dataclasses.dataclass(frozen=True)
+class _Tapping:
+  """Where ``_run`` taps: ``keys`` (ref -> key), ``scans`` (plan index -> (carry
+  position, key) per tap in its body), ``sink(key)``: the tap's sink rows, or None (logs)."""
+  keys: dict
+  scans: dict
+  sink: Callable
+
+  def tap(self, key: str, x, sink):
+    return flow_taps.tap(x, key) if sink is None else flow_taps.sink_tap(x, sink)
+
+
+def _run(plan, outs, jaxpr, const_values, arrays, tapping: _Tapping) -> list:
   """The outputs ``outs`` of ``plan`` (``jaxpr``'s) on ``arrays``, each value at a ref of
-  ``taps`` passed through ``tap(ref, value)``."""
+  ``tapping.keys`` tapped, each layer scan of ``tapping.scans`` run with taps inside."""
   env = dict(zip(_inputs(jaxpr), arrays))
   env.update(((0, v), c) for v, c in zip(jaxpr.constvars, const_values))
   read = lambda r: r.val if isinstance(r, (core.Literal, _Const)) else env[r]
-  for eqn, operands, results in plan:
-    for r, value in zip(results, bind(eqn, [read(r) for r in operands])):
-      env[r] = tap(r, value) if r in taps else value
+  for i, (eqn, operands, results) in enumerate(plan):
+    values = [read(r) for r in operands]
+    values = (_scan_tapped(eqn, values, tapping.scans[i], tapping) if i in tapping.scans
+              else bind(eqn, values))
+    for r, value in zip(results, values):
+      key = tapping.keys.get(r)
+      env[r] = value if key is None else tapping.tap(key, value, tapping.sink(key))
   return [read(r) for r in outs]
+
+
+def _scan_tapped(eqn, values: list, taps: list, tapping: _Tapping) -> list:
+  """A scan equation's results on ``values``, run again by ``lax.scan`` from its body,
+  each carry position of ``taps`` tapped as each iteration makes it (its sink rows a
+  scanned input beside the scan's own)."""
+  n_consts, n_carry, _ = scan_groups(eqn)
+  body = next(iter(sub_jaxprs(eqn)))
+  closed, init, xs = values[:n_consts], values[n_consts:n_consts + n_carry], values[n_consts + n_carry:]
+  sinks = [tapping.sink(key) for _, key in taps]
+
+  def step(carry, x):
+    out = core.eval_jaxpr(body, consts(body), *closed, *carry, *x[0])
+    carry = list(out[:n_carry])
+    for (p, key), s in zip(taps, x[1]):
+      carry[p] = tapping.tap(key, carry[p], s)
+    return carry, list(out[n_carry:])
+  carry, ys = jax.lax.scan(step, list(init), (list(xs), sinks), length=eqn.params["length"],
+                           reverse=eqn.params["reverse"], unroll=eqn.params["unroll"])
+  return [*carry, *ys]
 
 
 # --- which values are blocks' outputs -------------------------------------------------
@@ -240,8 +324,10 @@ def _by_parent(paths: list[str]) -> list[tuple[str, list[int]]]:
   return list(found.items())
 
 
-def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> list[tuple[object, int]]:
-  """(ref, block) of every block's output activations, in plan order (module docstring)."""
+def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> tuple[list, list]:
+  """(ref, block) of every block's output activations, in plan order, and the layer
+  scans (module docstring), tapped inside in their stead: (plan index, block, carry
+  positions of activations, length, reverse) each."""
   # (block, made of parameters alone) per value; the rest of the inputs and the consts
   # (a batch the loss closes over) are data: activations of no block
   state: dict = {(0, v): (leaf_block.get(i), i in leaf_block) for i, v in enumerate(jaxpr.invars)}
@@ -268,7 +354,39 @@ def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> list[tuple[object, int]
     if last is not None:
       found.update((r, b) for r in plan[last][2] if _float(r))
   made = {r: i for i, (_, _, results) in enumerate(plan) for r in results}
-  return sorted(found.items(), key=lambda rb: made[rb[0]])
+  scans = _layer_scans(plan, of)
+  inside = {i for i, *_ in scans}
+  return (sorted(((r, b) for r, b in found.items() if made[r] not in inside),
+                 key=lambda rb: made[rb[0]]), scans)
+
+
+def _layer_name(block: str, eqn) -> str:
+  """A layer scan's layers' name: its block's; below a named scope (flax linen's, where
+  the scan equation is the first to read the stacked parameters), the scope its body
+  reads them in (``Net/ScanBlock_0``, not ``Net``)."""
+  if block.startswith((".", "[", "args[")):   # a path: the stacked parameters' own
+    return block
+  n_consts, n_carry, _ = scan_groups(eqn)
+  inner = [scope.split("/")[0] for scope, _ in
+           reading_scopes(next(iter(sub_jaxprs(eqn))))[n_consts + n_carry:] if scope]
+  return f"{block}/{inner[0]}" if inner and len(set(inner)) == 1 else block
+
+
+def _layer_scans(plan, of: Callable) -> list:
+  """Each scan over slices of one block's parameters (its layers) carrying floating
+  activations: (plan index, block, carry positions, length, reverse)."""
+  found = []
+  for i, (eqn, operands, results) in enumerate(plan):
+    if eqn.primitive.name != "scan" or not eqn.params["length"]:
+      continue
+    n_consts, n_carry, _ = scan_groups(eqn)
+    weights = [of(r) for r in operands[n_consts + n_carry:]]
+    blocks = [b for b, w in filter(None, weights) if w and b is not None]
+    positions = [p for p, r in enumerate(operands[n_consts:n_consts + n_carry])
+                 if _float(results[p]) and not (of(r) or (None, False))[1]]
+    if blocks and positions:
+      found.append((i, max(blocks), positions, eqn.params["length"], eqn.params["reverse"]))
+  return found
 
 
 def _float(ref) -> bool:
