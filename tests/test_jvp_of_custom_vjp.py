@@ -83,7 +83,10 @@ def test_forward_mode_of_a_custom_vjp_is_diagnosed_where_jax_refuses_it(hook, tr
   assert len(added) == 1 and added[0].startswith(f"vjpviz: {asked} differentiates clipped_sin")
   d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
   assert (d.function, d.rule, d.got) == ("clipped_sin", "clipped_sin_bwd", asked)
-  assert all(f.verdict != "verified" for f in d.fixes)   # no reference judges a call here
+  verified = [f.code for f in d.fixes if f.verdict == "verified"]
+  # jacrev through the bwd rule, run against jacfwd/hessian of the primal: equal (the clip is
+  # inactive for sin); a jvp/linearize has no reverse-mode twin, only a rule to write
+  assert verified == ([d.fixes[0].code] if asked in ("jax.jacfwd", "jax.hessian") else [])
   DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": d.to_dict()})
 
 
@@ -103,6 +106,21 @@ def test_the_reverse_mode_call_offered_runs_and_the_primals_call_too(hook, trans
            "clipped_sin": f if transform == "jax.jacfwd" else _summed(f)}
   for fix in d.fixes:
     np.testing.assert_allclose(eval(fix.code, scope), reference, rtol=1e-6)  # noqa: S307
+
+
+def test_a_wrong_bwd_rule_makes_the_reverse_mode_call_wrong_too(hook):
+  """The reverse-mode call runs through the user's bwd rule: where that rule is not the
+  primal's derivative (twice it here), the call is not verified, and the fix says the
+  rule is wrong too; the primal's own call, the reference, leads."""
+  @jax.custom_vjp
+  def doubled_sin(x):
+    return jnp.sin(x)
+  doubled_sin.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (2. * c * g,))
+  raises(lambda: jax.jacfwd(doubled_sin)(X))
+  d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
+  reverse = next(f for f in d.fixes if f.code == "jax.jacrev(doubled_sin)(x)")
+  assert reverse.verdict == "type-only" and "is wrong too" in reverse.note
+  assert d.fixes[0].code == "jax.jacfwd(doubled_sin.fun)(x)"
 
 
 def _summed(f):

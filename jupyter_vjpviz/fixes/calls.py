@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..analysis.diagnosis import Diagnosis, Fix
+from ..analysis.diagnosis import UNVERIFIABLE, Diagnosis, Fix
+from ..analysis.values import reverse_mode
 from ..base import kinds
-from . import source
+from ..base.safety import safely
+from . import rank, source
 
 _AVAL = re.compile(r"^(Ref\{)?(\w+)\[([\d,\s]*)\]\}?$")
 # An input label is a parameter name, or ``args[i]`` past the named ones, then a keystr.
@@ -183,9 +185,10 @@ def _reverse_mode_fixes(d: Diagnosis) -> list[Fix]:
   twin (jvp, linearize), a custom_jvp; and the primal differentiated by JAX, rule dropped."""
   f, transformation = d.function or "f", d.got or "jax.jvp"
   if transformation in _REVERSE_CALLS:
-    first = Fix(f"Differentiate {f} in reverse mode", _REVERSE_CALLS[transformation].format(f),
-                f"{d.expected} computes what {transformation} does, in reverse mode, through "
-                f"{f}'s own bwd rule")
+    first = _run_reverse_mode(d, Fix(
+        f"Differentiate {f} in reverse mode", _REVERSE_CALLS[transformation].format(f),
+        f"{d.expected} computes what {transformation} does, in reverse mode, through "
+        f"{f}'s own bwd rule"))
   else:
     first = Fix(f"Give {f} a custom_jvp rule in place of its custom_vjp",
                 f"@jax.custom_jvp\ndef {f}(...): ...\n@{f}.defjvp\ndef {f}_jvp(primals, tangents): ...",
@@ -193,8 +196,20 @@ def _reverse_mode_fixes(d: Diagnosis) -> list[Fix]:
                 "for reverse mode too")
   primal = Fix(f"Differentiate {f}'s primal itself (its custom rule dropped)",
                _FORWARD_CALLS.get(transformation, "jax.jvp({}, primals, tangents)").format(f"{f}.fun"),
-               f"{f}.fun is the undecorated function, which JAX differentiates in any mode")
+               f"{f}.fun is the undecorated function, which JAX differentiates in any mode",
+               verdict=UNVERIFIABLE, note=f"{f}.fun's own derivative is the reference a rule "
+               "is judged by: nothing independent of it judges it")
   return [first, primal]
+
+
+def _run_reverse_mode(d: Diagnosis, fix: Fix) -> Fix:
+  """``fix`` with its verdict from running it (``reverse_mode``) against the primal's own
+  derivative, where the refused application's custom_vjp is still held; else as it is."""
+  cvjp = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  if cvjp is None or not reverse_mode.judged(d.got):
+    return fix
+  verdict = safely(reverse_mode.verdict, d.site, cvjp, d.got)
+  return fix if verdict is None else rank.with_verdict(fix, verdict, d.site)
 
 
 CALL_FIXERS = {"refs": _ref_fixes, "accumulator": _accumulator_fixes,

@@ -45,8 +45,8 @@ def attach(d: Diagnosis) -> Diagnosis:
 
 
 def suggestions(d: Diagnosis, custom_rule, rule: Rule | None) -> list[Fix]:
-  if custom_rule is None:
-    return rank.unjudged(calls.suggestions(d), _NO_RULE)
+  if custom_rule is None or not kinds.of(d.kind).rule_fixers and kinds.of(d.kind).call_fixers:
+    return rank.unjudged(calls.suggestions(d), _NO_RULE)   # a call to write, not a rule
   if rule is None:
     return []
   judge = (rank.TangentJudge if kinds.of(d.kind).role == "jvp" else rank.Judge).of(rule)

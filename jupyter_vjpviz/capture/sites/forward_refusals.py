@@ -28,6 +28,8 @@ from .. import records
 from ..code_events import CodeEvents
 from ..compat.patches import PatchSet
 from ..records import ERROR, Record, Session
+from .custom_rules import TaggedResiduals
+from .retained_rules import retained
 
 _API_FILE = os.path.join("jax", "_src", "api.py")
 _ENTRIES = {"jvp": "jax.jvp", "linearize": "jax.linearize", "jacfwd.<locals>.jacfun": "jax.jacfwd"}
@@ -68,10 +70,27 @@ def refusal(frame) -> Record | None:
     return None
   name, rule = named
   transformation = _transformation(_entry_names(frame, args))
-  return Record(
+  return retained(Record(
       kind="jvp_of_custom_vjp", severity=ERROR, function=name, source=None, path=None,
       expected=REVERSE_MODE.get(transformation, "jax.vjp"), got=transformation, rule=rule,
-      detail=f"{transformation or 'forward mode'} of the custom_vjp function {name or '?'}")
+      site=safety.safely(_tagged_site, params.get("bwd")),
+      detail=f"{transformation or 'forward mode'} of the custom_vjp function {name or '?'}"))
+
+
+def _tagged_site(bwd):
+  """The site the hook tagged the application's residuals with (its types, its
+  custom_vjp: what running the reverse-mode call offered needs), from the residual tree
+  ``_flatten_bwd``'s ``out_trees`` holds; None where JAX keeps no such tree."""
+  for gen, args in getattr(bwd, "transforms", ()):
+    code = getattr(gen, "__code__", None)
+    if code is None or "out_trees" not in code.co_varnames[:code.co_argcount]:
+      continue
+    thunk = args[code.co_varnames.index("out_trees") - 1]   # the first parameter is the function
+    for tree in thunk() if callable(thunk) else ():
+      data = tree.node_data() if isinstance(tree, jax.tree_util.PyTreeDef) else None
+      if data is not None and data[0] is TaggedResiduals:
+        return data[1]
+  return None
 
 
 def _classic(bwd, frame) -> tuple[str | None, str | None]:
