@@ -3,6 +3,8 @@ autodiff (jvp) to a custom_vjp function."), eagerly or, under jit, when the jit 
 cell where plain JAX raises gets a ``jvp_of_custom_vjp`` diagnosis naming the function, its
 bwd rule and the user's transformation, with JAX's error unchanged; a cell where this JAX
 differentiates it (hessian and linearize on recent JAX) gets none. Ground truth: plain JAX."""
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,15 +15,15 @@ from diagnosed import plain_and_hooked, raises
 from kernel_helpers import DIAGNOSIS
 from test_capture import _frames
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture.sites import vjp3_rules
 
-jax_features.require("jvp_of_custom_vjp")   # followed at JAX's raise: sys.monitoring (Python 3.12)
-
-
-if jax_features.HIJAX_PATH in jax_features.BASELINE and vjp3_rules.separate_class() is not None:
-  pytest.skip(f"under jax_custom_vjp3, jax {jax.__version__}'s custom_vjp is another class "
-              "(custom_vjp3), whose forward-mode refusal vjpviz does not name yet",
+if sys.version_info < (3, 12):
+  pytest.skip(f"Python {sys.version_info[0]}.{sys.version_info[1]} has no sys.monitoring: JAX's "
+              "refusal, ad.raise_custom_vjp_error_on_jvp, is held by reference in custom_lin's "
+              "impl, batching and lowering tables (and hijax's linearized call's), and vjpviz "
+              "follows it only at its raise statement, with sys.monitoring",
               allow_module_level=True)
+jax_features.require("jvp_of_custom_vjp")
+
 
 X = jnp.linspace(-1., 1., 3)
 
@@ -120,11 +122,14 @@ def test_a_wrong_bwd_rule_makes_the_reverse_mode_call_wrong_too(hook):
   d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
   reverse = next(f for f in d.fixes if f.code == "jax.jacrev(doubled_sin)(x)")
   assert reverse.verdict == "type-only" and "is wrong too" in reverse.note
-  assert d.fixes[0].code == "jax.jacfwd(doubled_sin.fun)(x)"
+  primal = "fun" if hasattr(doubled_sin, "fun") else "f"   # custom_vjp3 on JAX 0.9-0.11
+  assert d.fixes[0].code == f"jax.jacfwd(doubled_sin.{primal})(x)"
 
 
 def _summed(f):
-  """``f`` summed to a scalar, as the hessian cell differentiates it, keeping ``.fun``."""
+  """``f`` summed to a scalar, as the hessian cell differentiates it, keeping its primal
+  (``.fun``; ``.f`` on JAX 0.9-0.11's ``custom_vjp3``)."""
   summed = lambda y: f(y).sum()
-  summed.fun = lambda y: f.fun(y).sum()
+  primal = getattr(f, "fun", None) or f.f
+  summed.fun = summed.f = lambda y: primal(y).sum()
   return summed

@@ -17,6 +17,7 @@ from ..analysis.diagnosis import UNVERIFIABLE, Diagnosis, Fix
 from ..analysis.values import reverse_mode
 from ..base import kinds
 from ..base.safety import safely
+from ..capture.sites import vjp3_rules
 from . import rank, source
 
 _AVAL = re.compile(r"^(Ref\{)?(\w+)\[([\d,\s]*)\]\}?$")
@@ -184,6 +185,7 @@ def _reverse_mode_fixes(d: Diagnosis) -> list[Fix]:
   """The user's forward-mode call in reverse mode (jacfwd, hessian) or, with no reverse-mode
   twin (jvp, linearize), a custom_jvp; and the primal differentiated by JAX, rule dropped."""
   f, transformation = d.function or "f", d.got or "jax.jvp"
+  fun = f"{f}.{_primal_attribute(d)}"
   if transformation in _REVERSE_CALLS:
     first = _run_reverse_mode(d, Fix(
         f"Differentiate {f} in reverse mode", _REVERSE_CALLS[transformation].format(f),
@@ -195,11 +197,19 @@ def _reverse_mode_fixes(d: Diagnosis) -> list[Fix]:
                 f"{transformation} needs a forward-mode rule; JAX transposes a custom_jvp's "
                 "for reverse mode too")
   primal = Fix(f"Differentiate {f}'s primal itself (its custom rule dropped)",
-               _FORWARD_CALLS.get(transformation, "jax.jvp({}, primals, tangents)").format(f"{f}.fun"),
-               f"{f}.fun is the undecorated function, which JAX differentiates in any mode",
-               verdict=UNVERIFIABLE, note=f"{f}.fun's own derivative is the reference a rule "
+               _FORWARD_CALLS.get(transformation, "jax.jvp({}, primals, tangents)").format(fun),
+               f"{fun} is the undecorated function, which JAX differentiates in any mode",
+               verdict=UNVERIFIABLE, note=f"{fun}'s own derivative is the reference a rule "
                "is judged by: nothing independent of it judges it")
   return [first, primal]
+
+
+def _primal_attribute(d: Diagnosis) -> str:
+  """The attribute holding the user's custom_vjp's undecorated function: ``fun``, or
+  ``f`` on the ``custom_vjp3`` JAX 0.9 to 0.11 make under ``jax_custom_vjp3``."""
+  cvjp = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  user = cvjp._user() if isinstance(cvjp, vjp3_rules.CustomVjp3) else cvjp
+  return "f" if user is not None and not hasattr(user, "fun") and hasattr(user, "f") else "fun"
 
 
 def _run_reverse_mode(d: Diagnosis, fix: Fix) -> Fix:
