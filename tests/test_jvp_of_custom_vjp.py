@@ -15,6 +15,7 @@ from diagnosed import plain_and_hooked, raises
 from kernel_helpers import DIAGNOSIS
 from test_capture import _frames
 import jupyter_vjpviz as vv
+from jupyter_vjpviz.analysis.values import reverse_mode
 
 if sys.version_info < (3, 12):
   pytest.skip(f"Python {sys.version_info[0]}.{sys.version_info[1]} has no sys.monitoring: JAX's "
@@ -41,6 +42,14 @@ def clipped_sin():
 
   clipped_sin.defvjp(clipped_sin_fwd, clipped_sin_bwd)
   return clipped_sin
+
+
+def _doubled():
+  @jax.custom_vjp
+  def doubled_sin(x):
+    return jnp.sin(x)
+  doubled_sin.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (2. * c * g,))
+  return doubled_sin
 
 
 TRANSFORMS = {
@@ -114,16 +123,23 @@ def test_a_wrong_bwd_rule_makes_the_reverse_mode_call_wrong_too(hook):
   """The reverse-mode call runs through the user's bwd rule: where that rule is not the
   primal's derivative (twice it here), the call is not verified, and the fix says the
   rule is wrong too; the primal's own call, the reference, leads."""
-  @jax.custom_vjp
-  def doubled_sin(x):
-    return jnp.sin(x)
-  doubled_sin.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (2. * c * g,))
+  doubled_sin = _doubled()
   raises(lambda: jax.jacfwd(doubled_sin)(X))
   d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
   reverse = next(f for f in d.fixes if f.code == "jax.jacrev(doubled_sin)(x)")
   assert reverse.verdict == "type-only" and "is wrong too" in reverse.note
   primal = "fun" if hasattr(doubled_sin, "fun") else "f"   # custom_vjp3 on JAX 0.9-0.11
   assert d.fixes[0].code == f"jax.jacfwd(doubled_sin.{primal})(x)"
+
+
+def test_the_hessians_reverse_mode_call_is_judged_as_the_jacobians(hook):
+  """jacrev of jacrev, run at the refused application's site (this JAX refuses no hessian
+  of the test's cells): right for the rule that is sin's derivative, wrong for twice it."""
+  for fn, right in ((clipped_sin(), True), (_doubled(), False)):
+    raises(lambda: jax.jacfwd(fn)(X))
+    d = [d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp"][-1]
+    verdict = reverse_mode.verdict(d.site, d.site.custom_rule(), "jax.hessian")
+    assert verdict.status == ("right" if right else "wrong"), verdict.reason
 
 
 def _summed(f):
