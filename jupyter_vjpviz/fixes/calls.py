@@ -17,7 +17,7 @@ from ..analysis.diagnosis import UNVERIFIABLE, Diagnosis, Fix
 from ..analysis.values import reverse_mode
 from ..base import kinds
 from ..base.safety import safely
-from ..capture.sites import vjp3_rules
+from ..capture.sites import ref_accums, vjp3_rules
 from . import rank, source
 
 _AVAL = re.compile(r"^(Ref\{)?(\w+)\[([\d,\s]*)\]\}?$")
@@ -117,12 +117,18 @@ def _tree(items: list[tuple[list, str]]) -> str | None:
 
 
 def _ref_fixes(d: Diagnosis) -> list[Fix]:
+  skip = lambda leaf: (f"Don't compute the gradient of {leaf.label}", "jax.ad.DontWant()",
+                       "DontWant skips this input's gradient", False)
+  if d.expected == ref_accums.GRAD_VALUE:   # no ref can take it: vmap hands the rule values
+    return _with_refs(d, lambda leaf: [
+        (f"Get the gradient of {leaf.label} as a value", ref_accums.GRAD_VALUE,
+         "under vmap the rule takes accumulators for values only; add the gradient returned "
+         "into your ref yourself (ref[...] += ...), or apply vmap after differentiation", True),
+        skip(leaf)])
   return _with_refs(d, lambda leaf: [
       (f"Accumulate the gradient of {leaf.label} into a new ref", leaf.new_ref,
        f"a Ref-typed input's gradient is added into a Ref{{{leaf.dtype}{list(leaf.shape)}}}; "
-       "read it afterwards with ref[...]", True),
-      (f"Don't compute the gradient of {leaf.label}", "jax.ad.DontWant()",
-       "DontWant skips this input's gradient", False)])
+       "read it afterwards with ref[...]", True), skip(leaf)])
 
 
 def _accumulator_fixes(d: Diagnosis) -> list[Fix]:

@@ -24,7 +24,8 @@ from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
 from ..records import ERROR, WARNING, Record, RuleSite, Session
-from . import custom_rules, direct_calls, hijax_prims, jvp_rules, through_primal, vjp3_rules
+from . import (custom_rules, direct_calls, hijax_prims, jvp_rules, ref_accums, through_primal,
+               vjp3_rules)
 
 
 def install(patches: PatchSet, sink: Callable | None = None,
@@ -35,6 +36,7 @@ def install(patches: PatchSet, sink: Callable | None = None,
   direct_calls.install(patches, custom_rules.InstrumentedFwd, custom_rules.InstrumentedBwd)
   hijax_prims.install(patches)
   jvp_rules.install(patches)
+  ref_accums.install(patches)
   if sink is not None and private.has("pjit._run_python_pjit"):
     if events is not None:   # no frame of ours under a jitted function run
       events.follow(inspect.unwrap(pjit._run_python_pjit).__code__, _run_started,
