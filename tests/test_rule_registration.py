@@ -94,8 +94,12 @@ def dense(x, w):
 """
 
 
-@pytest.mark.skipif("with_logs" not in inspect.signature(jax.custom_gradient).parameters,
-                    reason=f"jax {jax.__version__}'s custom_gradient has no with_logs")
+gradient_logs = pytest.mark.skipif(
+    "with_logs" not in inspect.signature(jax.custom_gradient).parameters,
+    reason=f"jax {jax.__version__}'s custom_gradient has no with_logs")
+
+
+@gradient_logs
 def test_a_logging_custom_gradient_closure_that_raises_gets_a_fix_that_keeps_its_logs(hook):
   """The closure returns ``((dx, dw), logs)``: the statement that raised is traced to the
   cotangent of ``w`` under the pair's first element, and the first fix, verified, runs as
@@ -112,3 +116,18 @@ def test_a_logging_custom_gradient_closure_that_raises_gets_a_fix_that_keeps_its
   (_, dw), logs = jax.grad(lambda x, w: fixed(x, w).sum(), argnums=(0, 1), with_logs=True)(x, w)
   assert vv.diagnoses() == [] and set(logs) == {"g_norm"}
   np.testing.assert_allclose(dw, jnp.sin(x).sum(0), rtol=1e-6)
+
+
+@gradient_logs
+def test_a_logging_custom_gradient_closure_missing_a_cotangent_gets_it_back(hook):
+  """``((dx,), logs)``: ``dw`` computed, not returned; the fix fills the cotangent tuple
+  under the pair's first element, keeps the logs, and is verified."""
+  ns = cell(GRADIENT_LOGGED.replace("jnp.sin(x) @ g", "(jnp.sin(x) * g).sum(0)")
+            .replace("return (dx, dw), {", "return (dx,), {"))
+  f, x, w = ns["dense"], jnp.ones((4, 3)), jnp.linspace(0.5, 1.5, 3)
+  raises(lambda: jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))(x, w))
+  d = vv.last()
+  assert (d.kind, d.rule) == ("bwd_structure", "dense_vjp")
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert 'return (dx, dw), {"g_norm": jnp.abs(g).sum()}' in first.code

@@ -145,17 +145,9 @@ def _whole_value(rule, node: ast.expr) -> bool:
 
 
 def _cotangents_returned(rule) -> list[ast.Tuple | ast.List]:
-  """The tuples of cotangents the rule's returns spell out: each return's own, or for a
-  rule that logs (``(cotangents, logs)``) the pair's first element."""
-  logs = getattr(rule.user_rules, "with_logs", False)
-  found = []
-  for r in rule.src.returns():
-    value = r.value
-    if logs and isinstance(value, ast.Tuple) and len(value.elts) == 2:
-      value = value.elts[0]
-    if isinstance(value, (ast.Tuple, ast.List)):
-      found.append(value)
-  return found
+  """The tuples of cotangents the rule's returns spell out (``Rule.cotangents``)."""
+  values = [rule.cotangents(r.value) for r in rule.src.returns()]
+  return [v for v in values if isinstance(v, (ast.Tuple, ast.List))]
 
 
 def _fitted_index(rule, call: ast.Call, slot, value) -> list[Fix]:

@@ -107,6 +107,14 @@ class Rule:
       return keys[1:]   # custom_gradient takes a one-argument VJP's cotangent bare
     return keys
 
+  def cotangents(self, value: ast.expr) -> ast.expr:
+    """The cotangents a return spells out in ``value``: for a rule that logs, the first
+    element of its ``(cotangents, logs)`` pair, else ``value`` itself."""
+    if getattr(self.user_rules, "with_logs", False) and isinstance(value, ast.Tuple) \
+        and len(value.elts) == 2:
+      return value.elts[0]
+    return value
+
   @property
   def jnp(self) -> str:
     """How the rule's module spells ``jax.numpy``."""
@@ -273,7 +281,7 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
   if ret is None:
     return []
   out, wanted = _rule_output(rule), verify.expected_args(rule.d.site)
-  value, n = ret.value, len(wanted)
+  value, n = rule.cotangents(ret.value), len(wanted)
   fixes = []
   if out is not None and not isinstance(out, (tuple, list)) and n == 1:
     fixes.append(rule.fix("Wrap the cotangent in a tuple", [(value, f"({rule.src.segment(value)},)")],
