@@ -95,8 +95,8 @@ def dense(x, w):
 
 
 gradient_logs = pytest.mark.skipif(
-    "with_logs" not in inspect.signature(jax.custom_gradient).parameters,
-    reason=f"jax {jax.__version__}'s custom_gradient has no with_logs")
+    any("with_logs" not in inspect.signature(fn).parameters for fn in (jax.custom_gradient, jax.grad)),
+    reason=f"jax {jax.__version__}'s custom_gradient or grad has no with_logs")
 
 
 @gradient_logs
