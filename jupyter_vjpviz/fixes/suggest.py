@@ -156,7 +156,8 @@ def _accum_arg(rule: Rule) -> ast.expr | None:
   site = rule.d.site
   if rule.d.path not in site.in_paths:
     return None
-  position = len(rule.user_rules.nondiff_argnums) + 2 + site.in_paths.index(rule.d.path)
+  before = 1 if rule.closure else 2   # a custom_gradient closure takes (g, *accums)
+  position = len(rule.user_rules.nondiff_argnums) + before + site.in_paths.index(rule.d.path)
   if position >= len(rule.src.params):
     return None
   acc = rule.src.params[position]
