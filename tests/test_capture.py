@@ -152,6 +152,28 @@ def test_defvjp_with_accums_ct_check_names_the_rule(path):
   assert (d.rule, d.function, d.expected, d.got) == ("h_bwd", "h", "float32[3]", "float32[2]")
 
 
+@pytest.mark.skipif("with_accums" not in inspect.signature(jax.custom_gradient).parameters,
+                    reason=f"jax {jax.__version__}'s custom_gradient has no with_accums")
+def test_custom_gradient_with_accums_push_names_the_closure_and_the_input(hook):
+  """JAX traces a ``with_accums`` closure in the fwd, where no rule is on the stack: the
+  push it refuses is still the closure's, about the input whose accumulator it fits."""
+  from jax.experimental.hijax import ValAccum
+
+  @jax.custom_gradient(with_accums=ValAccum)
+  def f(x, w):
+    def f_vjp(g, x_acc, w_acc):
+      x_acc.accum(jnp.cos(x) * w * g)
+      w_acc.accum(jnp.sin(x) * g)
+    return jnp.sin(x) * w, f_vjp
+  raises(lambda: jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))(jnp.ones((4, 3)),
+                                                                     jnp.ones(3)))
+  d = only("accumulator_type")
+  assert (d.function, d.rule, d.path, d.argument) == ("f", "f_vjp", "[1]", "w")
+  first = d.fixes[0]   # the push summed; not run: JAX runs such a closure only inside f
+  assert "w_acc.accum((jnp.sin(x) * g).sum(axis=0))" in first.code
+  assert first.verdict == "unverifiable"
+
+
 @pytest.mark.needs("hijax primitives")
 def test_hiprim_bwd_wrong_shape(hook):
   HiPrim = jax_features.hi_primitive()

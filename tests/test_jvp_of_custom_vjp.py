@@ -3,6 +3,8 @@ autodiff (jvp) to a custom_vjp function."), eagerly or, under jit, when the jit 
 cell where plain JAX raises gets a ``jvp_of_custom_vjp`` diagnosis naming the function, its
 bwd rule and the user's transformation, with JAX's error unchanged; a cell where this JAX
 differentiates it (hessian and linearize on recent JAX) gets none. Ground truth: plain JAX."""
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,15 +15,16 @@ from diagnosed import plain_and_hooked, raises
 from kernel_helpers import DIAGNOSIS
 from test_capture import _frames
 import jupyter_vjpviz as vv
-from jupyter_vjpviz.capture.sites import vjp3_rules
+from jupyter_vjpviz.analysis.values import reverse_mode
 
-jax_features.require("jvp_of_custom_vjp")   # followed at JAX's raise: sys.monitoring (Python 3.12)
-
-
-if jax_features.HIJAX_PATH in jax_features.BASELINE and vjp3_rules.separate_class() is not None:
-  pytest.skip(f"under jax_custom_vjp3, jax {jax.__version__}'s custom_vjp is another class "
-              "(custom_vjp3), whose forward-mode refusal vjpviz does not name yet",
+if sys.version_info < (3, 12):
+  pytest.skip(f"Python {sys.version_info[0]}.{sys.version_info[1]} has no sys.monitoring: JAX's "
+              "refusal, ad.raise_custom_vjp_error_on_jvp, is held by reference in custom_lin's "
+              "impl, batching and lowering tables (and hijax's linearized call's), and vjpviz "
+              "follows it only at its raise statement, with sys.monitoring",
               allow_module_level=True)
+jax_features.require("jvp_of_custom_vjp")
+
 
 X = jnp.linspace(-1., 1., 3)
 
@@ -39,6 +42,14 @@ def clipped_sin():
 
   clipped_sin.defvjp(clipped_sin_fwd, clipped_sin_bwd)
   return clipped_sin
+
+
+def _doubled():
+  @jax.custom_vjp
+  def doubled_sin(x):
+    return jnp.sin(x)
+  doubled_sin.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (2. * c * g,))
+  return doubled_sin
 
 
 TRANSFORMS = {
@@ -83,7 +94,10 @@ def test_forward_mode_of_a_custom_vjp_is_diagnosed_where_jax_refuses_it(hook, tr
   assert len(added) == 1 and added[0].startswith(f"vjpviz: {asked} differentiates clipped_sin")
   d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
   assert (d.function, d.rule, d.got) == ("clipped_sin", "clipped_sin_bwd", asked)
-  assert all(f.verdict != "verified" for f in d.fixes)   # no reference judges a call here
+  verified = [f.code for f in d.fixes if f.verdict == "verified"]
+  # jacrev through the bwd rule, run against jacfwd/hessian of the primal: equal (the clip is
+  # inactive for sin); a jvp/linearize has no reverse-mode twin, only a rule to write
+  assert verified == ([d.fixes[0].code] if asked in ("jax.jacfwd", "jax.hessian") else [])
   DIAGNOSIS.validate({"v": 1, "type": "diagnosis", "diagnosis": d.to_dict()})
 
 
@@ -105,8 +119,33 @@ def test_the_reverse_mode_call_offered_runs_and_the_primals_call_too(hook, trans
     np.testing.assert_allclose(eval(fix.code, scope), reference, rtol=1e-6)  # noqa: S307
 
 
+def test_a_wrong_bwd_rule_makes_the_reverse_mode_call_wrong_too(hook):
+  """The reverse-mode call runs through the user's bwd rule: where that rule is not the
+  primal's derivative (twice it here), the call is not verified, and the fix says the
+  rule is wrong too; the primal's own call, the reference, leads."""
+  doubled_sin = _doubled()
+  raises(lambda: jax.jacfwd(doubled_sin)(X))
+  d = next(d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp")
+  reverse = next(f for f in d.fixes if f.code == "jax.jacrev(doubled_sin)(x)")
+  assert reverse.verdict == "type-only" and "is wrong too" in reverse.note
+  primal = "fun" if hasattr(doubled_sin, "fun") else "f"   # custom_vjp3 on JAX 0.9-0.11
+  assert d.fixes[0].code == f"jax.jacfwd(doubled_sin.{primal})(x)"
+
+
+def test_the_hessians_reverse_mode_call_is_judged_as_the_jacobians(hook):
+  """jacrev of jacrev, run at the refused application's site (this JAX refuses no hessian
+  of the test's cells): right for the rule that is sin's derivative, wrong for twice it."""
+  for fn, right in ((clipped_sin(), True), (_doubled(), False)):
+    raises(lambda: jax.jacfwd(fn)(X))
+    d = [d for d in vv.diagnoses() if d.kind == "jvp_of_custom_vjp"][-1]
+    verdict = reverse_mode.verdict(d.site, d.site.custom_rule(), "jax.hessian")
+    assert verdict.status == ("right" if right else "wrong"), verdict.reason
+
+
 def _summed(f):
-  """``f`` summed to a scalar, as the hessian cell differentiates it, keeping ``.fun``."""
+  """``f`` summed to a scalar, as the hessian cell differentiates it, keeping its primal
+  (``.fun``; ``.f`` on JAX 0.9-0.11's ``custom_vjp3``)."""
   summed = lambda y: f(y).sum()
-  summed.fun = lambda y: f.fun(y).sum()
+  primal = getattr(f, "fun", None) or f.f
+  summed.fun = summed.f = lambda y: primal(y).sum()
   return summed

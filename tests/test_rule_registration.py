@@ -3,6 +3,8 @@ same ``custom_vjp`` method (``defvjp_with_logs`` returns ``(cotangents, logs)``)
 option (``optimize_remat``, ``symbolic_zeros``, ...); applied, it is registered so again.
 A ``defvjp_with_logs`` rule returning what JAX refuses as logs gets JAX's error and no
 internal-error line of ours."""
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,3 +79,55 @@ def test_logs_of_a_type_jax_refuses_get_jaxs_error_and_no_internal_error(hook, c
   err = raises(lambda: jax.grad(lambda x: f(x).sum())(jnp.ones(3)))
   assert isinstance(err, TypeError) and "must be None or a dict" in str(err)
   assert "internal error" not in capsys.readouterr().err
+
+
+GRADIENT_LOGGED = """
+@jax.custom_gradient(with_logs=True)
+def dense(x, w):
+  y = jnp.sin(x) * w
+
+  def dense_vjp(g):
+    dx = jnp.cos(x) * w * g
+    dw = jnp.sin(x) @ g
+    return (dx, dw), {"g_norm": jnp.abs(g).sum()}
+  return y, dense_vjp
+"""
+
+
+gradient_logs = pytest.mark.skipif(
+    any("with_logs" not in inspect.signature(fn).parameters for fn in (jax.custom_gradient, jax.grad)),
+    reason=f"jax {jax.__version__}'s custom_gradient or grad has no with_logs")
+
+
+@gradient_logs
+def test_a_logging_custom_gradient_closure_that_raises_gets_a_fix_that_keeps_its_logs(hook):
+  """The closure returns ``((dx, dw), logs)``: the statement that raised is traced to the
+  cotangent of ``w`` under the pair's first element, and the first fix, verified, runs as
+  registered (``with_logs=True``) with its logs."""
+  ns = cell(GRADIENT_LOGGED)
+  f, x, w = ns["dense"], jnp.ones((4, 3)), jnp.linspace(0.5, 1.5, 3)
+  raises(lambda: jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))(x, w))
+  d = vv.last()
+  assert (d.kind, d.rule, d.path) == ("bwd_raised", "dense_vjp", "[1]")
+  first = d.fixes[0]
+  assert first.verdict == "verified" and '{"g_norm": jnp.abs(g).sum()}' in first.code
+  fixed = cell(first.code)["dense"]
+  vv.clear()
+  (_, dw), logs = jax.grad(lambda x, w: fixed(x, w).sum(), argnums=(0, 1), with_logs=True)(x, w)
+  assert vv.diagnoses() == [] and set(logs) == {"g_norm"}
+  np.testing.assert_allclose(dw, jnp.sin(x).sum(0), rtol=1e-6)
+
+
+@gradient_logs
+def test_a_logging_custom_gradient_closure_missing_a_cotangent_gets_it_back(hook):
+  """``((dx,), logs)``: ``dw`` computed, not returned; the fix fills the cotangent tuple
+  under the pair's first element, keeps the logs, and is verified."""
+  ns = cell(GRADIENT_LOGGED.replace("jnp.sin(x) @ g", "(jnp.sin(x) * g).sum(0)")
+            .replace("return (dx, dw), {", "return (dx,), {"))
+  f, x, w = ns["dense"], jnp.ones((4, 3)), jnp.linspace(0.5, 1.5, 3)
+  raises(lambda: jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))(x, w))
+  d = vv.last()
+  assert (d.kind, d.rule) == ("bwd_structure", "dense_vjp")
+  first = d.fixes[0]
+  assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
+  assert 'return (dx, dw), {"g_norm": jnp.abs(g).sum()}' in first.code

@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..analysis.diagnosis import Diagnosis, Fix
+from ..analysis.diagnosis import UNVERIFIABLE, Diagnosis, Fix
+from ..analysis.values import reverse_mode
 from ..base import kinds
-from . import source
+from ..base.safety import safely
+from ..capture.sites import ref_accums, vjp3_rules
+from . import rank, source
 
 _AVAL = re.compile(r"^(Ref\{)?(\w+)\[([\d,\s]*)\]\}?$")
 # An input label is a parameter name, or ``args[i]`` past the named ones, then a keystr.
@@ -114,12 +117,18 @@ def _tree(items: list[tuple[list, str]]) -> str | None:
 
 
 def _ref_fixes(d: Diagnosis) -> list[Fix]:
+  skip = lambda leaf: (f"Don't compute the gradient of {leaf.label}", "jax.ad.DontWant()",
+                       "DontWant skips this input's gradient", False)
+  if d.expected == ref_accums.GRAD_VALUE:   # no ref can take it: vmap hands the rule values
+    return _with_refs(d, lambda leaf: [
+        (f"Get the gradient of {leaf.label} as a value", ref_accums.GRAD_VALUE,
+         "under vmap the rule takes accumulators for values only; add the gradient returned "
+         "into your ref yourself (ref[...] += ...), or apply vmap after differentiation", True),
+        skip(leaf)])
   return _with_refs(d, lambda leaf: [
       (f"Accumulate the gradient of {leaf.label} into a new ref", leaf.new_ref,
        f"a Ref-typed input's gradient is added into a Ref{{{leaf.dtype}{list(leaf.shape)}}}; "
-       "read it afterwards with ref[...]", True),
-      (f"Don't compute the gradient of {leaf.label}", "jax.ad.DontWant()",
-       "DontWant skips this input's gradient", False)])
+       "read it afterwards with ref[...]", True), skip(leaf)])
 
 
 def _accumulator_fixes(d: Diagnosis) -> list[Fix]:
@@ -182,19 +191,41 @@ def _reverse_mode_fixes(d: Diagnosis) -> list[Fix]:
   """The user's forward-mode call in reverse mode (jacfwd, hessian) or, with no reverse-mode
   twin (jvp, linearize), a custom_jvp; and the primal differentiated by JAX, rule dropped."""
   f, transformation = d.function or "f", d.got or "jax.jvp"
+  fun = f"{f}.{_primal_attribute(d)}"
   if transformation in _REVERSE_CALLS:
-    first = Fix(f"Differentiate {f} in reverse mode", _REVERSE_CALLS[transformation].format(f),
-                f"{d.expected} computes what {transformation} does, in reverse mode, through "
-                f"{f}'s own bwd rule")
+    first = _run_reverse_mode(d, Fix(
+        f"Differentiate {f} in reverse mode", _REVERSE_CALLS[transformation].format(f),
+        f"{d.expected} computes what {transformation} does, in reverse mode, through "
+        f"{f}'s own bwd rule"))
   else:
     first = Fix(f"Give {f} a custom_jvp rule in place of its custom_vjp",
                 f"@jax.custom_jvp\ndef {f}(...): ...\n@{f}.defjvp\ndef {f}_jvp(primals, tangents): ...",
                 f"{transformation} needs a forward-mode rule; JAX transposes a custom_jvp's "
                 "for reverse mode too")
   primal = Fix(f"Differentiate {f}'s primal itself (its custom rule dropped)",
-               _FORWARD_CALLS.get(transformation, "jax.jvp({}, primals, tangents)").format(f"{f}.fun"),
-               f"{f}.fun is the undecorated function, which JAX differentiates in any mode")
+               _FORWARD_CALLS.get(transformation, "jax.jvp({}, primals, tangents)").format(fun),
+               f"{fun} is the undecorated function, which JAX differentiates in any mode",
+               verdict=UNVERIFIABLE, note=f"{fun}'s own derivative is the reference a rule "
+               "is judged by: nothing independent of it judges it")
   return [first, primal]
+
+
+def _primal_attribute(d: Diagnosis) -> str:
+  """The attribute holding the user's custom_vjp's undecorated function: ``fun``, or
+  ``f`` on the ``custom_vjp3`` JAX 0.9 to 0.11 make under ``jax_custom_vjp3``."""
+  cvjp = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  user = cvjp._user() if isinstance(cvjp, vjp3_rules.CustomVjp3) else cvjp
+  return "f" if user is not None and not hasattr(user, "fun") and hasattr(user, "f") else "fun"
+
+
+def _run_reverse_mode(d: Diagnosis, fix: Fix) -> Fix:
+  """``fix`` with its verdict from running it (``reverse_mode``) against the primal's own
+  derivative, where the refused application's custom_vjp is still held; else as it is."""
+  cvjp = d.site.custom_rule() if d.site is not None and d.site.custom_rule is not None else None
+  if cvjp is None or not reverse_mode.judged(d.got):
+    return fix
+  verdict = safely(reverse_mode.verdict, d.site, cvjp, d.got)
+  return fix if verdict is None else rank.with_verdict(fix, verdict, d.site)
 
 
 CALL_FIXERS = {"refs": _ref_fixes, "accumulator": _accumulator_fixes,

@@ -833,12 +833,15 @@ def _entries(s: Scope) -> Iterator[Candidate]:
   """Missing entries of a returned tuple or dict, filled from locals of their type."""
   if not kinds.of(s.rule.d.kind).structural:
     return
-  want = verify.expected_returned(s.rule.d, s.rule.keys)
+  node = s.rule.cotangents(s.ret.value)
+  logs = node is not s.ret.value   # a (cotangents, logs) pair: its first element's keys
+  want = verify.expected_returned(s.rule.d, s.rule.keys[1:] if logs else s.rule.keys)
   if want is None:
     return
   keys = _arg_names(s.rule.d.site)
-  got = s.returned if s.returned is not None else _untyped_return(s, want, keys)
-  top = _filled(s, s.ret.value, got, want, keys) if got is not None else ()
+  got = s.returned[0] if logs and isinstance(s.returned, (tuple, list)) else s.returned
+  got = got if got is not None else _untyped_return(s, want, keys)
+  top = _filled(s, node, got, want, keys) if got is not None else ()
   for edits, filled in itertools.islice(top, PER_GENERATOR):
     if edits and filled:   # zeros alone are the templates' placeholder, not a search result
       yield s.candidate(0, f"Return the missing entries from {', '.join(filled)}", edits,
@@ -851,7 +854,7 @@ def _untyped_return(s: Scope, want, keys: list) -> tuple | None:
   closure over its function's locals, ``jax.custom_gradient``): each entry the type of the
   slot its name says (``dw`` is ``w``'s), else of the next free slot. A guess the oracle
   judges like any candidate."""
-  node = s.ret.value
+  node = s.rule.cotangents(s.ret.value)
   if not isinstance(want, (tuple, list)) or not isinstance(node, (ast.Tuple, ast.List)) \
       or len(node.elts) >= len(want):
     return None

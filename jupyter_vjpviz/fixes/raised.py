@@ -136,12 +136,18 @@ def _result(apply, a, b, ta: bool, tb: bool):
 def _whole_value(rule, node: ast.expr) -> bool:
   """``node`` is all a cotangent slot gets: the value of a write into one, or of a local
   returned as it is."""
-  returned = {e.id for r in rule.src.returns() if isinstance(r.value, (ast.Tuple, ast.List))
-              for e in r.value.elts if isinstance(e, ast.Name)}
+  returned = {e.id for value in _cotangents_returned(rule) for e in value.elts
+              if isinstance(e, ast.Name)}
   return any(isinstance(s, ast.Assign) and s.value is node and len(s.targets) == 1
              and (isinstance(s.targets[0], (ast.Subscript, ast.Attribute))
                   or isinstance(s.targets[0], ast.Name) and s.targets[0].id in returned)
              for s in ast.walk(rule.src.node))
+
+
+def _cotangents_returned(rule) -> list[ast.Tuple | ast.List]:
+  """The tuples of cotangents the rule's returns spell out (``Rule.cotangents``)."""
+  values = [rule.cotangents(r.value) for r in rule.src.returns()]
+  return [v for v in values if isinstance(v, (ast.Tuple, ast.List))]
 
 
 def _fitted_index(rule, call: ast.Call, slot, value) -> list[Fix]:

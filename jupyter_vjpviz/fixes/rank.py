@@ -126,7 +126,7 @@ class Judge:
                 "gradient, by choice); equal to the primal's derivative otherwise")
       return dataclasses.replace(fix, title=f"{fix.title} (type-only: gradient for {', '.join(filled)})",
                                  exact=False, verdict=TYPE_ONLY, note=breaks)
-    judged = _with_verdict(fix, self.at_chosen_precision(verify.as_written(verdict, self.left_none)),
+    judged = with_verdict(fix, self.at_chosen_precision(verify.as_written(verdict, self.left_none)),
                            self.rule.d.site)
     if judged is not None and judged.verdict == TYPE_ONLY:
       own = self.rule_values
@@ -194,7 +194,7 @@ class Judge:
       return dataclasses.replace(fix, exact=True, verdict=VERIFIED,
                                  note=f"keeps your rule's values ({kept.reason}): {self.surrogate}")
     if kept.status != oracle.WRONG:
-      return _with_verdict(fix, kept, self.rule.d.site)
+      return with_verdict(fix, kept, self.rule.d.site)
     breaks = f"it changes the values of your surrogate gradient ({kept.reason})"
     return dataclasses.replace(fix, title=f"{fix.title} (type-only: changes your surrogate's values)",
                                exact=False, verdict=TYPE_ONLY, note=breaks)
@@ -266,11 +266,13 @@ def rank(judge: Judge, candidates: list[Fix], fallbacks: list[Fix] = (),
 
 
 def unjudged(fixes: list[Fix], why: str) -> list[Fix]:
-  """Fixes no oracle can judge (a call to rewrite, not a rule), in the generators' order."""
-  return [_unverifiable(f, why) for f in fixes]
+  """Calls to write, not rules: those their generator judged (``with_verdict``) by verdict,
+  the rest unverifiable (``why``), in the generators' order within each verdict."""
+  given = [f if f.verdict else _unverifiable(f, why) for f in fixes]
+  return sorted(given, key=lambda f: VERDICT_ORDER[f.verdict])
 
 
-def _with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
+def with_verdict(fix: Fix, verdict: oracle.Verdict, site) -> Fix | None:
   if verdict.status == oracle.RIGHT and _varying(site) and not verdict.where:
     return _unverifiable(fix, "its values equal the primal's derivative, judged outside its "
                          "shard_map: the varying mesh axes it returns are not checked there")
@@ -344,7 +346,7 @@ class TangentJudge(Judge):
       own = self.rule_values
       return (self.against_surrogate(fix, own.verdict(jvp, symbolic_zeros)) if own is not None
               else self.surrogate_unrun(fix, reserved))
-    return _with_verdict(fix, self.at_chosen_precision(self.oracle.verdict(jvp, symbolic_zeros)),
+    return with_verdict(fix, self.at_chosen_precision(self.oracle.verdict(jvp, symbolic_zeros)),
                          self.rule.d.site)
 
   @functools.cached_property

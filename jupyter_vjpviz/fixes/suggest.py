@@ -45,8 +45,8 @@ def attach(d: Diagnosis) -> Diagnosis:
 
 
 def suggestions(d: Diagnosis, custom_rule, rule: Rule | None) -> list[Fix]:
-  if custom_rule is None:
-    return rank.unjudged(calls.suggestions(d), _NO_RULE)
+  if custom_rule is None or not kinds.of(d.kind).rule_fixers and kinds.of(d.kind).call_fixers:
+    return rank.unjudged(calls.suggestions(d), _NO_RULE)   # a call to write, not a rule
   if rule is None:
     return []
   judge = (rank.TangentJudge if kinds.of(d.kind).role == "jvp" else rank.Judge).of(rule)
@@ -107,6 +107,14 @@ class Rule:
       return keys[1:]   # custom_gradient takes a one-argument VJP's cotangent bare
     return keys
 
+  def cotangents(self, value: ast.expr) -> ast.expr:
+    """The cotangents a return spells out in ``value``: for a rule that logs, the first
+    element of its ``(cotangents, logs)`` pair, else ``value`` itself."""
+    if getattr(self.user_rules, "with_logs", False) and isinstance(value, ast.Tuple) \
+        and len(value.elts) == 2:
+      return value.elts[0]
+    return value
+
   @property
   def jnp(self) -> str:
     """How the rule's module spells ``jax.numpy``."""
@@ -148,7 +156,8 @@ def _accum_arg(rule: Rule) -> ast.expr | None:
   site = rule.d.site
   if rule.d.path not in site.in_paths:
     return None
-  position = len(rule.user_rules.nondiff_argnums) + 2 + site.in_paths.index(rule.d.path)
+  before = 1 if rule.closure else 2   # a custom_gradient closure takes (g, *accums)
+  position = len(rule.user_rules.nondiff_argnums) + before + site.in_paths.index(rule.d.path)
   if position >= len(rule.src.params):
     return None
   acc = rule.src.params[position]
@@ -273,7 +282,7 @@ def _structure_fixes(rule: Rule) -> list[Fix]:
   if ret is None:
     return []
   out, wanted = _rule_output(rule), verify.expected_args(rule.d.site)
-  value, n = ret.value, len(wanted)
+  value, n = rule.cotangents(ret.value), len(wanted)
   fixes = []
   if out is not None and not isinstance(out, (tuple, list)) and n == 1:
     fixes.append(rule.fix("Wrap the cotangent in a tuple", [(value, f"({rule.src.segment(value)},)")],

@@ -203,6 +203,9 @@ NAMES: tuple[Name, ...] = (
        why="the closure linear_transpose returns, made per call: its code is what all share "
            "(in _linear_transpose from JAX 0.12.1, whose out_tree is a tree, not a thunk)"),
     _n("ad.ct_check", f"{_AD}:ct_check", kinds.ACCUMULATE, since="0.8"),
+    _n("ad.ref_accum_error", "jax._src.interpreters.batching:ref_accum_error", kinds.WITH_REFS,
+       since="0.12", why="vmap's refusal of a gradient ref for a rule that takes accumulators"),
+    _n("ad.RefAccum", f"{_AD}:RefAccum", kinds.WITH_REFS, since="0.7"),
     _n("ad.raise_custom_vjp_error_on_jvp", f"{_AD}:raise_custom_vjp_error_on_jvp",
        kinds.FORWARD_REFUSED, params=("_", "__"),
        why="custom_lin's impl, batching rule and lowering: a custom_vjp under forward mode"),

@@ -42,11 +42,12 @@ class _Attr(str):
   """An attribute step (``.w``): equal to the key ``'w'`` when names are compared."""
 
 
-def raised(site, bwd, user_code, exc: BaseException) -> None:
+def raised(site, bwd, user_code, exc: BaseException, with_logs: bool = False) -> None:
   """Defer a record for ``exc`` raised on a statement of the user's bwd: a ``bwd_type``
   where the statement wrote a value of the wrong type into a known cotangent slot, a
   ``bwd_raised`` where computing the value itself raised for its types. Types are
-  compared as the bwd check compares them (``avals.same_type``)."""
+  compared as the bwd check compares them (``avals.same_type``). ``with_logs``: the rule
+  returns ``(cotangents, logs)``, its slots under the pair's first element."""
   session = records.current_session()
   code = user_code or getattr(bwd, "__code__", None)
   if session is None or code is None:
@@ -63,7 +64,7 @@ def raised(site, bwd, user_code, exc: BaseException) -> None:
   where = f"{code.co_filename}:{line}"
   written = _written_slot(site, fn, stmt, scope)
   at = Statement(site, fn, stmt, _SOURCES[code][0], where, text.strip(), code.co_filename,
-                 frame.f_globals, env, type(exc))
+                 frame.f_globals, env, type(exc), with_logs)
   session.deferred.append((len(session.records), lambda: _finding(at, written)))
 
 
@@ -83,6 +84,7 @@ class Statement:
   globals: dict
   env: dict                # the locals it reads, arrays as ShapeDtypeStructs
   raised: type
+  with_logs: bool = False  # the rule returns (cotangents, logs)
 
 
 def _written_slot(site, fn, stmt, scope):
@@ -136,7 +138,7 @@ def _failed_value(at: Statement, written) -> list[Record]:
   if failed is None:
     return []
   site = at.site
-  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed)
+  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed, at.with_logs)
   expected = ct_aval(site.in_avals[k]) if k is not None else None
   of = f"the cotangent of {site.in_names[k]}" if k is not None else "a cotangent"
   return [retained(Record(
@@ -148,10 +150,11 @@ def _failed_value(at: Statement, written) -> list[Record]:
              f"({failed.asked}) in `{at.text}`"))]
 
 
-def _input_reached(site, fn, stmt, failed) -> int | None:
+def _input_reached(site, fn, stmt, failed, with_logs: bool = False) -> int | None:
   """The one input leaf whose returned slot the statement's value reaches: the element of a
   returned literal that holds the failing operation (a ``return``), or that reads a local
-  the statement's value flows into; None unless exactly one slot does."""
+  the statement's value flows into; None unless exactly one slot does. ``with_logs``:
+  the slots are those under the returned pair's cotangents (its first element)."""
   if isinstance(stmt, ast.Return):
     hit = lambda e: any(getattr(n, "lineno", None) == failed.lineno
                         and getattr(n, "col_offset", None) == failed.col_offset
@@ -162,6 +165,8 @@ def _input_reached(site, fn, stmt, failed) -> int | None:
     hit = lambda e: bool(syntax.names_read(e) & held)
     returns = [n for n in syntax.own_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
   paths = {p for r in returns for p in _literal_paths(r.value, hit)}
+  if with_logs:
+    paths = {p[1:] for p in paths if p[:1] == (0,)}
   if len(paths) != 1:
     return None
   path = paths.pop()

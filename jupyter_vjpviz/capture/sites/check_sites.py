@@ -23,8 +23,9 @@ from ..compat import dtype_exemption, jax_flags, private
 from ..compat.patches import PatchSet
 from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
-from ..records import ERROR, WARNING, Record, RuleSite, Session
-from . import custom_rules, direct_calls, hijax_prims, jvp_rules, through_primal, vjp3_rules
+from ..records import ERROR, WARNING, Record, Session
+from . import (custom_rules, direct_calls, hijax_prims, jvp_rules, ref_accums, through_primal,
+               vjp3_rules)
 
 
 def install(patches: PatchSet, sink: Callable | None = None,
@@ -35,6 +36,7 @@ def install(patches: PatchSet, sink: Callable | None = None,
   direct_calls.install(patches, custom_rules.InstrumentedFwd, custom_rules.InstrumentedBwd)
   hijax_prims.install(patches)
   jvp_rules.install(patches)
+  ref_accums.install(patches)
   if sink is not None and private.has("pjit._run_python_pjit"):
     if events is not None:   # no frame of ours under a jitted function run
       events.follow(inspect.unwrap(pjit._run_python_pjit).__code__, _run_started,
@@ -205,7 +207,7 @@ def _ct_check_record(accum, ct, severity) -> Record:
   got = ct.aval if isinstance(ct, ad.Zero) else core.typeof(ct)
   site = records.state.rule_stack[-1] if records.state.rule_stack else None
   index = hijax_prims.input_index(accum) if site is not None and site.hijax else None
-  path = site.in_paths[index] if index is not None else _accum_path(site, accum.aval)
+  path = site.in_paths[index] if index is not None else custom_rules.accum_path(site, accum.aval)
   return Record(
       kind="accumulator_type" if severity == ERROR else "silent_dtype",
       severity=severity, function=site.function if site else None,
@@ -213,15 +215,6 @@ def _ct_check_record(accum, ct, severity) -> Record:
       site=site, path=path, expected=accum.aval.str_short(), got=got.str_short(),
       expected_aval=accum.aval, got_aval=got,
       flat_index=site.in_paths.index(path) if site and path in site.in_paths else None)
-
-
-def _accum_path(site: RuleSite | None, aval) -> str | None:
-  """The rule input whose cotangent type is ``aval``, when only one fits."""
-  if site is None:
-    return None
-  fits = [p for p, a in zip(site.in_paths, site.in_avals)
-          if avals.ct_aval(a) == aval]
-  return fits[0] if len(fits) == 1 else None
 
 
 # ------------------------------------------------------------- custom rules

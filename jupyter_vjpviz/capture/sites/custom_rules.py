@@ -108,7 +108,7 @@ class InstrumentedBwd(InstrumentedRule):
         safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
       if isinstance(e, Exception):
-        safety.safely(bwd_raises.raised, site, bwd, code, e)
+        safety.safely(bwd_raises.raised, site, bwd, code, e, self._with_logs)
       if isinstance(e, Exception) and learning is not None and learning.returned:
         # the library's bwd raised after the user's returned
         safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e)
@@ -277,7 +277,31 @@ def _closure_raised(cvjp, args, flat, exc: Exception) -> None:
     return
   site = dataclasses.replace(site, rule=code.co_name,
                              rule_source=f"{code.co_filename}:{code.co_firstlineno}")
-  bwd_raises.raised(site, None, code, exc)
+  _claim_push(site)
+  bwd_raises.raised(site, None, code, exc, bool(option(cvjp, "with_logs")))
+
+
+def _claim_push(site: RuleSite) -> None:
+  """A push into an accumulator that JAX refused as it traced the closure in the fwd
+  (``custom_gradient(with_accums=)``: no rule is on the stack there) is this closure's:
+  its record, the session's last, gets the site, the closure and the input it fits."""
+  session = records.current_session()
+  rec = session.records[-1] if session is not None and session.records else None
+  kind = kinds.of(rec.kind) if rec is not None else None
+  if kind is None or (kind.role, kind.channel) != ("bwd", kinds.ACCUMULATED) or rec.site is not None:
+    return
+  path = accum_path(site, rec.expected_aval)
+  session.records[-1] = retained(dataclasses.replace(
+      rec, site=site, function=site.function, source=site.source, rule=site.rule, path=path,
+      flat_index=site.in_paths.index(path) if path is not None else None))
+
+
+def accum_path(site: RuleSite | None, aval) -> str | None:
+  """The rule input whose cotangent type is ``aval``, when only one fits."""
+  if site is None:
+    return None
+  fits = [p for p, a in zip(site.in_paths, site.in_avals) if ct_aval(a) == aval]
+  return fits[0] if len(fits) == 1 else None
 
 
 def _user_fwd_to_name(cvjp, flat):

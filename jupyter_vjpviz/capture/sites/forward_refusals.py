@@ -28,10 +28,13 @@ from .. import records
 from ..code_events import CodeEvents
 from ..compat.patches import PatchSet
 from ..records import ERROR, Record, Session
+from .custom_rules import InstrumentedBwd, TaggedResiduals
+from .retained_rules import retained
 
 _API_FILE = os.path.join("jax", "_src", "api.py")
 _ENTRIES = {"jvp": "jax.jvp", "linearize": "jax.linearize", "jacfwd.<locals>.jacfun": "jax.jacfwd"}
 _REVERSE = "jacrev.<locals>.jacfun"
+_DEPTH = 8   # tree levels searched for the hook's tagged residuals
 REVERSE_MODE = {"jax.jacfwd": "jax.jacrev", "jax.hessian": "jax.jacrev(jax.jacrev(...))",
                 "jax.jvp": "jax.vjp", "jax.linearize": "jax.vjp"}
 """The user's forward-mode transformation -> the reverse-mode one a headline names."""
@@ -68,10 +71,37 @@ def refusal(frame) -> Record | None:
     return None
   name, rule = named
   transformation = _transformation(_entry_names(frame, args))
-  return Record(
+  return retained(Record(
       kind="jvp_of_custom_vjp", severity=ERROR, function=name, source=None, path=None,
       expected=REVERSE_MODE.get(transformation, "jax.vjp"), got=transformation, rule=rule,
-      detail=f"{transformation or 'forward mode'} of the custom_vjp function {name or '?'}")
+      site=safety.safely(_tagged_site, params),
+      detail=f"{transformation or 'forward mode'} of the custom_vjp function {name or '?'}"))
+
+
+def _tagged_site(params: dict):
+  """The site the hook tagged the application's residuals with (its types, its
+  custom_vjp: what running the reverse-mode call offered needs), from the residual tree:
+  the one ``_flatten_bwd``'s ``out_trees`` holds, or hijax's ``residuals_tree`` (under
+  ``jax_custom_vjp3``); None where JAX keeps no such tree."""
+  trees = [params.get("residuals_tree")]
+  for gen, args in getattr(params.get("bwd"), "transforms", ()):
+    code = getattr(gen, "__code__", None)
+    if code is not None and "out_trees" in code.co_varnames[:code.co_argcount]:
+      thunk = args[code.co_varnames.index("out_trees") - 1]   # the first parameter is the function
+      trees += thunk() if callable(thunk) else ()
+  return next(filter(None, map(_tagged_in, trees)), None)
+
+
+def _tagged_in(tree, depth: int = 0):
+  """The site of the first ``TaggedResiduals`` node in ``tree``, at any depth, through the
+  trees static nodes hold (JAX 0.12.1 keeps the residuals' tree as a ``Static`` value)."""
+  if not isinstance(tree, jax.tree_util.PyTreeDef) or depth > _DEPTH:
+    return None
+  data = tree.node_data()
+  if data is not None and data[0] is TaggedResiduals:
+    return data[1]
+  inner = _tagged_in(getattr(data[1], "val", None), depth + 1) if data is not None else None
+  return inner or next(filter(None, (_tagged_in(c, depth + 1) for c in tree.children())), None)
 
 
 def _classic(bwd, frame) -> tuple[str | None, str | None]:
@@ -96,6 +126,8 @@ def _vjp3(prim) -> tuple[str | None, str | None] | None:
   its traced primal's name, and the user's bwd in the closure of JAX's rule around it."""
   name = getattr(getattr(prim, "traced", None), "fun_name", None)
   rule = getattr(prim, "bwd", None)
+  if isinstance(rule, InstrumentedBwd):   # JAX 0.9 to 0.11 hold the hook's bwd itself
+    return (name, getattr(rule.__wrapped__, "__name__", None)) if name is not None else None
   cells = dict(zip(getattr(getattr(rule, "__code__", None), "co_freevars", ()),
                    getattr(rule, "__closure__", None) or ()))
   if name is None or "bwd" not in cells:
