@@ -17,7 +17,8 @@ Each cell is a module written by ``capability_programs`` (a rule made wrong for 
              altered``, 0 expected) and prints no ``internal error`` line (0 expected).
 
     PYTHONPATH=$PWD:$PWD/benchmarks .venv/bin/python benchmarks/capability_matrix.py \\
-        [--jobs N] [--sample N --seed S] [--markdown] [--uncovered] [--json rows.json]
+        [--jobs N] [--sample N --seed S] [--api A ...] [--defect D ...] [--markdown]
+        [--uncovered] [--json rows.json]
 
 ``--markdown`` prints the table for docs/benchmarks.md, ``--uncovered`` the raising cells
 not diagnosed, for docs/jax-versions.md; ``--from rows.json`` re-renders saved rows.
@@ -344,6 +345,7 @@ def main(argv=None):
   parser.add_argument("--sample", type=int, default=0, help="a seeded sample of this many cells")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--api", action="append", help="only these rule APIs")
+  parser.add_argument("--defect", action="append", choices=programs.DEFECTS, help="only these defects")
   parser.add_argument("--markdown", action="store_true")
   parser.add_argument("--uncovered", action="store_true")
   parser.add_argument("--json", help="write the rows here")
@@ -355,7 +357,8 @@ def main(argv=None):
       rows = json.load(f)
   else:
     import jax
-    cells = programs.cells(tuple(opts.api) if opts.api else None)
+    cells = programs.cells(tuple(opts.api) if opts.api else None,
+                           defects=tuple(opts.defect) if opts.defect else programs.DEFECTS)
     if opts.sample:
       cells = sample(cells, opts.sample, opts.seed)
     rows = run_all(cells, opts.jobs)

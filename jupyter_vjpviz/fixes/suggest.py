@@ -506,8 +506,12 @@ def _jvp_fallback(rule: Rule) -> list[Fix]:
   primals, tangents = rule.src.params
   fun = custom_jvp3.own_name(custom, "fun")
   jax_name = next((k for k, v in rule.globals.items() if v is jax), "jax")
+  drop = raised.dropped(rule, [ret.value.elts[1]])   # the statement that raised computing it
+  if drop is None:
+    return []
   return [rule.fix(f"Compute the tangent by differentiating {rule.d.function} (jax.jvp)",
-                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.{fun}, {primals}, {tangents})[1]")],
+                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.{fun}, {primals}, {tangents})[1]"),
+                    *drop],
                    f"the tangent of {rule.d.function}'s own derivative; costs a second forward "
                    "pass", True)]
 

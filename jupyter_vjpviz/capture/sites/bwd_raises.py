@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from ..compat.private import core
-from ...base import syntax, trees
+from ...base import kinds, syntax, trees
 from ...base.places import spelled
 from .. import records
 from ..avals import ct_aval, same_type
@@ -42,11 +42,12 @@ class _Attr(str):
   """An attribute step (``.w``): equal to the key ``'w'`` when names are compared."""
 
 
-def raised(site, bwd, user_code, exc: BaseException) -> None:
+def raised(site, bwd, user_code, exc: BaseException, kind: str) -> None:
   """Defer a record for ``exc`` raised on a statement of the user's bwd: a ``bwd_type``
   where the statement wrote a value of the wrong type into a known cotangent slot, a
   ``bwd_raised`` where computing the value itself raised for its types. Types are
-  compared as the bwd check compares them (``avals.same_type``)."""
+  compared as the bwd check compares them (``avals.same_type``). A rule of another role
+  (a custom_jvp's ``jvp``: ``kind="jvp_raised"``) is read alike, without slots."""
   session = records.current_session()
   code = user_code or getattr(bwd, "__code__", None)
   if session is None or code is None:
@@ -61,9 +62,9 @@ def raised(site, bwd, user_code, exc: BaseException) -> None:
     return
   text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
   where = f"{code.co_filename}:{line}"
-  written = _written_slot(site, fn, stmt, scope)
+  written = _written_slot(site, fn, stmt, scope) if kinds.of(kind).role == "bwd" else None
   at = Statement(site, fn, stmt, _SOURCES[code][0], where, text.strip(), code.co_filename,
-                 frame.f_globals, env, type(exc))
+                 frame.f_globals, env, type(exc), kind)
   session.deferred.append((len(session.records), lambda: _finding(at, written)))
 
 
@@ -83,6 +84,7 @@ class Statement:
   globals: dict
   env: dict                # the locals it reads, arrays as ShapeDtypeStructs
   raised: type
+  kind: str                # what computing the value raising is (by the rule's role)
 
 
 def _written_slot(site, fn, stmt, scope):
@@ -136,11 +138,13 @@ def _failed_value(at: Statement, written) -> list[Record]:
   if failed is None:
     return []
   site = at.site
-  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed)
+  bwd = kinds.of(at.kind).role == "bwd"   # else a jvp's: its tangent is of the output
+  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed) if bwd else None
   expected = ct_aval(site.in_avals[k]) if k is not None else None
-  of = f"the cotangent of {site.in_names[k]}" if k is not None else "a cotangent"
+  of = (f"the cotangent of {site.in_names[k]}" if k is not None
+        else "a cotangent" if bwd else "the tangent")
   return [retained(Record(
-      kind="bwd_raised", severity=ERROR, function=site.function, source=site.source,
+      kind=at.kind, severity=ERROR, function=site.function, source=site.source,
       rule=site.rule, site=site, path=site.in_paths[k] if k is not None else None,
       expected=expected.str_short() if expected is not None else None, got=failed.asked,
       flat_index=k, expected_aval=expected, raised_at=at.where, operation=failed,

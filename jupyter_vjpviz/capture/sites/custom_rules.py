@@ -108,7 +108,8 @@ class InstrumentedBwd(InstrumentedRule):
         safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
       if isinstance(e, Exception):
-        safety.safely(bwd_raises.raised, site, bwd, code, e)
+        kind = "bwd_raised"   # what a statement of a bwd raising is
+        safety.safely(bwd_raises.raised, site, bwd, code, e, kind)
       if isinstance(e, Exception) and learning is not None and learning.returned:
         # the library's bwd raised after the user's returned
         safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e)
@@ -277,7 +278,7 @@ def _closure_raised(cvjp, args, flat, exc: Exception) -> None:
     return
   site = dataclasses.replace(site, rule=code.co_name,
                              rule_source=f"{code.co_filename}:{code.co_firstlineno}")
-  bwd_raises.raised(site, None, code, exc)
+  bwd_raises.raised(site, None, code, exc, kind="bwd_raised")
 
 
 def _user_fwd_to_name(cvjp, flat):
