@@ -164,7 +164,9 @@ def paste(text: str, code: str) -> str:
 
 
 def judge_fix(cell: programs.Cell, text: str, code: str, want, scratch: str) -> tuple[bool, str]:
-  """The fix pasted, run under plain JAX, against the plain primal's answer."""
+  """The fix pasted, run under plain JAX, against the plain primal's answer; ``want``: that
+  answer, and under ``with_logs`` the logs of the program with the rule right (the plain
+  primal logs nothing), which the fixed rule's must equal."""
   try:
     module = load(paste(text, code), scratch, cell.stem + "_fixed")
   except Exception as e:  # noqa: BLE001 - a fix that does not paste is wrong
@@ -172,8 +174,12 @@ def judge_fix(cell: programs.Cell, text: str, code: str, want, scratch: str) -> 
   error, got = attempt(module.run)
   if error:
     return False, f"raises: {error[0]}: {first_line(error[1])}"
-  if "with_logs" in cell.transform:   # (value, (grad, logs)): the rule's logs are its own,
-    got, want = (got[0], got[1][0]), (want[0], want[1][0])   # the plain primal has none
+  want, logs = want
+  if "with_logs" in cell.transform:   # (value, (grad, logs)): the rule's logs are its own
+    right, why = same(got[1][1], logs)
+    if not right:
+      return False, f"logs: {why}"
+    got, want = (got[0], got[1][0]), (want[0], want[1][0])
   return same(got, want)
 
 
@@ -211,15 +217,16 @@ def run_cells(cells: list[programs.Cell]) -> list[dict]:
 
 def truths(cells: list[programs.Cell], scratch: str) -> tuple[list[Row], dict, dict]:
   """A row per cell (refused where the right rule raises too), each cell's module text,
-  and the plain primal's answer per program."""
+  and per program the plain primal's answer and the right rule's logs (``with_logs``)."""
   rows, texts, wants, refused = [], {}, {}, {}
   for c in cells:
     row = Row(c.stem, c.api, c.transform, c.context, c.defect)
     program = (c.api, c.transform, c.context)
     if program not in refused:
       control = load(programs.module_text(c, None), scratch, c.stem + "_right")
-      refused[program] = attempt(control.run)[0]
-      wants[program] = attempt(control.run_ref)[1]
+      refused[program], right = attempt(control.run)
+      logs = right[1][1] if right is not None and "with_logs" in c.transform else None
+      wants[program] = attempt(control.run_ref)[1], logs
     why = refused[program]
     row.refused, row.refused_why = why is not None, "" if why is None else f"{why[0]}: {first_line(why[1])}"
     texts[c] = programs.module_text(c)

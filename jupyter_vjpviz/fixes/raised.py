@@ -21,7 +21,7 @@ import numpy as np
 
 from ..analysis.diagnosis import Fix
 from ..base import kinds, syntax
-from . import exprs
+from . import exprs, source
 
 
 def fixes(rule) -> list[Fix]:
@@ -136,8 +136,9 @@ def _result(apply, a, b, ta: bool, tb: bool):
 def _whole_value(rule, node: ast.expr) -> bool:
   """``node`` is all a cotangent slot gets: the value of a write into one, or of a local
   returned as it is."""
-  returned = {e.id for r in rule.src.returns() if isinstance(r.value, (ast.Tuple, ast.List))
-              for e in r.value.elts if isinstance(e, ast.Name)}
+  cts = [source.element(r.value, rule.within) for r in rule.src.returns()]
+  returned = {e.id for v in cts if isinstance(v, (ast.Tuple, ast.List))
+              for e in v.elts if isinstance(e, ast.Name)}
   return any(isinstance(s, ast.Assign) and s.value is node and len(s.targets) == 1
              and (isinstance(s.targets[0], (ast.Subscript, ast.Attribute))
                   or isinstance(s.targets[0], ast.Name) and s.targets[0].id in returned)

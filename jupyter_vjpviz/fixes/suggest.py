@@ -98,14 +98,21 @@ class Rule:
     kind = kinds.of(self.d.kind)
     if kind.role == "jvp":   # the tangent half of the rule's (primal output, tangent) pair
       return [1, *keys]
-    if kind.role == "bwd" and getattr(self.user_rules, "with_logs", False):
-      return [0, *keys]      # the cotangent half of a logging rule's (cotangents, logs) pair
+    if self.within:
+      return [*self.within, *keys]
     if kind.structural and kind.role == "bwd":   # a type's path is the user's return's already
       keys = source.users_return_keys(self.d.site, self.user_rules.bwd, keys)
     if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(
         isinstance(r.value, (ast.Tuple, ast.List)) for r in self.src.returns()):
       return keys[1:]   # custom_gradient takes a one-argument VJP's cotangent bare
     return keys
+
+  @property
+  def within(self) -> list:
+    """Where the cotangents are in what the rule returns: the first half of a logging
+    rule's (cotangents, logs) pair; the whole return of any other."""
+    logs = kinds.of(self.d.kind).role == "bwd" and getattr(self.user_rules, "with_logs", False)
+    return [0] if logs else []
 
   @property
   def jnp(self) -> str:

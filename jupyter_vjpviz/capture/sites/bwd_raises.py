@@ -42,12 +42,13 @@ class _Attr(str):
   """An attribute step (``.w``): equal to the key ``'w'`` when names are compared."""
 
 
-def raised(site, bwd, user_code, exc: BaseException, kind: str) -> None:
+def raised(site, bwd, user_code, exc: BaseException, kind: str, within: tuple = ()) -> None:
   """Defer a record for ``exc`` raised on a statement of the user's bwd: a ``bwd_type``
   where the statement wrote a value of the wrong type into a known cotangent slot, a
   ``bwd_raised`` where computing the value itself raised for its types. Types are
   compared as the bwd check compares them (``avals.same_type``). A rule of another role
-  (a custom_jvp's ``jvp``: ``kind="jvp_raised"``) is read alike, without slots."""
+  (a custom_jvp's ``jvp``: ``kind="jvp_raised"``) is read alike, without slots. ``within``:
+  where in the rule's return its cotangents are (``(0,)`` for a ``(cotangents, logs)`` pair)."""
   session = records.current_session()
   code = user_code or getattr(bwd, "__code__", None)
   if session is None or code is None:
@@ -62,9 +63,10 @@ def raised(site, bwd, user_code, exc: BaseException, kind: str) -> None:
     return
   text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
   where = f"{code.co_filename}:{line}"
-  written = _written_slot(site, fn, stmt, scope) if kinds.of(kind).role == "bwd" else None
+  written = _written_slot(site, fn, stmt, scope) if kinds.of(kind).role == "bwd" and not within \
+      else None
   at = Statement(site, fn, stmt, _SOURCES[code][0], where, text.strip(), code.co_filename,
-                 frame.f_globals, env, type(exc), kind)
+                 frame.f_globals, env, type(exc), kind, within)
   session.deferred.append((len(session.records), lambda: _finding(at, written)))
 
 
@@ -85,6 +87,7 @@ class Statement:
   env: dict                # the locals it reads, arrays as ShapeDtypeStructs
   raised: type
   kind: str                # what computing the value raising is (by the rule's role)
+  within: tuple            # the keys of the cotangents in what the rule returns
 
 
 def _written_slot(site, fn, stmt, scope):
@@ -139,7 +142,7 @@ def _failed_value(at: Statement, written) -> list[Record]:
     return []
   site = at.site
   bwd = kinds.of(at.kind).role == "bwd"   # else a jvp's: its tangent is of the output
-  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed) if bwd else None
+  k = written[0] if written else _input_reached(at, failed) if bwd else None
   expected = ct_aval(site.in_avals[k]) if k is not None else None
   of = (f"the cotangent of {site.in_names[k]}" if k is not None
         else "a cotangent" if bwd else "the tangent")
@@ -152,10 +155,12 @@ def _failed_value(at: Statement, written) -> list[Record]:
              f"({failed.asked}) in `{at.text}`"))]
 
 
-def _input_reached(site, fn, stmt, failed) -> int | None:
+def _input_reached(at: Statement, failed) -> int | None:
   """The one input leaf whose returned slot the statement's value reaches: the element of a
   returned literal that holds the failing operation (a ``return``), or that reads a local
-  the statement's value flows into; None unless exactly one slot does."""
+  the statement's value flows into; None unless exactly one slot does (of the cotangents:
+  a logging rule's logs are no slot)."""
+  fn, stmt, n = at.fn, at.stmt, len(at.within)
   if isinstance(stmt, ast.Return):
     hit = lambda e: any(getattr(n, "lineno", None) == failed.lineno
                         and getattr(n, "col_offset", None) == failed.col_offset
@@ -165,11 +170,11 @@ def _input_reached(site, fn, stmt, failed) -> int | None:
     held = failing_operation.reaching(fn, stmt)
     hit = lambda e: bool(syntax.names_read(e) & held)
     returns = [n for n in syntax.own_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
-  paths = {p for r in returns for p in _literal_paths(r.value, hit)}
+  paths = {p[n:] for r in returns for p in _literal_paths(r.value, hit) if p[:n] == at.within}
   if len(paths) != 1:
     return None
   path = paths.pop()
-  return _slot(site, path[0], list(path[1:])) if path and isinstance(path[0], int) else None
+  return _slot(at.site, path[0], list(path[1:])) if path and isinstance(path[0], int) else None
 
 
 def _literal_paths(node, hit, keys: tuple = ()) -> list[tuple]:

@@ -109,7 +109,7 @@ class InstrumentedBwd(InstrumentedRule):
     except BaseException as e:
       if isinstance(e, Exception):
         kind = "bwd_raised"   # what a statement of a bwd raising is
-        safety.safely(bwd_raises.raised, site, bwd, code, e, kind)
+        safety.safely(bwd_raises.raised, site, bwd, code, e, kind, (0,) if self._with_logs else ())
       if isinstance(e, Exception) and learning is not None and learning.returned:
         # the library's bwd raised after the user's returned
         safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e)
