@@ -124,8 +124,11 @@ def _raised(d) -> str:
   """A statement of the rule raised for the types it was given, before any cotangent (a
   jvp rule's: before its tangent, of the primal output)."""
   line = (d.raised_at or "").rpartition(":")[2]
-  if KINDS[d.kind].role == "jvp":
+  role = KINDS[d.kind].role
+  if role == "jvp":
     of = f"the tangent of output {d.path}" if d.path else "the tangent of its output"
+  elif role == "fwd":
+    of = "its primal output and residuals"
   else:
     of = f"the cotangent of input {_input(d)}" if _input(d) else "a cotangent"
   must = f" ({d.expected})" if d.expected else ""
@@ -176,6 +179,7 @@ _ENTRIES = (
     Kind("bwd_type", lambda d: f"{_who(d)} {_made(d)} {d.got}{_where(d)}; the cotangent must be "
          f"{d.expected}", role="bwd", rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_raised", _raised, role="bwd", rule_fixers=("raised",), needs=(RULES,)),
+    Kind("fwd_raised", _raised, role="fwd", rule_fixers=("raised",), needs=(RULES,)),
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
          rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"

@@ -144,11 +144,13 @@ def _failed_value(at: Statement, written) -> list[Record]:
   bwd = kinds.of(at.kind).role == "bwd"   # else a jvp's: its tangent is of the output
   k = written[0] if written else _input_reached(at, failed) if bwd else None
   expected = ct_aval(site.in_avals[k]) if k is not None else None
+  role = kinds.of(at.kind).role
   of = (f"the cotangent of {site.in_names[k]}" if k is not None
-        else "a cotangent" if bwd else "the tangent")
+        else "a cotangent" if bwd else "the tangent" if role == "jvp" else "its output")
   return [retained(Record(
       kind=at.kind, severity=ERROR, function=site.function, source=site.source,
-      rule=site.rule, site=site, path=site.in_paths[k] if k is not None else None,
+      rule=site.fwd_rule if role == "fwd" else site.rule, site=site,
+      path=site.in_paths[k] if k is not None else None,
       expected=expected.str_short() if expected is not None else None, got=failed.asked,
       flat_index=k, expected_aval=expected, raised_at=at.where, operation=failed,
       detail=f"{site.rule} raised at {spelled(at.where)} computing {of}: `{failed.text}` "

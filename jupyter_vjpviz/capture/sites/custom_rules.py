@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import sys
 import weakref
 from typing import Any
@@ -74,7 +75,7 @@ class InstrumentedFwd(InstrumentedRule):
         spelled = safety.safely(learning.learned, lambda: leaves)
     except BaseException as e:
       if isinstance(e, Exception) and records.current_session() is not None:
-        safety.safely(_closure_raised, cvjp, args, flat or _flat_args(cvjp, args), e)
+        safety.safely(_fwd_raised, cvjp, args, flat or _flat_args(cvjp, args), e)
       safety.safely(frames.strip, e)
       raise
     if flat is None:
@@ -260,13 +261,16 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
-def _closure_raised(cvjp, args, flat, exc: Exception) -> None:
-  """A ``jax.custom_gradient``'s VJP closure raised where JAX traces it, in the fwd (on the
-  cotangent types): ``bwd_raises`` reads the statement as it reads a bwd rule's. The closure
-  is the first of the user's frames the exception passed through below JAX's fwd, unless
-  that is the user's function itself (then the forward computation raised)."""
+def _fwd_raised(cvjp, args, flat, exc: Exception) -> None:
+  """The fwd raised: a statement of the user's own fwd (``fwd_raised``), or a
+  ``jax.custom_gradient``'s VJP closure where JAX traces it, in the fwd (on the cotangent
+  types): ``bwd_raises`` reads the statement as it reads a bwd rule's. The closure is the
+  first of the user's frames the exception passed through below JAX's fwd, unless that is
+  the user's function itself (then the forward computation raised)."""
   site = _site(cvjp, args, flat)
   if not function_names.inside_jax(site.rule_source):   # the user's own bwd: not traced in fwd
+    fwd = inspect.unwrap(cvjp.fwd)
+    bwd_raises.raised(site, fwd, _user_fwd_code(cvjp), exc, kind="fwd_raised")
     return
   fun = getattr(function_names.unwrap(cvjp.fun), "__code__", None)
   tb = exc.__traceback__
