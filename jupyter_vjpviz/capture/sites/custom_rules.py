@@ -282,7 +282,8 @@ def _fwd_raised(cvjp, args, flat, exc: Exception) -> None:
     return
   site = dataclasses.replace(site, rule=code.co_name,
                              rule_source=f"{code.co_filename}:{code.co_firstlineno}")
-  bwd_raises.raised(site, None, code, exc, kind="bwd_raised")
+  within = (0,) if option(cvjp, "with_logs") else ()   # custom_gradient(with_logs=True)'s pair
+  bwd_raises.raised(site, None, code, exc, kind="bwd_raised", within=within)
 
 
 def _user_fwd_to_name(cvjp, flat):
