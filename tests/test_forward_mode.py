@@ -194,3 +194,18 @@ def test_a_raising_jvp_rule_is_diagnosed_with_a_first_fix_right_when_pasted(hook
   want = run(ns["scale"].__wrapped__)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+@pytest.mark.skipif("jax_custom_jvp3" not in jax.config.values, reason="no jax_custom_jvp3")
+@pytest.mark.parametrize("transform", ["jvp", "grad"])
+def test_a_raising_jvp_rule_is_diagnosed_on_the_custom_jvp3_path(hook, unjudged, transform):
+  jax_features.set_flag("jax_custom_jvp3", True)
+  jax.clear_caches()
+  try:
+    scale = cell(RAISING_RULE)["scale"]
+    plain, hooked = plain_and_hooked(lambda: RAISING_TRANSFORMS[transform](scale))
+    assert (type(hooked), str(hooked), _frames(hooked)) == (type(plain), str(plain), _frames(plain))
+    assert [(d.kind, d.rule) for d in vv.diagnoses()] == [("jvp_raised", "scale_jvp")]
+  finally:
+    jax_features.set_flag("jax_custom_jvp3", "jax_custom_jvp3" in jax_features.BASELINE)
+    jax.clear_caches()
