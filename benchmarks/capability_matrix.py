@@ -17,7 +17,8 @@ Each cell is a module written by ``capability_programs`` (a rule made wrong for 
              altered``, 0 expected) and prints no ``internal error`` line (0 expected).
 
     PYTHONPATH=$PWD:$PWD/benchmarks .venv/bin/python benchmarks/capability_matrix.py \\
-        [--jobs N] [--sample N --seed S] [--markdown] [--uncovered] [--json rows.json]
+        [--jobs N] [--sample N --seed S] [--api A ...] [--defect D ...] [--markdown]
+        [--uncovered] [--json rows.json]
 
 ``--markdown`` prints the table for docs/benchmarks.md, ``--uncovered`` the raising cells
 not diagnosed, ``--coverage docs/jax-versions.md`` writes the transformation-by-API table
@@ -164,7 +165,9 @@ def paste(text: str, code: str) -> str:
 
 
 def judge_fix(cell: programs.Cell, text: str, code: str, want, scratch: str) -> tuple[bool, str]:
-  """The fix pasted, run under plain JAX, against the plain primal's answer."""
+  """The fix pasted, run under plain JAX, against the plain primal's answer; ``want``: that
+  answer, and under ``with_logs`` the logs of the program with the rule right (the plain
+  primal logs nothing), which the fixed rule's must equal."""
   try:
     module = load(paste(text, code), scratch, cell.stem + "_fixed")
   except Exception as e:  # noqa: BLE001 - a fix that does not paste is wrong
@@ -172,8 +175,12 @@ def judge_fix(cell: programs.Cell, text: str, code: str, want, scratch: str) -> 
   error, got = attempt(module.run)
   if error:
     return False, f"raises: {error[0]}: {first_line(error[1])}"
-  if "with_logs" in cell.transform:   # (value, (grad, logs)): the rule's logs are its own,
-    got, want = (got[0], got[1][0]), (want[0], want[1][0])   # the plain primal has none
+  want, logs = want
+  if "with_logs" in cell.transform:   # (value, (grad, logs)): the rule's logs are its own
+    right, why = same(got[1][1], logs)
+    if not right:
+      return False, f"logs: {why}"
+    got, want = (got[0], got[1][0]), (want[0], want[1][0])
   return same(got, want)
 
 
@@ -211,15 +218,16 @@ def run_cells(cells: list[programs.Cell]) -> list[dict]:
 
 def truths(cells: list[programs.Cell], scratch: str) -> tuple[list[Row], dict, dict]:
   """A row per cell (refused where the right rule raises too), each cell's module text,
-  and the plain primal's answer per program."""
+  and per program the plain primal's answer and the right rule's logs (``with_logs``)."""
   rows, texts, wants, refused = [], {}, {}, {}
   for c in cells:
     row = Row(c.stem, c.api, c.transform, c.context, c.defect)
     program = (c.api, c.transform, c.context)
     if program not in refused:
       control = load(programs.module_text(c, None), scratch, c.stem + "_right")
-      refused[program] = attempt(control.run)[0]
-      wants[program] = attempt(control.run_ref)[1]
+      refused[program], right = attempt(control.run)
+      logs = right[1][1] if right is not None and "with_logs" in c.transform else None
+      wants[program] = attempt(control.run_ref)[1], logs
     why = refused[program]
     row.refused, row.refused_why = why is not None, "" if why is None else f"{why[0]}: {first_line(why[1])}"
     texts[c] = programs.module_text(c)
@@ -389,6 +397,7 @@ def main(argv=None):
   parser.add_argument("--sample", type=int, default=0, help="a seeded sample of this many cells")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--api", action="append", help="only these rule APIs")
+  parser.add_argument("--defect", action="append", choices=programs.DEFECTS, help="only these defects")
   parser.add_argument("--markdown", action="store_true")
   parser.add_argument("--uncovered", action="store_true")
   parser.add_argument("--json", help="write the rows here")
@@ -402,7 +411,8 @@ def main(argv=None):
       rows = json.load(f)
   else:
     import jax
-    cells = programs.cells(tuple(opts.api) if opts.api else None)
+    cells = programs.cells(tuple(opts.api) if opts.api else None,
+                           defects=tuple(opts.defect) if opts.defect else programs.DEFECTS)
     if opts.sample:
       cells = sample(cells, opts.sample, opts.seed)
     rows = run_all(cells, opts.jobs)

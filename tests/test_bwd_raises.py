@@ -482,3 +482,42 @@ def test_the_complete_tree_gives_no_diagnosis(hook):
   grads = _gated_norm_grad(namespace["gated_norm_bwd"])()
   assert set(grads) == {"gain", "shift"}
   assert vv.last() is None
+
+
+# ------------------------------------------------------------- a fwd rule that raises
+
+@jax.custom_vjp
+def bessel_i0(x):
+  return jax.pure_callback(lambda v: np.i0(v).astype(np.float32),
+                           jax.ShapeDtypeStruct(x.shape, jnp.float32), x)
+
+
+def bessel_i0_fwd(x):
+  y = jax.pure_callback(np.i0, jax.ShapeDtypeStruct(x.shape, np.float64), x)   # x64 is off
+  return y, x
+
+
+def bessel_i0_bwd(x, g):   # i0' = i1, here by its series' first terms
+  return (g * (x / 2 + x ** 3 / 16 + x ** 5 / 384),)
+
+
+def _bessel_grad(fwd):
+  bessel_i0.defvjp(fwd, bessel_i0_bwd)
+  return lambda: jax.grad(lambda x: bessel_i0(x).sum())(jnp.linspace(0., 1., 4))
+
+
+def test_a_fwd_whose_callback_declares_float64_is_diagnosed_with_a_verified_fix(hook):
+  plain, hooked, d = _plain_and_hooked(_bessel_grad(bessel_i0_fwd))
+  assert plain is not None and plain[0] is ValueError and hooked == plain
+  assert (d.kind, d.function, d.rule) == ("fwd_raised", "bessel_i0", "bessel_i0_fwd")
+  line = _line_of(bessel_i0_fwd, "np.float64")
+  assert d.raised_at == f"{HERE}:{line}"
+  assert d.headline.startswith(f"bessel_i0's fwd rule bessel_i0_fwd raised at line {line} "
+                               "computing its primal output and residuals: jax.pure_callback(")
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "np.float32" in first.code, d.fixes
+  assert vv.verify_fix(d, first.code) == []
+  exec(first.code, ns := dict(globals()))  # noqa: S102 - the fix, pasted
+  got = _bessel_grad(ns["bessel_i0_fwd"])()
+  x = jnp.linspace(0., 1., 4)
+  np.testing.assert_allclose(got, x / 2 + x ** 3 / 16 + x ** 5 / 384, rtol=1e-6)

@@ -26,6 +26,10 @@ KNOWN_COVERED = (
     programs.Cell("defvjp(symbolic_zeros=True)", "grad", "eager", "raises"),
     programs.Cell("hijax", "vjp", "scan", "dtype"),
     programs.Cell("defvjp_with_logs", "grad", "scan", "shape"),   # fixes keep (cts, logs)
+    programs.Cell("custom_jvp", "jacfwd", "scan", "raises"),      # a jvp rule that raises
+    programs.Cell("custom_jvp", "vmap(grad)", "cond", "raises"),
+    programs.Cell("defvjp_with_logs", "value_and_grad(with_logs)", "scan", "raises"),
+    programs.Cell("hijax", "grad", "cond", "raises"),             # a HiPrim's bwd that raises
 )
 """Cells diagnosed with a right first fix: a regression here is a capability lost."""
 

@@ -146,3 +146,66 @@ def test_forward_mode_is_watched_on_the_custom_jvp3_path(hook, unjudged, transfo
   finally:
     jax_features.set_flag("jax_custom_jvp3", "jax_custom_jvp3" in jax_features.BASELINE)
     jax.clear_caches()
+
+
+RAISING_RULE = """
+@jax.custom_jvp
+def scale(x, w):
+  return jnp.sin(x) * w
+
+@scale.defjvp
+def scale_jvp(primals, tangents):
+  x, w = primals
+  tx, tw = tangents
+  ty = jnp.cos(x) * w * tx + tw @ jnp.sin(x)
+  return scale(x, w), ty
+"""
+"""A jvp rule whose statement raises for its types (``@`` where ``*`` was meant): JAX
+never gets a tangent to check."""
+
+XW = (jnp.ones((3, 4)), jnp.linspace(.5, 2., 4))
+RAISING_TRANSFORMS = {
+    "jvp": lambda f: jax.jvp(f, XW, tuple(jnp.ones_like(a) for a in XW)),
+    "jacfwd": lambda f: jax.jacfwd(f, argnums=1)(*XW),
+    "grad": lambda f: jax.grad(lambda x, w: f(x, w).sum(), argnums=1)(*XW),
+    "vmap(jit(jvp))": lambda f: jax.vmap(jax.jit(lambda x: jax.jvp(f, (x, XW[1]), XW)[1]))(
+        jnp.stack(XW[:1] * 2)),
+}
+
+
+@pytest.mark.parametrize("transform", RAISING_TRANSFORMS)
+def test_a_raising_jvp_rule_is_diagnosed_with_a_first_fix_right_when_pasted(hook, transform):
+  ns = cell(RAISING_RULE)
+  run = lambda f: RAISING_TRANSFORMS[transform](f)
+  plain, hooked = plain_and_hooked(lambda: run(ns["scale"]))
+  assert type(hooked) is type(plain) and str(hooked) == str(plain)
+  assert _frames(hooked) == _frames(plain)
+  found = [d for d in vv.diagnoses() if d.kind == "jvp_raised"]
+  assert [(d.function, d.rule) for d in found] == [("scale", "scale_jvp")], vv.diagnoses()
+  d = found[0]
+  assert d.headline.startswith("scale's jvp rule scale_jvp raised at line")
+  assert d.headline.endswith("computing the tangent of its output: float32[4] @ float32[3,4].")
+  first = d.fixes[0]
+  assert first.verdict == "verified", d.fixes
+  assert verify_fix(d, first.code) == [] and apply_fix(d, first.code).applied
+  vv.clear()
+  got = run(ns["scale"])
+  assert vv.diagnoses() == []
+  want = run(ns["scale"].__wrapped__)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+@pytest.mark.skipif("jax_custom_jvp3" not in jax.config.values, reason="no jax_custom_jvp3")
+@pytest.mark.parametrize("transform", ["jvp", "grad"])
+def test_a_raising_jvp_rule_is_diagnosed_on_the_custom_jvp3_path(hook, unjudged, transform):
+  jax_features.set_flag("jax_custom_jvp3", True)
+  jax.clear_caches()
+  try:
+    scale = cell(RAISING_RULE)["scale"]
+    plain, hooked = plain_and_hooked(lambda: RAISING_TRANSFORMS[transform](scale))
+    assert (type(hooked), str(hooked), _frames(hooked)) == (type(plain), str(plain), _frames(plain))
+    assert [(d.kind, d.rule) for d in vv.diagnoses()] == [("jvp_raised", "scale_jvp")]
+  finally:
+    jax_features.set_flag("jax_custom_jvp3", "jax_custom_jvp3" in jax_features.BASELINE)
+    jax.clear_caches()

@@ -164,3 +164,47 @@ def test_a_watch_without_logs_records_none():
   watched = watch(jax.jit(lambda w: w - jax.grad(lambda w: (w ** 2).sum())(w)))
   watched(jnp.ones(3))
   assert watched.logs == {} and watched.series()["logs"] == [] and "log " not in str(watched)
+
+
+def _raising_logging_rule(fixed: str | None = None):
+  """f(x, w) = sin(x) * w with a logging bwd whose dw forgot to sum (``@`` for ``*``):
+  it raises computing w's cotangent, inside the ``(cotangents, logs)`` pair. ``fixed``: the
+  text of a bwd to register in its place, as the user would paste it."""
+  @jax.custom_vjp
+  def f(x, w):
+    return jnp.sin(x) * w
+
+  def fwd(x, w):
+    return f(x, w), (x, w)
+
+  def bwd(res, g):
+    x, w = res
+    dw = jnp.sin(x) @ g
+    return (jnp.cos(x) * w * g, dw), {"gnorm": jnp.abs(g).sum()}
+  if fixed is not None:
+    exec(fixed, ns := {"jnp": jnp})  # noqa: S102 - the fix, pasted
+    bwd = ns["bwd"]
+  f.defvjp_with_logs(fwd, bwd)
+  return f
+
+
+PLACES = {"eager": lambda f: f,
+          "scan": lambda f: lambda x, w: jax.lax.scan(lambda c, _: (f(c, w), None), x, None,
+                                                      length=2)[0]}
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_logging_rule_that_raises_names_the_input_and_its_fix_keeps_the_logs(hook, place):
+  f, x, w = _raising_logging_rule(), jnp.ones((3, 4)), jnp.linspace(.5, 2., 4)
+  grad = lambda f: jax.grad(lambda x, w: PLACES[place](f)(x, w).sum(), argnums=1, with_logs=True)
+  with pytest.raises(TypeError):
+    grad(f)(x, w)
+  (d,) = hook.diagnoses()
+  assert (d.kind, d.rule, d.argument) == ("bwd_raised", "bwd", "w")
+  first = d.fixes[0]
+  assert first.verdict == "verified" and '{"gnorm": jnp.abs(g).sum()}' in first.code
+  assert hook.verify_fix(d, first.code) == []
+  got, logs = grad(_raising_logging_rule(first.code))(x, w)
+  want = jax.grad(lambda x, w: PLACES[place](lambda x, w: jnp.sin(x) * w)(x, w).sum(), argnums=1)
+  np.testing.assert_allclose(got, want(x, w), rtol=1e-5)
+  assert set(logs) == {"gnorm"} and np.size(logs["gnorm"]) == (1 if place == "eager" else 2)

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 import jax_features
-from diagnosed import raises
+from diagnosed import plain_and_hooked, raises
+from test_capture import _frames
 jax_features.require("hijax primitives")   # before importing what only such a JAX has
 import jax.experimental.hijax as hijax  # noqa: E402
 
@@ -49,6 +50,9 @@ class SinTimesY(HiPrim):
       return (jnp.cos(x) * y * g,)
     if self.wrong == "bf16":
       return (jnp.cos(x) * y * g, (jnp.sin(x) * g).astype(jnp.bfloat16))
+    if self.wrong == "matmul":   # raises: a product of two f32[3,4]
+      dy = jnp.sin(x) @ g
+      return (jnp.cos(x) * y * g, dy)
     return (jnp.cos(x) * y * g, jnp.sin(x) * g)
 
 
@@ -378,3 +382,27 @@ def test_graph_names_the_rule_method_the_user_wrote(hook):
   retval, accum = vv.diagnoses()
   assert retval.graph.node(retval.node).rule == "SinTimesY.vjp_bwd_retval"
   assert accum.graph.node(accum.node).rule == "MulAcc.vjp_bwd"
+
+
+RAISING_PLACES = {
+    "eager": lambda f: f,
+    "jit(scan)": lambda f: jax.jit(lambda x, y: jax.lax.scan(lambda c, _: (f(c, y), None), x, None,
+                                                             length=2)[0]),
+    "cond": lambda f: lambda x, y: jax.lax.cond(x.sum() > -1e9, f, lambda x, y: x * y, x, y),
+}
+
+
+@pytest.mark.parametrize("place", RAISING_PLACES)
+def test_a_retval_rule_that_raises_is_diagnosed_naming_the_input(hook, place):
+  """JAX never gets a cotangent to check: the statement that raised is the finding."""
+  from jupyter_vjpviz.api.check import verify_fix
+  model = RAISING_PLACES[place](lambda x, y: sin_times_y(x, y, "matmul"))
+  grad = jax.grad(lambda x, y: model(x, y).sum(), argnums=(0, 1))
+  plain, err = plain_and_hooked(lambda: grad(X, Y))
+  assert (type(err), str(err), _frames(err)) == (type(plain), str(plain), _frames(plain))
+  (d,) = vv.diagnoses()
+  assert (d.kind, d.rule, d.argument, d.expected) == (
+      "bwd_raised", "SinTimesY.vjp_bwd_retval", "y", "float32[3,4]")
+  lines, start = inspect.getsourcelines(SinTimesY.vjp_bwd_retval)
+  assert d.raised_at == f"{__file__}:{start + next(i for i, l in enumerate(lines) if '@ g' in l)}"
+  assert d.fixes[0].verdict == "verified" and verify_fix(d, d.fixes[0].code) == []

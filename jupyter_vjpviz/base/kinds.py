@@ -121,9 +121,16 @@ def _made(d) -> str:
 
 
 def _raised(d) -> str:
-  """A statement of the rule raised for the types it was given, before any cotangent."""
+  """A statement of the rule raised for the types it was given, before any cotangent (a
+  jvp rule's: before its tangent, of the primal output)."""
   line = (d.raised_at or "").rpartition(":")[2]
-  of = f"the cotangent of input {_input(d)}" if _input(d) else "a cotangent"
+  role = KINDS[d.kind].role
+  if role == "jvp":
+    of = f"the tangent of output {d.path}" if d.path else "the tangent of its output"
+  elif role == "fwd":
+    of = "its primal output and residuals"
+  else:
+    of = f"the cotangent of input {_input(d)}" if _input(d) else "a cotangent"
   must = f" ({d.expected})" if d.expected else ""
   return f"{_who(d)} raised at line {line} computing {of}{must}: {d.got}"
 
@@ -172,6 +179,7 @@ _ENTRIES = (
     Kind("bwd_type", lambda d: f"{_who(d)} {_made(d)} {d.got}{_where(d)}; the cotangent must be "
          f"{d.expected}", role="bwd", rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_raised", _raised, role="bwd", rule_fixers=("raised",), needs=(RULES,)),
+    Kind("fwd_raised", _raised, role="fwd", rule_fixers=("raised",), needs=(RULES,)),
     Kind("silent_dtype", _silent_dtype, role="bwd", silent=True,
          rule_fixers=("types",), needs=(RULES,)),
     Kind("bwd_structure", lambda d: f"{_who(d)} returned a cotangent tree of the wrong structure"
@@ -210,6 +218,7 @@ _ENTRIES = (
     Kind("jvp_tangent_structure", lambda d: f"{_who(d)} returned a tangent tree {d.got}; it must "
          f"have the primal output's structure {d.expected}", role="jvp", wrong=STRUCTURE,
          rule_fixers=("tangent_tree",), needs=(JVP,)),
+    Kind("jvp_raised", _raised, role="jvp", rule_fixers=("raised",), needs=(JVP,)),
     Kind("jvp_of_custom_vjp", _forward_refused, role=None, wrong=BINDING,
          call_fixers=("reverse_mode",), needs=(FORWARD_REFUSED,)),
     Kind("solve_type", _solve, role="solve", needs=(SOLVE,)),

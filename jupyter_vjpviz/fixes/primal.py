@@ -63,11 +63,12 @@ def fallback(rule, whole: bool) -> Fix | None:
   n_differentiable = len(d.site.in_tree.children())
   if len(fwd.params) != n_differentiable + n_nondiff:
     return None
-  keys = rule.keys
+  within = rule.within   # the cotangents' place in the return (a logging rule's first half)
+  keys = rule.keys[len(within):]
   whole = whole or kinds.of(d.kind).structural or not keys or not isinstance(keys[0], int) or any(
-      source.element(ret.value, [keys[0]]) is None for ret in rule.src.returns())
+      source.element(ret.value, [*within, keys[0]]) is None for ret in rule.src.returns())
   chosen = _left_none(rule, n_differentiable)
-  if whole and chosen and all(source.element(ret.value, [k]) is not None
+  if whole and chosen and all(source.element(ret.value, [*within, k]) is not None
                               for ret in rule.src.returns() for k in range(n_differentiable)):
     # every argument but those the rule leaves without a gradient by choice (None)
     whole, targets = False, [k for k in range(n_differentiable) if k not in chosen]
@@ -94,7 +95,8 @@ def fallback(rule, whole: bool) -> Fix | None:
   lines, results = _pullback(rule, fwd, name, reach, targets, whole, ct)
   replaced = []
   for ret in rule.src.returns():
-    at = [ret.value] if whole else [source.element(ret.value, [k]) for k in targets]
+    at = [source.element(ret.value, within)] if whole else \
+        [source.element(ret.value, [*within, k]) for k in targets]
     if None in at:
       return None
     edits += [rule.src.before(ret, (unpack if ret is first else []) + lines)]

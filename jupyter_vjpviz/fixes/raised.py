@@ -20,8 +20,8 @@ import jax
 import numpy as np
 
 from ..analysis.diagnosis import Fix
-from ..base import syntax
-from . import exprs
+from ..base import kinds, syntax
+from . import exprs, source
 
 
 def fixes(rule) -> list[Fix]:
@@ -233,7 +233,7 @@ def _raising_statement(rule) -> ast.stmt | None:
     return body[0]
   line = (rule.d.raised_at or "").rpartition(":")[2]
   try:
-    start = inspect.getsourcelines(inspect.unwrap(rule.user_rules.bwd))[1]
+    start = inspect.getsourcelines(inspect.unwrap(getattr(rule.user_rules, kinds.of(rule.d.kind).role)))[1]
   except (OSError, TypeError, AttributeError):
     return None
   if not line.isdigit():

@@ -98,8 +98,8 @@ class Rule:
     kind = kinds.of(self.d.kind)
     if kind.role == "jvp":   # the tangent half of the rule's (primal output, tangent) pair
       return [1, *keys]
-    if kind.role == "bwd" and getattr(self.user_rules, "with_logs", False):
-      return [0, *keys]      # the cotangent half of a logging rule's (cotangents, logs) pair
+    if self.within:
+      return [*self.within, *keys]
     if kind.structural and kind.role == "bwd":   # a type's path is the user's return's already
       keys = source.users_return_keys(self.d.site, self.user_rules.bwd, keys)
     if self.closure and keys[:1] == [0] and len(self.d.site.in_tree.children()) == 1 and not any(
@@ -108,12 +108,16 @@ class Rule:
     return keys
 
   def cotangents(self, value: ast.expr) -> ast.expr:
-    """The cotangents a return spells out in ``value``: for a rule that logs, the first
-    element of its ``(cotangents, logs)`` pair, else ``value`` itself."""
-    if getattr(self.user_rules, "with_logs", False) and isinstance(value, ast.Tuple) \
-        and len(value.elts) == 2:
-      return value.elts[0]
-    return value
+    """The cotangents a return spells out in ``value``: its element ``within`` (a logging
+    rule's ``(cotangents, logs)`` pair), else ``value`` itself."""
+    return (source.element(value, self.within) if self.within else None) or value
+
+  @property
+  def within(self) -> list:
+    """Where the cotangents are in what the rule returns: the first half of a logging
+    rule's (cotangents, logs) pair; the whole return of any other."""
+    logs = kinds.of(self.d.kind).role == "bwd" and getattr(self.user_rules, "with_logs", False)
+    return [0] if logs else []
 
   @property
   def jnp(self) -> str:
@@ -515,8 +519,12 @@ def _jvp_fallback(rule: Rule) -> list[Fix]:
   primals, tangents = rule.src.params
   fun = custom_jvp3.own_name(custom, "fun")
   jax_name = next((k for k, v in rule.globals.items() if v is jax), "jax")
+  drop = raised.dropped(rule, [ret.value.elts[1]])   # the statement that raised computing it
+  if drop is None:
+    return []
   return [rule.fix(f"Compute the tangent by differentiating {rule.d.function} (jax.jvp)",
-                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.{fun}, {primals}, {tangents})[1]")],
+                   [(ret.value.elts[1], f"{jax_name}.jvp({name}.{fun}, {primals}, {tangents})[1]"),
+                    *drop],
                    f"the tangent of {rule.d.function}'s own derivative; costs a second forward "
                    "pass", True)]
 

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from ..compat.private import core
-from ...base import syntax, trees
+from ...base import kinds, syntax, trees
 from ...base.places import spelled
 from .. import records
 from ..avals import ct_aval, same_type
@@ -42,12 +42,13 @@ class _Attr(str):
   """An attribute step (``.w``): equal to the key ``'w'`` when names are compared."""
 
 
-def raised(site, bwd, user_code, exc: BaseException, with_logs: bool = False) -> None:
+def raised(site, bwd, user_code, exc: BaseException, kind: str, within: tuple = ()) -> None:
   """Defer a record for ``exc`` raised on a statement of the user's bwd: a ``bwd_type``
   where the statement wrote a value of the wrong type into a known cotangent slot, a
   ``bwd_raised`` where computing the value itself raised for its types. Types are
-  compared as the bwd check compares them (``avals.same_type``). ``with_logs``: the rule
-  returns ``(cotangents, logs)``, its slots under the pair's first element."""
+  compared as the bwd check compares them (``avals.same_type``). A rule of another role
+  (a custom_jvp's ``jvp``: ``kind="jvp_raised"``) is read alike, without slots. ``within``:
+  where in the rule's return its cotangents are (``(0,)`` for a ``(cotangents, logs)`` pair)."""
   session = records.current_session()
   code = user_code or getattr(bwd, "__code__", None)
   if session is None or code is None:
@@ -62,9 +63,10 @@ def raised(site, bwd, user_code, exc: BaseException, with_logs: bool = False) ->
     return
   text = ast.get_source_segment(_SOURCES[code][0], stmt) or ""
   where = f"{code.co_filename}:{line}"
-  written = _written_slot(site, fn, stmt, scope)
+  written = _written_slot(site, fn, stmt, scope) if kinds.of(kind).role == "bwd" and not within \
+      else None
   at = Statement(site, fn, stmt, _SOURCES[code][0], where, text.strip(), code.co_filename,
-                 frame.f_globals, env, type(exc), with_logs)
+                 frame.f_globals, env, type(exc), kind, within)
   session.deferred.append((len(session.records), lambda: _finding(at, written)))
 
 
@@ -84,7 +86,8 @@ class Statement:
   globals: dict
   env: dict                # the locals it reads, arrays as ShapeDtypeStructs
   raised: type
-  with_logs: bool = False  # the rule returns (cotangents, logs)
+  kind: str                # what computing the value raising is (by the rule's role)
+  within: tuple            # the keys of the cotangents in what the rule returns
 
 
 def _written_slot(site, fn, stmt, scope):
@@ -138,23 +141,28 @@ def _failed_value(at: Statement, written) -> list[Record]:
   if failed is None:
     return []
   site = at.site
-  k = written[0] if written else _input_reached(site, at.fn, at.stmt, failed, at.with_logs)
+  bwd = kinds.of(at.kind).role == "bwd"   # else a jvp's: its tangent is of the output
+  k = written[0] if written else _input_reached(at, failed) if bwd else None
   expected = ct_aval(site.in_avals[k]) if k is not None else None
-  of = f"the cotangent of {site.in_names[k]}" if k is not None else "a cotangent"
+  role = kinds.of(at.kind).role
+  of = (f"the cotangent of {site.in_names[k]}" if k is not None
+        else "a cotangent" if bwd else "the tangent" if role == "jvp" else "its output")
   return [retained(Record(
-      kind="bwd_raised", severity=ERROR, function=site.function, source=site.source,
-      rule=site.rule, site=site, path=site.in_paths[k] if k is not None else None,
+      kind=at.kind, severity=ERROR, function=site.function, source=site.source,
+      rule=site.fwd_rule if role == "fwd" else site.rule, site=site,
+      path=site.in_paths[k] if k is not None else None,
       expected=expected.str_short() if expected is not None else None, got=failed.asked,
       flat_index=k, expected_aval=expected, raised_at=at.where, operation=failed,
       detail=f"{site.rule} raised at {spelled(at.where)} computing {of}: `{failed.text}` "
              f"({failed.asked}) in `{at.text}`"))]
 
 
-def _input_reached(site, fn, stmt, failed, with_logs: bool = False) -> int | None:
+def _input_reached(at: Statement, failed) -> int | None:
   """The one input leaf whose returned slot the statement's value reaches: the element of a
   returned literal that holds the failing operation (a ``return``), or that reads a local
-  the statement's value flows into; None unless exactly one slot does. ``with_logs``:
-  the slots are those under the returned pair's cotangents (its first element)."""
+  the statement's value flows into; None unless exactly one slot does (of the cotangents:
+  a logging rule's logs are no slot)."""
+  fn, stmt, n = at.fn, at.stmt, len(at.within)
   if isinstance(stmt, ast.Return):
     hit = lambda e: any(getattr(n, "lineno", None) == failed.lineno
                         and getattr(n, "col_offset", None) == failed.col_offset
@@ -164,13 +172,11 @@ def _input_reached(site, fn, stmt, failed, with_logs: bool = False) -> int | Non
     held = failing_operation.reaching(fn, stmt)
     hit = lambda e: bool(syntax.names_read(e) & held)
     returns = [n for n in syntax.own_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
-  paths = {p for r in returns for p in _literal_paths(r.value, hit)}
-  if with_logs:
-    paths = {p[1:] for p in paths if p[:1] == (0,)}
+  paths = {p[n:] for r in returns for p in _literal_paths(r.value, hit) if p[:n] == at.within}
   if len(paths) != 1:
     return None
   path = paths.pop()
-  return _slot(site, path[0], list(path[1:])) if path and isinstance(path[0], int) else None
+  return _slot(at.site, path[0], list(path[1:])) if path and isinstance(path[0], int) else None
 
 
 def _literal_paths(node, hit, keys: tuple = ()) -> list[tuple]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import sys
 import weakref
 from typing import Any
@@ -74,7 +75,7 @@ class InstrumentedFwd(InstrumentedRule):
         spelled = safety.safely(learning.learned, lambda: leaves)
     except BaseException as e:
       if isinstance(e, Exception) and records.current_session() is not None:
-        safety.safely(_closure_raised, cvjp, args, flat or _flat_args(cvjp, args), e)
+        safety.safely(_fwd_raised, cvjp, args, flat or _flat_args(cvjp, args), e)
       safety.safely(frames.strip, e)
       raise
     if flat is None:
@@ -108,7 +109,8 @@ class InstrumentedBwd(InstrumentedRule):
         safety.safely(learning.learned, lambda: _leaf_cts(site, cts, self._with_logs))
     except BaseException as e:
       if isinstance(e, Exception):
-        safety.safely(bwd_raises.raised, site, bwd, code, e, self._with_logs)
+        kind = "bwd_raised"   # what a statement of a bwd raising is
+        safety.safely(bwd_raises.raised, site, bwd, code, e, kind, (0,) if self._with_logs else ())
       if isinstance(e, Exception) and learning is not None and learning.returned:
         # the library's bwd raised after the user's returned
         safety.safely(bwd_raises.returned_then_raised, site, code, learning.returned.pop(), e)
@@ -259,13 +261,16 @@ def _with_closed_rule(site: RuleSite, res) -> RuleSite:
   return dataclasses.replace(site, rule=rule, rule_source=rule_source)
 
 
-def _closure_raised(cvjp, args, flat, exc: Exception) -> None:
-  """A ``jax.custom_gradient``'s VJP closure raised where JAX traces it, in the fwd (on the
-  cotangent types): ``bwd_raises`` reads the statement as it reads a bwd rule's. The closure
-  is the first of the user's frames the exception passed through below JAX's fwd, unless
-  that is the user's function itself (then the forward computation raised)."""
+def _fwd_raised(cvjp, args, flat, exc: Exception) -> None:
+  """The fwd raised: a statement of the user's own fwd (``fwd_raised``), or a
+  ``jax.custom_gradient``'s VJP closure where JAX traces it, in the fwd (on the cotangent
+  types): ``bwd_raises`` reads the statement as it reads a bwd rule's. The closure is the
+  first of the user's frames the exception passed through below JAX's fwd, unless that is
+  the user's function itself (then the forward computation raised)."""
   site = _site(cvjp, args, flat)
   if not function_names.inside_jax(site.rule_source):   # the user's own bwd: not traced in fwd
+    fwd = inspect.unwrap(cvjp.fwd)
+    bwd_raises.raised(site, fwd, _user_fwd_code(cvjp), exc, kind="fwd_raised")
     return
   fun = getattr(function_names.unwrap(cvjp.fun), "__code__", None)
   tb = exc.__traceback__
@@ -278,7 +283,8 @@ def _closure_raised(cvjp, args, flat, exc: Exception) -> None:
   site = dataclasses.replace(site, rule=code.co_name,
                              rule_source=f"{code.co_filename}:{code.co_firstlineno}")
   _claim_push(site)
-  bwd_raises.raised(site, None, code, exc, bool(option(cvjp, "with_logs")))
+  within = (0,) if option(cvjp, "with_logs") else ()   # custom_gradient(with_logs=True)'s pair
+  bwd_raises.raised(site, None, code, exc, kind="bwd_raised", within=within)
 
 
 def _claim_push(site: RuleSite) -> None:

@@ -26,9 +26,9 @@ from ...base import safety
 from .. import avals, records
 from ..compat import jax_flags
 from ..compat.patches import PatchSet
-from ..naming import function_names, leaf_paths
+from ..naming import frames, function_names, leaf_paths
 from ..records import ERROR, WARNING, Record, RuleSite
-from . import custom_rules, hijax_rules
+from . import bwd_raises, custom_rules, hijax_rules
 from .retained_rules import retained
 
 
@@ -200,6 +200,11 @@ def _wrap_transpose(original):
       records.state.rule_stack.append(entry.site)
     try:
       return call()
+    except Exception as e:
+      if entry.site is not None:
+        safety.safely(_raised, entry.site, e)
+      safety.safely(frames.strip, e)
+      raise
     finally:
       if entry.site is not None:
         records.state.rule_stack.pop()
@@ -208,6 +213,14 @@ def _wrap_transpose(original):
       _local.transposes.pop()
   transpose.__wrapped__ = original
   return transpose
+
+
+def _raised(site: RuleSite, exc: Exception) -> None:
+  """The primitive's bwd method raised: ``bwd_raises`` reads its statement as a bwd rule's."""
+  cls, method = site.method[0](), site.method[1]
+  code = getattr(getattr(cls, method, None), "__code__", None) if cls is not None else None
+  if code is not None:
+    bwd_raises.raised(site, None, code, exc, kind="bwd_raised")
 
 
 def _retain_since(session, start: int, site: RuleSite) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import sys
 import weakref
 
@@ -23,10 +24,10 @@ from ...base import safety
 from .. import records
 from ..compat import custom_jvp3 as jvp3_compat
 from ..compat.patches import PatchSet
-from ..naming import function_names, leaf_paths
+from ..naming import frames, function_names, leaf_paths
 from ..naming.leaf_paths import Leaf
 from ..records import ERROR, Record, RuleSite
-from . import direct_calls
+from . import bwd_raises, direct_calls
 from .custom_rules import kept_argument
 
 
@@ -65,7 +66,7 @@ def _checked_copy(jvp3, rule, applied: Applied | None):
   rule_source = function_names.function_source(rule)
 
   def checked(*args):   # (*nondiff values, primals, tangents), as custom_jvp3 calls it
-    pair = rule(*args)
+    pair = _applied_rule(rule, rule, args, applied, source, jvp_name, rule_source)
     for rec in safety.safely(mismatches, pair, name, jvp_name, rule_source,
                              applied or (lambda: primal), source, args[-2:], default=[]):
       records.record(rec)
@@ -146,15 +147,38 @@ def _is_zero(t) -> bool:
 def _check(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
            primal) -> lu.WrappedFun:
   """``jvp`` with ``_checked`` around it (a transformation, as JAX composes its own)."""
-  return jvp.wrap(_checked, (primal_name, jvp_name, function_names.function_of(jvp)[1], primal), None)
+  return jvp.wrap(_checked, (primal_name, jvp_name, function_names.function_of(jvp)[1], primal,
+                             jvp.f), None)
 
 
-def _checked(rule, primal_name, jvp_name, rule_source, primal, *args):
-  pair = rule(*args)
+def _checked(rule, primal_name, jvp_name, rule_source, primal, user_rule, *args):
+  pair = _applied_rule(rule, user_rule, args, primal, None, jvp_name, rule_source)
   for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal, None,
                            args, default=[]):
     records.record(rec)
   return pair
+
+
+def _applied_rule(rule, user_rule, args, primal, source, jvp_name, rule_source):
+  """``rule(*args)``; where a statement of the user's rule raises, a ``jvp_raised`` is
+  deferred (``bwd_raises`` reads the statement as it reads a bwd rule's) and the exception
+  leaves as the user's, without our frames."""
+  try:
+    return rule(*args)
+  except BaseException as e:
+    if isinstance(e, Exception) and isinstance(primal, Applied) and len(args) >= 2:
+      safety.safely(_raised, user_rule, args[-2:], primal, source, jvp_name, rule_source, e)
+    safety.safely(frames.strip, e)
+    raise
+
+
+def _raised(user_rule, args, primal: Applied, source, jvp_name, rule_source, exc) -> None:
+  custom = primal()
+  source = source or (function_names.function_source(custom) if custom is not None else None)
+  site = primal.site(*args, source, jvp_name, rule_source)
+  code = getattr(inspect.unwrap(user_rule), "__code__", None)
+  if site is not None and code is not None:
+    bwd_raises.raised(site, None, code, exc, kind="jvp_raised")
 
 
 def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
