@@ -53,6 +53,10 @@ addopts = --import-mode=importlib
 
 def pytest_configure(config):
   import jupyter_vjpviz as vv
+  if os.environ.get("JAX_SUITE_SLOTS_TAKEN"):   # --slots-taken: vjpviz's wrapped entry points
+    for tool in range(6):                        # (its path on Python 3.11, or under profilers)
+      if sys.monitoring.get_tool(tool) is None:
+        sys.monitoring.use_tool_id(tool, "jax_suite")
   vv.install()
 
 
@@ -171,9 +175,13 @@ def main():
   parser.add_argument("--run", action="append", help="pytest's arguments: a file and its options")
   parser.add_argument("--alias", action="append", default=[], metavar="OLD=NEW",
                       help="a name the snapshot imports that this JAX calls NEW")
+  parser.add_argument("--slots-taken", action="store_true",
+                      help="hooked runs with every free sys.monitoring slot taken first")
   parser.add_argument("--rounds", type=int, default=1, help="plain/hooked pairs per --run")
   args = parser.parse_args()
   runs = [shlex.split(s) for s in (args.run or ["custom_api_test.py"])]
+  if args.slots_taken:
+    os.environ["JAX_SUITE_SLOTS_TAKEN"] = "1"
   if not args.dir and not os.path.isdir(args.mirror):
     print(f"no snapshot of jax-ml/jax at {args.mirror} (fetch it, or pass --dir)")
     return
