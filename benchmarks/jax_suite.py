@@ -6,16 +6,20 @@ compares the outcome of every test id (and its message, hex addresses aside), co
 vjpviz's own "could not" / "cannot compare" lines, and prints hooked/plain wall time
 (target <= 1.05 on ``custom_api_test.py``). The tests come from a snapshot of jax-ml/jax
 (``--mirror``, a bare git dir; the default is the one this workplace keeps) or from a
-directory of copies (``--dir``, for files patched to import on the installed JAX).
+directory of copies (``--dir``). A snapshot a release apart from the installed JAX imports
+names that JAX lacks: each is bound to its new name (``--alias OLD=NEW``) or to a
+placeholder class, and the tests that use it fail alike plain and hooked.
 
     python benchmarks/jax_suite.py                          # custom_api_test.py
-    python benchmarks/jax_suite.py --dir /tmp/jaxtests --run custom_api_test.py \\
-        --run "api_test.py -k 'vjp or grad or remat or checkpoint or Custom'"
+    python benchmarks/jax_suite.py --alias VJPHiPrimitive=HiPrim --run custom_api_test.py \\
+        --run hijax_test.py --run "api_test.py -k 'vjp or grad or remat or checkpoint or Custom'"
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
+import importlib
 import os
 import re
 import resource
@@ -49,6 +53,10 @@ addopts = --import-mode=importlib
 
 def pytest_configure(config):
   import jupyter_vjpviz as vv
+  if os.environ.get("JAX_SUITE_SLOTS_TAKEN"):   # --slots-taken: vjpviz's wrapped entry points
+    for tool in range(6):                        # (its path on Python 3.11, or under profilers)
+      if sys.monitoring.get_tool(tool) is None:
+        sys.monitoring.use_tool_id(tool, "jax_suite")
   vv.install()
 
 
@@ -59,20 +67,63 @@ def pytest_unconfigure(config):
 
 # ------------------------------------------------------------------- the runner
 
-def prepare(mirror: str | None, directory: str | None, files: list[str]) -> str:
-  """A directory holding the test files and JAX's pytest settings."""
+def prepare(mirror: str | None, directory: str | None, files: list[str],
+            aliases: dict[str, str]) -> str:
+  """A directory holding the test files, their imports shimmed, and JAX's pytest settings."""
   where = tempfile.mkdtemp(prefix="jax_suite_")
   for name in files:
     if directory:
-      shutil.copy(os.path.join(directory, name), where)
+      with open(os.path.join(directory, name)) as f:
+        text = f.read()
     else:
       text = subprocess.run(["git", "--git-dir", mirror, "show", f"HEAD:tests/{name}"],
                             check=True, capture_output=True, text=True).stdout
-      with open(os.path.join(where, name), "w") as f:
-        f.write(text)
+    text, shimmed = shim_imports(text, aliases)
+    if shimmed:
+      print(f"{name}: not in this JAX: {', '.join(shimmed)}")
+    with open(os.path.join(where, name), "w") as f:
+      f.write(text)
   with open(os.path.join(where, "pytest.ini"), "w") as f:
     f.write(PYTEST_INI)
   return where
+
+
+def shim_imports(text: str, aliases: dict[str, str]) -> tuple[str, list[str]]:
+  """``text`` with each name a top-level ``from jax... import`` takes that the installed JAX
+  lacks bound to its alias in the same module, else to a placeholder class (subclassed and
+  called at import time, failing only where a test uses it); and those names."""
+  lines, shimmed = text.splitlines(keepends=True), []
+  for node in reversed(ast.parse(text).body):
+    if not isinstance(node, ast.ImportFrom) or (node.module or "").split(".")[0] != "jax":
+      continue
+    try:
+      module = importlib.import_module(node.module)
+    except ImportError:
+      continue
+    kept, missing = [], []
+    for alias in node.names:
+      (kept if _has(module, alias.name) else missing).append(alias)
+    if not missing:
+      continue
+    node.names = kept
+    new = [ast.unparse(node) + "\n"] if kept else []
+    for alias in missing:
+      bound, renamed = alias.asname or alias.name, aliases.get(alias.name)
+      shimmed.append(f"{alias.name} (as {renamed})" if renamed else alias.name)
+      new.append(f"from {node.module} import {renamed} as {bound}\n" if renamed else
+                 f"class {bound}:\n  def __init__(self, *args, **kwargs): pass\n")
+    lines[node.lineno - 1:node.end_lineno] = new
+  return "".join(lines), sorted(shimmed)
+
+
+def _has(module, name: str) -> bool:
+  if hasattr(module, name):
+    return True
+  try:
+    importlib.import_module(f"{module.__name__}.{name}")
+    return True
+  except ImportError:
+    return False
 
 
 def run(where: str, pytest_args: list[str], hooked: bool, tag: str
@@ -122,13 +173,20 @@ def main():
   parser.add_argument("--mirror", default=MIRROR)
   parser.add_argument("--dir", help="take the test files from here instead of the mirror")
   parser.add_argument("--run", action="append", help="pytest's arguments: a file and its options")
+  parser.add_argument("--alias", action="append", default=[], metavar="OLD=NEW",
+                      help="a name the snapshot imports that this JAX calls NEW")
+  parser.add_argument("--slots-taken", action="store_true",
+                      help="hooked runs with every free sys.monitoring slot taken first")
   parser.add_argument("--rounds", type=int, default=1, help="plain/hooked pairs per --run")
   args = parser.parse_args()
   runs = [shlex.split(s) for s in (args.run or ["custom_api_test.py"])]
+  if args.slots_taken:
+    os.environ["JAX_SUITE_SLOTS_TAKEN"] = "1"
   if not args.dir and not os.path.isdir(args.mirror):
     print(f"no snapshot of jax-ml/jax at {args.mirror} (fetch it, or pass --dir)")
     return
-  where = prepare(args.mirror, args.dir, sorted({s[0] for s in runs}))
+  where = prepare(args.mirror, args.dir, sorted({s[0] for s in runs}),
+                  dict(a.split("=", 1) for a in args.alias))
   print(f"{'file (selection)':64s} {'tests':>6s} {'same':>6s} {'differ':>6s} {'lines':>6s}"
         "  wall hooked/plain   (lines: vjpviz's own could-not lines)")
   for pytest_args in runs:
