@@ -21,7 +21,7 @@ import numpy as np
 
 from ..analysis.diagnosis import Fix
 from ..base import kinds, syntax
-from . import exprs, source
+from . import exprs
 
 
 def fixes(rule) -> list[Fix]:
