@@ -34,7 +34,7 @@ OLD_JAX_TESTS=(tests/test_jax_versions.py tests/test_capture.py tests/test_fixes
                tests/test_forward_mode.py tests/test_jvp_of_custom_vjp.py
                --deselect tests/test_reliability.py::test_history_is_bounded_and_drops_the_oldest)
 OLDEST_JAX_TESTS=(tests/test_comm.py tests/test_comm_fuzz.py tests/test_magics.py
-                  tests/test_watch_flow.py)
+                  tests/test_watch_flow.py tests/test_watch_safety.py)
 # The releases between the oldest and the newest older one run lean (CI's time): fixes are
 # judged the same way on every JAX (their suites run on the oldest, on 0.11 and on the
 # newest), and the hook's properties get a quarter of their examples.
