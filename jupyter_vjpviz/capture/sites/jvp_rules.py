@@ -66,7 +66,11 @@ def _checked_copy(jvp3, rule, applied: Applied | None):
   rule_source = function_names.function_source(rule)
 
   def checked(*args):   # (*nondiff values, primals, tangents), as custom_jvp3 calls it
-    pair = _applied_rule(rule, rule, args, applied, source, jvp_name, rule_source)
+    try:   # not a helper around the call: the rule runs as deep as without vjpviz
+      pair = rule(*args)
+    except BaseException as e:
+      _raising(e, rule, args, applied, source, jvp_name, rule_source)
+      raise
     for rec in safety.safely(mismatches, pair, name, jvp_name, rule_source,
                              applied or (lambda: primal), source, args[-2:], default=[]):
       records.record(rec)
@@ -152,24 +156,24 @@ def _check(jvp: lu.WrappedFun, primal_name: str, jvp_name: str,
 
 
 def _checked(rule, primal_name, jvp_name, rule_source, primal, user_rule, *args):
-  pair = _applied_rule(rule, user_rule, args, primal, None, jvp_name, rule_source)
+  try:
+    pair = rule(*args)
+  except BaseException as e:
+    _raising(e, user_rule, args, primal, None, jvp_name, rule_source)
+    raise
   for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal, None,
                            args, default=[]):
     records.record(rec)
   return pair
 
 
-def _applied_rule(rule, user_rule, args, primal, source, jvp_name, rule_source):
-  """``rule(*args)``; where a statement of the user's rule raises, a ``jvp_raised`` is
-  deferred (``bwd_raises`` reads the statement as it reads a bwd rule's) and the exception
-  leaves as the user's, without our frames."""
-  try:
-    return rule(*args)
-  except BaseException as e:
-    if isinstance(e, Exception) and isinstance(primal, Applied) and len(args) >= 2:
-      safety.safely(_raised, user_rule, args[-2:], primal, source, jvp_name, rule_source, e)
-    safety.safely(frames.strip, e)
-    raise
+def _raising(e: BaseException, user_rule, args, primal, source, jvp_name, rule_source) -> None:
+  """The user's rule raised ``e``: where a statement of it raised, a ``jvp_raised`` is
+  deferred (``bwd_raises`` reads the statement as it reads a bwd rule's); ``e`` leaves as
+  the user's, without our frames."""
+  if isinstance(e, Exception) and isinstance(primal, Applied) and len(args) >= 2:
+    safety.safely(_raised, user_rule, args[-2:], primal, source, jvp_name, rule_source, e)
+  safety.safely(frames.strip, e)
 
 
 def _raised(user_rule, args, primal: Applied, source, jvp_name, rule_source, exc) -> None:
