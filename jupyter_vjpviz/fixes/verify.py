@@ -579,17 +579,20 @@ def clone(user_rules, *rules):
 
 def registration(user_rules) -> tuple[str, dict]:
   """How the user registered their rules: the ``custom_vjp`` method (``defvjp``,
-  ``defvjp_with_logs``, ``defvjp_with_accums``) and every option it takes that the object
-  holds (``symbolic_zeros``, ``optimize_remat``, ``generic_batching``, and any JAX adds)."""
-  method = ("defvjp_with_accums" if getattr(user_rules, "with_accums", False) else
-            "defvjp_with_logs" if getattr(user_rules, "with_logs", False) else "defvjp")
+  ``defvjp_with_logs``, ``defvjp_with_accums``, ``defremat``, ``defremat_with_logs``) and
+  every option it takes that the object holds (``symbolic_zeros``, ``optimize_remat``,
+  ``generic_batching``, and any JAX adds)."""
   custom_vjp = getattr(user_rules, "custom_vjp", None)   # none: a hijax primitive's methods
+  remat = library_wrappers.remat_of(custom_vjp)
+  method = (remat.method if remat is not None else
+            "defvjp_with_accums" if getattr(user_rules, "with_accums", False) else
+            "defvjp_with_logs" if getattr(user_rules, "with_logs", False) else "defvjp")
   define = getattr(custom_vjp, method, None)
   if define is None:
     return method, {}
   takes = inspect.signature(define).parameters
   options = {name: getattr(custom_vjp, name) for name in takes
-             if name not in ("self", "fwd", "bwd") and hasattr(custom_vjp, name)}
+             if name not in ("self", "fwd", "rem", "bwd") and hasattr(custom_vjp, name)}
   return method, options
 
 
