@@ -146,7 +146,8 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
-  return judge.verdict(cvjp.fwd, cotangents_of(cvjp, cvjp.bwd), symbolic_zeros=cvjp.symbolic_zeros,
+  fwd, bwd = library_wrappers.vjp_pair(cvjp)
+  return judge.verdict(fwd, cotangents_of(cvjp, bwd), symbolic_zeros=cvjp.symbolic_zeros,
                        nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
 
 
@@ -312,8 +313,8 @@ def rule_output(diagnosis: Diagnosis):
   chosen from the types of every output, not just the one that was reported.
   """
   user_rules = _user_rules(diagnosis)
-  return run_rules(diagnosis.site, user_rules.fwd, cotangents_of(user_rules, user_rules.bwd),
-                   user_rules.symbolic_zeros)
+  fwd, bwd = library_wrappers.vjp_pair(user_rules)
+  return run_rules(diagnosis.site, fwd, cotangents_of(user_rules, bwd), user_rules.symbolic_zeros)
 
 
 def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
@@ -607,7 +608,8 @@ def cotangents_of(user_rules, bwd):
   returns ``(cotangents, logs)``, and JAX's check and the oracle compare the cotangents.
   A return of another shape raises as JAX raises for it (``registration_problems`` runs
   JAX's own check too)."""
-  if not getattr(user_rules, "with_logs", False):
+  remat = library_wrappers.remat_of(getattr(user_rules, "custom_vjp", user_rules))
+  if not (remat.with_logs if remat is not None else getattr(user_rules, "with_logs", False)):
     return bwd
 
   def cotangents(*args):

@@ -243,8 +243,8 @@ class UserRules:
     placed_fwd, placed_bwd = self.placed(fwd, bwd)
     remat = remat_of(self.custom_vjp)
     if remat is not None:
-      return copy_of(remat.user_rules(), remat_rules=(placed_fwd, remat.rem, placed_bwd,
-                                                      remat.with_logs))
+      return copy_of(remat.user_rules(), **{REMAT: remat}, remat_rules=(
+          placed_fwd, remat.rem, placed_bwd, remat.with_logs))
     return copy_of(self.custom_vjp, fwd=placed_fwd, bwd=placed_bwd)
 
   def define(self, method: str, fwd: Callable, bwd: Callable, **flags) -> None:
@@ -299,6 +299,28 @@ class Remat:
 def remat_of(custom_vjp) -> Remat | None:
   """The ``Remat`` of a custom_vjp read through its ``defremat`` rules, else None."""
   return getattr(custom_vjp, "__dict__", {}).get(REMAT)
+
+
+def vjp_pair(rules) -> tuple[Callable, Callable]:
+  """(fwd, bwd) of the VJP JAX runs outside ``jax.remat`` for ``rules`` (a custom_vjp or
+  its ``UserRules``): as registered, ``derived`` where that was with ``defremat``."""
+  registered = getattr(rules, "__dict__", {}).get("remat_rules")   # an edited copy's
+  fwd, _, bwd, *_ = registered or (rules.fwd, None, rules.bwd)
+  return derived(rules, fwd, bwd)
+
+
+def derived(rules, fwd: Callable, bwd: Callable) -> tuple[Callable, Callable]:
+  """``fwd``/``bwd`` for ``rules`` (a custom_vjp or its ``UserRules``) as a VJP: as they
+  are, or registered with ``defremat``, ``rem`` run right after ``fwd``, its residuals
+  the bwd's (as JAX's ``_vjp_from_remat_rules``)."""
+  remat = remat_of(getattr(rules, "custom_vjp", rules))
+  if remat is None:
+    return fwd, bwd
+
+  def fwd_then_rem(*args):
+    out, res = fwd(*args)
+    return out, remat.rem(res, *args)[1]
+  return functools.update_wrapper(fwd_then_rem, fwd), bwd
 
 
 def copy_of(custom_vjp, **attributes):
