@@ -182,6 +182,10 @@ def rule_text(api: str, defect: str | None) -> str:
   if base == "custom_gradient":
     if option == "with_logs":   # the VJP returns (cotangents, logs)
       text = re.sub(r"return (.*)\n  return y", r'return (\1), {"g_norm": jnp.abs(g).sum()}\n  return y', text)
+    if option == "remat":   # f returns a rem function, which returns the VJP function
+      head, _, body = text.partition("\n\n")
+      body = textwrap.indent(body.replace("return y, f_bwd", "return jnp.sin(x) * w, f_bwd"), "  ")
+      text = f"{head}\n\n  def f_rem(x, w):\n{body}  return y, f_rem\n"
     return text.replace("@jax.custom_gradient", f"@jax.custom_gradient({option}=True)")
   if option == "symbolic_zeros":   # the fwd is handed CustomVJPPrimal(value, perturbed)
     text = text.replace("def f_fwd(x, w):\n", "def f_fwd(x, w):\n  x, w = x.value, w.value\n")
