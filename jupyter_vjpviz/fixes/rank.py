@@ -95,8 +95,7 @@ class Judge:
     """What is ill-typed in the candidate ``rules`` (fwd, bwd), run abstractly at the site."""
     user_rules, site = self.rule.user_rules, self.rule.d.site
     fwd, bwd = rules
-    run_fwd, run_bwd = library_wrappers.derived(user_rules, fwd, bwd)
-    return (verify.type_problems(site, run_fwd, verify.cotangents_of(user_rules, run_bwd),
+    return (verify.type_problems(site, fwd, verify.cotangents_of(user_rules, bwd),
                                  user_rules.symbolic_zeros, user_rules.primal)
             or verify.registration_problems(site, user_rules, fwd, bwd))
 

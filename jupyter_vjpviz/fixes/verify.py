@@ -313,8 +313,8 @@ def rule_output(diagnosis: Diagnosis):
   chosen from the types of every output, not just the one that was reported.
   """
   user_rules = _user_rules(diagnosis)
-  fwd, bwd = library_wrappers.vjp_pair(user_rules)
-  return run_rules(diagnosis.site, fwd, cotangents_of(user_rules, bwd), user_rules.symbolic_zeros)
+  return run_rules(diagnosis.site, user_rules.fwd, cotangents_of(user_rules, user_rules.bwd),
+                   user_rules.symbolic_zeros)
 
 
 def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
@@ -324,7 +324,8 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
   """
   flags = site.perturbed or [True] * len(site.in_paths)
   nondiff = [i for i, _ in site.nondiff]
-  fwd, bwd = library_wrappers.user_rules(site.custom_rule()).placed(fwd, bwd)
+  user_rules = library_wrappers.user_rules(site.custom_rule())
+  fwd, bwd = library_wrappers.derived(user_rules, *user_rules.placed(fwd, bwd))
 
   def boxed(differentiable):   # the primals as JAX hands them to a symbolic_zeros fwd
     leaves = jax.tree_util.tree_leaves(differentiable)

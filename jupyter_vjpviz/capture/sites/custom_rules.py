@@ -251,7 +251,8 @@ def remat_view(cvjp, remat: tuple):
 
 class RematRem(InstrumentedRule):
   """A ``defremat`` ``rem`` rule: handed the fwd's residuals as the user's fwd returned
-  them, its own residuals (the bwd's) tagged with the same site."""
+  them, its own residuals (the bwd's) tagged with the same site, naming the VJP closure
+  JAX traced into them (``custom_gradient(remat=True)``: the rem's closure returns it)."""
 
   def __call__(self, res, *args):
     if not isinstance(res, TaggedResiduals):
@@ -263,7 +264,8 @@ class RematRem(InstrumentedRule):
       raise
     if not (isinstance(out_res, (tuple, list)) and len(out_res) == 2):
       return out_res
-    return type(out_res)((out_res[0], TaggedResiduals(out_res[1], res.site)))
+    site = safety.safely(_with_closed_rule, res.site, out_res[1], default=res.site)
+    return type(out_res)((out_res[0], TaggedResiduals(out_res[1], site)))
 
 
 # ------------------------------------------------------------------ forward
