@@ -198,3 +198,32 @@ def test_a_defremat_bwd_is_diagnosed_and_fixed_as_registered(remat_flags, hook, 
   _, dw = grad(x, w)
   assert vv.diagnoses() == []
   np.testing.assert_allclose(dw, jnp.sin(x).sum(0), rtol=1e-6)
+
+
+def test_a_remat_custom_gradients_vjp_closure_is_named_and_fixed(remat_flags, hook):
+  """``custom_gradient(remat=True)``: the function returns a rem function, which returns the
+  VJP closure. The diagnosis names that closure (not the rem) and ``w``; the first fix,
+  verified, edits the closure and runs as registered (remat=True)."""
+  ns = cell("""
+@jax.custom_gradient(remat=True)
+def f(x, w):
+  y = jnp.sin(x) * w
+
+  def f_rem(x, w):
+    def f_bwd(g):
+      return jnp.cos(x) * w * g, jnp.sin(x) * g
+    return jnp.sin(x) * w, f_bwd
+  return y, f_rem
+""")
+  f, x, w = ns["f"], jnp.ones((3, 4)), jnp.linspace(0.5, 1.5, 4)
+  grad = jax.grad(jax.checkpoint(lambda x, w: f(x, w).sum()), argnums=(0, 1))
+  raises(lambda: grad(x, w))
+  d = vv.last()
+  assert (d.kind, d.rule, d.argument) == ("bwd_type", "f_bwd", "w")
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "@jax.custom_gradient(remat=True)" in first.code
+  fixed = cell(first.code)["f"]
+  vv.clear()
+  _, dw = jax.grad(jax.checkpoint(lambda x, w: fixed(x, w).sum()), argnums=(0, 1))(x, w)
+  assert vv.diagnoses() == []
+  np.testing.assert_allclose(dw, jnp.sin(x).sum(0), rtol=1e-6)
