@@ -52,11 +52,17 @@ def f_bwd(res, g):
 f.defvjp(f_fwd, f_bwd)
 """
 
+_WITH_LOGS = lambda text: text.replace(   # the bwd returns (cotangents, logs)
+    "  return {ret}\n", '  return ({ret}), {{"g_norm": jnp.abs(g).sum()}}\n')
+_DEFREMAT = _CUSTOM_VJP.replace(   # a rem rule recomputes the fwd's residuals for the bwd
+    "\n\ndef f_bwd", "\n\ndef f_rem(res, x, w):\n  return f(x, w), (x, w)\n\n\ndef f_bwd").replace(
+    "f.defvjp(f_fwd, f_bwd)", "f.defremat(f_fwd, f_rem, f_bwd)")
+
 RULES = {
     "custom_vjp": _CUSTOM_VJP,
-    "defvjp_with_logs": _CUSTOM_VJP.replace(   # the bwd returns (cotangents, logs)
-        "  return {ret}\n", '  return ({ret}), {{"g_norm": jnp.abs(g).sum()}}\n').replace(
-        "f.defvjp(", "f.defvjp_with_logs("),
+    "defvjp_with_logs": _WITH_LOGS(_CUSTOM_VJP).replace("f.defvjp(", "f.defvjp_with_logs("),
+    "custom_vjp.defremat": _DEFREMAT,
+    "custom_vjp.defremat_with_logs": _WITH_LOGS(_DEFREMAT).replace("f.defremat(", "f.defremat_with_logs("),
     "custom_gradient": """\
 @jax.custom_gradient
 def f(x, w):
@@ -107,7 +113,8 @@ def f(x, w):
 """Where the JAX has the API (``available``)."""
 
 RULE_NAMES = {"custom_vjp": "f_bwd", "defvjp_with_logs": "f_bwd", "custom_gradient": "f_bwd",
-              "custom_jvp": "f_jvp", "hijax": "vjp_bwd_retval"}
+              "custom_jvp": "f_jvp", "hijax": "vjp_bwd_retval", "custom_vjp.defremat": "f_bwd",
+              "custom_vjp.defremat_with_logs": "f_bwd"}
 """The def a diagnosis must name, and the def a fix replaces."""
 
 _RIGHT_DW = "(jnp.sin(x) * g).sum(0)"
@@ -136,16 +143,26 @@ def options(api: str) -> list[str]:
           if p.default is False and n not in ("self",)]
 
 
-OPTION_NEEDS = {"defremat": "jax_custom_vjp3 and jax_remat3", "remat": "jax_custom_vjp3 and jax_remat3"}
+OPTION_NEEDS = ("jax_custom_vjp3", "jax_remat3")
+"""The upgrade flags the remat options and registrations run under. They would change every
+later cell of a process, so those APIs are written only in a process started with them on
+(``JAX_CUSTOM_VJP3=true JAX_REMAT3=true``), and listed as not written otherwise."""
 REGISTRATIONS = ("defremat", "defremat_with_logs", "defvjp_with_accums")
 """custom_vjp's other registrations (where the JAX has them), each a rule API."""
-"""Options that run only under JAX's upgrade flags (which would change every later cell of
-a process): listed as not written."""
+
+
+def _needs_flags(api: str) -> str | None:
+  """Why ``api`` is not written in this process: a remat API with the flags off."""
+  remat = _base_api(api)[1] == "remat" or api.startswith("custom_vjp.defremat")
+  if not remat or all(getattr(jax.config, f, False) for f in OPTION_NEEDS):
+    return None
+  return f"runs only under {' and '.join(OPTION_NEEDS)} (JAX_CUSTOM_VJP3=true JAX_REMAT3=true)"
 
 
 def rule_apis() -> list[str]:
   """The plain APIs, then each registration option JAX has (``options``)."""
-  return [*RULES, *(f"{'defvjp' if api == 'custom_vjp' else api}({o}=True)"
+  return [*(api for api in RULES if "." not in api),
+          *(f"{'defvjp' if api == 'custom_vjp' else api}({o}=True)"
                     for api in ("custom_vjp", "custom_gradient") for o in options(api)),
           *(f"custom_vjp.{r}" for r in REGISTRATIONS if hasattr(jax.custom_vjp, r))]
 
@@ -165,6 +182,10 @@ def rule_text(api: str, defect: str | None) -> str:
   if base == "custom_gradient":
     if option == "with_logs":   # the VJP returns (cotangents, logs)
       text = re.sub(r"return (.*)\n  return y", r'return (\1), {"g_norm": jnp.abs(g).sum()}\n  return y', text)
+    if option == "remat":   # f returns a rem function, which returns the VJP function
+      head, _, body = text.partition("\n\n")
+      body = textwrap.indent(body.replace("return y, f_bwd", "return jnp.sin(x) * w, f_bwd"), "  ")
+      text = f"{head}\n\n  def f_rem(x, w):\n{body}  return y, f_rem\n"
     return text.replace("@jax.custom_gradient", f"@jax.custom_gradient({option}=True)")
   if option == "symbolic_zeros":   # the fwd is handed CustomVJPPrimal(value, perturbed)
     text = text.replace("def f_fwd(x, w):\n", "def f_fwd(x, w):\n  x, w = x.value, w.value\n")
@@ -184,12 +205,11 @@ def _plain_rule_text(api: str, defect: str | None) -> str:
 
 def available(api: str) -> str | None:
   """Why this JAX lacks ``api``, or the matrix does not write it (None: written)."""
-  if api.startswith("custom_vjp."):
-    return ("not written yet: needs jax_custom_vjp3 and jax_remat3" if "remat" in api
-            else "not written yet: a rule pushing into accumulators")
+  if _needs_flags(api):
+    return _needs_flags(api)
+  if api.startswith("custom_vjp.") and api not in RULES:
+    return "not written yet: a rule pushing into accumulators"
   base, option = _base_api(api)
-  if option in OPTION_NEEDS:
-    return f"runs only under {OPTION_NEEDS[option]}"
   if option is not None and option not in options(base):
     return f"jax {jax.__version__} has no {api}"
   if api == "defvjp_with_logs" and not hasattr(jax.custom_vjp, "defvjp_with_logs"):

@@ -4,13 +4,14 @@ option (``optimize_remat``, ``symbolic_zeros``, ...); applied, it is registered 
 A ``defvjp_with_logs`` rule returning what JAX refuses as logs gets JAX's error and no
 internal-error line of ours."""
 import inspect
+import traceback
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diagnosed import raises
+from diagnosed import plain_and_hooked, raises
 from test_jvp_fixes import cell
 import jupyter_vjpviz as vv
 from jupyter_vjpviz.api.check import apply_fix, verify_fix
@@ -131,3 +132,98 @@ def test_a_logging_custom_gradient_closure_missing_a_cotangent_gets_it_back(hook
   first = d.fixes[0]
   assert first.verdict == "verified", [(f.title, f.verdict, f.note) for f in d.fixes]
   assert 'return (dx, dw), {"g_norm": jnp.abs(g).sum()}' in first.code
+
+
+REMAT = """
+@jax.custom_vjp
+def f(x, w):
+  return jnp.sin(x) * w
+
+def f_fwd(x, w):
+  return f(x, w), x
+
+def f_rem(x, x_again, w):
+  return f(x, w), (x, w)
+
+def f_bwd(res, g):
+  x, w = res
+  dx = jnp.cos(x) * w * g
+  dw = jnp.sin(x) * g
+  return {ret}
+
+f.{method}(f_fwd, f_rem, f_bwd)
+"""
+
+
+@pytest.fixture
+def remat_flags():
+  """JAX's ``jax_custom_vjp3`` and ``jax_remat3``, which defremat runs under, on for a test."""
+  names = ("jax_custom_vjp3", "jax_remat3")
+  if not hasattr(jax.custom_vjp, "defremat") or any(n not in jax.config.values for n in names):
+    pytest.skip(f"jax {jax.__version__} has no custom_vjp.defremat")
+  before = {n: jax.config.values[n] for n in names}
+  try:
+    for n in names:
+      jax.config.update(n, True)
+    yield
+  finally:
+    for n, on in before.items():
+      jax.config.update(n, on)
+
+
+@pytest.mark.parametrize("method", ["defremat", "defremat_with_logs"])
+@pytest.mark.parametrize("remat", [False, True])
+def test_a_defremat_bwd_is_diagnosed_and_fixed_as_registered(remat_flags, hook, method, remat):
+  """The bwd's cotangent for ``w`` has the batch axis left in; its residuals are rem's, not
+  the fwd's (``x`` alone). Outside and under ``jax.remat`` (where rem runs on the backward
+  pass): JAX's error is unchanged, the diagnosis names the bwd and ``w``, and the first fix,
+  verified, applies registered with ``method`` and the user's rem."""
+  logs = method.endswith("with_logs")
+  ns = cell(REMAT.format(method=method, ret='(dx, dw), {"n": jnp.abs(g).sum()}' if logs else "dx, dw"))
+  f, x, w = ns["f"], jnp.ones((3, 4)), jnp.linspace(0.5, 1.5, 4)
+  loss = lambda x, w: f(x, w).sum()
+  grad = jax.grad(jax.checkpoint(loss) if remat else loss, argnums=(0, 1))
+  frames = lambda e: [(t.filename, t.lineno, t.name) for t in traceback.extract_tb(e.__traceback__)]
+  plain, hooked = plain_and_hooked(lambda: grad(x, w))
+  assert (type(hooked), str(hooked), frames(hooked)) == (type(plain), str(plain), frames(plain))
+  d = vv.last()
+  assert (d.kind, d.rule, d.argument) == ("bwd_type", "f_bwd", "w")
+  assert verify.registration(verify._user_rules(d)) == (method, {"generic_batching": False})
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "sum(" in first.code, [(f.title, f.verdict) for f in d.fixes]
+  assert apply_fix(d, first.code).applied
+  fwd, rem, bwd, with_logs = f.remat_rules
+  assert (f.fwd, fwd, rem, with_logs) == (None, ns["f_fwd"], ns["f_rem"], logs)
+  vv.clear()
+  _, dw = grad(x, w)
+  assert vv.diagnoses() == []
+  np.testing.assert_allclose(dw, jnp.sin(x).sum(0), rtol=1e-6)
+
+
+def test_a_remat_custom_gradients_vjp_closure_is_named_and_fixed(remat_flags, hook):
+  """``custom_gradient(remat=True)``: the function returns a rem function, which returns the
+  VJP closure. The diagnosis names that closure (not the rem) and ``w``; the first fix,
+  verified, edits the closure and is applied as registered (remat=True)."""
+  ns = cell("""
+@jax.custom_gradient(remat=True)
+def f(x, w):
+  y = jnp.sin(x) * w
+
+  def f_rem(x, w):
+    def f_bwd(g):
+      return jnp.cos(x) * w * g, jnp.sin(x) * g
+    return jnp.sin(x) * w, f_bwd
+  return y, f_rem
+""")
+  f, x, w = ns["f"], jnp.ones((3, 4)), jnp.linspace(0.5, 1.5, 4)
+  grad = jax.grad(jax.checkpoint(lambda x, w: f(x, w).sum()), argnums=(0, 1))
+  raises(lambda: grad(x, w))
+  d = vv.last()
+  assert (d.kind, d.rule, d.argument) == ("bwd_type", "f_bwd", "w")
+  first = d.fixes[0]
+  assert first.verdict == "verified" and "@jax.custom_gradient(remat=True)" in first.code
+  assert apply_fix(d, first.code).applied and f.remat_rules is not None
+  vv.clear()
+  _, dw = grad(x, w)
+  assert vv.diagnoses() == []
+  np.testing.assert_allclose(dw, jnp.sin(x).sum(0), rtol=1e-6)

@@ -146,7 +146,8 @@ def value_verdict(site, cvjp, judge: oracle.Oracle | None = None) -> oracle.Verd
   except Exception as e:  # noqa: BLE001 - a primal that cannot run at random inputs
     return oracle.Verdict(oracle.UNVERIFIABLE, f"no oracle: {site.function} could not be run "
                           f"at random inputs ({type(e).__name__}: {e})"[:300], judge="")
-  return judge.verdict(cvjp.fwd, cotangents_of(cvjp, cvjp.bwd), symbolic_zeros=cvjp.symbolic_zeros,
+  fwd, bwd = library_wrappers.vjp_pair(cvjp)
+  return judge.verdict(fwd, cotangents_of(cvjp, bwd), symbolic_zeros=cvjp.symbolic_zeros,
                        nondiff_argnums=cvjp.nondiff_argnums, perturbed=site.perturbed)
 
 
@@ -323,7 +324,8 @@ def run_rules(site, fwd, bwd, symbolic_zeros: bool = False, look=None):
   """
   flags = site.perturbed or [True] * len(site.in_paths)
   nondiff = [i for i, _ in site.nondiff]
-  fwd, bwd = library_wrappers.user_rules(site.custom_rule()).placed(fwd, bwd)
+  user_rules = library_wrappers.user_rules(site.custom_rule())
+  fwd, bwd = library_wrappers.derived(user_rules, *user_rules.placed(fwd, bwd))
 
   def boxed(differentiable):   # the primals as JAX hands them to a symbolic_zeros fwd
     leaves = jax.tree_util.tree_leaves(differentiable)
@@ -579,17 +581,20 @@ def clone(user_rules, *rules):
 
 def registration(user_rules) -> tuple[str, dict]:
   """How the user registered their rules: the ``custom_vjp`` method (``defvjp``,
-  ``defvjp_with_logs``, ``defvjp_with_accums``) and every option it takes that the object
-  holds (``symbolic_zeros``, ``optimize_remat``, ``generic_batching``, and any JAX adds)."""
-  method = ("defvjp_with_accums" if getattr(user_rules, "with_accums", False) else
-            "defvjp_with_logs" if getattr(user_rules, "with_logs", False) else "defvjp")
+  ``defvjp_with_logs``, ``defvjp_with_accums``, ``defremat``, ``defremat_with_logs``) and
+  every option it takes that the object holds (``symbolic_zeros``, ``optimize_remat``,
+  ``generic_batching``, and any JAX adds)."""
   custom_vjp = getattr(user_rules, "custom_vjp", None)   # none: a hijax primitive's methods
+  remat = library_wrappers.remat_of(custom_vjp)
+  method = (remat.method if remat is not None else
+            "defvjp_with_accums" if getattr(user_rules, "with_accums", False) else
+            "defvjp_with_logs" if getattr(user_rules, "with_logs", False) else "defvjp")
   define = getattr(custom_vjp, method, None)
   if define is None:
     return method, {}
   takes = inspect.signature(define).parameters
   options = {name: getattr(custom_vjp, name) for name in takes
-             if name not in ("self", "fwd", "bwd") and hasattr(custom_vjp, name)}
+             if name not in ("self", "fwd", "rem", "bwd") and hasattr(custom_vjp, name)}
   return method, options
 
 
@@ -604,7 +609,8 @@ def cotangents_of(user_rules, bwd):
   returns ``(cotangents, logs)``, and JAX's check and the oracle compare the cotangents.
   A return of another shape raises as JAX raises for it (``registration_problems`` runs
   JAX's own check too)."""
-  if not getattr(user_rules, "with_logs", False):
+  remat = library_wrappers.remat_of(getattr(user_rules, "custom_vjp", user_rules))
+  if not (remat.with_logs if remat is not None else getattr(user_rules, "with_logs", False)):
     return bwd
 
   def cotangents(*args):

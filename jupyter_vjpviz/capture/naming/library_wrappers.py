@@ -238,13 +238,23 @@ class UserRules:
     return replaced(getattr(self.custom_vjp, role), path, new) if path else new
 
   def with_rules(self, fwd: Callable, bwd: Callable):
-    """A shallow copy of the custom_vjp running ``fwd``/``bwd``: the user's is untouched."""
+    """A shallow copy of the custom_vjp running ``fwd``/``bwd``: the user's is untouched.
+    Rules the user registered with ``defremat`` are run so, with their ``rem``."""
     placed_fwd, placed_bwd = self.placed(fwd, bwd)
+    remat = remat_of(self.custom_vjp)
+    if remat is not None:
+      return copy_of(remat.user_rules(), **{REMAT: remat}, remat_rules=(
+          placed_fwd, remat.rem, placed_bwd, remat.with_logs))
     return copy_of(self.custom_vjp, fwd=placed_fwd, bwd=placed_bwd)
 
   def define(self, method: str, fwd: Callable, bwd: Callable, **flags) -> None:
     """Rebind the rules: where the library reads them, or by the custom_vjp's ``method``
-    (``defvjp``, ``defvjp_with_logs``, ``defvjp_with_accums``)."""
+    (``defvjp``, ``defvjp_with_logs``, ``defvjp_with_accums``, ``defremat``: then with
+    the user's ``rem`` and on the user's custom_vjp)."""
+    remat = remat_of(self.custom_vjp)
+    if remat is not None:
+      self._redefine(fwd, bwd, lambda f, b: getattr(remat.user_rules(), method)(f, remat.rem, b, **flags))
+      return
     self._redefine(fwd, bwd, lambda f, b: getattr(self.custom_vjp, method)(f, b, **flags))
 
   def _redefine(self, fwd, bwd, define) -> None:
@@ -260,6 +270,57 @@ class UserRules:
           raise ValueError(f"no user {role} rule was found behind the library's; "
                            "apply the fix in your source and re-run it")
         rebind(getattr(self.custom_vjp, role), self.paths[role], new)
+
+
+REMAT = "_vjpviz_remat"
+"""The attribute of a custom_vjp read through its ``defremat`` rules (its ``Remat``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Remat:
+  """How the user registered rules with ``custom_vjp.defremat``/``defremat_with_logs``:
+  on which custom_vjp (weakly), with which ``rem`` rule."""
+  user: Any                       # weakref.ref to the user's custom_vjp
+  rem: Callable
+  with_logs: bool
+
+  @property
+  def method(self) -> str:
+    return "defremat_with_logs" if self.with_logs else "defremat"
+
+  def user_rules(self):
+    """The user's custom_vjp (an error to fix a rule whose object is gone)."""
+    custom_vjp = self.user()
+    if custom_vjp is None:
+      raise ValueError("this rule's custom_vjp is gone: put the fix in your source and re-run it")
+    return custom_vjp
+
+
+def remat_of(custom_vjp) -> Remat | None:
+  """The ``Remat`` of a custom_vjp read through its ``defremat`` rules, else None."""
+  return getattr(custom_vjp, "__dict__", {}).get(REMAT)
+
+
+def vjp_pair(rules) -> tuple[Callable, Callable]:
+  """(fwd, bwd) of the VJP JAX runs outside ``jax.remat`` for ``rules`` (a custom_vjp or
+  its ``UserRules``): as registered, ``derived`` where that was with ``defremat``."""
+  registered = getattr(rules, "__dict__", {}).get("remat_rules")   # an edited copy's
+  fwd, _, bwd, *_ = registered or (rules.fwd, None, rules.bwd)
+  return derived(rules, fwd, bwd)
+
+
+def derived(rules, fwd: Callable, bwd: Callable) -> tuple[Callable, Callable]:
+  """``fwd``/``bwd`` for ``rules`` (a custom_vjp or its ``UserRules``) as a VJP: as they
+  are, or registered with ``defremat``, ``rem`` run right after ``fwd``, its residuals
+  the bwd's (as JAX's ``_vjp_from_remat_rules``)."""
+  remat = remat_of(getattr(rules, "custom_vjp", rules))
+  if remat is None:
+    return fwd, bwd
+
+  def fwd_then_rem(*args):
+    out, res = fwd(*args)
+    return out, remat.rem(res, *args)[1]
+  return functools.update_wrapper(fwd_then_rem, fwd), bwd
 
 
 def copy_of(custom_vjp, **attributes):

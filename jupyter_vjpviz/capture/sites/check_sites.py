@@ -239,7 +239,7 @@ def _install_rules_of(cls, patches: PatchSet, events: CodeEvents | None) -> None
   if code is None:
     patches.skip(f"jax.{cls.__name__} rules", f"{cls.__name__}.__call__ is not a Python function here")
     return
-  for name in ("fwd", "bwd"):
+  for name in ("fwd", "bwd", *(("remat_rules",) if hasattr(cls, "defremat") else ())):
     if name in vars(cls):   # custom_vjp3's class defaults (None), restored on uninstall
       patches.apply(cls, name, lambda default, name=name: RuleAttribute(name, code, default))
     else:
@@ -270,7 +270,7 @@ _NO_DEFAULT = object()
 
 
 class RuleAttribute:
-  """``custom_vjp.fwd`` and ``.bwd`` as data descriptors: JAX's own ``__call__`` reads
+  """``custom_vjp.fwd``, ``.bwd`` (and ``.remat_rules``) as data descriptors: JAX's own ``__call__`` reads
   the instrumented rule (``custom_rules.instrumented``), everyone else (the user, a
   library, ``defvjp``) the user's own, which stays in the instance's ``__dict__``
   (else ``default``, the class's own value it replaces)."""

@@ -189,26 +189,83 @@ def instrumented(cvjp):
   The session holds ``cvjp`` from here: JAX may run the fwd only after the call that
   made a per-call rule returned (``jax.checkpoint`` and ``lax.scan`` trace it lazily,
   flax linen's ``nn.remat``/``nn.scan`` of an ``nn.custom_vjp``), and the clone's fwd
-  holds it weakly."""
+  holds it weakly. Rules registered with ``defremat`` are instrumented too
+  (``_instrumented_remat``), beside or in place of the ``defvjp`` ones."""
   own = vars(cvjp)
-  fwd, bwd = _own(cvjp, own, "fwd"), _own(cvjp, own, "bwd")
-  if fwd is None or bwd is None or own.get("remat_rules") is not None:
+  fwd, bwd, remat = _own(cvjp, own, "fwd"), _own(cvjp, own, "bwd"), own.get("remat_rules")
+  if (fwd is None or bwd is None) and remat is None:
     return cvjp
   session = records.current_session()
   if session is not None:
     session.held[id(cvjp)] = cvjp
   key = (fwd, bwd, own.get("with_logs"), own.get("with_accums"), own.get("symbolic_zeros"),
-         own.get("nondiff_argnums"))
+         own.get("nondiff_argnums"), remat)
   cached = _clones.get(cvjp)
   if cached is not None and cached[0] == key:
     return cached[1]
-  clone = library_wrappers.copy_of(
-      cvjp, fwd=InstrumentedFwd(fwd, cvjp),
+  rules = {} if fwd is None or bwd is None else dict(
+      fwd=InstrumentedFwd(fwd, cvjp),
       bwd=(InstrumentedBwdWithAccums(bwd, len(cvjp.nondiff_argnums))
            if option(cvjp, "with_accums") else
            InstrumentedBwd(bwd, bool(option(cvjp, "with_logs")))))
+  if remat is not None:
+    rules["remat_rules"] = _instrumented_remat(cvjp, remat)
+  clone = library_wrappers.copy_of(cvjp, **rules)
   _clones[cvjp] = (key, clone)
   return clone
+
+
+# ------------------------------------------------------------------ defremat
+
+_remat_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _instrumented_remat(cvjp, remat: tuple) -> tuple:
+  """``defremat``'s ``(fwd, rem, bwd, with_logs)``, instrumented: the fwd tags its
+  residuals, ``rem`` passes the tag on to its own (the bwd's), the bwd is checked as a
+  ``defvjp`` bwd. JAX composes them as it does the user's (``rem`` after ``fwd`` outside
+  ``jax.remat``, on the backward pass under it), so the tag reaches the bwd either way."""
+  fwd, rem, bwd, *rest = remat
+  with_logs = bool(rest and rest[0])
+  return (InstrumentedFwd(fwd, remat_view(cvjp, remat)), RematRem(rem),
+          InstrumentedBwd(bwd, with_logs), *rest)
+
+
+def remat_view(cvjp, remat: tuple):
+  """``cvjp`` as JAX differentiates it through its ``defremat`` rules: a copy with those
+  in the ``fwd``/``bwd`` places (what the site names and a fix edits) and
+  ``library_wrappers.Remat`` saying how the user registered them (how a fix is run and
+  applied). Held as long as ``cvjp`` (the site refers to it weakly)."""
+  cached = _remat_views.get(cvjp)
+  if cached is not None and cached[0] is remat:
+    return cached[1]
+  fwd, rem, bwd, *rest = remat
+  with_logs = bool(rest and rest[0])
+  view = library_wrappers.copy_of(
+      cvjp, fwd=fwd, bwd=bwd, with_logs=with_logs, with_accums=False, symbolic_zeros=False,
+      remat_rules=None, **{library_wrappers.REMAT: library_wrappers.Remat(
+          weakref.ref(cvjp), rem, with_logs)})
+  _remat_views[cvjp] = (remat, view)
+  return view
+
+
+class RematRem(InstrumentedRule):
+  """A ``defremat`` ``rem`` rule: handed the fwd's residuals as the user's fwd returned
+  them, its own residuals (the bwd's) tagged with the same site, naming the VJP closure
+  JAX traced into them (``custom_gradient(remat=True)``: the rem's closure returns it)."""
+
+  def __call__(self, res, *args):
+    if not isinstance(res, TaggedResiduals):
+      return self.__wrapped__(res, *args)
+    try:
+      out_res = self.__wrapped__(res.res, *args)
+    except BaseException as e:
+      safety.safely(frames.strip, e)
+      raise
+    if not (isinstance(out_res, (tuple, list)) and len(out_res) == 2):
+      return out_res
+    site = safety.safely(_with_closed_rule, res.site, out_res[1], default=res.site)
+    return type(out_res)((out_res[0], TaggedResiduals(out_res[1], site)))
 
 
 # ------------------------------------------------------------------ forward

@@ -38,7 +38,7 @@ def differentiated_through(matches: Callable) -> None:
 def rule(custom_vjp, name: str) -> Callable | None:
   """The ``name`` ("fwd"/"bwd") JAX must run in place of ``custom_vjp``'s, or None to
   run its own (nothing set aside, or a symbolic-zeros rule, whose fwd takes wrappers)."""
-  if getattr(custom_vjp, "symbolic_zeros", False):
+  if name not in ("fwd", "bwd") or getattr(custom_vjp, "symbolic_zeros", False):
     return None
   if not any(m(custom_vjp) for m in matching):
     return None
