@@ -149,3 +149,18 @@ def _summed(f):
   primal = getattr(f, "fun", None) or f.f
   summed.fun = summed.f = lambda y: primal(y).sum()
   return summed
+
+
+def test_a_reference_nowhere_finite_verifies_nothing():
+  """A derivative leaf whose reference is NaN at every draw was not compared: the
+  reverse-mode call is unverifiable, never verified against it."""
+  import types
+
+  from jupyter_vjpviz.analysis.values import oracle
+  site = types.SimpleNamespace(in_names=["x"], in_avals=[jax.core.ShapedArray((2,), jnp.float32)],
+                               function="f", rule="f_bwd")
+  nan, one = np.full(2, np.nan, np.float32), np.ones(2, np.float32)
+  verdict = reverse_mode._compared(site, [([one], [nan])] * 3, "jax.jacfwd", "jax.jacfwd")
+  assert verdict.status == oracle.UNVERIFIABLE, verdict
+  verdict = reverse_mode._compared(site, [([one], [one])] * 3, "jax.jacfwd", "jax.jacfwd")
+  assert verdict.status == oracle.RIGHT, verdict

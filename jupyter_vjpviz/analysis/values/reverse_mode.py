@@ -87,6 +87,10 @@ def _compared(site, pairs, named: str, transformation: str) -> oracle.Verdict:
       [oracle.on_host(g[i]) for g, _ in pairs], site.in_avals[i % len(site.in_avals)],
       judged=True) for i in range(n))
   judge = f"{named} of {site.function}.fun"
+  unjudged = [leaf.name for leaf in leaves if not leaf.judged]
+  if unjudged:   # the reference was nowhere finite there: a leaf not compared is not right
+    return _unverifiable(f"not judged: {judge} is not finite at any draw for "
+                         f"{', '.join(unjudged)}")
   if all(leaf.ok for leaf in leaves):
     return oracle.Verdict(oracle.RIGHT, f"equal to {judge} (the rule dropped) at {len(pairs)} "
                           "random inputs", leaves, judge=judge)
