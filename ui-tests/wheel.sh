@@ -45,6 +45,7 @@ names = zipfile.ZipFile(sys.argv[1]).namelist()
 base = f"jupyter_vjpviz-{sys.argv[2]}.data/data/share/jupyter/labextensions/jupyter-vjpviz/"
 need = ["package.json", "install.json", "static/style.js", "schemas/jupyter-vjpviz/plugin.json"]
 missing = [n for n in need if base + n not in names]
+missing += [n for n in ["jupyter_vjpviz/capture/cpu_kernels.cc"] if n not in names]   # the watch's CPU kernels' source, compiled where installed
 entry = [n for n in names if n.startswith(base + "static/remoteEntry.")]
 assert not missing and entry, (missing, entry)
 print("wheel: labextension files in the wheel:", sum(n.startswith(base) for n in names), file=sys.stderr)

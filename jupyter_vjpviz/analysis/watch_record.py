@@ -84,8 +84,9 @@ class Recording:
     return bool(np.isfinite(row[:len(self.step.paths)]).all())
 
   def flow_cols(self, s: np.ndarray) -> np.ndarray:
+    """float32[steps, 4 * blocks]: the flow's ``STATS`` of the rows ``s``."""
     start = len(self.step.paths) + 3 * len(self.step.log_names)
-    return s[:, start:start + self.step.flow.width]
+    return self.step.flow.stats(s[:, start:start + self.step.flow.width])
 
   def events(self, s: np.ndarray) -> list[rows.LeafEvents]:
     """Per leaf with anything to say: the first zero, stuck and non-finite steps (of

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..capture import cpu_kernels
+
 POINTS = 512       # the most steps a series pushed draws
 NO_LOGS = np.zeros(0, np.float32)
 
@@ -76,6 +78,34 @@ def health(g) -> jax.Array:
   below 1e-19 in magnitude), NaN or Inf if any is (or the sum overflows float32)."""
   g32 = g.astype(jnp.float32)
   return jnp.sum(g32 * g32)
+
+
+def healths(grads: list) -> jax.Array:
+  """float32[leaves]: each leaf's ``health``: on the CPU of a one-device job by one call
+  of ``cpu_kernels`` (where it built), else a reduction a leaf, ``assembled``."""
+  xs = [jax.lax.stop_gradient(g).astype(jnp.float32) for g in grads]
+  if not xs:
+    return jnp.zeros(0, jnp.float32)
+  return cpu_kernels.on_cpu(cpu_kernels.squared_norms,
+                            lambda *xs: assembled([health(x) for x in xs]), *xs)
+
+
+FUSED = 8
+"""The most operands XLA:CPU fuses into a concatenation: past it, every operand is a kernel
+of its own (two per leaf's norm), each a dispatch in the step."""
+
+
+def assembled(parts: list) -> jax.Array:
+  """float32[n]: ``parts`` (scalars and vectors, traced) concatenated, ``FUSED`` at a time
+  into one part while more are left (each kept apart from the next by an optimization
+  barrier: XLA would merge nested concatenations back into one): a kernel per
+  ``FUSED - 1`` parts, not two per part (benchmarks/watch_overhead.py --flow)."""
+  level = [jnp.reshape(p, (-1,)).astype(jnp.float32) for p in parts]
+  if not level:
+    return jnp.zeros(0, jnp.float32)
+  while len(level) > FUSED:
+    level = [jax.lax.optimization_barrier(jnp.concatenate(level[:FUSED])), *level[FUSED:]]
+  return jnp.concatenate(level)
 
 
 def named_logs(logs) -> list[tuple[str, jax.Array]]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import cpu_kernels
+
 PREFIX = "vjpviz_flow/"
 """The log keys of vjpviz's taps: told apart from the user's own logs by it."""
 
@@ -25,7 +27,15 @@ the element count."""
 
 
 def summary(ct) -> jax.Array:
-  """float32[5]: ``SUMMARY`` of ``ct``, in three sum/max reductions of elementwise
+  """float32[5]: ``SUMMARY`` of ``ct``: on the CPU of a one-device job, in one pass by
+  ``cpu_kernels`` (where it built); elsewhere by XLA (``reduced``). Never differentiated
+  (a tap's backward taken again, under ``jax.hessian``, sees a constant)."""
+  x = jax.lax.stop_gradient(ct).astype(jnp.float32)
+  return cpu_kernels.on_cpu(cpu_kernels.summary, reduced, x) if x.size else reduced(x)
+
+
+def reduced(x) -> jax.Array:
+  """float32[5]: ``SUMMARY`` of float32 ``x``, in three sum/max reductions of elementwise
   arithmetic that XLA:CPU runs vectorised, each fused with its read of the cotangent (no
   copy written): the sum of squares, max |.|, and the nonzero count as the sum of
   ``nonzero``. That count and "all finite" hold where the sum of squares is finite;
@@ -34,7 +44,6 @@ def summary(ct) -> jax.Array:
   but XLA:CPU runs it unvectorised, ~30x slower per element than a sum; not ``x == 0``
   summed: XLA:CPU writes the mask out and reads it again (benchmarks/watch_overhead.py
   --flow, docs/benchmarks.md)."""
-  x = ct.astype(jnp.float32)
   sumsq = jnp.sum(x * x)
   nonzero = jnp.sum(_nonzero(x))
   counts = jax.lax.cond(jnp.isfinite(sumsq),

@@ -23,6 +23,7 @@ its carry's activations inside its body, whose summaries JAX stacks per iteratio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -55,22 +56,41 @@ class Taps:
   blocks: tuple[str, ...]
   keys: tuple[tuple[str, tuple[int, ...]], ...]
 
-  def row(self, logs: dict) -> jax.Array:
-    """float32[4 * blocks]: ``STATS`` per block, reduced in the step from its taps'
-    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan). One
-    stack of every summary and a few vector operations on it (XLA fuses them into a
-    handful of kernels), not a few per block: each kernel is a dispatch in the step."""
-    if not self.blocks:
-      return jnp.zeros(0, jnp.float32)
-    found = [logs[flow_taps.PREFIX + key].reshape(-1, len(flow_taps.SUMMARY))
-             for key, _ in self.keys]
-    s = jnp.concatenate(found)   # float32[rows, 5]; each block has a tap (``Traced``)
-    owner = np.concatenate([np.tile(b, len(f) // len(b)) for (_, b), f in zip(self.keys, found)])
-    of = (owner[None, :] == np.arange(len(self.blocks))[:, None])[:, :, None]  # [blocks, rows, 1]
-    sums = jnp.where(of, s[None], 0.0).sum(axis=1)   # a NaN stays in its own block
-    top = jnp.where(of[..., 0], s[None, :, 1], -jnp.inf).max(axis=1)
-    return jnp.stack([jnp.sqrt(sums[:, 0]), top, sums[:, 2] / sums[:, 4],
-                      sums[:, 3] / sums[:, 4]], axis=1).reshape(-1)
+  def columns(self, logs: dict) -> list[jax.Array]:
+    """float32[5] per block: its taps' ``flow_taps.SUMMARY`` summed (max |.| the largest),
+    from their summaries in ``logs`` (stacked ones too: a gradient taken under vmap or
+    scan), each one part of the row the watch assembles (``watch_rows.assembled``; its
+    ``STATS`` made on the host, ``stats``). A block of one tap's one row is that summary
+    as the tap made it: no kernel in the step."""
+    parts: list[list] = [[] for _ in self.blocks]   # per block: (sums, max |.|) per key
+    for key, owners in self.keys:
+      s = logs[flow_taps.PREFIX + key].reshape(-1, len(owners), len(flow_taps.SUMMARY))
+      if len(s) == 1:
+        for j, b in enumerate(owners):
+          parts[b].append((s[0, j], None))
+        continue
+      sums, top = s.sum(axis=0), s[:, :, 1].max(axis=0)   # a NaN stays in its own block
+      for j, b in enumerate(owners):
+        parts[b].append((sums[j], top[j]))
+    found = []
+    for part in parts:   # each block has a tap (``Traced``)
+      if len(part) == 1 and part[0][1] is None:
+        found.append(part[0][0])
+        continue
+      total = functools.reduce(jnp.add, [sums for sums, _ in part])
+      top = functools.reduce(jnp.maximum, [row[1] if t is None else t for row, t in part])
+      found.append(total.at[1].set(top))
+    return found
+
+
+def stats(raw: np.ndarray) -> np.ndarray:
+  """float32[steps, 4 * blocks]: ``STATS`` per block from the row's ``columns``
+  (float32[steps, 5 * blocks]): the norm, max |.|, finite and zero fractions."""
+  n = len(flow_taps.SUMMARY)
+  s = np.asarray(raw, np.float32).reshape(len(raw), raw.shape[1] // n, n)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.stack([np.sqrt(s[..., 0]), s[..., 1], s[..., 2] / s[..., 4],
+                     s[..., 3] / s[..., 4]], axis=-1).reshape(len(raw), 4 * s.shape[1])
 
 
 Group = Callable[[list[str], list], list[tuple[str, list[int]]]]

@@ -1,5 +1,6 @@
 """A watch's backward flow (``vv.watch(step, flow=True)``): which blocks a step's row
-carries (four columns each, after the leaves' norms and the logs' summaries), why none
+carries (five columns each, their taps' summaries, after the leaves' norms and the logs'
+summaries; ``stats`` makes them the four ``w.flow()`` gives), why none
 where the step could not be tapped, and what the columns say: ``w.flow()``'s rows, the
 first non-finite block, the printed line, the panel's WatchFlow."""
 from __future__ import annotations
@@ -7,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from ...capture import flow_taps
 from . import flow as values_flow
 from ..watch_rows import finite_or_none
 
@@ -21,10 +22,10 @@ class FlowColumns:
   blocks: list[str] = dataclasses.field(default_factory=list)
   note: str | None = None   # why the step could not be tapped
 
-  def row(self, taps: list, flows: list) -> jax.Array:
-    """float32[4 * blocks], traced into the step: each block's output cotangent's norm,
-    max |.|, finite and zero fractions from its taps' summaries (``flows``); empty, and
-    ``note`` says why, where the step's gradient could not be tapped (``taps``: the
+  def columns(self, taps: list, flows: list) -> list[jax.Array]:
+    """float32[5] per block, traced into the step: its output cotangent's summary
+    (``flow_taps.SUMMARY``) from its taps' (``flows``); none,
+    and ``note`` says why, where the step's gradient could not be tapped (``taps``: the
     tapper's finds: a ``Taps``, or why not)."""
     self.blocks, self.note = [], None
     if not taps or not flows:
@@ -35,12 +36,18 @@ class FlowColumns:
       self.note = "the gradient is of no floating parameters"
     else:
       self.blocks = list(taps[0].blocks)
-      return taps[0].row(flows[0])
-    return jnp.zeros(0, jnp.float32)
+      return taps[0].columns(flows[0])
+    return []
 
   @property
   def width(self) -> int:
-    return 4 * len(self.blocks)
+    """The row's columns of the flow (``columns``)."""
+    return len(flow_taps.SUMMARY) * len(self.blocks)
+
+  @staticmethod
+  def stats(raw: np.ndarray) -> np.ndarray:
+    """float32[steps, 4 * blocks]: the ``STATS`` of the row's flow columns ``raw``."""
+    return values_flow.stats(raw)
 
   def table(self, cols: np.ndarray) -> list[dict]:
     return values_flow.table(cols, self.blocks)

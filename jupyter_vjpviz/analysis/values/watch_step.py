@@ -79,12 +79,14 @@ class WatchedStep:
     self.paths = [leaf_paths.attribute_path(kp) if live else jax.tree_util.keystr(kp)
                   for kp, _ in flat]
     self.keypaths = [kp for kp, _ in flat]
-    health = jnp.stack([rows.health(g) for _, g in flat])   # float32[leaves]
-    armed = None if armed is None else self._guarded(health, armed, call)
+    norms = rows.healths([g for _, g in flat])   # float32[leaves]
+    armed = None if armed is None else self._guarded(norms, armed, call)
+    parts = [norms]
     if self.logs_of is not None:
-      health = jnp.concatenate([health, safely(self._log_stats, out, default=rows.NO_LOGS)])
+      parts.append(safely(self._log_stats, out, default=rows.NO_LOGS))
     if self.flow_on:
-      health = jnp.concatenate([health, self.flow.row(taps, flows)])
+      parts += self.flow.columns(taps, flows)
+    health = rows.assembled(parts)
     self.phase = "lower"   # by jit next, then its first run: the user's step's as much as ours
     return out, health, armed
 
