@@ -90,13 +90,15 @@ def _watch_rows(env: dict) -> dict:
       import json, jax, jax.numpy as jnp, numpy as np
       from jupyter_vjpviz.api.watch import watch
       from jupyter_vjpviz.capture import cpu_kernels
-      k = jax.random.split(jax.random.key(0), 3)
+      k = jax.random.split(jax.random.key(0), 4)
       p = {"a": jax.random.normal(k[0], (6, 16)), "b": jax.random.normal(k[1], (16, 16)),
+           "layers": jax.random.normal(k[3], (3, 16, 16)) / 4,
            "c": jax.random.normal(k[2], (16, 2))}
       x = jax.random.normal(jax.random.key(1), (8, 6))
       def loss(p):
         h = jnp.tanh(x @ p["a"])
         h = jax.nn.relu(h @ p["b"])
+        h, _ = jax.lax.scan(lambda h, w: (h + jnp.tanh(h @ w), None), h, p["layers"])
         return ((h @ p["c"]) ** 2).mean()
       @jax.jit
       def step(p):
@@ -118,8 +120,8 @@ def _watch_rows(env: dict) -> dict:
 
 def test_without_a_compiler_the_watch_gives_the_same_rows_from_xla(tmp_path):
   """No compiler on the machine (and an empty cache): the kernels are not usable and
-  say why, the step has no custom call, and its rows and flow equal those the kernels
-  make, to float32 rounding."""
+  say why, the step has no custom call, and its rows and flow (a layer scan's taps in
+  its body too) equal those the kernels make, to float32 rounding."""
   plain = _watch_rows({"CXX": "", "PATH": str(tmp_path), "VJPVIZ_CACHE_DIR": str(tmp_path)})
   assert not plain["usable"] and "no C++ compiler" in plain["why"] and plain["calls"] == 0
   assert not list(tmp_path.iterdir())
@@ -130,6 +132,7 @@ def test_without_a_compiler_the_watch_gives_the_same_rows_from_xla(tmp_path):
   assert [p.name.startswith("cpu_kernels-") for p in (tmp_path / "cache").iterdir()] == [True]
   assert np.allclose(plain["rows"], fast["rows"], rtol=1e-5)
   assert [r["block"] for r in plain["flow"]] == [r["block"] for r in fast["flow"]]
+  assert sum("layers" in r["block"] for r in fast["flow"]) == 3 * 3   # per step and layer
   for a, b in zip(plain["flow"], fast["flow"]):
     assert [a[k] for k in ("norm", "max_abs", "finite_fraction", "zero_fraction")] == \
         pytest.approx([b[k] for k in ("norm", "max_abs", "finite_fraction", "zero_fraction")],
