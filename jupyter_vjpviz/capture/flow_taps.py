@@ -70,13 +70,31 @@ def _counts(x) -> jax.Array:
       (zero, zero), add, tuple(range(x.ndim))))
 
 
+CHAINED = 1 << 15
+"""A cotangent of fewer elements has its summary chained into the backward pass (an
+optimization barrier: the pass goes on once it is made). Left apart, XLA:CPU runs the
+step's kernels on several threads, and handing them over costs more than a small tap's
+summary: a width-64 MLP step 1.36x unwrapped apart, 1.09x chained; at width 256 the
+summaries run beside the pass (1.04x apart, 1.10x chained; benchmarks/watch_overhead.py
+--flow)."""
+
+
+def summarised(ct) -> tuple[jax.Array, jax.Array]:
+  """(``ct``, its ``summary``), chained where ``ct`` is small (``CHAINED``)."""
+  s = summary(ct)
+  return jax.lax.optimization_barrier((ct, s)) if ct.size < CHAINED else (ct, s)
+
+
 def tap(x, key: str):
   """``x``, its cotangent's ``summary`` logged under ``PREFIX + key`` in the backward pass."""
   @jax.custom_vjp
   def identity(x):
     return x
-  identity.defvjp_with_logs(lambda x: (x, None),
-                            lambda _, ct: ((ct,), {PREFIX + key: summary(ct)}))
+
+  def bwd(_, ct):
+    ct, s = summarised(ct)
+    return (ct,), {PREFIX + key: s}
+  identity.defvjp_with_logs(lambda x: (x, None), bwd)
   return identity(x)
 
 
@@ -86,7 +104,7 @@ def sink_tap(x, sink):
   @jax.custom_vjp
   def identity(x, sink):
     return x
-  identity.defvjp(lambda x, sink: (x, None), lambda _, ct: (ct, summary(ct)))
+  identity.defvjp(lambda x, sink: (x, None), lambda _, ct: summarised(ct))
   return identity(x, sink)
 
 
