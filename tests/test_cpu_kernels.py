@@ -146,3 +146,17 @@ def test_a_job_of_several_devices_keeps_xlas_reductions(tmp_path):
   got = _watch_rows({"XLA_FLAGS": "--xla_force_host_platform_device_count=2",
                      "VJPVIZ_CACHE_DIR": str(tmp_path)})
   assert not got["usable"] and got["why"] == "more than one device" and got["calls"] == 0
+
+
+@needs_kernel
+def test_large_leaves_keep_xlas_reductions_in_the_leaves_order(monkeypatch):
+  """Leaves of ``SMALL`` elements or more (XLA's reductions run on every core) are
+  reduced by XLA, the rest by one kernel call, each norm in its leaf's place."""
+  monkeypatch.setattr(cpu_kernels, "usable", lambda: True)
+  monkeypatch.setattr(cpu_kernels, "SMALL", 100)
+  leaves = [jnp.asarray(_array(n, seed=n)) for n in (10, 300, 3, 100, 99, 1000)]
+  healths = jax.jit(watch_rows.healths)
+  got = np.asarray(healths(leaves))
+  assert got == pytest.approx([float(watch_rows.health(g)) for g in leaves], rel=2e-6)
+  assert healths.lower(leaves).as_text().count("vjpviz_squared_norms") == 1
+  assert "vjpviz_" not in healths.lower(leaves[1::2]).as_text()   # none small

@@ -81,13 +81,19 @@ def health(g) -> jax.Array:
 
 
 def healths(grads: list) -> jax.Array:
-  """float32[leaves]: each leaf's ``health``: on the CPU of a one-device job by one call
-  of ``cpu_kernels`` (where it built), else a reduction a leaf, ``assembled``."""
+  """float32[leaves]: each leaf's ``health``: on the CPU of a one-device job, the leaves
+  below ``cpu_kernels.SMALL`` by one call of its kernel (where it built), the others by a
+  reduction a leaf, ``assembled`` in their order."""
   xs = [jax.lax.stop_gradient(g).astype(jnp.float32) for g in grads]
-  if not xs:
-    return jnp.zeros(0, jnp.float32)
-  return cpu_kernels.on_cpu(cpu_kernels.squared_norms,
-                            lambda *xs: assembled([health(x) for x in xs]), *xs)
+  small = [x for x in xs if x.size < cpu_kernels.SMALL]
+  if not small:
+    return assembled([health(x) for x in xs])
+  norms = cpu_kernels.on_cpu(
+      cpu_kernels.squared_norms, lambda *s: assembled([health(x) for x in s]), *small)
+  if len(small) == len(xs):
+    return norms
+  fast = iter(norms)
+  return assembled([next(fast) if x.size < cpu_kernels.SMALL else health(x) for x in xs])
 
 
 FUSED = 8

@@ -34,6 +34,10 @@ import numpy as np
 SUMMARY, NORMS = "vjpviz_flow_summary", "vjpviz_squared_norms"
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 COMPILE_SECONDS = 120
+SMALL = 1 << 20
+"""Arrays of fewer elements go to the kernels: a pass on one thread, ~60 us at this size,
+beats XLA's reductions' fixed costs below it; above it XLA's reductions, which run on
+every core, are left to make the numbers."""
 
 _lock = threading.Lock()
 _state: list = []    # [None] once registered and checked; [why not] once that failed
@@ -63,9 +67,9 @@ def built() -> str | None:
 
 
 def on_cpu(kernel, xla, *args) -> jax.Array:
-  """``kernel(*args)`` where the step is compiled for the CPU and the kernels are
-  ``usable``, else ``xla(*args)``."""
-  if not usable():
+  """``kernel(*args)`` where the step is compiled for the CPU, the kernels are
+  ``usable`` and every array is ``SMALL``, else ``xla(*args)``."""
+  if not usable() or any(x.size >= SMALL for x in args):
     return xla(*args)
   return jax.lax.platform_dependent(*args, cpu=kernel, default=xla)
 
