@@ -40,16 +40,18 @@ def _array(n: int, extra=(), seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("extra", [(), (np.inf,), (np.nan, -np.inf), (3e30,)])
 def test_the_summary_equals_xlas_reductions(n, extra):
   """One pass of the kernel equals the XLA reductions it replaces: the counts exactly,
-  the sum of squares and max |.| to float32 rounding (NaN where any element is, Inf
-  where one is infinite or the squares overflow), at every length around its lanes."""
+  the sum of squares and max |.| to float32 rounding, at every length around its lanes;
+  both not finite where an element is not (NaN where one is NaN: the kernel's always,
+  XLA's max on older jaxlib says Inf), or where the squares overflow."""
   if len(extra) > n:
     pytest.skip("fewer elements than the extras")
   x = jnp.asarray(_array(n, extra))
   got = np.asarray(jax.jit(cpu_kernels.summary)(x))
   want = np.asarray(jax.jit(flow_taps.reduced)(x))
   assert np.array_equal(got[2:], want[2:])
-  assert got[:2] == pytest.approx(want[:2], rel=2e-6, nan_ok=True)
-  assert np.array_equal(np.isnan(got), np.isnan(want))
+  assert np.array_equal(np.isfinite(got), np.isfinite(want))
+  assert got[np.isfinite(got)] == pytest.approx(want[np.isfinite(want)], rel=2e-6)
+  assert np.isnan(got[0]) == np.isnan(want[0]) == np.isnan(x).any()
 
 
 @needs_kernel

@@ -20,19 +20,31 @@ import watch_overhead  # noqa: E402 - the benchmark's loops
 
 from jupyter_vjpviz.analysis.values import flow as values_flow
 from jupyter_vjpviz.api.watch import watch
-from jupyter_vjpviz.capture import flow_taps
+from jupyter_vjpviz.capture import cpu_kernels, flow_taps
 
 
 
-@pytest.fixture(params=["logs", "sinks"])
+@pytest.fixture(params=["logs", "sinks", "kernels"])
 def channel(request, monkeypatch):
   """The backward-pass channel the taps use: JAX's logs (0.12.1), or the sinks older JAX
-  has (forced here where JAX has both)."""
+  has (forced here where JAX has both); and the summaries and norms by the CPU kernels
+  (``kernels``: the channel this JAX has; this process has several devices, where the
+  watch would keep XLA's reductions, but each step here runs on one)."""
   if request.param == "logs" and not flow_taps.AVAILABLE:
     pytest.skip("this JAX has no defvjp_with_logs")
   if request.param == "sinks":
     monkeypatch.setattr(flow_taps, "AVAILABLE", False)
-  return request.param
+  traced = []   # the kernels' calls traced into a step
+  if request.param == "kernels":
+    if cpu_kernels.built() is not None:
+      pytest.skip(f"no CPU kernels here: {cpu_kernels.built()}")
+    monkeypatch.setattr(cpu_kernels, "usable", lambda: traced.append(True) or True)
+    for name in ("summary", "squared_norms"):
+      real = getattr(cpu_kernels, name)
+      monkeypatch.setattr(cpu_kernels, name,
+                          lambda *a, real=real: (traced.append(real), real(*a))[1])
+  yield request.param
+  assert not traced or len(set(traced)) == 3   # a step traced (a test skipped traces none)
 
 KEY = jax.random.key(0)
 X = jax.random.normal(KEY, (16, 5))
