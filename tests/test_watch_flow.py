@@ -19,6 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks
 import watch_overhead  # noqa: E402 - the benchmark's loops
 
 from jupyter_vjpviz.analysis.values import flow as values_flow
+import jupyter_vjpviz as vv
 from jupyter_vjpviz.api.watch import watch
 from jupyter_vjpviz.capture import cpu_kernels, flow_taps
 
@@ -459,3 +460,6 @@ def test_flax_scanned_layers_have_a_row_each(make, channel):
   w(model)
   assert w.flow_note is None
   _check(w.flow(), blocks, expected)
+  if make is _linen_scanned:   # the stack named as vv.grads names it (its body's scope)
+    named = {layer.name for layer in vv.grads(lambda p: step(p)[0], model).layers}
+    assert {b.split("[")[0] for b in blocks} == named

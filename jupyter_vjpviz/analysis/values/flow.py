@@ -164,7 +164,7 @@ class Traced:
         if c == b:
           at[i, "scan"] = len(blocks)
           order = range(length)[::-1] if reverse else range(length)   # as applied
-          name = _layer_name(names[b], self.plan[i][0])
+          name = names[b]   # its body's scope, for named scopes (``reading_scopes``)
           blocks += [f"{name}[{t}]" for t in order]
     keys = []
     for n, (r, b) in enumerate(outputs):
@@ -378,18 +378,6 @@ def _outputs(plan, jaxpr, leaf_block: dict[int, int]) -> tuple[list, list]:
   inside = {i for i, *_ in scans}
   return (sorted(((r, b) for r, b in found.items() if made[r] not in inside),
                  key=lambda rb: made[rb[0]]), scans)
-
-
-def _layer_name(block: str, eqn) -> str:
-  """A layer scan's layers' name: its block's; below a named scope (flax linen's, where
-  the scan equation is the first to read the stacked parameters), the scope its body
-  reads them in (``Net/ScanBlock_0``, not ``Net``)."""
-  if block.startswith((".", "[", "args[")):   # a path: the stacked parameters' own
-    return block
-  n_consts, n_carry, _ = scan_groups(eqn)
-  inner = [scope.split("/")[0] for scope, _ in
-           reading_scopes(next(iter(sub_jaxprs(eqn))))[n_consts + n_carry:] if scope]
-  return f"{block}/{inner[0]}" if inner and len(set(inner)) == 1 else block
 
 
 def _layer_scans(plan, of: Callable) -> list:

@@ -504,9 +504,15 @@ def _slice_masks(shape: tuple, params: dict) -> list[np.ndarray]:
 # ------------------------------------------------------------------ named scopes
 
 
+SEEN_THROUGH = CALLS | {"scan"}
+"""Equations whose body's operands are theirs, one for one: a parameter is read where
+their body reads it (a layer scan's stacked parameters in its body's scope: flax linen's
+``Net/ScanBlock_0``, not ``Net``)."""
+
+
 def reading_scopes(jaxpr: core.Jaxpr) -> list[tuple[str, tuple | None]]:
   """Per input of ``jaxpr``: the named scope (``jax.named_scope``, a flax module's path) of
-  the first equation that reads it, through the bodies of calls ('' where none), and where
+  the first equation that reads it, through the bodies of calls and scans ('' where none), and where
   that equation is in program order (equation indices, outermost first; None: unread):
   the block a parameter belongs to, in the user's terms, and its depth."""
   return _reading_scopes(jaxpr, jaxpr.invars, "")
@@ -525,7 +531,7 @@ def _reading_scopes(jaxpr: core.Jaxpr, wanted: list, outer: str) -> list[tuple[s
       i, j = first[v]
       eqn = jaxpr.eqns[i]
       own = "/".join(s for s in (outer, scope_names(eqn.source_info.name_stack)) if s)
-      if eqn.primitive.name in CALLS:
+      if eqn.primitive.name in SEEN_THROUGH:
         calls.setdefault(i, (own, []))[1].append((k, j))
       else:
         found[k] = (own, (i,))
