@@ -44,14 +44,14 @@ _state: list = []    # [None] once registered and checked; [why not] once that f
 
 
 def usable() -> bool:
-  """Whether the kernels may be traced into a step now: ``built``, and one device in
-  the job."""
-  return built() is None and jax.device_count() == 1
+  """Whether the kernels may be traced into a step now: one device in the job (none
+  built otherwise), and ``built``."""
+  return jax.device_count() == 1 and built() is None
 
 
 def why_not() -> str | None:
   """Why the watch uses XLA's reductions instead (None: it need not)."""
-  return built() or (None if jax.device_count() == 1 else "more than one device")
+  return "more than one device" if jax.device_count() != 1 else built()
 
 
 def built() -> str | None:
@@ -62,8 +62,10 @@ def built() -> str | None:
     if not _state:
       worker = threading.Thread(target=_prepare, name="vjpviz-cpu-kernels", daemon=True)
       worker.start()
-      worker.join()
-    return _state[0] if _state else "the build stopped"
+      worker.join(COMPILE_SECONDS + 60)
+      if not _state:
+        _state.append(f"the build took over {COMPILE_SECONDS + 60} s")
+    return _state[0]
 
 
 def on_cpu(kernel, xla, *args) -> jax.Array:
