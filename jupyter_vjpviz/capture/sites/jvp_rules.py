@@ -189,29 +189,36 @@ def mismatches(pair, primal_name: str, jvp_name: str, rule_source: str | None,
                primal=None, source: str | None = None, args=()) -> list[Record]:
   """A record per tangent leaf whose type is not its primal output's tangent type, or one
   for a tangent tree of another structure than the primal output's. ``args``: what the
-  rule was applied to (primals, tangents), for the site its fixes are judged at."""
+  rule was applied to (primals, tangents), for the site its fixes are judged at (made,
+  with the primal's source, only for a mismatch: this runs at every application)."""
   if not isinstance(pair, (tuple, list)) or len(pair) != 2:
     return []  # JAX's own message says what a jvp rule must return
-  source = source or (function_names.function_source(primal()) if primal and primal() else None)
-  site = (primal.site(*args, source, jvp_name, rule_source)
-          if isinstance(primal, Applied) and len(args) == 2 else None)
-  primals = jax.tree_util.tree_flatten_with_path(pair[0])[0]
+
+  def where() -> tuple[str | None, object]:
+    found = source or (function_names.function_source(primal()) if primal and primal() else None)
+    return found, (primal.site(*args, found, jvp_name, rule_source)
+                   if isinstance(primal, Applied) and len(args) == 2 else None)
   want_tree = jax.tree_util.tree_structure(pair[0])
   got_tree = jax.tree_util.tree_structure(pair[1], is_leaf=_is_zero)
   if want_tree != got_tree:
+    at, site = where()
     return [Record(kind="jvp_tangent_structure", severity=ERROR, function=primal_name,
-                   source=source, path=None, expected=str(want_tree), got=str(got_tree),
+                   source=at, path=None, expected=str(want_tree), got=str(got_tree),
                    rule=jvp_name, site=site, rule_source=rule_source)]
+  primals = jax.tree_util.tree_flatten_with_path(pair[0])[0]
   tangents = jax.tree_util.tree_leaves(pair[1], is_leaf=_is_zero)
-  found = []
+  wrong = []
   for (path, p), t in zip(primals, tangents):
     want = core.typeof(p).strip_weak_type().to_tangent_aval()
     got = (t.aval if isinstance(t, (cd.SymbolicZero, ad.Zero)) else core.typeof(t)).strip_weak_type()
     if not core.typematch(want, got):
-      found.append(Record(
-          kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=source,
-          site=site, path=jax.tree_util.keystr(path), expected=want.str_short(), got=got.str_short(),
-          rule=jvp_name, expected_aval=want, got_aval=got,
-          leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
-          rule_source=rule_source))
-  return found
+      wrong.append((path, want, got))
+  if not wrong:
+    return []
+  at, site = where()
+  return [Record(kind="jvp_tangent_type", severity=ERROR, function=primal_name, source=at,
+                 site=site, path=jax.tree_util.keystr(path), expected=want.str_short(),
+                 got=got.str_short(), rule=jvp_name, expected_aval=want, got_aval=got,
+                 leaves=(Leaf(leaf_paths.keys(path), want.str_short(), got.str_short()),),
+                 rule_source=rule_source)
+          for path, want, got in wrong]
