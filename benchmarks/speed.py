@@ -222,7 +222,7 @@ def watch_flow_kernels(full: bool):
     print(f"watch_flow_kernels: not measured: the CPU kernels are not used here "
           f"({cpu_kernels.why_not()})")
     return None
-  c = watch_overhead.flow_cost("linen", 256)
+  c = watch_overhead.flow_cost("linen", 256)   # counts, shown in the table's ms columns
   return c["kernels_plain"] / 1e3, c["kernels_on"] / 1e3, c["kernels_on"] / c["kernels_plain"]
 
 

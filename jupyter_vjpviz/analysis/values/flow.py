@@ -23,7 +23,6 @@ its carry's activations inside its body, whose summaries JAX stacks per iteratio
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -57,40 +56,25 @@ class Taps:
   keys: tuple[tuple[str, tuple[int, ...]], ...]
 
   def columns(self, logs: dict) -> list[jax.Array]:
-    """float32[5] per block: its taps' ``flow_taps.SUMMARY`` summed (max |.| the largest),
-    from their summaries in ``logs`` (stacked ones too: a gradient taken under vmap or
-    scan), each one part of the row the watch assembles (``watch_rows.assembled``; its
-    ``STATS`` made on the host, ``stats``). A block of one tap's one row is that summary
-    as the tap made it: no kernel in the step."""
-    parts: list[list] = [[] for _ in self.blocks]   # per block: (sums, max |.|) per key
+    """float32[5] per block: its taps' ``flow_taps.SUMMARY`` ``merged``, from their
+    summaries in ``logs`` (stacked ones too: a gradient taken under vmap or scan), each
+    one part of the row the watch assembles (``watch_rows.assembled``; its ``STATS``
+    made on the host). A block of one tap's one row is that summary as the tap made it:
+    no kernel in the step."""
+    parts: list[list] = [[] for _ in self.blocks]   # per block: a summary per tap
     for key, owners in self.keys:
       s = logs[flow_taps.PREFIX + key].reshape(-1, len(owners), len(flow_taps.SUMMARY))
-      if len(s) == 1:
-        for j, b in enumerate(owners):
-          parts[b].append((s[0, j], None))
-        continue
-      sums, top = s.sum(axis=0), s[:, :, 1].max(axis=0)   # a NaN stays in its own block
+      per_owner = s[0] if len(s) == 1 else merged(s)
       for j, b in enumerate(owners):
-        parts[b].append((sums[j], top[j]))
-    found = []
-    for part in parts:   # each block has a tap (``Traced``)
-      if len(part) == 1 and part[0][1] is None:
-        found.append(part[0][0])
-        continue
-      total = functools.reduce(jnp.add, [sums for sums, _ in part])
-      top = functools.reduce(jnp.maximum, [row[1] if t is None else t for row, t in part])
-      found.append(total.at[1].set(top))
-    return found
+        parts[b].append(per_owner[j])
+    # each block has a tap (``Traced``)
+    return [part[0] if len(part) == 1 else merged(jnp.stack(part)) for part in parts]
 
 
-def stats(raw: np.ndarray) -> np.ndarray:
-  """float32[steps, 4 * blocks]: ``STATS`` per block from the row's ``columns``
-  (float32[steps, 5 * blocks]): the norm, max |.|, finite and zero fractions."""
-  n = len(flow_taps.SUMMARY)
-  s = np.asarray(raw, np.float32).reshape(len(raw), raw.shape[1] // n, n)
-  with np.errstate(invalid="ignore", divide="ignore"):
-    return np.stack([np.sqrt(s[..., 0]), s[..., 1], s[..., 2] / s[..., 4],
-                     s[..., 3] / s[..., 4]], axis=-1).reshape(len(raw), 4 * s.shape[1])
+def merged(summaries) -> jax.Array:
+  """One ``flow_taps.SUMMARY`` of several (along axis 0): the sums and counts added, max
+  |.| the largest (a NaN stays in its own block)."""
+  return summaries.sum(axis=0).at[..., 1].set(summaries[..., 1].max(axis=0))
 
 
 Group = Callable[[list[str], list], list[tuple[str, list[int]]]]

@@ -46,8 +46,14 @@ class FlowColumns:
 
   @staticmethod
   def stats(raw: np.ndarray) -> np.ndarray:
-    """float32[steps, 4 * blocks]: the ``STATS`` of the row's flow columns ``raw``."""
-    return values_flow.stats(raw)
+    """float32[steps, 4 * blocks]: ``values_flow.STATS`` per block from the row's flow
+    columns ``raw`` (float32[steps, 5 * blocks], ``columns``): the norm, max |.|, finite
+    and zero fractions."""
+    n = len(flow_taps.SUMMARY)
+    s = np.asarray(raw, np.float32).reshape(len(raw), raw.shape[1] // n, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      return np.stack([np.sqrt(s[..., 0]), s[..., 1], s[..., 2] / s[..., 4],
+                       s[..., 3] / s[..., 4]], axis=-1).reshape(len(raw), 4 * s.shape[1])
 
   def table(self, cols: np.ndarray) -> list[dict]:
     return values_flow.table(cols, self.blocks)

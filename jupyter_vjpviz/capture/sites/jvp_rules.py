@@ -71,10 +71,8 @@ def _checked_copy(jvp3, rule, applied: Applied | None):
     except BaseException as e:
       _raising(e, rule, args, applied, source, jvp_name, rule_source)
       raise
-    for rec in safety.safely(mismatches, pair, name, jvp_name, rule_source,
-                             applied or (lambda: primal), source, args[-2:], default=[]):
-      records.record(rec)
-    return pair
+    return _recorded(pair, name, jvp_name, rule_source, applied or (lambda: primal), source,
+                     args[-2:])
   view.jvp_fun = functools.update_wrapper(checked, rule)
   return view
 
@@ -161,8 +159,12 @@ def _checked(rule, primal_name, jvp_name, rule_source, primal, user_rule, *args)
   except BaseException as e:
     _raising(e, user_rule, args, primal, None, jvp_name, rule_source)
     raise
-  for rec in safety.safely(mismatches, pair, primal_name, jvp_name, rule_source, primal, None,
-                           args, default=[]):
+  return _recorded(pair, primal_name, jvp_name, rule_source, primal, None, args)
+
+
+def _recorded(pair, *about):
+  """``pair``, a rule's output, each of its ``mismatches(pair, *about)`` recorded."""
+  for rec in safety.safely(mismatches, pair, *about, default=[]):
     records.record(rec)
   return pair
 
